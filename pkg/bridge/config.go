@@ -1,0 +1,167 @@
+// Package bridge implements the ovs-bridge CNI plugin: a veth pair per
+// container interface, the host end attached to an Open vSwitch bridge over
+// OVSDB, with delegated IPAM.
+package bridge
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"regexp"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// NetConf is the network configuration of ovs-bridge. The JSON keys are the
+// documented contract (README "ovs-bridge configuration").
+type NetConf struct {
+	types.PluginConf
+	Bridge       string  `json:"bridge"`
+	OVSDB        string  `json:"ovsdb,omitempty"`
+	CreateBridge bool    `json:"createBridge,omitempty"`
+	DatapathType string  `json:"datapathType,omitempty"`
+	MTU          int     `json:"mtu,omitempty"`
+	VLAN         *int    `json:"vlan,omitempty"`
+	Trunk        []Trunk `json:"trunk,omitempty"`
+	IsGateway    bool    `json:"isGateway,omitempty"`
+
+	RuntimeConfig struct {
+		MAC string   `json:"mac,omitempty"`
+		IPs []string `json:"ips,omitempty"`
+	} `json:"runtimeConfig,omitempty"`
+	Args struct {
+		CNI struct {
+			MAC string   `json:"mac,omitempty"`
+			IPs []string `json:"ips,omitempty"`
+		} `json:"cni,omitempty"`
+	} `json:"args,omitempty"`
+
+	// Resolved by LoadConf.
+	MAC    net.HardwareAddr `json:"-"`
+	Trunks []int            `json:"-"`
+}
+
+// Trunk is one entry of "trunk": a single VLAN or a range.
+type Trunk struct {
+	ID    *int `json:"id,omitempty"`
+	MinID *int `json:"minID,omitempty"`
+	MaxID *int `json:"maxID,omitempty"`
+}
+
+// envArgs are the CNI_ARGS keys understood (others are ignored).
+type envArgs struct {
+	types.CommonArgs
+	MAC types.UnmarshallableString `json:"mac,omitempty"`
+}
+
+// bridgeName is what Open vSwitch and the kernel accept for a bridge with an
+// internal interface: at most 15 characters, no '/', no whitespace.
+var bridgeName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+
+func invalid(format string, a ...any) error {
+	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, a...), "")
+}
+
+// LoadConf decodes stdin, applies defaults, then validates, in that order.
+func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
+	n := &NetConf{}
+	if err := json.Unmarshal(stdin, n); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network config: %v", err), "")
+	}
+	// Defaults.
+	if n.OVSDB == "" {
+		n.OVSDB = ovsdb.DefaultEndpoint
+	}
+	mac := ""
+	if cniArgs != "" {
+		e := envArgs{}
+		if err := types.LoadArgs(cniArgs, &e); err != nil {
+			return nil, invalid("CNI_ARGS: %v", err)
+		}
+		mac = string(e.MAC)
+	}
+	if n.Args.CNI.MAC != "" {
+		mac = n.Args.CNI.MAC
+	}
+	if n.RuntimeConfig.MAC != "" {
+		mac = n.RuntimeConfig.MAC
+	}
+	// Validation.
+	if n.Bridge == "" {
+		return nil, invalid(`"bridge" is required`)
+	}
+	if !bridgeName.MatchString(n.Bridge) {
+		return nil, invalid(`"bridge" %q: want 1-15 characters of letters, digits, '_', '.', '-'`, n.Bridge)
+	}
+	if err := ovsdb.ValidateEndpoint(n.OVSDB); err != nil {
+		return nil, invalid(`"ovsdb": %v`, err)
+	}
+	switch n.DatapathType {
+	case "", "system", "netdev":
+	default:
+		return nil, invalid(`"datapathType" %q: want "system" or "netdev"`, n.DatapathType)
+	}
+	if n.MTU < 0 || (n.MTU > 0 && n.MTU < 68) || n.MTU > 65535 {
+		return nil, invalid(`"mtu" %d: want 68-65535`, n.MTU)
+	}
+	if n.VLAN != nil && (*n.VLAN < 1 || *n.VLAN > 4094) {
+		return nil, invalid(`"vlan" %d: want 1-4094`, *n.VLAN)
+	}
+	if n.VLAN != nil && len(n.Trunk) > 0 {
+		return nil, invalid(`"vlan" and "trunk" are exclusive`)
+	}
+	trunks, err := expandTrunks(n.Trunk)
+	if err != nil {
+		return nil, err
+	}
+	n.Trunks = trunks
+	if mac != "" {
+		hw, err := net.ParseMAC(mac)
+		if err != nil || len(hw) != 6 {
+			return nil, invalid(`"mac" %q: not an Ethernet MAC address`, mac)
+		}
+		if hw[0]&1 == 1 {
+			return nil, invalid(`"mac" %q: multicast address`, mac)
+		}
+		n.MAC = hw
+	}
+	return n, nil
+}
+
+func expandTrunks(ts []Trunk) ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	add := func(id int) error {
+		if id < 1 || id > 4094 {
+			return invalid(`"trunk" VLAN %d: want 1-4094`, id)
+		}
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+		return nil
+	}
+	for i, t := range ts {
+		switch {
+		case t.ID != nil && t.MinID == nil && t.MaxID == nil:
+			if err := add(*t.ID); err != nil {
+				return nil, err
+			}
+		case t.ID == nil && t.MinID != nil && t.MaxID != nil:
+			if *t.MinID > *t.MaxID {
+				return nil, invalid(`"trunk"[%d]: minID %d > maxID %d`, i, *t.MinID, *t.MaxID)
+			}
+			if *t.MinID < 1 || *t.MaxID > 4094 {
+				return nil, invalid(`"trunk"[%d]: range %d-%d outside 1-4094`, i, *t.MinID, *t.MaxID)
+			}
+			for id := *t.MinID; id <= *t.MaxID; id++ {
+				_ = add(id)
+			}
+		default:
+			return nil, invalid(`"trunk"[%d]: want {"id":N} or {"minID":A,"maxID":B}`, i)
+		}
+	}
+	return out, nil
+}

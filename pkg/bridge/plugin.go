@@ -1,0 +1,475 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ip"
+	"github.com/containernetworking/plugins/pkg/ipam"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/link"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+const (
+	// opTimeout bounds a whole command's OVSDB work.
+	opTimeout = 30 * time.Second
+	// ofportTimeout bounds the wait for ovs-vswitchd to attach a new port.
+	ofportTimeout = 10 * time.Second
+)
+
+// dial connects to OVSDB; an unreachable server is CNI code 11 (try again later).
+func dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
+	c, err := ovsdb.Dial(ctx, endpoint)
+	if err != nil {
+		return nil, asCNIError(err)
+	}
+	return c, nil
+}
+
+// asCNIError gives OVSDB unreachability its CNI code and leaves the rest wrapped.
+func asCNIError(err error) error {
+	if errors.Is(err, ovsdb.ErrUnreachable) {
+		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
+	}
+	return err
+}
+
+func portExternalIDs(args *skel.CmdArgs, conf *NetConf) map[string]string {
+	return map[string]string{
+		ovsdb.KeyOwner:       ovsdb.OwnerValue,
+		ovsdb.KeyContainerID: args.ContainerID,
+		ovsdb.KeyIfName:      args.IfName,
+		ovsdb.KeyNetNS:       args.Netns,
+		ovsdb.KeyNetwork:     conf.Name,
+		ovsdb.KeyBridge:      conf.Bridge,
+	}
+}
+
+func portUUIDs(ports []ovsdb.OwnedPort) []string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = p.Port.UUID
+	}
+	return out
+}
+
+// CmdAdd attaches a container interface. On any failure it removes what it
+// created: veth, port, IP allocation.
+func CmdAdd(args *skel.CmdArgs) (retErr error) {
+	conf, err := LoadConf(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+
+	cli, err := dial(ctx, conf.OVSDB)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+
+	var br *ovsdb.Bridge
+	if conf.CreateBridge {
+		br, err = cli.EnsureBridge(ctx, conf.Bridge, conf.DatapathType)
+	} else {
+		br, err = cli.Bridge(ctx, conf.Bridge)
+	}
+	if err != nil {
+		return asCNIError(err)
+	}
+	if br == nil {
+		return invalid(`"bridge" %q does not exist (create it, or set "createBridge": true)`, conf.Bridge)
+	}
+	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+	previous, err := cli.FindPorts(ctx, att)
+	if err != nil {
+		return asCNIError(err)
+	}
+
+	netns, err := ns.GetNS(args.Netns)
+	if err != nil {
+		return fmt.Errorf("opening netns %q: %w", args.Netns, err)
+	}
+	defer netns.Close()
+
+	hostName := link.HostVethName(args.ContainerID, args.IfName)
+	retry := len(previous) > 0 || link.Exists(hostName)
+
+	result := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS}
+	if conf.IPAM.Type != "" {
+		if retry {
+			// A retried ADD replaces its own attachment, allocation included
+			// (host-local refuses a second allocation for the same container).
+			_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
+		}
+		r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
+		if err != nil {
+			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
+		}
+		defer func() {
+			if retErr != nil {
+				_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
+			}
+		}()
+		ipamResult, err := current.NewResultFromResult(r)
+		if err != nil {
+			return fmt.Errorf("ipam %q result: %w", conf.IPAM.Type, err)
+		}
+		result.IPs, result.Routes = ipamResult.IPs, ipamResult.Routes
+		if len(ipamResult.DNS.Nameservers) > 0 || len(ipamResult.DNS.Search) > 0 {
+			result.DNS = ipamResult.DNS
+		}
+	}
+
+	// A retried ADD replaces its own veth (and the peer goes with it).
+	if err := link.Delete(hostName); err != nil {
+		return err
+	}
+	netdev := br.DatapathType == "netdev"
+	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName,
+		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: conf.MAC})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			_ = link.Delete(hostName)
+		}
+	}()
+
+	contIndex := 1
+	for _, ipc := range result.IPs {
+		ipc.Interface = current.Int(contIndex)
+	}
+	result.Interfaces = []*current.Interface{
+		{Name: hostName, Mac: hostLink.Attrs().HardwareAddr.String()},
+		{Name: args.IfName, Sandbox: args.Netns},
+	}
+	err = netns.Do(func(ns.NetNS) error {
+		mac, err := configureContainer(args.IfName, result, netdev)
+		result.Interfaces[contIndex].Mac = mac
+		return err
+	})
+	if err != nil {
+		return err
+	}
+
+	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf)}
+	if conf.VLAN != nil {
+		spec.Tag = *conf.VLAN
+	}
+	if err := cli.AttachPort(ctx, br.UUID, spec, portUUIDs(previous)); err != nil {
+		return asCNIError(err)
+	}
+	defer func() {
+		if retErr != nil {
+			if ports, err := cli.FindPorts(context.Background(), att); err == nil {
+				_ = cli.DetachPorts(context.Background(), portUUIDs(ports)...)
+			}
+		}
+	}()
+	if _, err := cli.WaitOFPort(ctx, hostName, ofportTimeout); err != nil {
+		return asCNIError(err)
+	}
+
+	if conf.IsGateway {
+		if err := setupGateway(ctx, cli, conf.Bridge, result); err != nil {
+			return err
+		}
+	}
+	return types.PrintResult(result, conf.CNIVersion)
+}
+
+// configureContainer runs inside the container netns: sysctls, TX offload,
+// addresses, routes, link up. It returns the interface's MAC.
+func configureContainer(ifname string, result *current.Result, netdev bool) (string, error) {
+	// Addresses come from IPAM and are unique: skip DAD so IPv6 works at once,
+	// and announce them (gratuitous ARP / unsolicited NA) when the link comes up.
+	for key, val := range map[string]string{
+		"net/ipv6/conf/" + ifname + "/accept_dad":   "0",
+		"net/ipv4/conf/" + ifname + "/arp_notify":   "1",
+		"net/ipv6/conf/" + ifname + "/ndisc_notify": "1",
+	} {
+		if err := link.SetSysctl(key, val); err != nil {
+			return "", fmt.Errorf("setting %s on %q: %w", key, ifname, err)
+		}
+	}
+	if netdev {
+		if err := link.DisableTxChecksum(ifname); err != nil {
+			return "", err
+		}
+	}
+	if len(result.IPs) > 0 {
+		if err := ipam.ConfigureIface(ifname, result); err != nil {
+			return "", fmt.Errorf("configuring %q: %w", ifname, err)
+		}
+	}
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return "", fmt.Errorf("looking up %q: %w", ifname, err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return "", fmt.Errorf("setting %q up: %w", ifname, err)
+	}
+	return l.Attrs().HardwareAddr.String(), nil
+}
+
+// setupGateway puts each IPAM gateway, with its subnet's prefix, on the
+// bridge's internal interface and brings it up.
+func setupGateway(ctx context.Context, cli *ovsdb.Client, bridge string, result *current.Result) error {
+	// The internal interface exists once ovs-vswitchd has given it an ofport.
+	if _, err := cli.WaitOFPort(ctx, bridge, ofportTimeout); err != nil {
+		return asCNIError(err)
+	}
+	l, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return fmt.Errorf("looking up bridge interface %q: %w", bridge, err)
+	}
+	_ = link.SetSysctl("net/ipv6/conf/"+bridge+"/accept_dad", "0")
+	for _, ipc := range result.IPs {
+		if ipc.Gateway == nil {
+			continue
+		}
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: ipc.Gateway, Mask: ipc.Address.Mask}}
+		if err := netlink.AddrReplace(l, addr); err != nil {
+			return fmt.Errorf("adding gateway %s to bridge %q: %w", addr.IPNet, bridge, err)
+		}
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("setting bridge interface %q up: %w", bridge, err)
+	}
+	return nil
+}
+
+// CmdDel detaches a container interface. It needs nothing but what the runtime
+// passes, and succeeds when the netns, veth, port or allocation are gone.
+func CmdDel(args *skel.CmdArgs) error {
+	conf, err := LoadConf(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	hostName := link.HostVethName(args.ContainerID, args.IfName)
+
+	cli, err := dial(ctx, conf.OVSDB)
+	switch {
+	case err == nil:
+		defer cli.Close()
+		ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
+		if err != nil {
+			return asCNIError(err)
+		}
+		if err := cli.DetachPorts(ctx, portUUIDs(ports)...); err != nil {
+			return asCNIError(err)
+		}
+	case link.Exists(hostName):
+		// Something of ours is still here and OVSDB cannot be reached to remove its port.
+		return err
+	}
+	if err := link.Delete(hostName); err != nil {
+		return err
+	}
+	if conf.IPAM.Type != "" {
+		if err := ipam.ExecDel(conf.IPAM.Type, args.StdinData); err != nil {
+			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
+		}
+	}
+	return nil
+}
+
+// CmdCheck verifies that what ADD built is still there, naming what drifted.
+func CmdCheck(args *skel.CmdArgs) error {
+	conf, err := LoadConf(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	if conf.RawPrevResult == nil {
+		return invalid("CHECK needs a prevResult")
+	}
+	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
+	}
+	prev, err := current.NewResultFromResult(conf.PrevResult)
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
+	}
+	if conf.IPAM.Type != "" {
+		if err := ipam.ExecCheck(conf.IPAM.Type, args.StdinData); err != nil {
+			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	cli, err := dial(ctx, conf.OVSDB)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+
+	hostName := link.HostVethName(args.ContainerID, args.IfName)
+	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
+	if err != nil {
+		return asCNIError(err)
+	}
+	if len(ports) != 1 {
+		return fmt.Errorf("port %q of %s/%s: found %d ports with our external_ids, want 1", hostName, args.ContainerID, args.IfName, len(ports))
+	}
+	p := ports[0]
+	br, err := cli.Bridge(ctx, conf.Bridge)
+	if err != nil {
+		return asCNIError(err)
+	}
+	if br == nil || !slices.Contains(br.Ports, p.Port.UUID) {
+		return fmt.Errorf("port %q is not on bridge %q", p.Port.Name, conf.Bridge)
+	}
+	wantTag := 0
+	if conf.VLAN != nil {
+		wantTag = *conf.VLAN
+	}
+	gotTag := 0
+	if p.Port.Tag != nil {
+		gotTag = *p.Port.Tag
+	}
+	if gotTag != wantTag {
+		return fmt.Errorf("port %q: VLAN tag is %d, want %d", p.Port.Name, gotTag, wantTag)
+	}
+	gotTrunks := slices.Clone(p.Port.Trunks)
+	wantTrunks := slices.Clone(conf.Trunks)
+	slices.Sort(gotTrunks)
+	slices.Sort(wantTrunks)
+	if !slices.Equal(gotTrunks, wantTrunks) {
+		return fmt.Errorf("port %q: trunks are %v, want %v", p.Port.Name, gotTrunks, wantTrunks)
+	}
+	if p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
+		return fmt.Errorf("port %q: ovs-vswitchd has no ofport for it", p.Port.Name)
+	}
+	hostLink, err := netlink.LinkByName(hostName)
+	if err != nil {
+		return fmt.Errorf("host veth %q: %w", hostName, err)
+	}
+	if conf.MTU > 0 && hostLink.Attrs().MTU != conf.MTU {
+		return fmt.Errorf("host veth %q: MTU is %d, want %d", hostName, hostLink.Attrs().MTU, conf.MTU)
+	}
+
+	var contIf *current.Interface
+	for _, i := range prev.Interfaces {
+		if i.Name == args.IfName && i.Sandbox != "" {
+			contIf = i
+		}
+	}
+	if contIf == nil {
+		return fmt.Errorf("prevResult has no interface %q with a sandbox", args.IfName)
+	}
+	netns, err := ns.GetNS(args.Netns)
+	if err != nil {
+		return fmt.Errorf("opening netns %q: %w", args.Netns, err)
+	}
+	defer netns.Close()
+	return netns.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(args.IfName)
+		if err != nil {
+			return fmt.Errorf("container interface %q: %w", args.IfName, err)
+		}
+		if got := l.Attrs().HardwareAddr.String(); contIf.Mac != "" && got != contIf.Mac {
+			return fmt.Errorf("container interface %q: MAC is %s, want %s", args.IfName, got, contIf.Mac)
+		}
+		if conf.MTU > 0 && l.Attrs().MTU != conf.MTU {
+			return fmt.Errorf("container interface %q: MTU is %d, want %d", args.IfName, l.Attrs().MTU, conf.MTU)
+		}
+		if err := ip.ValidateExpectedInterfaceIPs(args.IfName, prev.IPs); err != nil {
+			return fmt.Errorf("container interface %q: %w", args.IfName, err)
+		}
+		if err := ip.ValidateExpectedRoute(prev.Routes); err != nil {
+			return fmt.Errorf("container interface %q: %w", args.IfName, err)
+		}
+		return nil
+	})
+}
+
+// CmdGC removes our ports on this bridge and network whose attachment is not
+// in cni.dev/valid-attachments, then delegates GC to IPAM.
+func CmdGC(args *skel.CmdArgs) error {
+	conf, err := LoadConf(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	cli, err := dial(ctx, conf.OVSDB)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	valid := make(map[ovsdb.Attachment]bool, len(conf.ValidAttachments))
+	for _, a := range conf.ValidAttachments {
+		valid[ovsdb.Attachment{ContainerID: a.ContainerID, IfName: a.IfName}] = true
+	}
+	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return asCNIError(err)
+	}
+	var stale []ovsdb.OwnedPort
+	for _, p := range ports {
+		ids := p.Port.ExternalIDs
+		if ids[ovsdb.KeyBridge] == conf.Bridge && ids[ovsdb.KeyNetwork] == conf.Name && !valid[p.Attachment()] {
+			stale = append(stale, p)
+		}
+	}
+	if err := cli.DetachPorts(ctx, portUUIDs(stale)...); err != nil {
+		return asCNIError(err)
+	}
+	for _, p := range stale {
+		if err := link.Delete(p.Port.Name); err != nil {
+			return err
+		}
+	}
+	if conf.IPAM.Type != "" {
+		if err := invoke.DelegateGC(ctx, conf.IPAM.Type, args.StdinData, nil); err != nil {
+			return fmt.Errorf("ipam %q gc: %w", conf.IPAM.Type, err)
+		}
+	}
+	return nil
+}
+
+// CmdStatus reports whether the plugin can serve ADDs: OVSDB reachable and the
+// bridge present (or creatable).
+func CmdStatus(args *skel.CmdArgs) error {
+	conf, err := LoadConf(args.StdinData, args.Args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cli, err := ovsdb.Dial(ctx, conf.OVSDB)
+	if err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unreachable", err.Error())
+	}
+	defer cli.Close()
+	br, err := cli.Bridge(ctx, conf.Bridge)
+	if err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unusable", err.Error())
+	}
+	if br == nil && !conf.CreateBridge {
+		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("bridge %q does not exist", conf.Bridge), "")
+	}
+	if conf.IPAM.Type != "" {
+		if err := ipam.ExecStatus(conf.IPAM.Type, args.StdinData); err != nil {
+			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+// Package link creates and removes the veth pairs that connect containers to
+// the bridge. The container end is created directly inside the container's
+// network namespace: creating a pair locally and then moving one end costs
+// about 20 ms (a kernel RCU synchronisation), creating it in place about 0.6 ms.
+package link
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/vishvananda/netlink"
+)
+
+// HostVethName is the deterministic host-side name for a container interface:
+// the same container ID and ifname always give the same name (so a retried
+// ADD and a DEL find it), and it fits IFNAMSIZ (15 characters).
+func HostVethName(containerID, ifname string) string {
+	sum := sha256.Sum256([]byte(containerID + "/" + ifname))
+	return "ovf" + hex.EncodeToString(sum[:6]) // 3 + 12 = 15
+}
+
+// VethSpec describes a pair to create.
+type VethSpec struct {
+	HostName    string
+	ContName    string
+	ContNSFd    int              // open fd of the container netns
+	MTU         int              // 0: kernel default
+	ContMAC     net.HardwareAddr // nil: kernel-chosen
+	TxOffloadOn bool             // keep TX checksum offload on the container end
+}
+
+// CreateVeth creates the pair from the host netns with the container end placed
+// directly in the container netns, and brings the host end up.
+func CreateVeth(s VethSpec) (netlink.Link, error) {
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = s.HostName
+	attrs.MTU = s.MTU
+	v := &netlink.Veth{LinkAttrs: attrs, PeerName: s.ContName, PeerNamespace: netlink.NsFd(s.ContNSFd),
+		PeerHardwareAddr: s.ContMAC, PeerMTU: uint32(s.MTU)}
+	if err := netlink.LinkAdd(v); err != nil {
+		return nil, fmt.Errorf("creating veth %q/%q: %w", s.HostName, s.ContName, err)
+	}
+	host, err := netlink.LinkByName(s.HostName)
+	if err != nil {
+		_ = Delete(s.HostName)
+		return nil, fmt.Errorf("looking up veth %q: %w", s.HostName, err)
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		_ = Delete(s.HostName)
+		return nil, fmt.Errorf("setting veth %q up: %w", s.HostName, err)
+	}
+	return host, nil
+}
+
+// Delete removes a link (and so its veth peer); a missing link is not an error.
+func Delete(name string) error {
+	var nf netlink.LinkNotFoundError
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("looking up link %q: %w", name, err)
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		if errors.As(err, &nf) || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("deleting link %q: %w", name, err)
+	}
+	return nil
+}
+
+// Exists reports whether a link called name exists in the current netns.
+func Exists(name string) bool {
+	_, err := netlink.LinkByName(name)
+	return err == nil
+}
+
+// SetSysctl writes an interface sysctl such as net/ipv6/conf/eth0/accept_dad,
+// ignoring a missing file (IPv6 disabled).
+func SetSysctl(key, value string) error {
+	err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,385 @@
+package ovsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/ovn-kubernetes/libovsdb/client"
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+)
+
+// DefaultEndpoint is where Open vSwitch puts its database socket.
+const DefaultEndpoint = "unix:/var/run/openvswitch/db.sock"
+
+// ErrUnreachable wraps every failure to reach ovsdb-server, so that callers can
+// tell "try again later" from other errors.
+var ErrUnreachable = errors.New("ovsdb unreachable")
+
+// Client is a connection to ovsdb-server without cache or monitor.
+type Client struct {
+	c  client.Client
+	db model.DatabaseModel
+}
+
+// ValidateEndpoint checks the "unix:PATH" / "tcp:HOST:PORT" syntax.
+func ValidateEndpoint(ep string) error {
+	switch {
+	case strings.HasPrefix(ep, "unix:") && len(ep) > len("unix:"):
+		return nil
+	case strings.HasPrefix(ep, "tcp:"):
+		if _, _, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp:")); err != nil {
+			return fmt.Errorf("endpoint %q: %w", ep, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("endpoint %q: want unix:PATH or tcp:HOST:PORT", ep)
+}
+
+// Dial connects to the database at endpoint. Failures wrap ErrUnreachable.
+func Dial(ctx context.Context, endpoint string) (*Client, error) {
+	if err := ValidateEndpoint(endpoint); err != nil {
+		return nil, err
+	}
+	dbModel, err := DatabaseModel()
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb model: %w", err)
+	}
+	quiet := logr.Discard()
+	c, err := client.NewOVSDBClient(dbModel, client.WithEndpoint(endpoint), client.WithLogger(&quiet))
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb client: %w", err)
+	}
+	if err := c.Connect(ctx); err != nil {
+		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, endpoint, err)
+	}
+	full, errs := model.NewDatabaseModel(c.Schema(), dbModel)
+	if len(errs) > 0 {
+		c.Close()
+		return nil, fmt.Errorf("ovsdb model does not match the server schema: %v", errs)
+	}
+	return &Client{c: c, db: full}, nil
+}
+
+// Close ends the connection.
+func (c *Client) Close() { c.c.Close() }
+
+// transact runs ops as one transaction and checks every per-operation result.
+func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.OperationResult, error) {
+	res, err := c.c.Transact(ctx, ops...)
+	if err != nil {
+		if errors.Is(err, client.ErrNotConnected) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
+		}
+		return nil, err
+	}
+	if opErrs, err := ovsdb.CheckOperationResults(res, ops); err != nil {
+		msgs := make([]string, 0, len(opErrs))
+		for _, e := range opErrs {
+			msgs = append(msgs, e.Error())
+		}
+		if len(msgs) == 0 {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %s", err, strings.Join(msgs, "; "))
+	}
+	return res, nil
+}
+
+// decode turns the rows of a select result into models of table.
+func decode[T any](c *Client, table string, rows []ovsdb.Row) ([]T, error) {
+	out := make([]T, 0, len(rows))
+	for i := range rows {
+		uuid := ""
+		if u, ok := rows[i]["_uuid"].(ovsdb.UUID); ok {
+			uuid = u.GoUUID
+		}
+		m, err := model.CreateModel(c.db, table, &rows[i], uuid)
+		if err != nil {
+			return nil, fmt.Errorf("decoding %s row: %w", table, err)
+		}
+		out = append(out, *(m.(any).(*T)))
+	}
+	return out, nil
+}
+
+// allRows is a condition every row meets: libovsdb drops an empty "where"
+// from non-select operations, and RFC 7047 requires the member.
+var allRows = []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionNotEqual,
+	ovsdb.UUID{GoUUID: "00000000-0000-0000-0000-000000000000"})}
+
+func selectOp(table string, where ...ovsdb.Condition) ovsdb.Operation {
+	return ovsdb.Operation{Op: ovsdb.OperationSelect, Table: table, Where: where}
+}
+
+func strMap(m map[string]string) ovsdb.OvsMap {
+	g := make(map[any]any, len(m))
+	for k, v := range m {
+		g[k] = v
+	}
+	return ovsdb.OvsMap{GoMap: g}
+}
+
+func uuidSet(uuids ...string) ovsdb.OvsSet {
+	s := make([]any, len(uuids))
+	for i, u := range uuids {
+		s[i] = ovsdb.UUID{GoUUID: u}
+	}
+	return ovsdb.OvsSet{GoSet: s}
+}
+
+func intSet(vals ...int) ovsdb.OvsSet {
+	s := make([]any, len(vals))
+	for i, v := range vals {
+		s[i] = v
+	}
+	return ovsdb.OvsSet{GoSet: s}
+}
+
+func strSet(vals ...string) ovsdb.OvsSet {
+	s := make([]any, len(vals))
+	for i, v := range vals {
+		s[i] = v
+	}
+	return ovsdb.OvsSet{GoSet: s}
+}
+
+// Attachment identifies the port of one container interface.
+type Attachment struct {
+	ContainerID string
+	IfName      string
+}
+
+func (a Attachment) String() string { return a.ContainerID + "/" + a.IfName }
+
+func (a Attachment) where() []ovsdb.Condition {
+	return []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{
+		KeyOwner: OwnerValue, KeyContainerID: a.ContainerID, KeyIfName: a.IfName,
+	}))}
+}
+
+// Bridge returns the bridge called name, or nil when there is none.
+func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
+	res, err := c.transact(ctx, selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name)))
+	if err != nil {
+		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)
+	}
+	brs, err := decode[Bridge](c, tableBridge, res[0].Rows)
+	if err != nil || len(brs) == 0 {
+		return nil, err
+	}
+	return &brs[0], nil
+}
+
+// EnsureBridge creates bridge name (with its internal port) unless it exists.
+// Concurrent callers are safe: the bridge name is a unique index, so a losing
+// insert fails and the bridge is looked up again.
+func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*Bridge, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		br, err := c.Bridge(ctx, name)
+		if err != nil || br != nil {
+			return br, err
+		}
+		ids := strMap(map[string]string{KeyOwner: OwnerValue})
+		ops := []ovsdb.Operation{
+			{Op: ovsdb.OperationInsert, Table: tableInterface, UUIDName: "newiface",
+				Row: ovsdb.Row{"name": name, "type": "internal"}},
+			{Op: ovsdb.OperationInsert, Table: tablePort, UUIDName: "newport",
+				Row: ovsdb.Row{"name": name, "interfaces": uuidSet("newiface")}},
+			{Op: ovsdb.OperationInsert, Table: tableBridge, UUIDName: "newbridge",
+				Row: ovsdb.Row{"name": name, "ports": uuidSet("newport"), "datapath_type": datapathType, "external_ids": ids}},
+			{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
+				Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("bridges", ovsdb.MutateOperationInsert, uuidSet("newbridge"))}},
+		}
+		if _, err := c.transact(ctx, ops...); err != nil {
+			if errors.Is(err, ErrUnreachable) {
+				return nil, err
+			}
+			lastErr = err // most likely a concurrent creator won; look again
+		}
+	}
+	br, err := c.Bridge(ctx, name)
+	if err == nil && br == nil {
+		err = fmt.Errorf("creating bridge %q: %w", name, lastErr)
+	}
+	return br, err
+}
+
+// PortSpec is what AttachPort writes.
+type PortSpec struct {
+	Name        string
+	Tag         int   // access VLAN; 0 = none
+	Trunks      []int // trunk VLANs; empty = none
+	ExternalIDs map[string]string
+}
+
+// AttachPort adds a Port with one system Interface to bridge in one
+// transaction, removing the ports in replace (a retried ADD's own leftovers)
+// in the same transaction.
+func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpec, replace []string) error {
+	ids := strMap(spec.ExternalIDs)
+	portRow := ovsdb.Row{"name": spec.Name, "interfaces": uuidSet("iface"), "external_ids": ids}
+	if spec.Tag > 0 {
+		portRow["tag"] = spec.Tag
+	}
+	if len(spec.Trunks) > 0 {
+		portRow["trunks"] = intSet(spec.Trunks...)
+		portRow["vlan_mode"] = "trunk"
+	}
+	ops := []ovsdb.Operation{}
+	if len(replace) > 0 {
+		ops = append(ops, detachOps(replace)...)
+	}
+	ops = append(ops,
+		ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tableInterface, UUIDName: "iface",
+			Row: ovsdb.Row{"name": spec.Name, "external_ids": ids}},
+		ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort, UUIDName: "port", Row: portRow},
+		ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableBridge,
+			Where:     []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: bridgeUUID})},
+			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("ports", ovsdb.MutateOperationInsert, uuidSet("port"))}},
+	)
+	res, err := c.transact(ctx, ops...)
+	if err != nil {
+		return fmt.Errorf("attaching port %q: %w", spec.Name, err)
+	}
+	if n := res[len(res)-1].Count; n != 1 {
+		return fmt.Errorf("attaching port %q: bridge row is gone", spec.Name)
+	}
+	return nil
+}
+
+// detachOps removes ports from whichever bridge holds them; Open vSwitch then
+// garbage-collects the Port and its Interfaces (they are not root rows).
+func detachOps(portUUIDs []string) []ovsdb.Operation {
+	ops := make([]ovsdb.Operation, 0, len(portUUIDs))
+	for _, u := range portUUIDs {
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableBridge,
+			Where:     []ovsdb.Condition{ovsdb.NewCondition("ports", ovsdb.ConditionIncludes, uuidSet(u))},
+			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("ports", ovsdb.MutateOperationDelete, uuidSet(u))}})
+	}
+	return ops
+}
+
+// DetachPorts removes the given ports in one transaction.
+func (c *Client) DetachPorts(ctx context.Context, portUUIDs ...string) error {
+	if len(portUUIDs) == 0 {
+		return nil
+	}
+	if _, err := c.transact(ctx, detachOps(portUUIDs)...); err != nil {
+		return fmt.Errorf("detaching %d port(s): %w", len(portUUIDs), err)
+	}
+	return nil
+}
+
+// OwnedPort is one of our ports with its interface.
+type OwnedPort struct {
+	Port      Port
+	Interface Interface
+}
+
+// Attachment returns the identity recorded on the port.
+func (p OwnedPort) Attachment() Attachment {
+	return Attachment{ContainerID: p.Port.ExternalIDs[KeyContainerID], IfName: p.Port.ExternalIDs[KeyIfName]}
+}
+
+// FindPorts returns our ports for attachment a (normally zero or one).
+func (c *Client) FindPorts(ctx context.Context, a Attachment) ([]OwnedPort, error) {
+	return c.ownedPorts(ctx, a.where())
+}
+
+// OwnedPorts returns every port this suite owns.
+func (c *Client) OwnedPorts(ctx context.Context) ([]OwnedPort, error) {
+	return c.ownedPorts(ctx, []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes,
+		strMap(map[string]string{KeyOwner: OwnerValue}))})
+}
+
+func (c *Client) ownedPorts(ctx context.Context, where []ovsdb.Condition) ([]OwnedPort, error) {
+	res, err := c.transact(ctx, selectOp(tablePort, where...), selectOp(tableInterface, where...))
+	if err != nil {
+		return nil, fmt.Errorf("listing our ports: %w", err)
+	}
+	ports, err := decode[Port](c, tablePort, res[0].Rows)
+	if err != nil {
+		return nil, err
+	}
+	ifaces, err := decode[Interface](c, tableInterface, res[1].Rows)
+	if err != nil {
+		return nil, err
+	}
+	byUUID := make(map[string]Interface, len(ifaces))
+	for _, i := range ifaces {
+		byUUID[i.UUID] = i
+	}
+	out := make([]OwnedPort, 0, len(ports))
+	for _, p := range ports {
+		op := OwnedPort{Port: p}
+		for _, iu := range p.Interfaces {
+			if i, ok := byUUID[iu]; ok {
+				op.Interface = i
+			}
+		}
+		out = append(out, op)
+	}
+	return out, nil
+}
+
+// WaitOFPort blocks (in ovsdb-server, not by polling) until ovs-vswitchd has
+// set the ofport of interface name, or timeout passes, and returns it.
+func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Duration) (int, error) {
+	ms := int(timeout / time.Millisecond)
+	byName := []ovsdb.Condition{ovsdb.NewCondition("name", ovsdb.ConditionEqual, name)}
+	ops := []ovsdb.Operation{
+		{Op: ovsdb.OperationWait, Table: tableInterface, Timeout: &ms, Where: byName,
+			Columns: []string{"ofport"}, Until: string(ovsdb.WaitConditionNotEqual),
+			Rows: []ovsdb.Row{{"ofport": ovsdb.OvsSet{GoSet: []any{}}}}},
+		{Op: ovsdb.OperationSelect, Table: tableInterface, Where: byName, Columns: []string{"_uuid", "name", "ofport", "error"}},
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout+2*time.Second)
+	defer cancel()
+	res, err := c.transact(wctx, ops...)
+	if err != nil {
+		if strings.Contains(err.Error(), "timed out") {
+			return 0, fmt.Errorf("waiting for ofport of %q: ovs-vswitchd did not attach it within %s", name, timeout)
+		}
+		return 0, fmt.Errorf("waiting for ofport of %q: %w", name, err)
+	}
+	ifs, err := decode[Interface](c, tableInterface, res[1].Rows)
+	if err != nil {
+		return 0, err
+	}
+	if len(ifs) == 0 || ifs[0].OFPort == nil {
+		return 0, fmt.Errorf("waiting for ofport of %q: interface row is gone", name)
+	}
+	if of := *ifs[0].OFPort; of > 0 {
+		return of, nil
+	}
+	msg := "unknown error"
+	if ifs[0].Error != nil {
+		msg = *ifs[0].Error
+	}
+	return 0, fmt.Errorf("ovs-vswitchd could not attach %q: %s", name, msg)
+}
+
+// SetPortExternalIDs sets keys on our port (replacing old values) and removes
+// the keys in unset, in one transaction.
+func (c *Client) SetPortExternalIDs(ctx context.Context, portUUID string, set map[string]string, unset ...string) error {
+	keys := unset
+	for k := range set {
+		keys = append(keys, k)
+	}
+	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: portUUID})}
+	muts := []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, strSet(keys...))}
+	if len(set) > 0 {
+		muts = append(muts, *ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(set)))
+	}
+	if _, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where, Mutations: muts}); err != nil {
+		return fmt.Errorf("recording on port %s: %w", portUUID, err)
+	}
+	return nil
+}

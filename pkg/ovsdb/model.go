@@ -1,0 +1,83 @@
+// Package ovsdb is a small typed client for the few Open_vSwitch tables and
+// columns the plugins use. It speaks OVSDB (RFC 7047) through libovsdb but keeps
+// no cache and starts no monitor: a short-lived plugin process sends a handful
+// of transactions and exits, so downloading whole tables would only cost time
+// (tens of milliseconds on a node with hundreds of ports).
+//
+// Every Port and Interface row the plugins create carries namespaced
+// external_ids (see the Key* constants); the plugins find their own state there
+// and never modify rows without the owner key.
+package ovsdb
+
+import "github.com/ovn-kubernetes/libovsdb/model"
+
+// Hand-written models: only the columns read or written here.
+// Optional columns are pointers, sets are slices.
+
+// OpenvSwitch is the root row of the database.
+type OpenvSwitch struct {
+	UUID    string   `ovsdb:"_uuid"`
+	Bridges []string `ovsdb:"bridges"`
+}
+
+// Bridge is a row of table Bridge.
+type Bridge struct {
+	UUID         string            `ovsdb:"_uuid"`
+	Name         string            `ovsdb:"name"`
+	Ports        []string          `ovsdb:"ports"`
+	DatapathType string            `ovsdb:"datapath_type"`
+	ExternalIDs  map[string]string `ovsdb:"external_ids"`
+}
+
+// Port is a row of table Port.
+type Port struct {
+	UUID        string            `ovsdb:"_uuid"`
+	Name        string            `ovsdb:"name"`
+	Interfaces  []string          `ovsdb:"interfaces"`
+	Tag         *int              `ovsdb:"tag"`
+	Trunks      []int             `ovsdb:"trunks"`
+	ExternalIDs map[string]string `ovsdb:"external_ids"`
+}
+
+// Interface is a row of table Interface.
+type Interface struct {
+	UUID        string            `ovsdb:"_uuid"`
+	Name        string            `ovsdb:"name"`
+	Type        string            `ovsdb:"type"`
+	OFPort      *int              `ovsdb:"ofport"`
+	Error       *string           `ovsdb:"error"`
+	MTU         *int              `ovsdb:"mtu"`
+	ExternalIDs map[string]string `ovsdb:"external_ids"`
+}
+
+// Table names.
+const (
+	tableRoot      = "Open_vSwitch"
+	tableBridge    = "Bridge"
+	tablePort      = "Port"
+	tableInterface = "Interface"
+)
+
+// DatabaseModel returns the client model of the subset above.
+func DatabaseModel() (model.ClientDBModel, error) {
+	return model.NewClientDBModel("Open_vSwitch", map[string]model.Model{
+		tableRoot:      &OpenvSwitch{},
+		tableBridge:    &Bridge{},
+		tablePort:      &Port{},
+		tableInterface: &Interface{},
+	})
+}
+
+// external_ids keys on the Port and Interface rows the plugins create.
+const (
+	KeyOwner       = "ovsflow.io/owner"        // OwnerValue: the row is ours
+	KeyContainerID = "ovsflow.io/container-id" // CNI_CONTAINERID
+	KeyIfName      = "ovsflow.io/ifname"       // CNI_IFNAME
+	KeyNetNS       = "ovsflow.io/netns"        // CNI_NETNS at ADD time
+	KeyNetwork     = "ovsflow.io/network"      // network name from the config
+	KeyBridge      = "ovsflow.io/bridge"       // bridge the port was attached to
+	KeyPortmap     = "ovsflow.io/portmap"      // ovs-portmap's record of the attachment (JSON)
+
+	// OwnerValue marks rows created by this suite.
+	OwnerValue = "ovsflow-cni"
+)

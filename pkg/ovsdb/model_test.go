@@ -1,0 +1,46 @@
+package ovsdb
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+)
+
+// The hand-written models must match the schema Open vSwitch ships.
+func TestModelsMatchVswitchSchema(t *testing.T) {
+	const path = "/usr/share/openvswitch/vswitch.ovsschema"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Skipf("SKIPPED: %s not installed (openvswitch-common): %v", path, err)
+	}
+	var schema ovsdb.DatabaseSchema
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatal(err)
+	}
+	m, err := DatabaseModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := model.NewDatabaseModel(schema, m); len(errs) > 0 {
+		t.Fatalf("models do not match %s: %v", path, errs)
+	}
+}
+
+func TestValidateEndpoint(t *testing.T) {
+	for ep, ok := range map[string]bool{
+		"unix:/var/run/openvswitch/db.sock": true,
+		"tcp:127.0.0.1:6640":                true,
+		"tcp:[::1]:6640":                    true,
+		"unix:":                             false,
+		"tcp:127.0.0.1":                     false,
+		"/var/run/openvswitch/db.sock":      false,
+		"ssl:127.0.0.1:6640":                false,
+	} {
+		if err := ValidateEndpoint(ep); (err == nil) != ok {
+			t.Errorf("ValidateEndpoint(%q) = %v, want ok=%v", ep, err, ok)
+		}
+	}
+}

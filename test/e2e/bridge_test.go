@@ -1,0 +1,445 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	types020 "github.com/containernetworking/cni/pkg/types/020"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// Acceptance 1: two containers ping each other and the gateway; TCP works.
+func TestBridgeConnectivity(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", "conn", bridgeConf(br, t.TempDir(), map[string]any{"isGateway": true})))
+	a, b := newContainer(t), newContainer(t)
+	ra := n.mustAdd(t, a, "eth0", nil)
+	rb := n.mustAdd(t, b, "eth0", nil)
+	t.Cleanup(func() { n.del(a, "eth0", nil); n.del(b, "eth0", nil) })
+
+	for _, v6 := range []bool{false, true} {
+		bAddr := addrOf(t, rb, v6)
+		gw := "192.0.2.1"
+		if v6 {
+			gw = "2001:db8:c::1"
+		}
+		if err := a.ping(bAddr); err != nil {
+			t.Errorf("ping A -> B %s: %v", bAddr, err)
+		}
+		if err := b.ping(gw); err != nil {
+			t.Errorf("ping B -> gateway %s: %v", gw, err)
+		}
+		b.serveTCP(t, 8000+len(bAddr))
+		got, err := dial(a.ns, "tcp", net.JoinHostPort(bAddr, fmt.Sprint(8000+len(bAddr))))
+		if err != nil || !strings.HasPrefix(got, "hello from "+b.id) {
+			t.Errorf("TCP A -> B %s: got %q, %v", bAddr, got, err)
+		}
+		if aAddr := addrOf(t, ra, v6); !strings.Contains(got, aAddr) {
+			t.Errorf("TCP A -> B: B saw %q, want source %s", got, aAddr)
+		}
+	}
+}
+
+// Acceptance 2: rows carry our external_ids, ofport is set, MTU and MAC match.
+func TestBridgePortRecord(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	bc := bridgeConf(br, t.TempDir(), map[string]any{"mtu": 1400, "capabilities": map[string]bool{"mac": true}})
+	n := newCNI(t, conflist("1.0.0", "rec", bc))
+	c := newContainer(t)
+	const mac = "02:00:00:00:aa:01"
+	r := n.mustAdd(t, c, "eth0", map[string]any{"mac": mac})
+	t.Cleanup(func() { n.del(c, "eth0", nil) })
+
+	host := hostVeth(c, "eth0")
+	for _, col := range []string{
+		"external_ids:" + ovsdb.KeyOwner + "=" + ovsdb.OwnerValue,
+		"external_ids:" + ovsdb.KeyContainerID + "=" + c.id,
+		"external_ids:" + ovsdb.KeyIfName + "=eth0",
+		"external_ids:" + ovsdb.KeyNetNS + "=" + c.ns.Path(),
+		"external_ids:" + ovsdb.KeyNetwork + "=rec",
+		"external_ids:" + ovsdb.KeyBridge + "=" + br,
+	} {
+		for _, table := range []string{"Port", "Interface"} {
+			got := vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", table, col)
+			if got != host {
+				t.Errorf("%s with %s: got %q, want %q", table, col, got, host)
+			}
+		}
+	}
+	if of := vsctl(t, "get", "Interface", host, "ofport"); of == "[]" || strings.HasPrefix(of, "-") {
+		t.Errorf("ofport of %s: got %s", host, of)
+	}
+	if ports := vsctl(t, "list-ports", br); ports != host {
+		t.Errorf("ports of %s: got %q, want %q", br, ports, host)
+	}
+	var cont *netlink.LinkAttrs
+	c.ns.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("eth0")
+		if err == nil {
+			cont = l.Attrs()
+		}
+		return err
+	})
+	if cont == nil || cont.HardwareAddr.String() != mac || cont.MTU != 1400 {
+		t.Errorf("container eth0: got %+v, want MAC %s MTU 1400", cont, mac)
+	}
+	if r.Interfaces[1].Mac != mac || r.Interfaces[1].Sandbox != c.ns.Path() {
+		t.Errorf("result container interface: got %+v", r.Interfaces[1])
+	}
+	hl, err := netlink.LinkByName(host)
+	if err != nil || hl.Attrs().MTU != 1400 {
+		t.Errorf("host veth %s: %v, MTU %v", host, err, hl)
+	}
+}
+
+// Acceptance 3: VLAN 10 and 20 are isolated on one bridge.
+func TestBridgeVLAN(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	dir := t.TempDir()
+	l2 := func(name, ip string, vlan int) *cni {
+		return newCNI(t, conflist("1.0.0", name, bridgeConf(br, dir, map[string]any{"vlan": vlan,
+			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": ip}}}})))
+	}
+	a, b, c := newContainer(t), newContainer(t), newContainer(t)
+	na, nb, nc := l2("v10a", "192.0.2.21/24", 10), l2("v10b", "192.0.2.22/24", 10), l2("v20", "192.0.2.23/24", 20)
+	na.mustAdd(t, a, "eth0", nil)
+	nb.mustAdd(t, b, "eth0", nil)
+	nc.mustAdd(t, c, "eth0", nil)
+	t.Cleanup(func() { na.del(a, "eth0", nil); nb.del(b, "eth0", nil); nc.del(c, "eth0", nil) })
+	if tag := vsctl(t, "get", "Port", hostVeth(c, "eth0"), "tag"); tag != "20" {
+		t.Errorf("tag of C's port: got %s, want 20", tag)
+	}
+	if err := a.ping("192.0.2.22"); err != nil {
+		t.Errorf("VLAN 10 -> VLAN 10: %v", err)
+	}
+	if err := a.ping("192.0.2.23"); err == nil {
+		t.Errorf("VLAN 10 -> VLAN 20: ping succeeded, want isolation")
+	}
+}
+
+// Acceptance 4: CHECK passes, then names what drifted.
+func TestBridgeCheck(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", "chk", bridgeConf(br, t.TempDir(), nil)))
+	c := newContainer(t)
+	r := n.mustAdd(t, c, "eth0", nil)
+	t.Cleanup(func() { n.del(c, "eth0", nil) })
+	if err := n.check(c, "eth0", nil); err != nil {
+		t.Fatalf("CHECK after ADD: %v", err)
+	}
+	vsctl(t, "del-port", br, hostVeth(c, "eth0"))
+	if err := n.check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), "port") {
+		t.Errorf("CHECK after the port was removed: got %v, want an error about the port", err)
+	}
+	r = n.mustAdd(t, c, "eth0", nil) // repair
+	if err := n.check(c, "eth0", nil); err != nil {
+		t.Fatalf("CHECK after repair: %v", err)
+	}
+	addr := addrOf(t, r, false)
+	if _, err := c.exec("ip", "addr", "del", addr+"/24", "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), addr) {
+		t.Errorf("CHECK after the address was removed: got %v, want an error naming %s", err, addr)
+	}
+}
+
+// Acceptance 5 and 6: DEL removes everything, twice, and after the netns is
+// gone; a retried ADD leaves one port.
+func TestBridgeDel(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	dir := t.TempDir()
+	n := newCNI(t, conflist("1.0.0", "del", bridgeConf(br, dir, nil)))
+	c := newContainer(t)
+	n.mustAdd(t, c, "eth0", nil)
+	n.mustAdd(t, c, "eth0", nil) // retried ADD
+	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 1 {
+		t.Errorf("after a retried ADD: ports %v, want one", ports)
+	}
+	if got := allocations(t, dir, "del"); len(got) != 2 {
+		t.Errorf("after a retried ADD: allocations %v, want one IPv4 and one IPv6", got)
+	}
+	for i := 0; i < 2; i++ {
+		if err := n.del(c, "eth0", nil); err != nil {
+			t.Fatalf("DEL #%d: %v", i+1, err)
+		}
+		if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+			t.Errorf("DEL #%d: ports %v left", i+1, ports)
+		}
+		if veths := ourVeths(t); len(veths) != 0 {
+			t.Errorf("DEL #%d: veths %v left", i+1, veths)
+		}
+		if got := allocations(t, dir, "del"); len(got) != 0 {
+			t.Errorf("DEL #%d: allocations %v left", i+1, got)
+		}
+	}
+
+	// DEL after the runtime already deleted the netns.
+	d := newContainer(t)
+	n.mustAdd(t, d, "eth0", nil)
+	d.ns.Close()
+	if _, err := run("ip", "netns", "del", d.name); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.del(d, "eth0", nil); err != nil {
+		t.Fatalf("DEL after the netns was deleted: %v", err)
+	}
+	if ports := portsOf(t, ovsdb.KeyContainerID, d.id); len(ports) != 0 {
+		t.Errorf("DEL after netns deletion: ports %v left", ports)
+	}
+	if got := allocations(t, dir, "del"); len(got) != 0 {
+		t.Errorf("DEL after netns deletion: allocations %v left", got)
+	}
+	// The runtime's second DEL has no netns at all.
+	rt := d.rt("eth0", nil)
+	rt.NetNS = ""
+	if err := n.cfg.DelNetworkList(context.Background(), n.list, rt); err != nil {
+		t.Errorf("DEL with an empty netns: %v", err)
+	}
+}
+
+// Acceptance 7: bad input gets the right code and leaves nothing behind.
+func TestBridgeBadConfig(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	dir := t.TempDir()
+	cases := []struct {
+		name     string
+		extra    map[string]any
+		wantCode uint
+		wantMsg  string
+	}{
+		{"no bridge", map[string]any{"bridge": nil}, types.ErrInvalidNetworkConfig, `"bridge" is required`},
+		{"vlan 5000", map[string]any{"vlan": 5000}, types.ErrInvalidNetworkConfig, `"vlan" 5000`},
+		{"vlan and trunk", map[string]any{"vlan": 10, "trunk": []any{map[string]any{"id": 20}}}, types.ErrInvalidNetworkConfig, `"vlan" and "trunk"`},
+		{"missing bridge", map[string]any{"bridge": "e2enosuch"}, types.ErrInvalidNetworkConfig, `"e2enosuch" does not exist`},
+		{"ovsdb socket missing", map[string]any{"ovsdb": "unix:/run/ovsflow/no/such.sock"}, types.ErrTryAgainLater, "ovsdb unreachable"},
+		{"bad datapathType", map[string]any{"datapathType": "dpdk"}, types.ErrInvalidNetworkConfig, `"datapathType" "dpdk"`},
+		{"bad trunk range", map[string]any{"trunk": []any{map[string]any{"minID": 10, "maxID": 5000}}}, types.ErrInvalidNetworkConfig, `"trunk"[0]`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newCNI(t, conflist("1.0.0", "bad", bridgeConf(br, dir, tc.extra)))
+			c := newContainer(t)
+			_, err := n.add(c, "eth0", nil)
+			if cniCode(err) != tc.wantCode || err == nil || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("ADD: got %v (code %d), want code %d with %q", err, cniCode(err), tc.wantCode, tc.wantMsg)
+			}
+			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+				t.Errorf("ports %v left", ports)
+			}
+			if veths := ourVeths(t); len(veths) != 0 {
+				t.Errorf("veths %v left", veths)
+			}
+			if got := allocations(t, dir, "bad"); len(got) != 0 {
+				t.Errorf("allocations %v left", got)
+			}
+		})
+	}
+}
+
+// Acceptance 8: GC removes exactly the ports not in valid-attachments.
+func TestBridgeGC(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.1.0", "gc", bridgeConf(br, t.TempDir(), nil)))
+	cs := []*container{newContainer(t), newContainer(t), newContainer(t)}
+	for _, c := range cs {
+		n.mustAdd(t, c, "eth0", nil)
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			n.del(c, "eth0", nil)
+		}
+	})
+	valid := []types.GCAttachment{{ContainerID: cs[0].id, IfName: "eth0"}, {ContainerID: cs[2].id, IfName: "eth0"}}
+	if err := n.cfg.GCNetworkList(context.Background(), n.list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	for i, c := range cs {
+		got := len(portsOf(t, ovsdb.KeyContainerID, c.id))
+		want := 1
+		if i == 1 {
+			want = 0
+		}
+		if got != want {
+			t.Errorf("container %d after GC: %d ports, want %d", i, got, want)
+		}
+	}
+	if _, err := netlink.LinkByName(hostVeth(cs[1], "eth0")); err == nil {
+		t.Errorf("GC left the veth of the stale attachment")
+	}
+}
+
+// Acceptance 9: STATUS is fine with OVS up and code 50 with OVS stopped.
+func TestBridgeStatus(t *testing.T) {
+	requireSandbox(t)
+	sb := uniq("ovsflow-st-")
+	script := repoRoot + "/hack/ovs-sandbox.sh"
+	out, err := exec.Command(script, "start", sb).Output()
+	if err != nil {
+		t.Fatalf("second sandbox: %v", err)
+	}
+	t.Cleanup(func() { exec.Command(script, "stop", sb).Run() })
+	endpoint := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, "OVSDB="); ok {
+			endpoint = v
+		}
+	}
+	if _, err := run("ovs-vsctl", "--db="+endpoint, "add-br", "stbr", "--", "set", "bridge", "stbr", "datapath_type=netdev"); err != nil {
+		t.Fatal(err)
+	}
+	n := newCNI(t, conflist("1.1.0", "status", bridgeConf("stbr", t.TempDir(), map[string]any{"ovsdb": endpoint})))
+	if err := n.cfg.GetStatusNetworkList(context.Background(), n.list); err != nil {
+		t.Fatalf("STATUS with OVS up: %v", err)
+	}
+	missing := newCNI(t, conflist("1.1.0", "status", bridgeConf("nosuchbr", t.TempDir(), map[string]any{"ovsdb": endpoint})))
+	if err := missing.cfg.GetStatusNetworkList(context.Background(), missing.list); cniCode(err) != types.ErrPluginNotAvailable {
+		t.Errorf("STATUS with the bridge missing: got %v, want code 50", err)
+	}
+	if err := exec.Command(script, "stop", sb).Run(); err != nil {
+		t.Fatal(err)
+	}
+	err = n.cfg.GetStatusNetworkList(context.Background(), n.list)
+	if cniCode(err) != types.ErrPluginNotAvailable {
+		t.Errorf("STATUS with OVS stopped: got %v (code %d), want code 50", err, cniCode(err))
+	}
+}
+
+// Acceptance 10: 50 parallel ADDs, then 50 parallel DELs.
+func TestBridgeParallel(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	const N = 50
+	n := newCNI(t, conflist("1.0.0", "par", bridgeConf(br, t.TempDir(), map[string]any{"createBridge": true})))
+	cs := make([]*container, N)
+	for i := range cs {
+		cs[i] = newContainer(t)
+	}
+	for i, err := range parallel(N, func(i int) error { _, err := n.add(cs[i], "eth0", nil); return err }) {
+		if err != nil {
+			t.Errorf("ADD %d: %v", i, err)
+		}
+	}
+	if got := len(portsOf(t, ovsdb.KeyBridge, br)); got != N {
+		t.Errorf("after %d ADDs: %d ports", N, got)
+	}
+	for i, err := range parallel(N, func(i int) error { return n.del(cs[i], "eth0", nil) }) {
+		if err != nil {
+			t.Errorf("DEL %d: %v", i, err)
+		}
+	}
+	if got := portsOf(t, ovsdb.KeyBridge, br); len(got) != 0 {
+		t.Errorf("after %d DELs: ports %v", N, got)
+	}
+	if veths := ourVeths(t); len(veths) != 0 {
+		t.Errorf("after %d DELs: veths %v", N, veths)
+	}
+}
+
+// createBridge makes the bridge on first use, safely under concurrent ADDs.
+func TestBridgeCreateBridge(t *testing.T) {
+	requireSandbox(t)
+	br := uniq("e2ecr")
+	t.Cleanup(func() {
+		run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-br", br)
+		run("ip", "link", "del", br)
+	})
+	n := newCNI(t, conflist("1.0.0", "create", bridgeConf(br, t.TempDir(),
+		map[string]any{"createBridge": true, "datapathType": "netdev", "isGateway": true})))
+	cs := []*container{newContainer(t), newContainer(t), newContainer(t), newContainer(t)}
+	for i, err := range parallel(len(cs), func(i int) error { _, err := n.add(cs[i], "eth0", nil); return err }) {
+		if err != nil {
+			t.Errorf("ADD %d: %v", i, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			n.del(c, "eth0", nil)
+		}
+	})
+	if got := vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", "Bridge", "name="+br); got != br {
+		t.Fatalf("bridges named %s: %q", br, got)
+	}
+	if got := vsctl(t, "get", "Bridge", br, "datapath_type"); got != "netdev" {
+		t.Errorf("datapath_type: %s", got)
+	}
+	if err := cs[0].ping("192.0.2.1"); err != nil {
+		t.Errorf("ping gateway on the created bridge: %v", err)
+	}
+}
+
+// Acceptance 11: every cniVersion from 0.3.1 to 1.1.0, and a single 0.2.0 config.
+func TestBridgeVersions(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+		t.Run(v, func(t *testing.T) {
+			n := newCNI(t, conflist(v, "ver", bridgeConf(br, t.TempDir(), nil)))
+			c := newContainer(t)
+			r, err := n.cfg.AddNetworkList(context.Background(), n.list, c.rt("eth0", nil))
+			if err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			if r.Version() != v {
+				t.Errorf("result version %s, want %s", r.Version(), v)
+			}
+			if v != "0.3.1" {
+				if err := n.check(c, "eth0", nil); err != nil {
+					t.Errorf("CHECK: %v", err)
+				}
+			}
+			if err := n.del(c, "eth0", nil); err != nil {
+				t.Errorf("DEL: %v", err)
+			}
+			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+				t.Errorf("ports %v left", ports)
+			}
+		})
+	}
+	t.Run("0.2.0 single config", func(t *testing.T) {
+		conf := bridgeConf(br, t.TempDir(), nil)
+		conf["cniVersion"], conf["name"] = "0.2.0", "v020"
+		conf["ipam"].(map[string]any)["ranges"] = []any{[]any{map[string]any{"subnet": "192.0.2.0/24"}}}
+		b, _ := json.Marshal(conf)
+		nc, err := libcni.ConfFromBytes(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
+		c := newContainer(t)
+		r, err := cfg.AddNetwork(context.Background(), nc, c.rt("eth0", nil))
+		if err != nil {
+			t.Fatalf("ADD: %v", err)
+		}
+		if r.Version() != "0.2.0" {
+			t.Errorf("result version %s", r.Version())
+		}
+		r020, err := types020.GetResult(r)
+		if err != nil || r020.IP4 == nil || !strings.HasPrefix(r020.IP4.IP.IP.String(), "192.0.2.") {
+			t.Errorf("0.2.0 result has no IPv4: %v", r)
+		}
+		if err := cfg.DelNetwork(context.Background(), nc, c.rt("eth0", nil)); err != nil {
+			t.Errorf("DEL: %v", err)
+		}
+		if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+			t.Errorf("ports %v left", ports)
+		}
+	})
+}

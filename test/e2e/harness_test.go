@@ -1,0 +1,336 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/link"
+)
+
+var seq atomic.Int64
+
+func uniq(prefix string) string { return fmt.Sprintf("%s%d", prefix, seq.Add(1)) }
+
+// run executes a command and returns its combined output.
+func run(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func vsctl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := run("ovs-vsctl", append([]string{"--db=" + ovsdbAddr, "--timeout=10"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// portsOf lists the names of the ports whose external_ids hold key=value.
+func portsOf(t *testing.T, key, value string) []string {
+	t.Helper()
+	out := vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", "Port", "external_ids:"+key+"="+value)
+	if out == "" {
+		return nil
+	}
+	return strings.Fields(out)
+}
+
+// newBridge creates a netdev bridge for one test and removes it afterwards.
+func newBridge(t *testing.T) string {
+	t.Helper()
+	br := uniq("e2ebr")
+	vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
+	t.Cleanup(func() {
+		run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-br", br)
+		run("ip", "link", "del", br) // the netdev datapath's kernel tap
+	})
+	return br
+}
+
+type container struct {
+	id   string
+	ns   ns.NetNS
+	name string // netns name under /run/netns
+}
+
+func newContainer(t *testing.T) *container {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &container{id: uniq("ctr-"), ns: n, name: filepath.Base(n.Path())}
+	t.Cleanup(func() {
+		n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	return c
+}
+
+func (c *container) exec(args ...string) (string, error) {
+	return run("ip", append([]string{"netns", "exec", c.name}, args...)...)
+}
+
+func (c *container) ping(ip string) error {
+	cmd := "ping"
+	if strings.Contains(ip, ":") {
+		cmd = "ping6"
+	}
+	_, err := c.exec(cmd, "-c", "1", "-W", "2", ip)
+	return err
+}
+
+// serveTCP listens inside the container and answers every connection with
+// "hello from <id>" followed by the client address it saw.
+func (c *container) serveTCP(t *testing.T, port int) {
+	t.Helper()
+	var l net.Listener
+	err := c.ns.Do(func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(conn, "hello from %s to %s", c.id, conn.RemoteAddr())
+			conn.Close()
+		}
+	}()
+}
+
+// serveUDP answers every datagram the same way.
+func (c *container) serveUDP(t *testing.T, port int) {
+	t.Helper()
+	var pc net.PacketConn
+	err := c.ns.Do(func(ns.NetNS) error {
+		var err error
+		pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, addr, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo([]byte(fmt.Sprintf("hello from %s to %s", c.id, addr)), addr)
+		}
+	}()
+}
+
+// dial connects from inside netns n (nil: the node) and returns what the server said.
+func dial(n ns.NetNS, network, addr string) (string, error) {
+	var out string
+	do := func(ns.NetNS) error {
+		conn, err := net.DialTimeout(network, addr, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(3 * time.Second))
+		if network == "udp" || network == "udp6" {
+			if _, err := conn.Write([]byte("ping")); err != nil {
+				return err
+			}
+			buf := make([]byte, 1500)
+			n, err := conn.Read(buf)
+			out = string(buf[:n])
+			return err
+		}
+		b, err := io.ReadAll(conn)
+		out = string(b)
+		return err
+	}
+	if n == nil {
+		return out, do(nil)
+	}
+	return out, n.Do(do)
+}
+
+// cni drives plugins through libcni with a private cache directory.
+type cni struct {
+	cfg  *libcni.CNIConfig
+	list *libcni.NetworkConfigList
+}
+
+func newCNI(t *testing.T, conflist map[string]any) *cni {
+	t.Helper()
+	b, err := json.Marshal(conflist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.NetworkConfFromBytes(b)
+	if err != nil {
+		t.Fatalf("conflist: %v\n%s", err, b)
+	}
+	return &cni{cfg: libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil), list: list}
+}
+
+func (c *container) rt(ifname string, capArgs map[string]any) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: c.id, NetNS: c.ns.Path(), IfName: ifname, CapabilityArgs: capArgs}
+}
+
+func (n *cni) add(c *container, ifname string, capArgs map[string]any) (*current.Result, error) {
+	r, err := n.cfg.AddNetworkList(context.Background(), n.list, c.rt(ifname, capArgs))
+	if err != nil {
+		return nil, err
+	}
+	return current.NewResultFromResult(r)
+}
+
+func (n *cni) mustAdd(t *testing.T, c *container, ifname string, capArgs map[string]any) *current.Result {
+	t.Helper()
+	r, err := n.add(c, ifname, capArgs)
+	if err != nil {
+		t.Fatalf("ADD %s/%s: %v", c.id, ifname, err)
+	}
+	return r
+}
+
+func (n *cni) del(c *container, ifname string, capArgs map[string]any) error {
+	return n.cfg.DelNetworkList(context.Background(), n.list, c.rt(ifname, capArgs))
+}
+
+func (n *cni) check(c *container, ifname string, capArgs map[string]any) error {
+	return n.cfg.CheckNetworkList(context.Background(), n.list, c.rt(ifname, capArgs))
+}
+
+// bridgeConf is an ovs-bridge plugin entry with host-local IPAM on the
+// documentation ranges; extra keys override.
+func bridgeConf(br, dataDir string, extra map[string]any) map[string]any {
+	c := map[string]any{
+		"type": "ovs-bridge", "bridge": br, "ovsdb": ovsdbAddr,
+		"ipam": map[string]any{
+			"type": "host-local", "dataDir": dataDir,
+			"ranges": []any{
+				[]any{map[string]any{"subnet": "192.0.2.0/24", "gateway": "192.0.2.1"}},
+				[]any{map[string]any{"subnet": "2001:db8:c::/64", "gateway": "2001:db8:c::1"}},
+			},
+			"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
+		},
+	}
+	for k, v := range extra {
+		if v == nil {
+			delete(c, k)
+			continue
+		}
+		c[k] = v
+	}
+	return c
+}
+
+func conflist(version, name string, plugins ...map[string]any) map[string]any {
+	ps := make([]any, len(plugins))
+	for i, p := range plugins {
+		ps[i] = p
+	}
+	return map[string]any{"cniVersion": version, "name": name, "plugins": ps}
+}
+
+// addrOf returns the first address of the given family in a result.
+func addrOf(t *testing.T, r *current.Result, v6 bool) string {
+	t.Helper()
+	for _, ip := range r.IPs {
+		if (ip.Address.IP.To4() == nil) == v6 {
+			return ip.Address.IP.String()
+		}
+	}
+	t.Fatalf("result has no IPv6=%v address: %v", v6, r)
+	return ""
+}
+
+func cniCode(err error) uint {
+	var e *types.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}
+
+// allocations lists the IPs host-local holds in dataDir for network name.
+func allocations(t *testing.T, dataDir, name string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dataDir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ips []string
+	for _, e := range entries {
+		if net.ParseIP(e.Name()) != nil {
+			ips = append(ips, e.Name())
+		}
+	}
+	return ips
+}
+
+// ourVeths lists host veths named like the plugin names them.
+func ourVeths(t *testing.T) []string {
+	t.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, "ovf") {
+			out = append(out, l.Attrs().Name)
+		}
+	}
+	return out
+}
+
+func hostVeth(c *container, ifname string) string { return link.HostVethName(c.id, ifname) }
+
+// parallel runs f for i in [0,n) on n goroutines and collects errors.
+func parallel(n int, f func(i int) error) []error {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = f(i)
+		}(i)
+	}
+	wg.Wait()
+	return errs
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
@@ -134,6 +135,17 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		}
 	}
 
+	// ovs-vswitchd must have let go of an old device of the same name (a
+	// retried ADD's own port, or one a DEL just removed) before the new one
+	// appears; else it keeps reading the deleted device.
+	if len(previous) > 0 {
+		err = cli.DetachPortsAndSync(ctx, ofportTimeout, portUUIDs(previous)...)
+	} else {
+		err = cli.SyncPending(ctx, ofportTimeout)
+	}
+	if err != nil {
+		return asCNIError(err)
+	}
 	// A retried ADD replaces its own veth (and the peer goes with it).
 	if err := link.Delete(hostName); err != nil {
 		return err
@@ -149,6 +161,14 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			_ = link.Delete(hostName)
 		}
 	}()
+	if netdev {
+		// The userspace datapath reads the host end through a packet socket, so
+		// the node's kernel sees every frame too: keep it from answering ARP
+		// (with the veth's MAC) or running IPv6 on that end.
+		if err := link.Isolate(hostName); err != nil {
+			return err
+		}
+	}
 
 	contIndex := 1
 	for _, ipc := range result.IPs {
@@ -171,7 +191,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if conf.VLAN != nil {
 		spec.Tag = *conf.VLAN
 	}
-	if err := cli.AttachPort(ctx, br.UUID, spec, portUUIDs(previous)); err != nil {
+	if err := cli.AttachPort(ctx, br.UUID, spec, nil); err != nil {
 		return asCNIError(err)
 	}
 	defer func() {
@@ -273,6 +293,9 @@ func CmdDel(args *skel.CmdArgs) error {
 		if err != nil {
 			return asCNIError(err)
 		}
+		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
+			return err
+		}
 		if err := cli.DetachPorts(ctx, portUUIDs(ports)...); err != nil {
 			return asCNIError(err)
 		}
@@ -286,6 +309,18 @@ func CmdDel(args *skel.CmdArgs) error {
 	if conf.IPAM.Type != "" {
 		if err := ipam.ExecDel(conf.IPAM.Type, args.StdinData); err != nil {
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
+		}
+	}
+	return nil
+}
+
+// withdrawHostPorts removes the host ports recorded on ports (by ovs-portmap,
+// or by ovs-bridge itself for Mesos), so that nothing outlives the port even
+// when the chained plugin's DEL was never called.
+func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+	for _, p := range ports {
+		if err := hostport.Withdraw(ctx, cli, p); err != nil {
+			return asCNIError(err)
 		}
 	}
 	return nil
@@ -428,6 +463,9 @@ func CmdGC(args *skel.CmdArgs) error {
 		if ids[ovsdb.KeyBridge] == conf.Bridge && ids[ovsdb.KeyNetwork] == conf.Name && !valid[p.Attachment()] {
 			stale = append(stale, p)
 		}
+	}
+	if err := withdrawHostPorts(ctx, cli, stale); err != nil {
+		return err
 	}
 	if err := cli.DetachPorts(ctx, portUUIDs(stale)...); err != nil {
 		return asCNIError(err)

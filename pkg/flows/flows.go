@@ -217,15 +217,17 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 		eth, field := ipMatch(cip)
 		flows = append(flows, Flow{a.Cookie, TablePortmapOutput, PriorityOutput,
 			fmt.Sprintf("%s,%s_dst=%s", eth, field, cip),
-			fmt.Sprintf("move:NXM_OF_ETH_DST[]->NXM_OF_ETH_SRC[],mod_dl_dst:%s,load:0->NXM_OF_IN_PORT[],output:%d", a.MAC, a.OFPort)})
+			fmt.Sprintf("move:NXM_OF_ETH_DST[]->NXM_OF_ETH_SRC[],set_field:%s->eth_dst,load:0->NXM_OF_IN_PORT[],output:%d", a.MAC, a.OFPort)})
 	}
 	return flows
 }
 
-// Bundle renders the input of `ovs-ofctl --bundle add-flows BRIDGE -`: one
-// delete of every flow with a.Cookie, then the shared flows and the
-// attachment's flows. Applied as one bundle, a retried ADD atomically
-// replaces the attachment's flows.
+// Bundle renders the input of `ovs-ofctl --bundle add-flows BRIDGE -`: a
+// "delete" of every flow with a.Cookie in every table, then "add" lines for
+// the shared flows and the attachment's flows. OVS 3.1 applies such a
+// mixed-verb bundle as one transaction (all or nothing), so a retried ADD
+// replaces the attachment's flows atomically and a bad line changes nothing.
+// Bundles need OpenFlow 1.4 or later on the bridge.
 func (p Pipeline) Bundle(a Attachment) string {
 	var b strings.Builder
 	b.WriteString("delete " + a.Cookie.Match() + "\n")
@@ -240,12 +242,22 @@ func (p Pipeline) Bundle(a Attachment) string {
 }
 
 // ConntrackFlushTuples returns, for the UDP and SCTP rules, the original
-// tuples of their connections in the DNAT zone, each the last argument of
-// `ovs-ofctl ct-flush BRIDGE zone=<p.DNATZone> TUPLE`. Flushing them on ADD
-// stops stale entries (of an earlier container, or an earlier ADD) from
-// sending datagrams of a still-active flow to the wrong place: ct(nat) keeps
-// the binding of an existing connection. TCP is left alone, as its
-// connections end. The result is sorted as rules are, without duplicates.
+// tuple of their connections in the DNAT zone (node IP, protocol, host port),
+// each to be flushed with
+//
+//	ovs-ofctl ct-flush BRIDGE zone=<p.DNATZone> TUPLE
+//
+// e.g. TUPLE "ct_nw_dst=198.51.100.1,ct_nw_proto=17,ct_tp_dst=5353" or
+// "ct_ipv6_dst=2001:db8:100::1,ct_nw_proto=17,ct_tp_dst=5353". The zone must
+// be its own argument: "zone=N,TUPLE" flushes the whole zone. The userspace
+// conntrack matches partial tuples but only on the original (pre-NAT)
+// direction, and needs ct_nw_proto whenever a port is given.
+//
+// Flushing them on ADD stops stale entries (of an earlier container, or an
+// earlier ADD) from steering datagrams of a still-active flow to the old
+// destination: ct(nat) keeps the binding of an existing connection. TCP is
+// left alone, as its connections end. Duplicates are dropped; the order is
+// that of rules.
 func ConntrackFlushTuples(p Pipeline, rules []Rule) []string {
 	var tuples []string
 	seen := make(map[string]bool)

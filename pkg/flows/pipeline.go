@@ -1,49 +1,71 @@
 // Package flows turns the facts of one container attachment (ofport, MAC,
 // addresses, resolved port mappings, cookie) into the OpenFlow flows that
 // publish its host ports with conntrack NAT on an Open vSwitch bridge. It is
-// pure: no I/O, no logging, deterministic output rendered as ovs-ofctl text.
+// pure: no I/O, no logging, deterministic output in ovs-ofctl syntax.
 //
-// Pipeline (every table, priority, zone, register and cookie field is declared
-// in this file):
+// The whole pipeline is declared in this file:
 //
-//	                 table 0 (Classifier, shared with NORMAL at priority 0)
-//	                   |                                  |
-//	 request to node IP:hostPort (200)     reply from container IP:containerPort (210)
-//	 ct(commit, zone=DNAT, nat(dst=C:P),   ct(zone=SNAT, nat)  un-SNAT hairpin/masq
-//	    label := eth_src|eth_dst|in_port)          |
-//	                   |                           v
-//	                   v                 table 42 (PortmapReplySNAT)
-//	        table 40 (PortmapDNAT)         ct(zone=DNAT, nat)  un-DNAT
-//	  300 hairpin: ct(commit, zone=SNAT,           |
-//	      nat(src=hairpin IP))                     v
-//	  200 masqAll: ct(commit, zone=SNAT,  table 43 (PortmapReplyRestore)
-//	      nat(src=hairpin IP))              +trk+rpl: eth_dst, eth_src, out port
-//	  100 otherwise: goto table 41              := ct_label; output
-//	                   |                    otherwise: NORMAL
-//	                   v
-//	        table 41 (PortmapOutput)
-//	  eth_src := eth_dst, eth_dst := container MAC, output container ofport
+//	request: client -> node IP:hostPort           reply: container IP:containerPort -> client
+//	     |                                             |
+//	table 0  prio 200 (per rule)                 table 0  prio 210 (per container port)
+//	  ct(commit, DNAT zone, nat(dst=C:P),          ct(SNAT zone, nat)     undo hairpin/masq SNAT
+//	     ct_label := eth_src,eth_dst,in_port)          |
+//	     |                                        table 42
+//	table 40                                       ct(DNAT zone, nat)     undo DNAT
+//	  300 container -> itself: ct(commit,              |
+//	      SNAT zone, nat(src=hairpin IP))         table 43
+//	  200 masqAll: same for every client           +trk+rpl: eth_dst, eth_src, out port
+//	  100 otherwise: goto table 41                 := ct_label; output
+//	     |                                         otherwise: NORMAL
+//	table 41
+//	  eth_src := eth_dst, eth_dst := container MAC, output container port
 //
-// The ct_label of the DNAT connection remembers where the request came from
-// (source MAC, destination MAC, ingress port), so replies are sent straight
-// back to the client without SNAT: the container sees the client's real
-// address, whether the client is outside, another container or itself.
+//	table 0   TableClassifier           exact-match classifiers; NORMAL at priority 0 is not ours
+//	table 40  TablePortmapDNAT          requests after DNAT: choose SNAT or not
+//	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
+//	table 42  TablePortmapReplySNAT     replies after un-SNAT: un-DNAT them
+//	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
+//	prio 210  PriorityReply             table 0: reply from a published container port
+//	prio 200  PriorityRequest           table 0: request to a published node IP:hostPort
+//	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
+//	prio 200  PriorityMasquerade        table 40: every request SNATed (masqAll)
+//	prio 100  PriorityPass              table 40: request not SNATed
+//	prio 100  PriorityOutput            table 41: deliver to the container
+//	prio 100  PriorityReplyNAT          tables 42, 43: reply handling
+//	prio   0  PriorityMiss              tables 42, 43: not ours after all, NORMAL
+//	zone 64000  DefaultDNATZone         node IP:hostPort -> container; ct_label holds the origin
+//	zone 64001  DefaultSNATZone         hairpin/masqAll source translation
+//	ct_label[0..47]    LabelOrigEthSrc  request's source MAC = reply's eth_dst
+//	ct_label[48..95]   LabelOrigEthDst  request's destination MAC = reply's eth_src
+//	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
+//	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
+//	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
+//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1
+//	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname
 //
-// What the real userspace datapath (OVS 3.1, netdev) required:
+// The ct_label of the DNAT connection remembers where the request came from,
+// so replies go straight back to the client without SNAT: the container sees
+// the client's real address, be it outside, another container or itself.
+//
+// Found against the real userspace datapath (OVS 3.1, netdev):
 //   - Reply ct_state flags are inverted (un-DNAT of a reply sets +snat), so
-//     table 43 matches +trk+rpl only, never +dnat/+snat.
+//     table 43 matches +trk+rpl only, never +dnat or +snat.
 //   - ct(...nat...) needs an ip or ipv6 match in the same flow, so table 42
-//     has one flow per family; table 43 needs none and has one flow.
-//   - The reply classifier (210) is above the request classifier (200): a
-//     reply to a hairpin or masqAll request goes to hairpin IP:port where port
-//     is the client's source port, kept by SNAT; when that port is also a
-//     published host port both flows match and the packet must be a reply
-//     (seen failing with a client source port 8080 to host port 8080 when
-//     the reply flow was lower). The price: the container cannot reach its
-//     own host port from its service port as client source port.
-//   - Output to the ingress port (hairpin) needs in_port cleared first.
-//   - Hairpin needs the second (SNAT) zone: without it the container answers
-//     itself directly and the handshake never completes.
+//     has a flow per family; table 43 needs none and has a single flow.
+//   - The reply classifier is above the request classifier. With SNAT
+//     (hairpin, masqAll) the reply goes to hairpin IP:port, port being the
+//     client's source port kept by SNAT; when that port is also a published
+//     host port both flows match, and the packet is a reply. Seen failing
+//     (client source port 8084, host port 8080, masqAll) with the reply flow
+//     below. The price: a container cannot use its published port as the
+//     source port of a connection to a host port.
+//   - Output to the ingress port (hairpin) needs in_port cleared first, in
+//     table 41 for the request and in table 43 for the reply.
+//   - Hairpin needs the second zone: without the SNAT the container answers
+//     itself directly and the handshake never completes. Clients outside and
+//     in other containers need no SNAT: their replies are steered by label.
+//   - One bundle may mix verbs: "delete cookie=C/-1" (no table: all tables)
+//     followed by "add" lines is applied atomically.
 package flows
 
 // Tables. Table 0 is shared with everything else on the bridge; the others

@@ -91,3 +91,18 @@ func SetSysctl(key, value string) error {
 	}
 	return err
 }
+
+// Isolate keeps the node's IP stack off a host-side port: no ARP replies
+// (arp_ignore=8), no IPv6. Needed for ports of a userspace-datapath bridge,
+// whose frames the kernel also receives.
+func Isolate(name string) error {
+	for key, val := range map[string]string{
+		"net/ipv4/conf/" + name + "/arp_ignore":   "8",
+		"net/ipv6/conf/" + name + "/disable_ipv6": "1",
+	} {
+		if err := SetSysctl(key, val); err != nil {
+			return fmt.Errorf("setting %s on %q: %w", key, name, err)
+		}
+	}
+	return nil
+}

@@ -271,10 +271,85 @@ func (c *Client) DetachPorts(ctx context.Context, portUUIDs ...string) error {
 	if len(portUUIDs) == 0 {
 		return nil
 	}
-	if _, err := c.transact(ctx, detachOps(portUUIDs)...); err != nil {
+	if _, err := c.transact(ctx, append(detachOps(portUUIDs), bumpCfg)...); err != nil {
 		return fmt.Errorf("detaching %d port(s): %w", len(portUUIDs), err)
 	}
 	return nil
+}
+
+// bumpCfg asks ovs-vswitchd to report, through cur_cfg, when it has applied
+// the transaction; SyncPending waits on that.
+var bumpCfg = ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
+	Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("next_cfg", ovsdb.MutateOperationAdd, 1)}}
+
+// SyncPending waits, only if a change is pending (cur_cfg < next_cfg), until
+// ovs-vswitchd has applied it. ADD calls it before creating a device whose
+// name a just-removed port may still hold inside ovs-vswitchd (a DEL quickly
+// followed by an ADD of the same attachment).
+func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
+	res, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableRoot, Where: allRows, Columns: []string{"next_cfg", "cur_cfg"}})
+	if err != nil {
+		return fmt.Errorf("reading next_cfg: %w", err)
+	}
+	roots, err := decode[OpenvSwitch](c, tableRoot, res[0].Rows)
+	if err != nil || len(roots) != 1 {
+		return fmt.Errorf("reading next_cfg: %v", err)
+	}
+	if roots[0].CurCfg >= roots[0].NextCfg {
+		return nil
+	}
+	return c.waitCfg(ctx, roots[0].NextCfg, timeout)
+}
+
+// DetachPortsAndSync removes ports like DetachPorts, then waits until
+// ovs-vswitchd has applied the change. A retried ADD needs this before it
+// re-creates a device of the same name: if ovs-vswitchd saw the old and the
+// new port in one reconfiguration, it would keep reading the deleted device.
+func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, portUUIDs ...string) error {
+	ops := append(detachOps(portUUIDs), bumpCfg,
+		ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableRoot, Where: allRows, Columns: []string{"next_cfg"}})
+	res, err := c.transact(ctx, ops...)
+	if err != nil {
+		return fmt.Errorf("detaching %d port(s): %w", len(portUUIDs), err)
+	}
+	roots, err := decode[OpenvSwitch](c, tableRoot, res[len(res)-1].Rows)
+	if err != nil || len(roots) != 1 {
+		return fmt.Errorf("reading next_cfg: %v", err)
+	}
+	return c.waitCfg(ctx, roots[0].NextCfg, timeout)
+}
+
+// waitCfg blocks until ovs-vswitchd's cur_cfg reaches n. Each round is an
+// OVSDB wait for cur_cfg to change, so there is no polling; it loops because
+// other clients may bump next_cfg too, and cur_cfg can skip n.
+func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		res, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableRoot, Where: allRows, Columns: []string{"cur_cfg"}})
+		if err != nil {
+			return fmt.Errorf("reading cur_cfg: %w", err)
+		}
+		roots, err := decode[OpenvSwitch](c, tableRoot, res[0].Rows)
+		if err != nil || len(roots) != 1 {
+			return fmt.Errorf("reading cur_cfg: %v", err)
+		}
+		cur := roots[0].CurCfg
+		if cur >= n {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("ovs-vswitchd did not apply configuration %d within %s (at %d)", n, timeout, cur)
+		}
+		ms := int(left / time.Millisecond)
+		wctx, cancel := context.WithTimeout(ctx, left+2*time.Second)
+		_, err = c.transact(wctx, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tableRoot, Where: allRows, Timeout: &ms,
+			Columns: []string{"cur_cfg"}, Until: string(ovsdb.WaitConditionNotEqual), Rows: []ovsdb.Row{{"cur_cfg": cur}}})
+		cancel()
+		if err != nil && !strings.Contains(err.Error(), "timed out") {
+			return fmt.Errorf("waiting for cur_cfg: %w", err)
+		}
+	}
 }
 
 // OwnedPort is one of our ports with its interface.
@@ -382,4 +457,79 @@ func (c *Client) SetPortExternalIDs(ctx context.Context, portUUID string, set ma
 		return fmt.Errorf("recording on port %s: %w", portUUID, err)
 	}
 	return nil
+}
+
+// ClaimedError says that a claim key is held by another port.
+type ClaimedError struct {
+	Key    string
+	Holder Attachment
+	Port   string
+}
+
+func (e *ClaimedError) Error() string {
+	return fmt.Sprintf("%s is already held by attachment %s (port %q)", e.Key, e.Holder, e.Port)
+}
+
+// ClaimValue is the value of a held claim key.
+const ClaimValue = "1"
+
+// Record updates our port's external_ids in one transaction: removes the keys
+// in unset, sets the keys in set, and takes every key in claims exclusively.
+// A claim is a key that at most one Port row may hold; the transaction waits
+// (with timeout 0, so it fails at once) for each claim to be held by this port
+// alone, so two concurrent claimers cannot both win. A lost claim is a
+// *ClaimedError naming the holder.
+func (c *Client) Record(ctx context.Context, portUUID string, unset []string, set map[string]string, claims []string) error {
+	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: portUUID})}
+	ins := make(map[string]string, len(set)+len(claims))
+	for k, v := range set {
+		ins[k] = v
+	}
+	for _, k := range claims {
+		ins[k] = ClaimValue
+	}
+	ops := []ovsdb.Operation{}
+	if len(unset) > 0 {
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where,
+			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, strSet(unset...))}})
+	}
+	if len(ins) > 0 {
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where,
+			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(ins))}})
+	}
+	zero := 0
+	for _, k := range claims {
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tablePort, Timeout: &zero,
+			Where:   []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{k: ClaimValue}))},
+			Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual),
+			Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: portUUID}}}})
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	res, err := c.transact(ctx, ops...)
+	if err == nil {
+		if res[0].Count != 1 {
+			return fmt.Errorf("recording on port %s: the port is gone", portUUID)
+		}
+		return nil
+	}
+	if errors.Is(err, ErrUnreachable) {
+		return err
+	}
+	// Find who holds what we could not claim.
+	for _, k := range claims {
+		sel := selectOp(tablePort,
+			ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{k: ClaimValue})),
+			ovsdb.NewCondition("_uuid", ovsdb.ConditionNotEqual, ovsdb.UUID{GoUUID: portUUID}))
+		r, serr := c.transact(ctx, sel)
+		if serr != nil {
+			break
+		}
+		if ports, derr := decode[Port](c, tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
+			p := OwnedPort{Port: ports[0]}
+			return &ClaimedError{Key: k, Holder: p.Attachment(), Port: p.Port.Name}
+		}
+	}
+	return fmt.Errorf("recording on port %s: %w", portUUID, err)
 }

@@ -18,6 +18,8 @@ import "github.com/ovn-kubernetes/libovsdb/model"
 type OpenvSwitch struct {
 	UUID    string   `ovsdb:"_uuid"`
 	Bridges []string `ovsdb:"bridges"`
+	NextCfg int      `ovsdb:"next_cfg"`
+	CurCfg  int      `ovsdb:"cur_cfg"`
 }
 
 // Bridge is a row of table Bridge.

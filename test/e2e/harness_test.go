@@ -334,3 +334,5 @@ func parallel(n int, f func(i int) error) []error {
 	wg.Wait()
 	return errs
 }
+
+var timeNow = time.Now

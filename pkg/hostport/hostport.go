@@ -1,0 +1,200 @@
+// Package hostport publishes and withdraws the host ports of one attachment:
+// the record in OVSDB (the exclusive claims and the resolved facts, on the
+// attachment's own Port row), the OpenFlow flows (pkg/flows, applied by
+// pkg/ofctl as one bundle under the attachment's cookie), and stale conntrack
+// entries. Both ovs-portmap and ovs-bridge (for Apache Mesos port mappings) go
+// through here, so there is one pipeline and one cookie per attachment.
+//
+// The record is what survives an ovs-vswitchd restart: flows can be rebuilt
+// from OVSDB alone.
+package hostport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// KeyClaimPrefix starts the external_ids key of every claimed
+// (protocol, node IP, host port): "ovsflow.io/claim/tcp/198.51.100.1:8080".
+// At most one Port row holds a given key (ovsdb.Client.Record).
+const KeyClaimPrefix = "ovsflow.io/claim/"
+
+// ClaimKey is the claim of one rule.
+func ClaimKey(r flows.Rule) string {
+	return KeyClaimPrefix + r.Protocol.String() + "/" + netip.AddrPortFrom(r.NodeIP, r.HostPort).String()
+}
+
+// Record is what ADD resolved, stored as JSON in the port's
+// external_ids[ovsdb.KeyPortmap].
+type Record struct {
+	Version  int    `json:"v"`
+	OpenFlow string `json:"openflow"` // the bridge's OpenFlow target
+	DNATZone uint16 `json:"dnatZone"`
+	SNATZone uint16 `json:"snatZone"`
+	Cookie   string `json:"cookie"`
+	OFPort   uint32 `json:"ofport"`
+	MAC      string `json:"mac"`
+
+	IPv4      netip.Addr   `json:"ipv4,omitzero"`
+	IPv6      netip.Addr   `json:"ipv6,omitzero"`
+	HairpinV4 netip.Addr   `json:"hairpinV4,omitzero"`
+	HairpinV6 netip.Addr   `json:"hairpinV6,omitzero"`
+	SNAT      bool         `json:"snat"`
+	MasqAll   bool         `json:"masqAll"`
+	Rules     []flows.Rule `json:"rules"`
+}
+
+// Attachment rebuilds the flow facts from the record.
+func (r Record) Attachment() (flows.Pipeline, flows.Attachment, error) {
+	var c uint64
+	if _, err := fmt.Sscanf(r.Cookie, "0x%x", &c); err != nil {
+		return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record cookie %q: %w", r.Cookie, err)
+	}
+	mac, err := net.ParseMAC(r.MAC)
+	if err != nil {
+		return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record MAC %q: %w", r.MAC, err)
+	}
+	return flows.Pipeline{DNATZone: r.DNATZone, SNATZone: r.SNATZone}, flows.Attachment{
+		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, IPv4: r.IPv4, IPv6: r.IPv6,
+		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, SNAT: r.SNAT, MasqAll: r.MasqAll,
+	}, nil
+}
+
+// RecordOf reads the record of a port; ok is false when it has none.
+func RecordOf(p ovsdb.OwnedPort) (Record, bool, error) {
+	raw, ok := p.Port.ExternalIDs[ovsdb.KeyPortmap]
+	if !ok {
+		return Record{}, false, nil
+	}
+	var r Record
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return Record{}, true, fmt.Errorf("portmap record of port %q: %w", p.Port.Name, err)
+	}
+	return r, true, nil
+}
+
+// OpenFlowTarget is where ovs-vswitchd listens for OpenFlow on bridge: the
+// override if set, else "<directory of the OVSDB unix socket>/<bridge>.mgmt"
+// (ovs-vswitchd puts both in its run directory).
+func OpenFlowTarget(override, ovsdbEndpoint, bridge string) string {
+	if override != "" {
+		return override
+	}
+	dir := "/var/run/openvswitch"
+	if p, ok := strings.CutPrefix(ovsdbEndpoint, "unix:"); ok {
+		dir = filepath.Dir(p)
+	}
+	return "unix:" + filepath.Join(dir, bridge+".mgmt")
+}
+
+// ownedKeys lists the record and claim keys currently on the port.
+func ownedKeys(p ovsdb.OwnedPort) []string {
+	var keys []string
+	for k := range p.Port.ExternalIDs {
+		if k == ovsdb.KeyPortmap || strings.HasPrefix(k, KeyClaimPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Publish records and programs the attachment's host ports on port p,
+// replacing what an earlier ADD of the same attachment left. It installs
+// nothing when a claim is held by another attachment (*ovsdb.ClaimedError),
+// and removes what it did when a later step fails.
+func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target string, pl flows.Pipeline, a flows.Attachment) (retErr error) {
+	if err := a.Validate(); err != nil {
+		return fmt.Errorf("host ports of port %q: %w", p.Port.Name, err)
+	}
+	rec := Record{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
+		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), IPv4: a.IPv4, IPv6: a.IPv6,
+		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	claims := make([]string, 0, len(a.Rules))
+	for _, r := range a.Rules {
+		claims = append(claims, ClaimKey(r))
+	}
+	if err := cli.Record(ctx, p.Port.UUID, ownedKeys(p), map[string]string{ovsdb.KeyPortmap: string(raw)}, claims); err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			_ = cli.Record(context.Background(), p.Port.UUID, append(claims, ovsdb.KeyPortmap), nil, nil)
+		}
+	}()
+	br := ofctl.Bridge{Target: target}
+	if err := br.ApplyBundle(ctx, pl.Bundle(a)); err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			_ = br.DeleteCookie(context.Background(), a.Cookie)
+		}
+	}()
+	return flushConntrack(ctx, br, pl, a.Rules)
+}
+
+// flushConntrack drops the entries of the rules' UDP/SCTP host ports, so that
+// datagrams of a flow that outlived its container reach the new one.
+func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rules []flows.Rule) error {
+	for _, t := range flows.ConntrackFlushTuples(pl, rules) {
+		if err := br.FlushConntrack(ctx, pl.DNATZone, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Withdraw removes everything Publish made for port p: flows by cookie,
+// conntrack entries, then the record and claims. A port without a record is
+// a no-op; an OpenFlow socket that is gone (ovs-vswitchd stopped, taking its
+// flows with it) is not an error.
+func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
+	rec, ok, err := RecordOf(p)
+	keys := ownedKeys(p)
+	if err == nil && ok {
+		pl, a, aerr := rec.Attachment()
+		if aerr != nil {
+			return aerr
+		}
+		br := ofctl.Bridge{Target: rec.OpenFlow}
+		if reachable(rec.OpenFlow) {
+			if err := br.DeleteCookie(ctx, a.Cookie); err != nil {
+				return err
+			}
+			_ = flushConntrack(ctx, br, pl, a.Rules)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := cli.Record(ctx, p.Port.UUID, keys, nil, nil); err != nil && !strings.Contains(err.Error(), "the port is gone") {
+		return err
+	}
+	return nil
+}
+
+func reachable(target string) bool {
+	p, ok := strings.CutPrefix(target, "unix:")
+	if !ok {
+		return true
+	}
+	_, err := os.Stat(p)
+	return !errors.Is(err, os.ErrNotExist)
+}

@@ -1,0 +1,394 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/link"
+)
+
+// The "OVS host" of the README: node addresses on the bridge's internal
+// interface, an uplink port wired to an "outside" netns, containers attached
+// by ovs-bridge with their gateway on the internal interface.
+const (
+	nodeV4    = "198.51.100.1"
+	nodeV4b   = "198.51.100.3" // a second node address (row E)
+	nodeV6    = "2001:db8:100::1"
+	outsideV4 = "198.51.100.2"
+	outsideV6 = "2001:db8:100::2"
+)
+
+type ovsHost struct {
+	bridge  string
+	outside *container
+}
+
+func newOVSHost(t *testing.T) *ovsHost {
+	t.Helper()
+	br := newBridge(t)
+	h := &ovsHost{bridge: br, outside: newContainer(t)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			ports, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--columns=name,ofport", "list", "Interface")
+			t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, br, h.dumpAll(t))
+		}
+	})
+	for _, args := range [][]string{
+		{"addr", "add", nodeV4 + "/24", "dev", br},
+		{"addr", "add", nodeV4b + "/24", "dev", br},
+		{"addr", "add", nodeV6 + "/64", "dev", br, "nodad"},
+		{"link", "set", br, "up"},
+	} {
+		if _, err := run("ip", args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upl := uniq("upl")
+	if _, err := run("ip", "link", "add", upl, "type", "veth", "peer", "name", "eth0", "netns", h.outside.name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run("ip", "link", "del", upl) })
+	run("ip", "link", "set", upl, "up")
+	if err := link.Isolate(upl); err != nil {
+		t.Fatal(err)
+	}
+	vsctl(t, "add-port", br, upl)
+	for _, args := range [][]string{
+		{"ip", "addr", "add", outsideV4 + "/24", "dev", "eth0"},
+		{"ip", "addr", "add", outsideV6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "link", "set", "eth0", "up"},
+		{"ip", "link", "set", "lo", "up"},
+		{"ethtool", "-K", "eth0", "tx", "off"},
+		{"ip", "route", "add", "192.0.2.0/24", "via", nodeV4},
+		{"ip", "route", "add", "2001:db8:c::/64", "via", nodeV6},
+	} {
+		if _, err := h.outside.exec(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The node routes between containers and the outside (row H).
+	run("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	run("ethtool", "-K", br, "tx", "off")
+	return h
+}
+
+func (h *ovsHost) ofTarget() string {
+	return "unix:" + filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), h.bridge+".mgmt")
+}
+
+// flowsOf dumps the flows with a cookie.
+func (h *ovsHost) flowsOf(t *testing.T, c flows.Cookie) []string {
+	t.Helper()
+	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", h.ofTarget(), c.Match())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fl []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "cookie=") {
+			fl = append(fl, strings.TrimSpace(l))
+		}
+	}
+	return fl
+}
+
+func (h *ovsHost) dumpAll(t *testing.T) string {
+	out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", h.ofTarget())
+	return out
+}
+
+func (h *ovsHost) portmapList(t *testing.T, version, name string, pmExtra map[string]any) *cni {
+	pm := map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}
+	for k, v := range pmExtra {
+		pm[k] = v
+	}
+	return newCNI(t, conflist(version, name,
+		bridgeConf(h.bridge, t.TempDir(), map[string]any{"isGateway": true}), pm))
+}
+
+func pm(hostPort, containerPort int, proto, hostIP string) map[string]any {
+	return map[string]any{"hostPort": hostPort, "containerPort": containerPort, "protocol": proto, "hostIP": hostIP}
+}
+
+func mappings(m ...map[string]any) map[string]any {
+	l := make([]any, len(m))
+	for i := range m {
+		l[i] = m[i]
+	}
+	return map[string]any{"portMappings": l}
+}
+
+func hp(ip string, port int) string { return net.JoinHostPort(ip, fmt.Sprint(port)) }
+
+// expect dials and checks that the container `to` answered and saw `src`.
+func expect(t *testing.T, from ns.NetNS, network, addr string, to *container, src string) {
+	t.Helper()
+	got, err := dial(from, network, addr)
+	if err != nil || !strings.HasPrefix(got, "hello from "+to.id+" ") {
+		t.Errorf("%s %s: got %q, %v; want an answer from %s", network, addr, got, err, to.id)
+		return
+	}
+	if src != "" && !strings.Contains(got, src) {
+		t.Errorf("%s %s: %s saw %q, want client address %s", network, addr, to.id, got, src)
+	}
+}
+
+// Rows A, B, C, E, F, H of the datapath table, TCP and UDP, IPv4 and IPv6;
+// CHECK; DEL without runtimeConfig.
+func TestPortmapDatapath(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.0.0", "pmdp", nil)
+	a, b := newContainer(t), newContainer(t)
+	capA := mappings(pm(8080, 80, "tcp", ""), pm(5353, 53, "UDP", ""), pm(9090, 90, "tcp", nodeV4))
+	ra := n.mustAdd(t, a, "eth0", capA)
+	rb := n.mustAdd(t, b, "eth0", nil)
+	t.Cleanup(func() { n.del(a, "eth0", nil); n.del(b, "eth0", nil) })
+	for _, port := range []int{80, 90} {
+		a.serveTCP(t, port)
+	}
+	a.serveUDP(t, 53)
+	b.serveTCP(t, 80)
+	aV4, aV6, bV4 := addrOf(t, ra, false), addrOf(t, ra, true), addrOf(t, rb, false)
+	t.Logf("A=%s,%s B=%s", aV4, aV6, bV4)
+
+	// A: outside → node:hostPort, real source address.
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8080), a, outsideV4)
+	expect(t, h.outside.ns, "tcp", hp(nodeV6, 8080), a, outsideV6)
+	expect(t, h.outside.ns, "udp", hp(nodeV4, 5353), a, outsideV4)
+	expect(t, h.outside.ns, "udp", hp(nodeV6, 5353), a, outsideV6)
+	expect(t, h.outside.ns, "tcp", hp(nodeV4b, 8080), a, outsideV4) // hostIP "" = every node address
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 9090), a, outsideV4)
+	// B: another container → node:hostPort.
+	expect(t, b.ns, "tcp", hp(nodeV4, 8080), a, "")
+	expect(t, b.ns, "tcp", hp(nodeV6, 8080), a, "")
+	expect(t, b.ns, "udp", hp(nodeV4, 5353), a, "")
+	// C: hairpin.
+	expect(t, a.ns, "tcp", hp(nodeV4, 8080), a, "")
+	expect(t, a.ns, "tcp", hp(nodeV6, 8080), a, "")
+	expect(t, a.ns, "udp", hp(nodeV4, 5353), a, "")
+	// E: a hostIP-specific mapping is not translated on another node address.
+	if got, err := dial(h.outside.ns, "tcp", hp(nodeV4b, 9090)); err == nil {
+		t.Errorf("row E: %s answered %q, want no translation", hp(nodeV4b, 9090), got)
+	}
+	// F: a mapped port on a non-node address is routed as normal.
+	h.outside.serveTCP(t, 8080)
+	expect(t, b.ns, "tcp", hp(outsideV4, 8080), h.outside, bV4)
+	// H: unmapped traffic is unaffected.
+	expect(t, a.ns, "tcp", hp(bV4, 80), b, aV4)
+	if err := b.ping(aV4); err != nil {
+		t.Errorf("row H: ping B -> A: %v", err)
+	}
+	if err := a.ping(outsideV4); err != nil {
+		t.Errorf("row H: ping A -> outside: %v", err)
+	}
+
+	// CHECK passes, then fails once a flow is deleted behind the plugin's back.
+	if err := n.check(a, "eth0", capA); err != nil {
+		t.Fatalf("CHECK after ADD: %v", err)
+	}
+	cookie := flows.AttachmentCookie(a.id, "eth0")
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), fmt.Sprintf("table=41,%s", cookie.Match())); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.check(a, "eth0", capA); err == nil || !strings.Contains(err.Error(), "differ") {
+		t.Errorf("CHECK after a flow was deleted: got %v, want a difference", err)
+	}
+
+	// DEL without runtimeConfig removes every flow of the attachment.
+	if err := n.del(a, "eth0", nil); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if fl := h.flowsOf(t, cookie); len(fl) != 0 {
+		t.Errorf("after DEL: flows %v", fl)
+	}
+	if _, err := dial(h.outside.ns, "tcp", hp(nodeV4, 8080)); err == nil {
+		t.Errorf("after DEL: host port still answers")
+	}
+	if err := n.del(a, "eth0", nil); err != nil {
+		t.Errorf("second DEL: %v", err)
+	}
+}
+
+// Row G: a UDP mapping moved to a new container reaches it at once, even
+// from the same client socket.
+func TestPortmapStaleConntrack(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.0.0", "pmct", nil)
+	old, nw := newContainer(t), newContainer(t)
+	capA := mappings(pm(5354, 53, "udp", ""))
+	n.mustAdd(t, old, "eth0", capA)
+	old.serveUDP(t, 53)
+
+	var conn *net.UDPConn
+	err := h.outside.ns.Do(func(ns.NetNS) error {
+		var err error
+		conn, err = net.DialUDP("udp", &net.UDPAddr{Port: 40000}, &net.UDPAddr{IP: net.ParseIP(nodeV4), Port: 5354})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ask := func() string {
+		conn.SetDeadline(timeNow().Add(2e9))
+		conn.Write([]byte("ping"))
+		buf := make([]byte, 1500)
+		k, _ := conn.Read(buf)
+		return string(buf[:k])
+	}
+	if got := ask(); !strings.HasPrefix(got, "hello from "+old.id) {
+		t.Fatalf("before the move: got %q", got)
+	}
+	if err := n.del(old, "eth0", nil); err != nil {
+		t.Fatal(err)
+	}
+	n.mustAdd(t, nw, "eth0", capA)
+	t.Cleanup(func() { n.del(nw, "eth0", nil) })
+	nw.serveUDP(t, 53)
+	if got := ask(); !strings.HasPrefix(got, "hello from "+nw.id) {
+		t.Errorf("after the move, same client socket: got %q, want an answer from the new container", got)
+	}
+}
+
+// Conflicts, many mappings, masqAll, versions.
+func TestPortmapConflict(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.0.0", "pmcf", nil)
+	a, b := newContainer(t), newContainer(t)
+	n.mustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
+	t.Cleanup(func() { n.del(a, "eth0", nil) })
+	_, err := n.add(b, "eth0", mappings(pm(8081, 80, "tcp", nodeV4)))
+	if err == nil || !strings.Contains(err.Error(), a.id) || cniCode(err) != types.ErrInvalidNetworkConfig {
+		t.Errorf("conflicting ADD: got %v, want code 7 naming %s", err, a.id)
+	}
+	if fl := h.flowsOf(t, flows.AttachmentCookie(b.id, "eth0")); len(fl) != 0 {
+		t.Errorf("conflicting ADD installed flows: %v", fl)
+	}
+	if err := n.del(b, "eth0", nil); err != nil {
+		t.Errorf("DEL after the failed ADD: %v", err)
+	}
+	// A retried ADD of the same attachment replaces its own flows.
+	a.serveTCP(t, 80)
+	n.mustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8081), a, outsideV4)
+	// DEL then ADD at once (podman's network reload): the same host veth name
+	// comes back, and the mapping must work again.
+	if err := n.del(a, "eth0", nil); err != nil {
+		t.Fatal(err)
+	}
+	n.mustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8081), a, outsideV4)
+	// A different protocol on the same port is no conflict.
+	n.mustAdd(t, b, "eth0", mappings(pm(8081, 80, "udp", "")))
+	t.Cleanup(func() { n.del(b, "eth0", nil) })
+}
+
+func TestPortmapManyMappings(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.1.0", "pmmany", map[string]any{"masqAll": true})
+	c := newContainer(t)
+	var ms []map[string]any
+	for i := 0; i < 20; i++ {
+		ms = append(ms, pm(10000+i, 80, "tcp", ""))
+	}
+	n.mustAdd(t, c, "eth0", mappings(ms...))
+	t.Cleanup(func() { n.del(c, "eth0", nil) })
+	c.serveTCP(t, 80)
+	for i := 0; i < 20; i++ {
+		// masqAll: the container sees a node address, not the client's.
+		got, err := dial(h.outside.ns, "tcp", hp(nodeV4, 10000+i))
+		if err != nil || !strings.HasPrefix(got, "hello from "+c.id) || strings.Contains(got, outsideV4) {
+			t.Errorf("masqAll tcp %s: got %q, %v; want an answer that does not show the client's address", hp(nodeV4, 10000+i), got, err)
+		}
+	}
+	if got, err := dial(h.outside.ns, "tcp", hp(nodeV6, 10019)); err != nil || strings.Contains(got, outsideV6) {
+		t.Errorf("masqAll tcp6: got %q, %v", got, err)
+	}
+	if err := n.check(c, "eth0", mappings(ms...)); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	if err := n.cfg.GCNetworkList(context.Background(), n.list, &libcni.GCArgs{}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0")); len(fl) != 0 {
+		t.Errorf("GC with no valid attachment left flows: %v", fl)
+	}
+}
+
+func TestPortmapParallel(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.0.0", "pmpar", nil)
+	const N = 30
+	cs := make([]*container, N)
+	for i := range cs {
+		cs[i] = newContainer(t)
+	}
+	caps := func(i int) map[string]any {
+		return mappings(pm(20000+2*i, 80, "tcp", ""), pm(20001+2*i, 81, "udp", ""))
+	}
+	for i, err := range parallel(N, func(i int) error { _, err := n.add(cs[i], "eth0", caps(i)); return err }) {
+		if err != nil {
+			t.Errorf("ADD %d: %v", i, err)
+		}
+	}
+	for i, c := range cs {
+		c.serveTCP(t, 80)
+		c.serveUDP(t, 81)
+		expect(t, h.outside.ns, "tcp", hp(nodeV4, 20000+2*i), c, outsideV4)
+		expect(t, h.outside.ns, "udp", hp(nodeV6, 20001+2*i), c, outsideV6)
+	}
+	for i, err := range parallel(N, func(i int) error { return n.del(cs[i], "eth0", nil) }) {
+		if err != nil {
+			t.Errorf("DEL %d: %v", i, err)
+		}
+	}
+	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", h.ofTarget(),
+		fmt.Sprintf("cookie=0x%016x/0x%016x", uint64(flows.CookieSuite|flows.Cookie(flows.CookieKindAttachment)<<flows.CookieKindShift), uint64(flows.SuiteMask|0xff<<flows.CookieKindShift)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "cookie=") {
+		t.Errorf("attachment flows left after parallel DELs:\n%s", out)
+	}
+	if veths := ourVeths(t); len(veths) != 0 {
+		t.Errorf("veths left: %v", veths)
+	}
+}
+
+func TestPortmapVersions(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	for i, v := range []string{"0.4.0", "1.1.0"} {
+		t.Run(v, func(t *testing.T) {
+			n := h.portmapList(t, v, "pmv", nil)
+			c := newContainer(t)
+			caps := mappings(map[string]any{"HostPort": 8090 + i, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""})
+			n.mustAdd(t, c, "eth0", caps)
+			c.serveTCP(t, 80)
+			expect(t, h.outside.ns, "tcp", hp(nodeV4, 8090+i), c, outsideV4)
+			if err := n.check(c, "eth0", caps); err != nil {
+				t.Errorf("CHECK: %v", err)
+			}
+			if err := n.del(c, "eth0", nil); err != nil {
+				t.Errorf("DEL: %v", err)
+			}
+			if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0")); len(fl) != 0 {
+				t.Errorf("after DEL: %v", fl)
+			}
+		})
+	}
+}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -36,11 +38,15 @@ type NetConf struct {
 			MAC string   `json:"mac,omitempty"`
 			IPs []string `json:"ips,omitempty"`
 		} `json:"cni,omitempty"`
+		hostport.Args // Apache Mesos: args["org.apache.mesos"].network_info.port_mappings
 	} `json:"args,omitempty"`
+	LogFile string `json:"logFile,omitempty"` // see package cnilog
 
 	// Resolved by LoadConf.
-	MAC    net.HardwareAddr `json:"-"`
-	Trunks []int            `json:"-"`
+	MAC      net.HardwareAddr `json:"-"`
+	Trunks   []int            `json:"-"`
+	Mappings []flows.Mapping  `json:"-"` // Mesos port mappings, published by ovs-bridge itself
+
 }
 
 // Trunk is one entry of "trunk": a single VLAN or a range.
@@ -117,6 +123,9 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 		return nil, err
 	}
 	n.Trunks = trunks
+	if n.Mappings, err = hostport.ParseMappings(n.Args.Entries(), `args["org.apache.mesos"].network_info.port_mappings`); err != nil {
+		return nil, err
+	}
 	if mac != "" {
 		hw, err := net.ParseMAC(mac)
 		if err != nil || len(hw) != 6 {

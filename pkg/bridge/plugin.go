@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -18,6 +17,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnilog"
+	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -40,12 +41,7 @@ func dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
 }
 
 // asCNIError gives OVSDB unreachability its CNI code and leaves the rest wrapped.
-func asCNIError(err error) error {
-	if errors.Is(err, ovsdb.ErrUnreachable) {
-		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
-	}
-	return err
-}
+func asCNIError(err error) error { return hostport.CNIError(err) }
 
 func portExternalIDs(args *skel.CmdArgs, conf *NetConf) map[string]string {
 	return map[string]string{
@@ -139,6 +135,10 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	// retried ADD's own port, or one a DEL just removed) before the new one
 	// appears; else it keeps reading the deleted device.
 	if len(previous) > 0 {
+		// The old port's host ports go with it (its record is on the row).
+		if err := withdrawHostPorts(ctx, cli, previous); err != nil {
+			return err
+		}
 		err = cli.DetachPortsAndSync(ctx, ofportTimeout, portUUIDs(previous)...)
 	} else {
 		err = cli.SyncPending(ctx, ofportTimeout)
@@ -210,7 +210,49 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return err
 		}
 	}
+	cnilog.Note("port %s on %s, ips %v", hostName, conf.Bridge, ipList(result))
+	if len(conf.Mappings) > 0 {
+		if err := publishMesos(ctx, cli, args, conf, result); err != nil {
+			return err
+		}
+	}
 	return types.PrintResult(result, conf.CNIVersion)
+}
+
+// publishMesos publishes the port mappings Apache Mesos passes in args: Mesos
+// calls one plugin, not a chain, so ovs-bridge does what ovs-portmap would,
+// through the same code (one pipeline, one cookie per attachment), with
+// ovs-portmap's defaults (node addresses of the bridge interface, snat on).
+func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, conf *NetConf, result *current.Result) error {
+	v4, v6, mac := hostport.ContainerFacts(result, args.IfName)
+	if !v4.IsValid() && !v6.IsValid() {
+		return nil
+	}
+	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
+	if err != nil {
+		return asCNIError(err)
+	}
+	if len(ports) != 1 {
+		return fmt.Errorf("port of %s/%s: found %d", args.ContainerID, args.IfName, len(ports))
+	}
+	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.OVSDB},
+		args.ContainerID, args.IfName, ports[0], v4, v6, mac)
+	if err != nil {
+		return err
+	}
+	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, flows.DefaultPipeline(), plan.Attachment); err != nil {
+		return asCNIError(err)
+	}
+	cnilog.Note("host ports %v", plan.Attachment.Rules)
+	return nil
+}
+
+func ipList(r *current.Result) []string {
+	out := make([]string, 0, len(r.IPs))
+	for _, ip := range r.IPs {
+		out = append(out, ip.Address.String())
+	}
+	return out
 }
 
 // configureContainer runs inside the container netns: sysctls, TX offload,

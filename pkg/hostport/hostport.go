@@ -147,6 +147,14 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 			_ = br.DeleteCookie(context.Background(), a.Cookie)
 		}
 	}()
+	if err := applyNodeLocal(ctx, a.Rules, false); err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			_ = applyNodeLocal(context.Background(), a.Rules, true)
+		}
+	}()
 	return flushConntrack(ctx, br, pl, a.Rules)
 }
 
@@ -162,7 +170,7 @@ func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rul
 }
 
 // Withdraw removes everything Publish made for port p: flows by cookie,
-// conntrack entries, then the record and claims. A port without a record is
+// conntrack entries, node-local nft elements, then the record and claims. A port without a record is
 // a no-op; an OpenFlow socket that is gone (ovs-vswitchd stopped, taking its
 // flows with it) is not an error.
 func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
@@ -179,6 +187,9 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 				return err
 			}
 			_ = flushConntrack(ctx, br, pl, a.Rules)
+		}
+		if err := applyNodeLocal(ctx, a.Rules, true); err != nil {
+			return err
 		}
 	}
 	if len(keys) == 0 {

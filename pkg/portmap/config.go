@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -36,101 +37,15 @@ type Conf struct {
 	ConditionsV6         *json.RawMessage `json:"conditionsV6,omitempty"`
 
 	RuntimeConfig struct {
-		PortMaps []Entry `json:"portMappings,omitempty"`
+		PortMaps []hostport.Entry `json:"portMappings,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
-	Args *Args `json:"args,omitempty"`
+	Args    *hostport.Args `json:"args,omitempty"`
+	LogFile string         `json:"logFile,omitempty"` // see package cnilog
 
 	// Resolved by LoadConf.
 	Mappings []flows.Mapping `json:"-"`
 	NodeIPs  []netip.Addr    `json:"-"` // from hostIPs; nil: the bridge's addresses
 	Pipeline flows.Pipeline  `json:"-"`
-}
-
-// Entry is one runtimeConfig.portMappings element. encoding/json matches keys
-// case-insensitively, so containerd's "HostPort"/"HostIP" decode too.
-type Entry struct {
-	HostPort      int    `json:"hostPort"`
-	ContainerPort int    `json:"containerPort"`
-	Protocol      string `json:"protocol"`
-	HostIP        string `json:"hostIP,omitempty"`
-}
-
-// Args carries Apache Mesos's port mappings:
-// args["org.apache.mesos"].network_info.port_mappings.
-type Args struct {
-	Mesos *struct {
-		NetworkInfo struct {
-			PortMappings []MesosEntry `json:"port_mappings"`
-		} `json:"network_info"`
-	} `json:"org.apache.mesos,omitempty"`
-}
-
-// MesosEntry is one Mesos port mapping (no host IP).
-type MesosEntry struct {
-	HostPort      int    `json:"host_port"`
-	ContainerPort int    `json:"container_port"`
-	Protocol      string `json:"protocol,omitempty"`
-}
-
-// MaxMappings bounds the mappings of one attachment.
-const MaxMappings = 4096
-
-func invalid(format string, a ...any) error {
-	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, a...), "")
-}
-
-// Entries returns the requested mappings: runtimeConfig.portMappings, or else
-// the Mesos ones.
-func (a *Args) entries() []Entry {
-	if a == nil || a.Mesos == nil {
-		return nil
-	}
-	out := make([]Entry, 0, len(a.Mesos.NetworkInfo.PortMappings))
-	for _, m := range a.Mesos.NetworkInfo.PortMappings {
-		out = append(out, Entry{HostPort: m.HostPort, ContainerPort: m.ContainerPort, Protocol: m.Protocol})
-	}
-	return out
-}
-
-// ParseMappings validates entries into mappings; field names the source
-// ("runtimeConfig.portMappings" or the Mesos path) in errors.
-func ParseMappings(entries []Entry, field string) ([]flows.Mapping, error) {
-	if len(entries) > MaxMappings {
-		return nil, invalid("%s: %d mappings, at most %d", field, len(entries), MaxMappings)
-	}
-	out := make([]flows.Mapping, 0, len(entries))
-	claimed := map[[2]string]int{}
-	for i, e := range entries {
-		name := fmt.Sprintf("%s[%d] (hostPort %d, containerPort %d, protocol %q)", field, i, e.HostPort, e.ContainerPort, e.Protocol)
-		if e.HostPort < 1 || e.HostPort > 65535 {
-			return nil, invalid("%s: hostPort %d: want 1-65535", name, e.HostPort)
-		}
-		if e.ContainerPort < 1 || e.ContainerPort > 65535 {
-			return nil, invalid("%s: containerPort %d: want 1-65535", name, e.ContainerPort)
-		}
-		proto, err := flows.ParseProtocol(e.Protocol)
-		if err != nil {
-			return nil, invalid("%s: protocol %q: want tcp, udp or sctp", name, e.Protocol)
-		}
-		var host netip.Addr
-		if e.HostIP != "" {
-			if host, err = netip.ParseAddr(e.HostIP); err != nil || host.Zone() != "" {
-				return nil, invalid("%s: hostIP %q: not an IP address", name, e.HostIP)
-			}
-			host = host.Unmap()
-		}
-		m := flows.Mapping{Protocol: proto, HostIP: host, HostPort: uint16(e.HostPort), ContainerPort: uint16(e.ContainerPort)}
-		key := [2]string{proto.String() + "/" + host.String(), fmt.Sprint(e.HostPort)}
-		if j, dup := claimed[key]; dup {
-			if out[j] == m {
-				continue // the same mapping twice
-			}
-			return nil, invalid("%s: host port %d/%s is mapped twice", name, e.HostPort, proto)
-		}
-		claimed[key] = len(out)
-		out = append(out, m)
-	}
-	return out, nil
 }
 
 // LoadConf decodes stdin, applies defaults, then validates.
@@ -190,12 +105,21 @@ func LoadConf(stdin []byte) (*Conf, error) {
 	}
 	entries, field := c.RuntimeConfig.PortMaps, "runtimeConfig.portMappings"
 	if len(entries) == 0 {
-		entries, field = c.Args.entries(), `args["org.apache.mesos"].network_info.port_mappings`
+		entries, field = c.Args.Entries(), `args["org.apache.mesos"].network_info.port_mappings`
 	}
-	m, err := ParseMappings(entries, field)
+	m, err := hostport.ParseMappings(entries, field)
 	if err != nil {
 		return nil, err
 	}
 	c.Mappings = m
 	return c, nil
+}
+
+func (c *Conf) options() hostport.Options {
+	return hostport.Options{Mappings: c.Mappings, NodeIPs: c.NodeIPs, SNAT: *c.SNAT, MasqAll: c.MasqAll,
+		OpenFlow: c.OpenFlow, OVSDB: c.OVSDB}
+}
+
+func invalid(format string, a ...any) error {
+	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, a...), "")
 }

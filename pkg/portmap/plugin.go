@@ -2,13 +2,12 @@ package portmap
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
-	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
@@ -35,16 +33,7 @@ func dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
 	return c, nil
 }
 
-func asCNIError(err error) error {
-	var claimed *ovsdb.ClaimedError
-	switch {
-	case errors.Is(err, ovsdb.ErrUnreachable):
-		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
-	case errors.As(err, &claimed):
-		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")
-	}
-	return err
-}
+func asCNIError(err error) error { return hostport.CNIError(err) }
 
 // prevResult parses the prevResult, which ADD and CHECK require.
 func prevResult(conf *Conf) (*current.Result, error) {
@@ -59,115 +48,6 @@ func prevResult(conf *Conf) (*current.Result, error) {
 		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
 	}
 	return r, nil
-}
-
-// ContainerFacts picks, from a result, the first IPv4 and IPv6 address of the
-// interface ifname that has a sandbox (or of IPs with no interface), and that
-// interface's MAC.
-func ContainerFacts(r *current.Result, ifname string) (v4, v6 netip.Addr, mac net.HardwareAddr) {
-	idx := -1
-	for i, iface := range r.Interfaces {
-		if iface.Name == ifname && iface.Sandbox != "" {
-			idx = i
-			mac, _ = net.ParseMAC(iface.Mac)
-			break
-		}
-	}
-	for _, ipc := range r.IPs {
-		if ipc.Interface != nil && *ipc.Interface != idx {
-			continue
-		}
-		a, ok := netip.AddrFromSlice(ipc.Address.IP)
-		if !ok {
-			continue
-		}
-		a = a.Unmap()
-		if a.Is4() && !v4.IsValid() {
-			v4 = a
-		} else if a.Is6() && !v6.IsValid() {
-			v6 = a
-		}
-	}
-	return v4, v6, mac
-}
-
-// NodeIPs are the global unicast addresses of the bridge's internal interface.
-func NodeIPs(bridge string) ([]netip.Addr, error) {
-	l, err := netlink.LinkByName(bridge)
-	if err != nil {
-		return nil, fmt.Errorf("bridge interface %q: %w", bridge, err)
-	}
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, fmt.Errorf("addresses of %q: %w", bridge, err)
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap().IsGlobalUnicast() {
-			out = append(out, ip.Unmap())
-		}
-	}
-	return out, nil
-}
-
-// Plan is what an ADD resolved for one attachment.
-type Plan struct {
-	Port       ovsdb.OwnedPort
-	Target     string
-	Attachment flows.Attachment
-}
-
-// Resolve turns the config and facts into the attachment's flows facts:
-// node addresses, hostIP checks, rules, hairpin sources.
-func Resolve(conf *Conf, containerID, ifname string, port ovsdb.OwnedPort, v4, v6 netip.Addr, mac net.HardwareAddr) (*Plan, error) {
-	bridge := port.Port.ExternalIDs[ovsdb.KeyBridge]
-	nodeIPs := conf.NodeIPs
-	if nodeIPs == nil {
-		var err error
-		if nodeIPs, err = NodeIPs(bridge); err != nil {
-			return nil, err
-		}
-	}
-	for i, m := range conf.Mappings {
-		if m.HostIP.IsValid() && !m.HostIP.IsUnspecified() && !containsAddr(nodeIPs, m.HostIP) {
-			return nil, invalid("portMappings[%d]: hostIP %s is not a node address (%v)", i, m.HostIP, nodeIPs)
-		}
-	}
-	if port.Interface.OFPort == nil || *port.Interface.OFPort <= 0 {
-		return nil, fmt.Errorf("port %q has no ofport", port.Port.Name)
-	}
-	if len(mac) != 6 {
-		return nil, fmt.Errorf("prevResult interface %q has no MAC", ifname)
-	}
-	a := flows.Attachment{
-		Cookie: flows.AttachmentCookie(containerID, ifname), OFPort: uint32(*port.Interface.OFPort), MAC: mac,
-		IPv4: v4, IPv6: v6, Rules: flows.Resolve(conf.Mappings, nodeIPs, v4, v6),
-		SNAT: *conf.SNAT, MasqAll: conf.MasqAll,
-	}
-	for _, n := range nodeIPs {
-		if n.Is4() && !a.HairpinV4.IsValid() {
-			a.HairpinV4 = n
-		}
-		if n.Is6() && !a.HairpinV6.IsValid() {
-			a.HairpinV6 = n
-		}
-	}
-	if !a.HairpinV4.IsValid() {
-		a.IPv4 = netip.Addr{} // no IPv4 node address: nothing IPv4 to publish
-	}
-	if !a.HairpinV6.IsValid() {
-		a.IPv6 = netip.Addr{}
-	}
-	return &Plan{Port: port, Target: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, bridge), Attachment: a}, nil
-}
-
-func containsAddr(list []netip.Addr, a netip.Addr) bool {
-	for _, x := range list {
-		if x == a {
-			return true
-		}
-	}
-	return false
 }
 
 // findPort returns the ovs-bridge port of the attachment.
@@ -196,7 +76,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if len(conf.Mappings) == 0 {
 		return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 	}
-	v4, v6, mac := ContainerFacts(prev, args.IfName)
+	v4, v6, mac := hostport.ContainerFacts(prev, args.IfName)
 	if !v4.IsValid() && !v6.IsValid() {
 		return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 	}
@@ -211,7 +91,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	plan, err := Resolve(conf, args.ContainerID, args.IfName, port, v4, v6, mac)
+	plan, err := hostport.Resolve(conf.options(), args.ContainerID, args.IfName, port, v4, v6, mac)
 	if err != nil {
 		return err
 	}
@@ -275,7 +155,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	var want []flows.Flow
 	target := hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, port.Port.ExternalIDs[ovsdb.KeyBridge])
 	cookie := flows.AttachmentCookie(args.ContainerID, args.IfName)
-	v4, v6, mac := ContainerFacts(prev, args.IfName)
+	v4, v6, mac := hostport.ContainerFacts(prev, args.IfName)
 	if len(conf.Mappings) > 0 && (v4.IsValid() || v6.IsValid()) {
 		rec, ok, err := hostport.RecordOf(port)
 		if err != nil {
@@ -284,11 +164,11 @@ func CmdCheck(args *skel.CmdArgs) error {
 		if !ok {
 			return fmt.Errorf("attachment %s/%s: no host port record on port %q", args.ContainerID, args.IfName, port.Port.Name)
 		}
-		c := *conf
-		if conf.NodeIPs == nil {
-			c.NodeIPs = recordNodeIPs(rec) // the node addresses ADD resolved
+		opts := conf.options()
+		if opts.NodeIPs == nil {
+			opts.NodeIPs = recordNodeIPs(rec) // the node addresses ADD resolved
 		}
-		plan, err := Resolve(&c, args.ContainerID, args.IfName, port, v4, v6, mac)
+		plan, err := hostport.Resolve(opts, args.ContainerID, args.IfName, port, v4, v6, mac)
 		if err != nil {
 			return err
 		}
@@ -311,7 +191,7 @@ func recordNodeIPs(r hostport.Record) []netip.Addr {
 		}
 	}
 	for _, rule := range r.Rules {
-		if !containsAddr(out, rule.NodeIP) {
+		if !slices.Contains(out, rule.NodeIP) {
 			out = append(out, rule.NodeIP)
 		}
 	}

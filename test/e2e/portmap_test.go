@@ -176,6 +176,10 @@ func TestPortmapDatapath(t *testing.T) {
 	expect(t, a.ns, "tcp", hp(nodeV4, 8080), a, "")
 	expect(t, a.ns, "tcp", hp(nodeV6, 8080), a, "")
 	expect(t, a.ns, "udp", hp(nodeV4, 5353), a, "")
+	// D: a process on the node itself (this test runs in the node's netns).
+	expect(t, nil, "tcp", hp(nodeV4, 8080), a, "")
+	expect(t, nil, "tcp", hp(nodeV6, 8080), a, "")
+	expect(t, nil, "udp", hp(nodeV4, 5353), a, "")
 	// E: a hostIP-specific mapping is not translated on another node address.
 	if got, err := dial(h.outside.ns, "tcp", hp(nodeV4b, 9090)); err == nil {
 		t.Errorf("row E: %s answered %q, want no translation", hp(nodeV4b, 9090), got)
@@ -216,6 +220,12 @@ func TestPortmapDatapath(t *testing.T) {
 	}
 	if err := n.del(a, "eth0", nil); err != nil {
 		t.Errorf("second DEL: %v", err)
+	}
+	if out, _ := run("nft", "list", "map", "ip", "ovsflow_hostport", "hostports"); strings.Contains(out, aV4) {
+		t.Errorf("after DEL: node-local nft elements left:\n%s", out)
+	}
+	if _, err := dial(nil, "tcp", hp(nodeV4, 8080)); err == nil {
+		t.Errorf("after DEL: node-local host port still answers")
 	}
 }
 

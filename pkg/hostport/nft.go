@@ -1,0 +1,80 @@
+package hostport
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+)
+
+// Node-local host ports. A process on the node that connects to its own
+// address never sends the packet into Open vSwitch (the kernel delivers it
+// locally), so the OpenFlow rules cannot see it. The narrowest kernel hook that
+// serves it is a DNAT in the nat/output hook, for exactly the published
+// (node IP, protocol, host port) triples, from one map per family in tables
+// this suite owns:
+//
+//	table ip  ovsflow_hostport { map hostports { ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service }
+//	                             chain output { type nat hook output priority -100; dnat ip to ip daddr . meta l4proto . th dport map @hostports } }
+//	table ip6 ovsflow_hostport { the same for IPv6 }
+//
+// An attachment owns the map elements of its rules (they are claimed in OVSDB,
+// so no two attachments share one); ADD adds them, DEL removes them, each in
+// one nft transaction, at a cost that does not depend on how many there are.
+// 127.0.0.1 is not served: that would need route_localnet, the CVE-2020-8558
+// hole.
+const nftTable = "ovsflow_hostport"
+
+// nftScript renders the nft transaction that adds (or removes) the elements of
+// rules, creating the tables idempotently first.
+func nftScript(rules []flows.Rule, remove bool) string {
+	var b strings.Builder
+	for _, fam := range []struct{ family, addr string }{{"ip", "ipv4_addr"}, {"ip6", "ipv6_addr"}} {
+		var elems []flows.Rule
+		for _, r := range rules {
+			if (fam.family == "ip") == r.NodeIP.Is4() {
+				elems = append(elems, r)
+			}
+		}
+		if len(elems) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "add table %s %s\n", fam.family, nftTable)
+		fmt.Fprintf(&b, "add map %s %s hostports { type %s . inet_proto . inet_service : %s . inet_service ; }\n", fam.family, nftTable, fam.addr, fam.addr)
+		fmt.Fprintf(&b, "add chain %s %s output { type nat hook output priority -100 ; policy accept ; }\n", fam.family, nftTable)
+		fmt.Fprintf(&b, "flush chain %s %s output\n", fam.family, nftTable)
+		fmt.Fprintf(&b, "add rule %s %s output dnat %s to %s daddr . meta l4proto . th dport map @hostports\n", fam.family, nftTable, fam.family, fam.family)
+		for _, r := range elems {
+			elem := fmt.Sprintf("%s . %s . %d : %s . %d", r.NodeIP, r.Protocol, r.HostPort, r.ContainerIP, r.ContainerPort)
+			// "add" first makes "delete" safe when the element is already gone.
+			fmt.Fprintf(&b, "add element %s %s hostports { %s }\n", fam.family, nftTable, elem)
+			if remove {
+				fmt.Fprintf(&b, "delete element %s %s hostports { %s . %s . %d }\n", fam.family, nftTable, r.NodeIP, r.Protocol, r.HostPort)
+			}
+		}
+	}
+	return b.String()
+}
+
+// applyNodeLocal runs the nft transaction for rules; without nft on the node it
+// does nothing (node-local host ports are then not served).
+func applyNodeLocal(ctx context.Context, rules []flows.Rule, remove bool) error {
+	script := nftScript(rules, remove)
+	if script == "" {
+		return nil
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("nft (node-local host ports): %w: %s", err, strings.TrimSpace(errb.String()))
+	}
+	return nil
+}

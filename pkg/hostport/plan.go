@@ -1,0 +1,124 @@
+package hostport
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// ContainerFacts picks, from a result, the first IPv4 and IPv6 address of the
+// interface ifname that has a sandbox (or of IPs with no interface), and that
+// interface's MAC.
+func ContainerFacts(r *current.Result, ifname string) (v4, v6 netip.Addr, mac net.HardwareAddr) {
+	idx := -1
+	for i, iface := range r.Interfaces {
+		if iface.Name == ifname && iface.Sandbox != "" {
+			idx = i
+			mac, _ = net.ParseMAC(iface.Mac)
+			break
+		}
+	}
+	for _, ipc := range r.IPs {
+		if ipc.Interface != nil && *ipc.Interface != idx {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(ipc.Address.IP)
+		if !ok {
+			continue
+		}
+		a = a.Unmap()
+		if a.Is4() && !v4.IsValid() {
+			v4 = a
+		} else if a.Is6() && !v6.IsValid() {
+			v6 = a
+		}
+	}
+	return v4, v6, mac
+}
+
+// NodeIPs are the global unicast addresses of the bridge's internal interface.
+func NodeIPs(bridge string) ([]netip.Addr, error) {
+	l, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return nil, fmt.Errorf("bridge interface %q: %w", bridge, err)
+	}
+	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("addresses of %q: %w", bridge, err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap().IsGlobalUnicast() {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out, nil
+}
+
+// Plan is what an ADD resolved for one attachment.
+type Plan struct {
+	Port       ovsdb.OwnedPort
+	Target     string
+	Attachment flows.Attachment
+}
+
+// Options are the host port settings of a network.
+type Options struct {
+	Mappings []flows.Mapping
+	NodeIPs  []netip.Addr // nil: the addresses of the bridge's internal interface
+	SNAT     bool
+	MasqAll  bool
+	OpenFlow string // override of the bridge's OpenFlow target
+	OVSDB    string // OVSDB endpoint, to derive the default OpenFlow target
+}
+
+// Resolve turns options and facts into the attachment's flow facts: node
+// addresses, hostIP checks, rules, hairpin sources.
+func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4, v6 netip.Addr, mac net.HardwareAddr) (*Plan, error) {
+	bridge := port.Port.ExternalIDs[ovsdb.KeyBridge]
+	nodeIPs := conf.NodeIPs
+	if nodeIPs == nil {
+		var err error
+		if nodeIPs, err = NodeIPs(bridge); err != nil {
+			return nil, err
+		}
+	}
+	for i, m := range conf.Mappings {
+		if m.HostIP.IsValid() && !m.HostIP.IsUnspecified() && !slices.Contains(nodeIPs, m.HostIP) {
+			return nil, invalid("portMappings[%d]: hostIP %s is not a node address (%v)", i, m.HostIP, nodeIPs)
+		}
+	}
+	if port.Interface.OFPort == nil || *port.Interface.OFPort <= 0 {
+		return nil, fmt.Errorf("port %q has no ofport", port.Port.Name)
+	}
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("prevResult interface %q has no MAC", ifname)
+	}
+	a := flows.Attachment{
+		Cookie: flows.AttachmentCookie(containerID, ifname), OFPort: uint32(*port.Interface.OFPort), MAC: mac,
+		IPv4: v4, IPv6: v6, Rules: flows.Resolve(conf.Mappings, nodeIPs, v4, v6),
+		SNAT: conf.SNAT, MasqAll: conf.MasqAll,
+	}
+	for _, n := range nodeIPs {
+		if n.Is4() && !a.HairpinV4.IsValid() {
+			a.HairpinV4 = n
+		}
+		if n.Is6() && !a.HairpinV6.IsValid() {
+			a.HairpinV6 = n
+		}
+	}
+	if !a.HairpinV4.IsValid() {
+		a.IPv4 = netip.Addr{} // no IPv4 node address: nothing IPv4 to publish
+	}
+	if !a.HairpinV6.IsValid() {
+		a.IPv6 = netip.Addr{}
+	}
+	return &Plan{Port: port, Target: OpenFlowTarget(conf.OpenFlow, conf.OVSDB, bridge), Attachment: a}, nil
+}

@@ -206,7 +206,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 
 	if conf.IsGateway {
-		if err := setupGateway(ctx, cli, conf.Bridge, result); err != nil {
+		if err := setupGateway(ctx, cli, conf.Bridge, br.UUID, result); err != nil {
 			return err
 		}
 	}
@@ -291,7 +291,7 @@ func configureContainer(ifname string, result *current.Result, netdev bool) (str
 
 // setupGateway puts each IPAM gateway, with its subnet's prefix, on the
 // bridge's internal interface and brings it up.
-func setupGateway(ctx context.Context, cli *ovsdb.Client, bridge string, result *current.Result) error {
+func setupGateway(ctx context.Context, cli *ovsdb.Client, bridge, bridgeUUID string, result *current.Result) error {
 	// The internal interface exists once ovs-vswitchd has given it an ofport.
 	if _, err := cli.WaitOFPort(ctx, bridge, ofportTimeout); err != nil {
 		return asCNIError(err)
@@ -301,6 +301,7 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, bridge string, result 
 		return fmt.Errorf("looking up bridge interface %q: %w", bridge, err)
 	}
 	_ = link.SetSysctl("net/ipv6/conf/"+bridge+"/accept_dad", "0")
+	record := map[string]string{}
 	for _, ipc := range result.IPs {
 		if ipc.Gateway == nil {
 			continue
@@ -308,6 +309,14 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, bridge string, result 
 		addr := &netlink.Addr{IPNet: &net.IPNet{IP: ipc.Gateway, Mask: ipc.Address.Mask}}
 		if err := netlink.AddrReplace(l, addr); err != nil {
 			return fmt.Errorf("adding gateway %s to bridge %q: %w", addr.IPNet, bridge, err)
+		}
+		record[hostport.KeyGatewayPrefix+addr.IPNet.String()] = ovsdb.ClaimValue
+	}
+	// Recorded so that a reconcile can restore them after ovs-vswitchd
+	// re-creates the interface.
+	if len(record) > 0 {
+		if err := cli.SetBridgeExternalIDs(ctx, bridgeUUID, record); err != nil {
+			return asCNIError(err)
 		}
 	}
 	if err := netlink.LinkSetUp(l); err != nil {

@@ -28,18 +28,21 @@ import (
 // hole.
 const nftTable = "ovsflow_hostport"
 
+var nftFamilies = []struct{ family, addr string }{{"ip", "ipv4_addr"}, {"ip6", "ipv6_addr"}}
+
 // nftScript renders the nft transaction that adds (or removes) the elements of
-// rules, creating the tables idempotently first.
-func nftScript(rules []flows.Rule, remove bool) string {
+// rules, creating the tables idempotently first. With rebuild, it creates both
+// families' tables and replaces all elements with those of rules.
+func nftScript(rules []flows.Rule, remove, rebuild bool) string {
 	var b strings.Builder
-	for _, fam := range []struct{ family, addr string }{{"ip", "ipv4_addr"}, {"ip6", "ipv6_addr"}} {
+	for _, fam := range nftFamilies {
 		var elems []flows.Rule
 		for _, r := range rules {
 			if (fam.family == "ip") == r.NodeIP.Is4() {
 				elems = append(elems, r)
 			}
 		}
-		if len(elems) == 0 {
+		if len(elems) == 0 && !rebuild {
 			continue
 		}
 		fmt.Fprintf(&b, "add table %s %s\n", fam.family, nftTable)
@@ -47,6 +50,9 @@ func nftScript(rules []flows.Rule, remove bool) string {
 		fmt.Fprintf(&b, "add chain %s %s output { type nat hook output priority -100 ; policy accept ; }\n", fam.family, nftTable)
 		fmt.Fprintf(&b, "flush chain %s %s output\n", fam.family, nftTable)
 		fmt.Fprintf(&b, "add rule %s %s output dnat %s to %s daddr . meta l4proto . th dport map @hostports\n", fam.family, nftTable, fam.family, fam.family)
+		if rebuild {
+			fmt.Fprintf(&b, "flush map %s %s hostports\n", fam.family, nftTable)
+		}
 		for _, r := range elems {
 			elem := fmt.Sprintf("%s . %s . %d : %s . %d", r.NodeIP, r.Protocol, r.HostPort, r.ContainerIP, r.ContainerPort)
 			// "add" first makes "delete" safe when the element is already gone.
@@ -62,7 +68,16 @@ func nftScript(rules []flows.Rule, remove bool) string {
 // applyNodeLocal runs the nft transaction for rules; without nft on the node it
 // does nothing (node-local host ports are then not served).
 func applyNodeLocal(ctx context.Context, rules []flows.Rule, remove bool) error {
-	script := nftScript(rules, remove)
+	return runNft(ctx, nftScript(rules, remove, false))
+}
+
+// rebuildNodeLocal replaces the elements of both maps with those of rules, in
+// one nft transaction (reconcile).
+func rebuildNodeLocal(ctx context.Context, rules []flows.Rule) error {
+	return runNft(ctx, nftScript(rules, false, true))
+}
+
+func runNft(ctx context.Context, script string) error {
 	if script == "" {
 		return nil
 	}

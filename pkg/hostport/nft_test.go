@@ -27,10 +27,10 @@ add rule ip6 ovsflow_hostport output dnat ip6 to ip6 daddr . meta l4proto . th d
 add element ip6 ovsflow_hostport hostports { 2001:db8:100::1 . udp . 53 : 2001:db8:c::10 . 5353 }
 delete element ip6 ovsflow_hostport hostports { 2001:db8:100::1 . udp . 53 }
 `
-	if got := nftScript(rules, true); got != want {
+	if got := nftScript(rules, true, false); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
-	if got := nftScript(nil, false); got != "" {
+	if got := nftScript(nil, false, false); got != "" {
 		t.Errorf("no rules: got %q, want nothing", got)
 	}
 }

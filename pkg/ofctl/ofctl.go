@@ -32,7 +32,14 @@ func (b Bridge) run(ctx context.Context, stdin string, args ...string) (string, 
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("ovs-ofctl %s on %s: %w: %s", args[0], b.Target, err, strings.TrimSpace(errb.String()))
+		verb := args[0]
+		for _, a := range args {
+			if !strings.HasPrefix(a, "-") {
+				verb = a
+				break
+			}
+		}
+		return "", fmt.Errorf("ovs-ofctl %s on %s: %w: %s", verb, b.Target, err, strings.TrimSpace(errb.String()))
 	}
 	return out.String(), nil
 }

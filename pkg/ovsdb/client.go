@@ -533,3 +533,24 @@ func (c *Client) Record(ctx context.Context, portUUID string, unset []string, se
 	}
 	return fmt.Errorf("recording on port %s: %w", portUUID, err)
 }
+
+// Bridges returns every bridge.
+func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
+	res, err := c.transact(ctx, selectOp(tableBridge))
+	if err != nil {
+		return nil, fmt.Errorf("listing bridges: %w", err)
+	}
+	return decode[Bridge](c, tableBridge, res[0].Rows)
+}
+
+// SetBridgeExternalIDs adds keys to a bridge's external_ids; existing keys
+// keep their value (an OVSDB map insert does not overwrite).
+func (c *Client) SetBridgeExternalIDs(ctx context.Context, bridgeUUID string, set map[string]string) error {
+	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: bridgeUUID})}
+	_, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableBridge, Where: where,
+		Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(set))}})
+	if err != nil {
+		return fmt.Errorf("recording on bridge %s: %w", bridgeUUID, err)
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+package hostport
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/link"
+	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// KeyGatewayPrefix starts the Bridge external_ids keys that record the
+// gateway addresses ovs-bridge put on the bridge's internal interface
+// ("ovsflow.io/gateway/192.0.2.1/24" = "1"), so that reconcile can restore
+// them when ovs-vswitchd re-creates the interface.
+const KeyGatewayPrefix = "ovsflow.io/gateway/"
+
+// Stats counts what one reconcile pass did.
+type Stats struct {
+	Attachments int // live attachments whose flows were rebuilt
+	Bridges     int // bridges reprogrammed
+	Stale       int // attachment cookies removed (no live attachment)
+	Gateways    int // gateway addresses restored
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("attachments=%d bridges=%d stale=%d gateways=%d", s.Attachments, s.Bridges, s.Stale, s.Gateways)
+}
+
+// Reconcile rebuilds, from OVSDB alone, the flows and node-local rules of
+// every live attachment (from the records ADD wrote, with the ofport OVSDB
+// holds now), removes the flows of attachments that no longer exist, and
+// restores recorded gateway addresses. It is idempotent: each bridge gets one
+// atomic bundle that replaces what is there.
+func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, error) {
+	var st Stats
+	bridges, err := cli.Bridges(ctx)
+	if err != nil {
+		return st, err
+	}
+	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return st, err
+	}
+	type live struct {
+		pl flows.Pipeline
+		a  flows.Attachment
+	}
+	byTarget := map[string][]live{}
+	var rules []flows.Rule
+	for _, p := range ports {
+		rec, ok, err := RecordOf(p)
+		if err != nil || !ok {
+			continue
+		}
+		pl, a, err := rec.Attachment()
+		if err != nil {
+			continue
+		}
+		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
+			a.OFPort = uint32(*p.Interface.OFPort)
+		}
+		byTarget[rec.OpenFlow] = append(byTarget[rec.OpenFlow], live{pl, a})
+		rules = append(rules, a.Rules...)
+	}
+	targets := map[string]bool{}
+	for t := range byTarget {
+		targets[t] = true
+	}
+	for _, br := range bridges {
+		targets[OpenFlowTarget("", endpoint, br.Name)] = true
+		st.Gateways += restoreGateways(br)
+	}
+	for target := range targets {
+		if !reachable(target) {
+			// ovs-vswitchd is down or has not re-created the bridge yet.
+			return st, fmt.Errorf("OpenFlow endpoint %s is not there", target)
+		}
+		of := ofctl.Bridge{Target: target}
+		present, err := of.DumpOurs(ctx)
+		if err != nil {
+			return st, err
+		}
+		liveCookies := map[flows.Cookie]bool{}
+		var b strings.Builder
+		for i, l := range byTarget[target] {
+			if i == 0 {
+				for _, f := range l.pl.SharedFlows() {
+					b.WriteString("add " + f.String() + "\n")
+				}
+			}
+			liveCookies[l.a.Cookie] = true
+			b.WriteString("delete " + l.a.Cookie.Match() + "\n")
+			for _, f := range l.pl.AttachmentFlows(l.a) {
+				b.WriteString("add " + f.String() + "\n")
+			}
+			st.Attachments++
+		}
+		for c := range cookiesOf(present) {
+			if c.Kind() == flows.CookieKindAttachment && !liveCookies[c] {
+				b.WriteString("delete " + c.Match() + "\n")
+				st.Stale++
+			}
+		}
+		if b.Len() == 0 {
+			continue
+		}
+		if err := of.ApplyBundle(ctx, b.String()); err != nil {
+			return st, err
+		}
+		st.Bridges++
+	}
+	return st, rebuildNodeLocal(ctx, rules)
+}
+
+// cookiesOf parses the cookies of dumped flows.
+func cookiesOf(dumped []string) map[flows.Cookie]bool {
+	out := map[flows.Cookie]bool{}
+	for _, l := range dumped {
+		v, ok := strings.CutPrefix(strings.TrimSpace(l), "cookie=")
+		if !ok {
+			continue
+		}
+		v, _, _ = strings.Cut(v, ",")
+		var c uint64
+		if _, err := fmt.Sscanf(v, "0x%x", &c); err == nil && flows.Cookie(c).IsOurs() {
+			out[flows.Cookie(c)] = true
+		}
+	}
+	return out
+}
+
+// restoreGateways puts the recorded gateway addresses back on the bridge's
+// internal interface (ovs-vswitchd re-creates it without them on the
+// userspace datapath).
+func restoreGateways(br ovsdb.Bridge) int {
+	var addrs []netip.Prefix
+	for k := range br.ExternalIDs {
+		if p, err := netip.ParsePrefix(strings.TrimPrefix(k, KeyGatewayPrefix)); err == nil && strings.HasPrefix(k, KeyGatewayPrefix) {
+			addrs = append(addrs, p)
+		}
+	}
+	if len(addrs) == 0 {
+		return 0
+	}
+	l, err := netlink.LinkByName(br.Name)
+	if err != nil {
+		return 0
+	}
+	_ = link.SetSysctl("net/ipv6/conf/"+br.Name+"/accept_dad", "0")
+	n := 0
+	for _, p := range addrs {
+		ipn := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+		if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: ipn}); err == nil {
+			n++
+		}
+	}
+	_ = netlink.LinkSetUp(l)
+	return n
+}
+
+// ReconcileMain is `ovs-portmap reconcile -ovsdb ENDPOINT [-watch]`.
+func ReconcileMain(args []string, out io.Writer) int {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	fs.SetOutput(out)
+	endpoint := fs.String("ovsdb", ovsdb.DefaultEndpoint, "OVSDB endpoint")
+	watch := fs.Bool("watch", false, "keep running: reconcile whenever ovs-vswitchd (re)starts")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	once := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cli, err := ovsdb.Dial(ctx, *endpoint)
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		st, err := Reconcile(ctx, cli, *endpoint)
+		fmt.Fprintf(out, "%s reconcile: %s", time.Now().UTC().Format(time.RFC3339), st)
+		if err != nil {
+			fmt.Fprintf(out, " error: %v", err)
+		}
+		fmt.Fprintln(out)
+		return err
+	}
+	if !*watch {
+		if err := once(); err != nil {
+			return 1
+		}
+		return 0
+	}
+	for {
+		if err := watchLoop(*endpoint, once); err != nil {
+			fmt.Fprintf(out, "%s watch: %v; retrying\n", time.Now().UTC().Format(time.RFC3339), err)
+			time.Sleep(time.Second)
+		}
+	}
+}
+
+// watchLoop reconciles whenever an ovs-vswitchd (re)starts. It learns of
+// that through OVSDB: see ovsdb.VswitchdWatch.
+func watchLoop(endpoint string, once func() error) error {
+	ctx := context.Background()
+	w, err := ovsdb.WatchVswitchd(ctx, endpoint)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	for {
+		if err := w.WaitRunning(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+		// ovs-vswitchd re-creates its bridges after taking the lock: retry
+		// until every bridge answers.
+		deadline := time.Now().Add(30 * time.Second)
+		for once() != nil && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := w.WaitGone(ctx); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// restartVswitchd kills ovs-vswitchd with SIGKILL and starts it again.
+func restartVswitchd(t *testing.T) {
+	t.Helper()
+	pidFile := filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), "ovs-vswitchd.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for _, c := range strings.TrimSpace(string(b)) {
+		pid = pid*10 + int(c-'0')
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out, err := exec.Command(filepath.Join(repoRoot, "hack", "ovs-sandbox.sh"), "start-vswitchd", sandboxNS).CombinedOutput(); err != nil {
+		t.Fatalf("start-vswitchd: %v: %s", err, out)
+	}
+}
+
+// Flows live in ovs-vswitchd's memory: after it is killed and started again,
+// `ovs-portmap reconcile -watch` rebuilds every host port from OVSDB alone.
+func TestReconcileAfterVswitchdRestart(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.1.0", "rec", nil)
+	const N = 10
+	cs := make([]*container, N)
+	for i := range cs {
+		cs[i] = newContainer(t)
+		n.mustAdd(t, cs[i], "eth0", mappings(pm(30000+i, 80, "tcp", "")))
+		cs[i].serveTCP(t, 80)
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			n.del(c, "eth0", nil)
+		}
+	})
+	for i, c := range cs {
+		expect(t, h.outside.ns, "tcp", hp(nodeV4, 30000+i), c, outsideV4)
+	}
+
+	watch := exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr, "-watch")
+	var log strings.Builder
+	watch.Stdout, watch.Stderr = &log, &log
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		watch.Process.Kill()
+		watch.Wait()
+		t.Logf("reconcile -watch said:\n%s", log.String())
+	})
+	time.Sleep(300 * time.Millisecond) // its first pass
+
+	restartVswitchd(t)
+	back := time.Now()
+	// The node's own addresses are the operator's (its network configuration
+	// puts them back); the gateway addresses are restored by reconcile.
+	for _, args := range [][]string{
+		{"addr", "replace", nodeV4 + "/24", "dev", h.bridge},
+		{"addr", "replace", nodeV6 + "/64", "dev", h.bridge, "nodad"},
+		{"link", "set", h.bridge, "up"},
+	} {
+		for i := 0; i < 50; i++ {
+			if _, err := run("ip", args...); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	run("ethtool", "-K", h.bridge, "tx", "off")
+
+	deadline := back.Add(5 * time.Second)
+	for i, c := range cs {
+		for {
+			got, err := dial(h.outside.ns, "tcp", hp(nodeV4, 30000+i))
+			if err == nil && strings.HasPrefix(got, "hello from "+c.id) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("host port %d did not answer within 5 s of ovs-vswitchd being back: %q, %v", 30000+i, got, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Logf("all %d host ports answered %.2f s after ovs-vswitchd was started again", N, time.Since(back).Seconds())
+	if err := cs[0].ping("192.0.2.1"); err != nil {
+		t.Errorf("gateway address not restored: %v", err)
+	}
+
+	// CHECK and GC agree with what was rebuilt.
+	for i, c := range cs {
+		if err := n.check(c, "eth0", mappings(pm(30000+i, 80, "tcp", ""))); err != nil {
+			t.Errorf("CHECK %d after reconcile: %v", i, err)
+		}
+	}
+	var valid []types.GCAttachment
+	for _, c := range cs {
+		valid = append(valid, types.GCAttachment{ContainerID: c.id, IfName: "eth0"})
+	}
+	if err := n.cfg.GCNetworkList(context.Background(), n.list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	expect(t, h.outside.ns, "tcp", hp(nodeV6, 30000), cs[0], outsideV6)
+
+	// A one-shot reconcile is idempotent and removes flows nobody owns.
+	orphan := "cookie=0x0fc501deadbeef01,table=41,priority=100,ip,nw_dst=192.0.2.250,actions=drop"
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.ofTarget(), orphan); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
+			t.Fatalf("reconcile: %v: %s", err, out)
+		}
+	}
+	if out, _ := run("ovs-ofctl", "-O", "OpenFlow14", "dump-flows", h.ofTarget(), "cookie=0x0fc501deadbeef01/-1"); strings.Contains(out, "cookie=") {
+		t.Errorf("reconcile left a flow of no live attachment:\n%s", out)
+	}
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 30009), cs[9], outsideV4)
+}

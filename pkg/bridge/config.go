@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -28,6 +29,8 @@ type NetConf struct {
 	VLAN         *int    `json:"vlan,omitempty"`
 	Trunk        []Trunk `json:"trunk,omitempty"`
 	IsGateway    bool    `json:"isGateway,omitempty"`
+	PortSecurity *bool   `json:"portSecurity,omitempty"`
+	OpenFlow     string  `json:"openflow,omitempty"`
 
 	RuntimeConfig struct {
 		MAC string   `json:"mac,omitempty"`
@@ -80,6 +83,10 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if n.OVSDB == "" {
 		n.OVSDB = ovsdb.DefaultEndpoint
 	}
+	if n.PortSecurity == nil {
+		on := true
+		n.PortSecurity = &on
+	}
 	mac := ""
 	if cniArgs != "" {
 		e := envArgs{}
@@ -103,6 +110,9 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	}
 	if err := ovsdb.ValidateEndpoint(n.OVSDB); err != nil {
 		return nil, invalid(`"ovsdb": %v`, err)
+	}
+	if n.OpenFlow != "" && (!strings.HasPrefix(n.OpenFlow, "unix:/") && !strings.HasPrefix(n.OpenFlow, "tcp:") || strings.ContainsAny(n.OpenFlow, " \t\n,;'\"")) {
+		return nil, invalid(`"openflow" %q: want unix:/PATH or tcp:HOST:PORT`, n.OpenFlow)
 	}
 	switch n.DatapathType {
 	case "", "system", "netdev":

@@ -2,8 +2,10 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
+	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -188,6 +191,15 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 
 	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf)}
+	var portSec *hostport.PortSecRecord
+	if *conf.PortSecurity {
+		portSec = portSecRecord(conf, result, contIndex)
+		raw, err := json.Marshal(portSec)
+		if err != nil {
+			return err
+		}
+		spec.ExternalIDs[ovsdb.KeyPortSec] = string(raw)
+	}
 	if conf.VLAN != nil {
 		spec.Tag = *conf.VLAN
 	}
@@ -201,8 +213,25 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			}
 		}
 	}()
-	if _, err := cli.WaitOFPort(ctx, hostName, ofportTimeout); err != nil {
+	ofport, err := cli.WaitOFPort(ctx, hostName, ofportTimeout)
+	if err != nil {
 		return asCNIError(err)
+	}
+	if portSec != nil {
+		cookie := flows.AttachmentCookie(args.ContainerID, args.IfName)
+		ps, err := portSec.PortSecurity(cookie, uint32(ofport))
+		if err != nil {
+			return err
+		}
+		of := ofctl.Bridge{Target: portSec.OpenFlow}
+		if err := of.ApplyBundle(ctx, flows.PortSecurityBundle(ps)); err != nil {
+			return err
+		}
+		defer func() {
+			if retErr != nil {
+				_ = of.DeleteAttachment(context.Background(), cookie)
+			}
+		}()
 	}
 
 	if conf.IsGateway {
@@ -245,6 +274,19 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	}
 	cnilog.Note("host ports %v", plan.Attachment.Rules)
 	return nil
+}
+
+// portSecRecord lists what the port security flows allow: the container
+// interface's MAC and addresses (MAC only without IPAM).
+func portSecRecord(conf *NetConf, result *current.Result, contIndex int) *hostport.PortSecRecord {
+	rec := &hostport.PortSecRecord{OpenFlow: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+		MAC: result.Interfaces[contIndex].Mac, L2Only: len(result.IPs) == 0}
+	for _, ipc := range result.IPs {
+		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
+			rec.IPs = append(rec.IPs, a.Unmap())
+		}
+	}
+	return rec
 }
 
 func ipList(r *current.Result) []string {
@@ -370,7 +412,7 @@ func CmdDel(args *skel.CmdArgs) error {
 // when the chained plugin's DEL was never called.
 func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
 	for _, p := range ports {
-		if err := hostport.Withdraw(ctx, cli, p); err != nil {
+		if err := hostport.Withdraw(ctx, cli, p, true); err != nil {
 			return asCNIError(err)
 		}
 	}

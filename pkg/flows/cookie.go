@@ -38,3 +38,13 @@ func (c Cookie) Match() string { return "cookie=" + c.String() + "/-1" }
 func SuiteMatch() string {
 	return "cookie=" + CookieSuite.String() + "/" + SuiteMask.String()
 }
+
+// WithKind returns the cookie with another kind and the same attachment hash.
+func (c Cookie) WithKind(k uint8) Cookie {
+	return c&^(Cookie(0xff)<<CookieKindShift) | Cookie(k)<<CookieKindShift
+}
+
+// AttachmentMatch renders a match of every flow of the attachment, any kind.
+func (c Cookie) AttachmentMatch() string {
+	return "cookie=" + (c &^ (Cookie(0xff) << CookieKindShift)).String() + "/" + AttachmentMask.String()
+}

@@ -25,6 +25,10 @@
 //	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
 //	table 42  TablePortmapReplySNAT     replies after un-SNAT: un-DNAT them
 //	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
+//	prio 410  PriorityPortSecNA         table 0: a container's neighbour advertisement for its own address
+//	prio 405  PriorityPortSecNADrop     table 0: any other neighbour advertisement from a container
+//	prio 400  PriorityPortSecAllow      table 0: a container frame from its own MAC and addresses
+//	prio 390  PriorityPortSecDrop       table 0: any other frame from a container port
 //	prio 210  PriorityReply             table 0: reply from a published container port
 //	prio 200  PriorityRequest           table 0: request to a published node IP:hostPort
 //	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
@@ -40,7 +44,8 @@
 //	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
 //	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
 //	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
-//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1
+//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2
+//	reg1[0]            RegPortSecurityChecked  table 0: the frame passed port security and was resubmitted
 //	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname
 //
 // The ct_label of the DNAT connection remembers where the request came from,
@@ -108,6 +113,21 @@ const (
 	PriorityMiss uint16 = 0
 )
 
+// Port security (ovs-bridge's portSecurity): in table 0, a frame from a
+// container port that has not been checked yet (RegPortSecurityChecked = 0)
+// either matches one of the attachment's allow flows, which set the bit and
+// resubmit it to table 0 where the rest of the pipeline (and NORMAL) sees it
+// as before, or is dropped. So a container can send only from its own MAC and
+// IPs, ARP and neighbour discovery included.
+const (
+	PriorityPortSecNA     uint16 = 410
+	PriorityPortSecNADrop uint16 = 405
+	PriorityPortSecAllow  uint16 = 400
+	PriorityPortSecDrop   uint16 = 390
+	// RegPortSecurityChecked is set once a frame passed port security.
+	RegPortSecurityChecked = "NXM_NX_REG1[0]"
+)
+
 // Conntrack zones. Zone 0 is the default zone of every other ct() user and is
 // never used here.
 const (
@@ -142,8 +162,14 @@ const (
 	CookieKindShift = 40
 	// CookieKindShared marks the shared flows of tables 42 and 43.
 	CookieKindShared uint8 = 0
-	// CookieKindAttachment marks the flows of one attachment.
+	// CookieKindAttachment marks the host port flows of one attachment.
 	CookieKindAttachment uint8 = 1
+	// CookieKindPortSecurity marks the port security flows of one
+	// attachment (written by ovs-bridge, same hash as its host port flows).
+	CookieKindPortSecurity uint8 = 2
+	// AttachmentMask selects suite tag and hash, any kind: every flow of one
+	// attachment, for the single masked delete of ovs-bridge's DEL.
+	AttachmentMask Cookie = SuiteMask | CookieHashMask
 	// CookieHashMask selects the low 40 bits of FNV-1a 64 of
 	// containerID + "/" + ifname.
 	CookieHashMask Cookie = 1<<CookieKindShift - 1

@@ -173,9 +173,20 @@ func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rul
 // conntrack entries, node-local nft elements, then the record and claims. A port without a record is
 // a no-op; an OpenFlow socket that is gone (ovs-vswitchd stopped, taking its
 // flows with it) is not an error.
-func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
+//
+// With allKinds (ovs-bridge removing the port), the port security flows go in
+// the same masked delete.
+func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, allKinds bool) error {
 	rec, ok, err := RecordOf(p)
 	keys := ownedKeys(p)
+	if allKinds {
+		if ps, psOK := PortSecRecordOf(p); psOK && reachable(ps.OpenFlow) {
+			c := flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
+			if err := (ofctl.Bridge{Target: ps.OpenFlow}).DeleteAttachment(ctx, c); err != nil {
+				return err
+			}
+		}
+	}
 	if err == nil && ok {
 		pl, a, aerr := rec.Attachment()
 		if aerr != nil {
@@ -183,7 +194,11 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 		}
 		br := ofctl.Bridge{Target: rec.OpenFlow}
 		if reachable(rec.OpenFlow) {
-			if err := br.DeleteCookie(ctx, a.Cookie); err != nil {
+			del := br.DeleteCookie
+			if allKinds {
+				del = br.DeleteAttachment
+			}
+			if err := del(ctx, a.Cookie); err != nil {
 				return err
 			}
 			_ = flushConntrack(ctx, br, pl, a.Rules)
@@ -208,4 +223,33 @@ func reachable(target string) bool {
 	}
 	_, err := os.Stat(p)
 	return !errors.Is(err, os.ErrNotExist)
+}
+
+// PortSecRecord is ovs-bridge's port security record, stored as JSON in the
+// port's external_ids[ovsdb.KeyPortSec]: what the flows need besides the
+// ofport, which reconcile reads from OVSDB.
+type PortSecRecord struct {
+	OpenFlow string       `json:"openflow"`
+	MAC      string       `json:"mac"`
+	IPs      []netip.Addr `json:"ips,omitempty"`
+	L2Only   bool         `json:"l2only,omitempty"`
+}
+
+// PortSecurity returns the flow facts of the record for ofport and cookie c.
+func (r PortSecRecord) PortSecurity(c flows.Cookie, ofport uint32) (flows.PortSecurity, error) {
+	mac, err := net.ParseMAC(r.MAC)
+	if err != nil {
+		return flows.PortSecurity{}, fmt.Errorf("port security record MAC %q: %w", r.MAC, err)
+	}
+	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: mac, IPs: r.IPs, L2Only: r.L2Only}, nil
+}
+
+// PortSecRecordOf reads the port security record of a port.
+func PortSecRecordOf(p ovsdb.OwnedPort) (PortSecRecord, bool) {
+	var r PortSecRecord
+	raw, ok := p.Port.ExternalIDs[ovsdb.KeyPortSec]
+	if !ok || json.Unmarshal([]byte(raw), &r) != nil {
+		return r, false
+	}
+	return r, true
 }

@@ -51,13 +51,37 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 	if err != nil {
 		return st, err
 	}
-	type live struct {
-		pl flows.Pipeline
-		a  flows.Attachment
+	type target struct {
+		shared []flows.Flow // once per bridge
+		lines  strings.Builder
+		live   map[flows.Cookie]bool
 	}
-	byTarget := map[string][]live{}
+	byTarget := map[string]*target{}
+	get := func(t string) *target {
+		if byTarget[t] == nil {
+			byTarget[t] = &target{live: map[flows.Cookie]bool{}}
+		}
+		return byTarget[t]
+	}
+	addFlows := func(t *target, c flows.Cookie, fl []flows.Flow) {
+		t.live[c] = true
+		t.lines.WriteString("delete " + c.Match() + "\n")
+		for _, f := range fl {
+			t.lines.WriteString("add " + f.String() + "\n")
+		}
+	}
 	var rules []flows.Rule
 	for _, p := range ports {
+		ofport := uint32(0)
+		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
+			ofport = uint32(*p.Interface.OFPort)
+		}
+		if ps, ok := PortSecRecordOf(p); ok && ofport > 0 {
+			c := flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
+			if f, err := ps.PortSecurity(c, ofport); err == nil {
+				addFlows(get(ps.OpenFlow), c.WithKind(flows.CookieKindPortSecurity), flows.PortSecurityFlows(f))
+			}
+		}
 		rec, ok, err := RecordOf(p)
 		if err != nil || !ok {
 			continue
@@ -66,47 +90,36 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 		if err != nil {
 			continue
 		}
-		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
-			a.OFPort = uint32(*p.Interface.OFPort)
+		if ofport > 0 {
+			a.OFPort = ofport
 		}
-		byTarget[rec.OpenFlow] = append(byTarget[rec.OpenFlow], live{pl, a})
+		t := get(rec.OpenFlow)
+		t.shared = pl.SharedFlows()
+		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
 		rules = append(rules, a.Rules...)
-	}
-	targets := map[string]bool{}
-	for t := range byTarget {
-		targets[t] = true
+		st.Attachments++
 	}
 	for _, br := range bridges {
-		targets[OpenFlowTarget("", endpoint, br.Name)] = true
+		get(OpenFlowTarget("", endpoint, br.Name))
 		st.Gateways += restoreGateways(br)
 	}
-	for target := range targets {
-		if !reachable(target) {
+	for name, t := range byTarget {
+		if !reachable(name) {
 			// ovs-vswitchd is down or has not re-created the bridge yet.
-			return st, fmt.Errorf("OpenFlow endpoint %s is not there", target)
+			return st, fmt.Errorf("OpenFlow endpoint %s is not there", name)
 		}
-		of := ofctl.Bridge{Target: target}
+		of := ofctl.Bridge{Target: name}
 		present, err := of.DumpOurs(ctx)
 		if err != nil {
 			return st, err
 		}
-		liveCookies := map[flows.Cookie]bool{}
 		var b strings.Builder
-		for i, l := range byTarget[target] {
-			if i == 0 {
-				for _, f := range l.pl.SharedFlows() {
-					b.WriteString("add " + f.String() + "\n")
-				}
-			}
-			liveCookies[l.a.Cookie] = true
-			b.WriteString("delete " + l.a.Cookie.Match() + "\n")
-			for _, f := range l.pl.AttachmentFlows(l.a) {
-				b.WriteString("add " + f.String() + "\n")
-			}
-			st.Attachments++
+		for _, f := range t.shared {
+			b.WriteString("add " + f.String() + "\n")
 		}
+		b.WriteString(t.lines.String())
 		for c := range cookiesOf(present) {
-			if c.Kind() == flows.CookieKindAttachment && !liveCookies[c] {
+			if c.Kind() != flows.CookieKindShared && !t.live[c] {
 				b.WriteString("delete " + c.Match() + "\n")
 				st.Stale++
 			}

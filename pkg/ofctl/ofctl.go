@@ -56,6 +56,13 @@ func (b Bridge) DeleteCookie(ctx context.Context, c flows.Cookie) error {
 	return err
 }
 
+// DeleteAttachment removes every flow of the attachment of c, any kind, in
+// one masked delete.
+func (b Bridge) DeleteAttachment(ctx context.Context, c flows.Cookie) error {
+	_, err := b.run(ctx, "", "del-flows", b.Target, c.AttachmentMatch())
+	return err
+}
+
 // DumpCookie returns the flows with exactly this cookie, without statistics.
 func (b Bridge) DumpCookie(ctx context.Context, c flows.Cookie) ([]string, error) {
 	return b.dump(ctx, c.Match())

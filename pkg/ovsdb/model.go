@@ -79,6 +79,7 @@ const (
 	KeyNetwork     = "ovsflow.io/network"      // network name from the config
 	KeyBridge      = "ovsflow.io/bridge"       // bridge the port was attached to
 	KeyPortmap     = "ovsflow.io/portmap"      // ovs-portmap's record of the attachment (JSON)
+	KeyPortSec     = "ovsflow.io/portsec"      // ovs-bridge's port security record (JSON)
 
 	// OwnerValue marks rows created by this suite.
 	OwnerValue = "ovsflow-cni"

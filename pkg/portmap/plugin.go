@@ -122,7 +122,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		return asCNIError(err)
 	}
 	for _, p := range ports {
-		if err := hostport.Withdraw(ctx, cli, p); err != nil {
+		if err := hostport.Withdraw(ctx, cli, p, false); err != nil {
 			return asCNIError(err)
 		}
 	}
@@ -250,7 +250,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		if p.Port.ExternalIDs[ovsdb.KeyNetwork] != conf.Name || valid[p.Attachment()] {
 			continue
 		}
-		if err := hostport.Withdraw(ctx, cli, p); err != nil {
+		if err := hostport.Withdraw(ctx, cli, p, false); err != nil {
 			return asCNIError(err)
 		}
 	}

@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+)
+
+// portSecurity (default on): a container can send only from its own MAC and
+// addresses; with it off, the same forgeries pass.
+func TestPortSecurity(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", "psec", bridgeConf(br, t.TempDir(), map[string]any{"isGateway": true})))
+	a, b := newContainer(t), newContainer(t)
+	ra := n.mustAdd(t, a, "eth0", nil)
+	rb := n.mustAdd(t, b, "eth0", nil)
+	t.Cleanup(func() { n.del(a, "eth0", nil); n.del(b, "eth0", nil) })
+	bV4, bV6 := addrOf(t, rb, false), addrOf(t, rb, true)
+
+	if err := a.ping(bV4); err != nil {
+		t.Fatalf("own address: %v", err)
+	}
+	mustExec := func(c *container, args ...string) {
+		t.Helper()
+		if _, err := c.exec(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A forged IPv4 source (another address of the subnet).
+	mustExec(a, "ip", "addr", "add", "192.0.2.200/24", "dev", "eth0")
+	if _, err := a.exec("ping", "-c", "1", "-W", "1", "-I", "192.0.2.200", bV4); err == nil {
+		t.Errorf("ping from a forged IPv4 source got through")
+	}
+	// A forged IPv6 source.
+	mustExec(a, "ip", "-6", "addr", "add", "2001:db8:c::200/64", "dev", "eth0", "nodad")
+	if _, err := a.exec("ping", "-6", "-c", "1", "-W", "1", "-I", "2001:db8:c::200", bV6); err == nil {
+		t.Errorf("ping from a forged IPv6 source got through")
+	}
+	mustExec(a, "ip", "-6", "addr", "del", "2001:db8:c::200/64", "dev", "eth0")
+	if err := a.ping(bV6); err != nil {
+		t.Errorf("own IPv6 address after the forgery: %v", err)
+	}
+	// A forged MAC.
+	mac := ra.Interfaces[1].Mac
+	mustExec(a, "ip", "link", "set", "eth0", "address", "02:00:00:00:99:99")
+	mustExec(b, "ip", "neigh", "flush", "all")
+	if err := a.ping(bV4); err == nil {
+		t.Errorf("ping from a forged MAC got through")
+	}
+	mustExec(a, "ip", "link", "set", "eth0", "address", mac)
+	if err := a.ping(bV4); err != nil {
+		t.Errorf("own MAC again: %v", err)
+	}
+	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", (&ovsHost{bridge: br}).ofTarget(),
+		flows.AttachmentCookie(a.id, "eth0").WithKind(flows.CookieKindPortSecurity).Match())
+	if err != nil || !strings.Contains(out, "arp_spa="+addrOf(t, ra, false)) {
+		t.Errorf("port security flows of A: %v\n%s", err, out)
+	}
+
+	// portSecurity off: the forged source passes, and no such flows exist.
+	n2 := newCNI(t, conflist("1.0.0", "nopsec", bridgeConf(br, t.TempDir(), map[string]any{"portSecurity": false,
+		"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": "192.0.2.100/24"}}}})))
+	c := newContainer(t)
+	n2.mustAdd(t, c, "eth0", nil)
+	t.Cleanup(func() { n2.del(c, "eth0", nil) })
+	mustExec(c, "ip", "addr", "add", "192.0.2.201/24", "dev", "eth0")
+	if _, err := c.exec("ping", "-c", "1", "-W", "2", "-I", "192.0.2.201", bV4); err != nil {
+		t.Errorf("portSecurity false: forged source dropped: %v", err)
+	}
+	if fl := (&ovsHost{bridge: br}).flowsOf(t, flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(fl) != 0 {
+		t.Errorf("portSecurity false: flows %v", fl)
+	}
+
+	// DEL removes the port security flows with the port.
+	if err := n.del(a, "eth0", nil); err != nil {
+		t.Fatal(err)
+	}
+	if fl := (&ovsHost{bridge: br}).flowsOf(t, flows.AttachmentCookie(a.id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(fl) != 0 {
+		t.Errorf("after DEL: port security flows %v", fl)
+	}
+}

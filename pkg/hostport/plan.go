@@ -90,6 +90,16 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 			return nil, err
 		}
 	}
+	// Loopback host IPs are not served (it would take route_localnet, the
+	// CVE-2020-8558 hole): such mappings are left out, not refused, so that
+	// the container still starts (runtimes pass them, e.g. podman -p 127.0.0.1:…).
+	mappings := make([]flows.Mapping, 0, len(conf.Mappings))
+	for _, m := range conf.Mappings {
+		if !m.HostIP.IsLoopback() {
+			mappings = append(mappings, m)
+		}
+	}
+	conf.Mappings = mappings
 	for i, m := range conf.Mappings {
 		if m.HostIP.IsValid() && !m.HostIP.IsUnspecified() && !slices.Contains(nodeIPs, m.HostIP) {
 			return nil, invalid("portMappings[%d]: hostIP %s is not a node address (%v)", i, m.HostIP, nodeIPs)

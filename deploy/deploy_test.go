@@ -1,0 +1,408 @@
+// Package deploy holds the Kubernetes manifests and the node installer; its
+// tests decode the manifests with the Kubernetes API types and check that
+// images, paths, names and the conflist agree with each other, with the
+// image (Dockerfile), with install-cni.sh and with examples/, and run
+// install-cni.sh against scratch directories. No cluster and no root needed.
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const manifest = "ovsflow-cni.yaml"
+
+type objects struct {
+	sa *corev1.ServiceAccount
+	cm *corev1.ConfigMap
+	ds *appsv1.DaemonSet
+}
+
+// load decodes every document of the manifest into its API type, strictly:
+// an unknown or misspelt field is an error.
+func load(t *testing.T) objects {
+	t.Helper()
+	b, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o objects
+	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var meta struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		var into any
+		switch meta.APIVersion + " " + meta.Kind {
+		case "v1 ServiceAccount":
+			o.sa = &corev1.ServiceAccount{}
+			into = o.sa
+		case "v1 ConfigMap":
+			o.cm = &corev1.ConfigMap{}
+			into = o.cm
+		case "apps/v1 DaemonSet":
+			o.ds = &appsv1.DaemonSet{}
+			into = o.ds
+		default:
+			t.Fatalf("document %d: unexpected %s %s (the installer needs no other object, RBAC included)", i, meta.APIVersion, meta.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
+			t.Fatalf("document %d (%s): %v", i, meta.Kind, err)
+		}
+	}
+	if o.sa == nil || o.cm == nil || o.ds == nil {
+		t.Fatalf("want a ServiceAccount, a ConfigMap and a DaemonSet; got %+v", o)
+	}
+	return o
+}
+
+func envOf(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
+
+// mountOf returns the mount path of the volume name in container c.
+func mountOf(c corev1.Container, name string) string {
+	for _, m := range c.VolumeMounts {
+		if m.Name == name {
+			return m.MountPath
+		}
+	}
+	return ""
+}
+
+func TestManifestObjects(t *testing.T) {
+	o := load(t)
+	ns := o.ds.Namespace
+	if ns == "" || o.sa.Namespace != ns || o.cm.Namespace != ns {
+		t.Errorf("namespaces: ServiceAccount %q, ConfigMap %q, DaemonSet %q: want one, set", o.sa.Namespace, o.cm.Namespace, ns)
+	}
+	spec := o.ds.Spec.Template.Spec
+	if spec.ServiceAccountName != o.sa.Name {
+		t.Errorf("DaemonSet serviceAccountName %q, want %q", spec.ServiceAccountName, o.sa.Name)
+	}
+	for what, v := range map[string]*bool{"ServiceAccount": o.sa.AutomountServiceAccountToken, "pod": spec.AutomountServiceAccountToken} {
+		if v == nil || *v {
+			t.Errorf("%s automountServiceAccountToken: want false (the installer uses no API)", what)
+		}
+	}
+	sel := o.ds.Spec.Selector
+	if sel == nil || len(sel.MatchLabels) == 0 {
+		t.Fatal("DaemonSet has no selector")
+	}
+	for k, v := range sel.MatchLabels {
+		if o.ds.Spec.Template.Labels[k] != v {
+			t.Errorf("selector %s=%s does not match the pod template labels %v", k, v, o.ds.Spec.Template.Labels)
+		}
+	}
+	if !spec.HostNetwork {
+		t.Error("hostNetwork: want true (the node has no pod network before the CNI is installed)")
+	}
+	tolerant := false
+	for _, tol := range spec.Tolerations {
+		if tol.Operator == corev1.TolerationOpExists && tol.Key == "" {
+			tolerant = true
+		}
+	}
+	if !tolerant {
+		t.Error("tolerations: want {operator: Exists} (nodes are NotReady until a CNI is installed)")
+	}
+}
+
+func TestManifestImageAndPaths(t *testing.T) {
+	o := load(t)
+	spec := o.ds.Spec.Template.Spec
+	if len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
+		t.Fatalf("want one init container (install) and one container (keep installed), got %d and %d", len(spec.InitContainers), len(spec.Containers))
+	}
+	dockerfile, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("install-cni.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	image := spec.InitContainers[0].Image
+	if _, tag, ok := strings.Cut(path.Base(image), ":"); !ok || tag == "" || tag == "latest" {
+		t.Errorf("image %q: want a pinned tag", image)
+	}
+	if !strings.Contains(string(dockerfile), "-t "+image+" ") {
+		t.Errorf("Dockerfile's build command does not tag %s", image)
+	}
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		t.Run(c.Name, func(t *testing.T) {
+			if c.Image != image {
+				t.Errorf("image %q, want %q as in every container", c.Image, image)
+			}
+			if len(c.Command) == 0 || !regexp.MustCompile(`(?m)^COPY deploy/install-cni.sh `+regexp.QuoteMeta(c.Command[0])+`$`).Match(dockerfile) {
+				t.Errorf("command %q: the Dockerfile does not put install-cni.sh there", c.Command)
+			}
+			env := envOf(c)
+			// Each variable the script reads is set, to its default: the
+			// script alone documents the paths.
+			for _, k := range []string{"SRC_BIN_DIR", "CNI_BIN_DIR", "CNI_CONF_DIR", "CNI_CONF_SRC", "PLUGINS", "OPTIONAL_PLUGINS"} {
+				re := regexp.MustCompile(`(?m)^` + k + `=\$\{` + k + `:?-(.*)\}$`)
+				m := re.FindSubmatch(script)
+				if m == nil {
+					t.Errorf("install-cni.sh does not read %s", k)
+					continue
+				}
+				if env[k] != string(m[1]) {
+					t.Errorf("env %s=%q, install-cni.sh's default is %q", k, env[k], m[1])
+				}
+			}
+			for k, host := range map[string]string{"CNI_BIN_DIR": "/opt/cni/bin", "CNI_CONF_DIR": "/etc/cni/net.d"} {
+				var vol string
+				for name, v := range volumes {
+					if v.HostPath != nil && v.HostPath.Path == host {
+						vol = name
+					}
+				}
+				if vol == "" {
+					t.Errorf("no hostPath volume for %s", host)
+				} else if got := mountOf(c, vol); got != env[k] {
+					t.Errorf("%s=%q but hostPath %s is mounted at %q", k, env[k], host, got)
+				}
+			}
+			var cmVol string
+			for name, v := range volumes {
+				if v.ConfigMap != nil && v.ConfigMap.Name == o.cm.Name {
+					cmVol = name
+				}
+			}
+			if cmVol == "" {
+				t.Fatalf("no volume of ConfigMap %s", o.cm.Name)
+			}
+			src := env["CNI_CONF_SRC"]
+			if dir := mountOf(c, cmVol); filepath.Dir(src) != dir {
+				t.Errorf("CNI_CONF_SRC %q is not in the ConfigMap's mount %q", src, dir)
+			}
+			if _, ok := o.cm.Data[filepath.Base(src)]; !ok {
+				t.Errorf("CNI_CONF_SRC %q: the ConfigMap has no key %q", src, filepath.Base(src))
+			}
+			for _, p := range strings.Fields(env["PLUGINS"] + " " + env["OPTIONAL_PLUGINS"]) {
+				if !regexp.MustCompile(`(?m)^COPY --from=build .*/out/` + regexp.QuoteMeta(p) + ` .*` + regexp.QuoteMeta(env["SRC_BIN_DIR"]) + `/$`).Match(dockerfile) {
+					t.Errorf("plugin %s: the Dockerfile does not copy it into %s", p, env["SRC_BIN_DIR"])
+				}
+			}
+		})
+	}
+}
+
+func TestManifestConflist(t *testing.T) {
+	o := load(t)
+	if len(o.cm.Data) != 1 {
+		t.Fatalf("ConfigMap: want one conflist, got keys %v", slices.Collect(mapKeys(o.cm.Data)))
+	}
+	for key, text := range o.cm.Data {
+		if !strings.HasSuffix(key, ".conflist") {
+			t.Errorf("ConfigMap key %q: runtimes only read *.conflist (and *.conf, *.json)", key)
+		}
+		list, err := libcni.NetworkConfFromBytes([]byte(text))
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if list.CNIVersion != "1.0.0" {
+			t.Errorf("%s: cniVersion %s, want 1.0.0 (containerd 1.6/1.7 and podman 4 refuse 1.1.0)", key, list.CNIVersion)
+		}
+		var types []string
+		for _, p := range list.Plugins {
+			types = append(types, p.Network.Type)
+		}
+		installed := strings.Fields(envOf(o.ds.Spec.Template.Spec.Containers[0])["PLUGINS"])
+		for _, ty := range types {
+			if !slices.Contains(installed, ty) {
+				t.Errorf("%s: plugin %q is not in PLUGINS %v", key, ty, installed)
+			}
+		}
+		example, err := os.ReadFile("../examples/containerd.conflist")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want any
+		json.Unmarshal([]byte(text), &got)
+		json.Unmarshal(example, &want)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s differs from examples/containerd.conflist (the network the containerd suite runs)", key)
+		}
+	}
+}
+
+func mapKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// installer runs install-cni.sh against scratch directories.
+type installer struct {
+	src, bin, conf, conflist string
+	env                      []string
+}
+
+func newInstaller(t *testing.T) *installer {
+	t.Helper()
+	d := t.TempDir()
+	in := &installer{src: filepath.Join(d, "image"), bin: filepath.Join(d, "node", "opt-cni-bin"),
+		conf: filepath.Join(d, "node", "etc-cni-net.d"), conflist: filepath.Join(d, "config", "10-ovsflow.conflist")}
+	for _, dir := range []string{in.src, filepath.Dir(in.conflist)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"ovs-bridge", "ovs-portmap", "host-local"} {
+		if err := os.WriteFile(filepath.Join(in.src, p), []byte("#!/bin/sh\necho "+p+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(in.conflist, []byte(`{"cniVersion":"1.0.0","name":"a","plugins":[{"type":"ovs-bridge"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in.env = append(os.Environ(), "SRC_BIN_DIR="+in.src, "CNI_BIN_DIR="+in.bin, "CNI_CONF_DIR="+in.conf, "CNI_CONF_SRC="+in.conflist)
+	return in
+}
+
+func (in *installer) run(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("./install-cni.sh", args...)
+	cmd.Env = in.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("install-cni.sh %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// state records what identifies each installed file: content, mode, inode, mtime.
+func (in *installer) state(t *testing.T) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, dir := range []string{in.bin, in.conf} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			p := filepath.Join(dir, e.Name())
+			b, _ := os.ReadFile(p)
+			st, _ := os.Stat(p)
+			m[p] = fmt.Sprintf("%q %v %v inode %d", b, st.Mode(), st.ModTime(), st.Sys().(*syscall.Stat_t).Ino)
+		}
+	}
+	return m
+}
+
+func TestInstallCNI(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	in := newInstaller(t)
+	out := in.run(t)
+	for _, f := range []string{filepath.Join(in.bin, "ovs-bridge"), filepath.Join(in.bin, "ovs-portmap"), filepath.Join(in.bin, "host-local"), filepath.Join(in.conf, "10-ovsflow.conflist")} {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatalf("first run (%s): %v", out, err)
+		}
+		if strings.Contains(f, "bin") && st.Mode().Perm() != 0o755 || !strings.Contains(f, "bin") && st.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v", f, st.Mode())
+		}
+	}
+	before := in.state(t)
+	time.Sleep(10 * time.Millisecond)
+	if out := in.run(t); out != "" {
+		t.Errorf("second run printed %q, want nothing (nothing to do)", out)
+	}
+	if after := in.state(t); !reflect.DeepEqual(before, after) {
+		t.Errorf("second run touched files:\nbefore %v\nafter  %v", before, after)
+	}
+
+	// A node's own host-local is kept; ours are replaced when they change.
+	os.WriteFile(filepath.Join(in.bin, "host-local"), []byte("node's own"), 0o755)
+	os.WriteFile(filepath.Join(in.src, "ovs-bridge"), []byte("#!/bin/sh\necho v2\n"), 0o755)
+	out = in.run(t)
+	if b, _ := os.ReadFile(filepath.Join(in.bin, "host-local")); string(b) != "node's own" {
+		t.Error("the node's host-local was replaced")
+	}
+	if b, _ := os.ReadFile(filepath.Join(in.bin, "ovs-bridge")); !bytes.Contains(b, []byte("v2")) {
+		t.Errorf("a new ovs-bridge was not installed (%s)", out)
+	}
+	if !strings.Contains(out, "ovs-bridge") || strings.Contains(out, "ovs-portmap") {
+		t.Errorf("third run: %q, want one line for ovs-bridge only", out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(in.bin, ".*")); len(left) > 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+func TestInstallCNIWatch(t *testing.T) {
+	in := newInstaller(t)
+	cmd := exec.Command("./install-cni.sh", "--watch")
+	cmd.Env = append(in.env, "WATCH_INTERVAL=0.1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	dst := filepath.Join(in.conf, "10-ovsflow.conflist")
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("--watch: %s within 5 s; output:\n%s", what, out.String())
+			}
+		}
+	}
+	waitUntil("conflist installed", func() bool { _, err := os.Stat(dst); return err == nil })
+	// A changed ConfigMap and a wiped plugin are repaired.
+	os.WriteFile(in.conflist, []byte(`{"cniVersion":"1.0.0","name":"b","plugins":[{"type":"ovs-bridge"}]}`), 0o644)
+	os.Remove(filepath.Join(in.bin, "ovs-portmap"))
+	waitUntil("changed conflist installed", func() bool { b, _ := os.ReadFile(dst); return bytes.Contains(b, []byte(`"b"`)) })
+	waitUntil("wiped plugin reinstalled", func() bool { _, err := os.Stat(filepath.Join(in.bin, "ovs-portmap")); return err == nil })
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("--watch exited with %v on SIGTERM, want 0", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("--watch did not stop on SIGTERM")
+	}
+}

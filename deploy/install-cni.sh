@@ -1,0 +1,72 @@
+#!/bin/sh
+# install-cni.sh: puts the ovsflow CNI plugins and their conflist into the
+# node's CNI directories, the way flannel's and multus's installers do.
+# Idempotent: a file whose content is already in place is not touched, and
+# every write is a copy to a temporary name in the target directory followed
+# by a rename, so a runtime never executes or reads a half-written file (and
+# replacing a plugin that is running is safe).
+#
+#   install-cni.sh            install once, then exit (the DaemonSet's init container)
+#   install-cni.sh --watch    install, then again every WATCH_INTERVAL seconds, so that
+#                             a changed ConfigMap or a wiped node directory is
+#                             repaired; exits on SIGTERM (the DaemonSet's container)
+#
+# Environment (defaults are the DaemonSet's paths):
+#   SRC_BIN_DIR       plugins in the image             /opt/ovsflow/bin
+#   CNI_BIN_DIR       the node's CNI bin dir, mounted  /host/opt/cni/bin
+#   CNI_CONF_DIR      the node's CNI conf dir, mounted /host/etc/cni/net.d
+#   CNI_CONF_SRC      the conflist (ConfigMap key)     /etc/ovsflow/10-ovsflow.conflist
+#   PLUGINS           always installed                 "ovs-bridge ovs-portmap"
+#   OPTIONAL_PLUGINS  installed only where the node has none of that name: "host-local"
+#   WATCH_INTERVAL    seconds between two passes of --watch: 30
+set -eu
+
+SRC_BIN_DIR=${SRC_BIN_DIR:-/opt/ovsflow/bin}
+CNI_BIN_DIR=${CNI_BIN_DIR:-/host/opt/cni/bin}
+CNI_CONF_DIR=${CNI_CONF_DIR:-/host/etc/cni/net.d}
+CNI_CONF_SRC=${CNI_CONF_SRC:-/etc/ovsflow/10-ovsflow.conflist}
+PLUGINS=${PLUGINS:-ovs-bridge ovs-portmap}
+OPTIONAL_PLUGINS=${OPTIONAL_PLUGINS-host-local}
+WATCH_INTERVAL=${WATCH_INTERVAL:-30}
+
+log() { echo "install-cni: $*"; }
+
+# install_file SRC DST MODE: copies SRC over DST unless DST has the same content.
+install_file() {
+	if [ -f "$2" ] && cmp -s "$1" "$2"; then
+		return 0
+	fi
+	tmp="$(dirname "$2")/.$(basename "$2").install-cni.$$"
+	cp "$1" "$tmp"
+	chmod "$3" "$tmp"
+	mv -f "$tmp" "$2"
+	log "installed $2"
+}
+
+sync_once() {
+	mkdir -p "$CNI_BIN_DIR" "$CNI_CONF_DIR"
+	for p in $PLUGINS; do
+		install_file "$SRC_BIN_DIR/$p" "$CNI_BIN_DIR/$p" 0755
+	done
+	for p in $OPTIONAL_PLUGINS; do
+		[ -e "$CNI_BIN_DIR/$p" ] || install_file "$SRC_BIN_DIR/$p" "$CNI_BIN_DIR/$p" 0755
+	done
+	# The conflist last: the runtime sees the network only once its plugins are there.
+	install_file "$CNI_CONF_SRC" "$CNI_CONF_DIR/$(basename "$CNI_CONF_SRC")" 0644
+}
+
+case ${1:-} in
+"") sync_once ;;
+--watch)
+	trap 'exit 0' TERM INT
+	while :; do
+		sync_once
+		sleep "$WATCH_INTERVAL" &
+		wait $! || true
+	done
+	;;
+*)
+	sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+	;;
+esac

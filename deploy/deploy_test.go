@@ -138,8 +138,15 @@ func TestManifestObjects(t *testing.T) {
 func TestManifestImageAndPaths(t *testing.T) {
 	o := load(t)
 	spec := o.ds.Spec.Template.Spec
-	if len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
-		t.Fatalf("want one init container (install) and one container (keep installed), got %d and %d", len(spec.InitContainers), len(spec.Containers))
+	if len(spec.InitContainers) != 1 || len(spec.Containers) != 2 || spec.Containers[1].Name != "reconcile" {
+		t.Fatalf("want one init container (install) and two containers (keep installed, reconcile), got %d and %d", len(spec.InitContainers), len(spec.Containers))
+	}
+	rec := spec.Containers[1]
+	if strings.Join(rec.Command, " ") != "/opt/ovsflow/bin/ovs-portmap reconcile -ovsdb unix:/var/run/openvswitch/db.sock -watch" {
+		t.Errorf("reconcile command: %q", rec.Command)
+	}
+	if len(rec.VolumeMounts) != 1 || rec.VolumeMounts[0].MountPath != "/var/run/openvswitch" {
+		t.Errorf("reconcile mounts: %+v, want the OVS run directory", rec.VolumeMounts)
 	}
 	dockerfile, err := os.ReadFile("Dockerfile")
 	if err != nil {
@@ -160,7 +167,7 @@ func TestManifestImageAndPaths(t *testing.T) {
 	if !strings.Contains(string(dockerfile), "-t "+image+" ") {
 		t.Errorf("Dockerfile's build command does not tag %s", image)
 	}
-	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers[0]) {
 		t.Run(c.Name, func(t *testing.T) {
 			if c.Image != image {
 				t.Errorf("image %q, want %q as in every container", c.Image, image)

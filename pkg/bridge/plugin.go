@@ -34,16 +34,11 @@ const (
 	ofportTimeout = 10 * time.Second
 )
 
-// dial connects to OVSDB; an unreachable server is CNI code 11 (try again later).
 func dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
-	c, err := ovsdb.Dial(ctx, endpoint)
-	if err != nil {
-		return nil, asCNIError(err)
-	}
-	return c, nil
+	return hostport.Dial(ctx, endpoint)
 }
 
-// asCNIError gives OVSDB unreachability its CNI code and leaves the rest wrapped.
+// asCNIError gives OVSDB unreachability and host port conflicts their CNI codes.
 func asCNIError(err error) error { return hostport.CNIError(err) }
 
 func portExternalIDs(args *skel.CmdArgs, conf *NetConf) map[string]string {
@@ -542,20 +537,9 @@ func CmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer cli.Close()
-	valid := make(map[ovsdb.Attachment]bool, len(conf.ValidAttachments))
-	for _, a := range conf.ValidAttachments {
-		valid[ovsdb.Attachment{ContainerID: a.ContainerID, IfName: a.IfName}] = true
-	}
-	ports, err := cli.OwnedPorts(ctx)
+	stale, err := hostport.Stale(ctx, cli, conf.Name, conf.Bridge, conf.ValidAttachments)
 	if err != nil {
-		return asCNIError(err)
-	}
-	var stale []ovsdb.OwnedPort
-	for _, p := range ports {
-		ids := p.Port.ExternalIDs
-		if ids[ovsdb.KeyBridge] == conf.Bridge && ids[ovsdb.KeyNetwork] == conf.Name && !valid[p.Attachment()] {
-			stale = append(stale, p)
-		}
+		return err
 	}
 	if err := withdrawHostPorts(ctx, cli, stale); err != nil {
 		return err

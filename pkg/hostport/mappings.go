@@ -1,6 +1,7 @@
 package hostport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -108,4 +109,35 @@ func CNIError(err error) error {
 		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")
 	}
 	return err
+}
+
+// Dial connects to OVSDB for a plugin command; an unreachable server is CNI
+// code 11 (try again later).
+func Dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
+	c, err := ovsdb.Dial(ctx, endpoint)
+	if err != nil {
+		return nil, CNIError(err)
+	}
+	return c, nil
+}
+
+// Stale returns our ports of network (and bridge, unless empty) whose
+// attachment is not in valid: what GC removes.
+func Stale(ctx context.Context, cli *ovsdb.Client, network, bridge string, valid []types.GCAttachment) ([]ovsdb.OwnedPort, error) {
+	keep := make(map[ovsdb.Attachment]bool, len(valid))
+	for _, a := range valid {
+		keep[ovsdb.Attachment{ContainerID: a.ContainerID, IfName: a.IfName}] = true
+	}
+	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return nil, CNIError(err)
+	}
+	var stale []ovsdb.OwnedPort
+	for _, p := range ports {
+		ids := p.Port.ExternalIDs
+		if ids[ovsdb.KeyNetwork] == network && (bridge == "" || ids[ovsdb.KeyBridge] == bridge) && !keep[p.Attachment()] {
+			stale = append(stale, p)
+		}
+	}
+	return stale, nil
 }

@@ -26,11 +26,7 @@ import (
 const opTimeout = 30 * time.Second
 
 func dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
-	c, err := ovsdb.Dial(ctx, endpoint)
-	if err != nil {
-		return nil, asCNIError(err)
-	}
-	return c, nil
+	return hostport.Dial(ctx, endpoint)
 }
 
 func asCNIError(err error) error { return hostport.CNIError(err) }
@@ -238,18 +234,11 @@ func CmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer cli.Close()
-	valid := make(map[ovsdb.Attachment]bool, len(conf.ValidAttachments))
-	for _, a := range conf.ValidAttachments {
-		valid[ovsdb.Attachment{ContainerID: a.ContainerID, IfName: a.IfName}] = true
-	}
-	ports, err := cli.OwnedPorts(ctx)
+	stale, err := hostport.Stale(ctx, cli, conf.Name, "", conf.ValidAttachments)
 	if err != nil {
-		return asCNIError(err)
+		return err
 	}
-	for _, p := range ports {
-		if p.Port.ExternalIDs[ovsdb.KeyNetwork] != conf.Name || valid[p.Attachment()] {
-			continue
-		}
+	for _, p := range stale {
 		if err := hostport.Withdraw(ctx, cli, p, false); err != nil {
 			return asCNIError(err)
 		}

@@ -18,7 +18,7 @@ name=${2:-ovsflow-sb}
 [[ $name =~ ^[A-Za-z0-9_.-]{1,40}$ ]] || { echo "ovs-sandbox: bad name \"$name\"" >&2; exit 2; }
 rundir=/run/ovsflow/$name
 
-need=(ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovsdb-tool ip ethtool nft conntrack)
+need=(ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovsdb-tool ip ethtool nft conntrack dnsmasq)
 install() {
 	local missing=0
 	for b in "${need[@]}"; do command -v "$b" >/dev/null 2>&1 || missing=1; done
@@ -28,7 +28,7 @@ install() {
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >&2
 	apt-get install -y -qq --no-install-recommends openvswitch-switch openvswitch-common \
-		iproute2 ethtool nftables conntrack iputils-ping >&2
+		iproute2 ethtool nftables conntrack iputils-ping dnsmasq-base >&2
 	# The package's init script may start a host OVS; the sandbox never uses it.
 }
 

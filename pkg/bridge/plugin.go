@@ -60,8 +60,10 @@ func portUUIDs(ports []ovsdb.OwnedPort) []string {
 	return out
 }
 
-// CmdAdd attaches a container interface. On any failure it removes what it
-// created: veth, port, IP allocation.
+// CmdAdd attaches a container interface. In the order of the reference
+// bridge plugin (veth, then IPAM, so that dhcp can run on the attached
+// interface); on any failure it removes what it created: veth, port, flows,
+// IP allocation.
 func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	conf, err := LoadConf(args.StdinData, args.Args)
 	if err != nil {
@@ -69,85 +71,31 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-
 	cli, err := dial(ctx, conf.OVSDB)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-
-	var br *ovsdb.Bridge
-	if conf.CreateBridge {
-		br, err = cli.EnsureBridge(ctx, conf.Bridge, conf.DatapathType)
-	} else {
-		br, err = cli.Bridge(ctx, conf.Bridge)
-	}
+	br, err := lookupBridge(ctx, cli, conf)
 	if err != nil {
-		return asCNIError(err)
-	}
-	if br == nil {
-		return invalid(`"bridge" %q does not exist (create it, or set "createBridge": true)`, conf.Bridge)
+		return err
 	}
 	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
 	previous, err := cli.FindPorts(ctx, att)
 	if err != nil {
 		return asCNIError(err)
 	}
-
 	netns, err := ns.GetNS(args.Netns)
 	if err != nil {
 		return fmt.Errorf("opening netns %q: %w", args.Netns, err)
 	}
 	defer netns.Close()
-
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
-	retry := len(previous) > 0 || link.Exists(hostName)
-
-	result := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS}
-	if conf.IPAM.Type != "" {
-		if retry {
-			// A retried ADD replaces its own attachment, allocation included
-			// (host-local refuses a second allocation for the same container).
-			_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
-		}
-		r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
-		if err != nil {
-			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
-		}
-		defer func() {
-			if retErr != nil {
-				_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
-			}
-		}()
-		ipamResult, err := current.NewResultFromResult(r)
-		if err != nil {
-			return fmt.Errorf("ipam %q result: %w", conf.IPAM.Type, err)
-		}
-		result.IPs, result.Routes = ipamResult.IPs, ipamResult.Routes
-		if len(ipamResult.DNS.Nameservers) > 0 || len(ipamResult.DNS.Search) > 0 {
-			result.DNS = ipamResult.DNS
-		}
-	}
-
-	// ovs-vswitchd must have let go of an old device of the same name (a
-	// retried ADD's own port, or one a DEL just removed) before the new one
-	// appears; else it keeps reading the deleted device.
-	if len(previous) > 0 {
-		// The old port's host ports go with it (its record is on the row).
-		if err := withdrawHostPorts(ctx, cli, previous); err != nil {
-			return err
-		}
-		err = cli.DetachPortsAndSync(ctx, ofportTimeout, portUUIDs(previous)...)
-	} else {
-		err = cli.SyncPending(ctx, ofportTimeout)
-	}
-	if err != nil {
-		return asCNIError(err)
-	}
-	// A retried ADD replaces its own veth (and the peer goes with it).
-	if err := link.Delete(hostName); err != nil {
+	if err := replacePrevious(ctx, cli, conf, args, previous, hostName); err != nil {
 		return err
 	}
+
+	// The veth, its container end created in place and prepared.
 	netdev := br.DatapathType == "netdev"
 	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName,
 		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: conf.MAC})
@@ -167,34 +115,16 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return err
 		}
 	}
-
-	contIndex := 1
-	for _, ipc := range result.IPs {
-		ipc.Interface = current.Int(contIndex)
-	}
-	result.Interfaces = []*current.Interface{
-		{Name: hostName, Mac: hostLink.Attrs().HardwareAddr.String()},
-		{Name: args.IfName, Sandbox: args.Netns},
-	}
-	err = netns.Do(func(ns.NetNS) error {
-		mac, err := configureContainer(args.IfName, result, netdev)
-		result.Interfaces[contIndex].Mac = mac
+	var contMAC string
+	if err := netns.Do(func(ns.NetNS) error {
+		contMAC, err = prepareContainer(args.IfName, netdev, conf.IPAM.Type == "dhcp")
 		return err
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
 
+	// The port, in one transaction, and its ofport.
 	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf)}
-	var portSec *hostport.PortSecRecord
-	if *conf.PortSecurity {
-		portSec = portSecRecord(conf, result, contIndex)
-		raw, err := json.Marshal(portSec)
-		if err != nil {
-			return err
-		}
-		spec.ExternalIDs[ovsdb.KeyPortSec] = string(raw)
-	}
 	if conf.VLAN != nil {
 		spec.Tag = *conf.VLAN
 	}
@@ -212,23 +142,51 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if err != nil {
 		return asCNIError(err)
 	}
-	if portSec != nil {
-		cookie := flows.AttachmentCookie(args.ContainerID, args.IfName)
-		ps, err := portSec.PortSecurity(cookie, uint32(ofport))
+
+	// Addresses.
+	contIndex := 1
+	result := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS,
+		Interfaces: []*current.Interface{
+			{Name: hostName, Mac: hostLink.Attrs().HardwareAddr.String()},
+			{Name: args.IfName, Mac: contMAC, Sandbox: args.Netns},
+		}}
+	if conf.IPAM.Type != "" {
+		r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
 		if err != nil {
-			return err
+			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 		}
-		of := ofctl.Bridge{Target: portSec.OpenFlow}
-		if err := of.ApplyBundle(ctx, flows.PortSecurityBundle(ps)); err != nil {
+		defer func() {
+			if retErr != nil {
+				_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
+			}
+		}()
+		ipamResult, err := current.NewResultFromResult(r)
+		if err != nil {
+			return fmt.Errorf("ipam %q result: %w", conf.IPAM.Type, err)
+		}
+		result.IPs, result.Routes = ipamResult.IPs, ipamResult.Routes
+		if len(ipamResult.DNS.Nameservers) > 0 || len(ipamResult.DNS.Search) > 0 {
+			result.DNS = ipamResult.DNS
+		}
+		for _, ipc := range result.IPs {
+			ipc.Interface = current.Int(contIndex)
+		}
+	}
+	if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
+		return err
+	}
+
+	if *conf.PortSecurity {
+		if err := securePort(ctx, cli, conf, args, result, contIndex, ofport); err != nil {
 			return err
 		}
 		defer func() {
 			if retErr != nil {
-				_ = of.DeleteAttachment(context.Background(), cookie)
+				_ = ofctl.Bridge{Target: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge)}.
+					DeleteAttachment(context.Background(), flows.AttachmentCookie(args.ContainerID, args.IfName))
 			}
 		}()
 	}
-
 	if conf.IsGateway {
 		if err := setupGateway(ctx, cli, conf.Bridge, br.UUID, result); err != nil {
 			return err
@@ -241,6 +199,72 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)
+}
+
+// lookupBridge finds (or, with createBridge, creates) the configured bridge.
+func lookupBridge(ctx context.Context, cli *ovsdb.Client, conf *NetConf) (*ovsdb.Bridge, error) {
+	var br *ovsdb.Bridge
+	var err error
+	if conf.CreateBridge {
+		br, err = cli.EnsureBridge(ctx, conf.Bridge, conf.DatapathType)
+	} else {
+		br, err = cli.Bridge(ctx, conf.Bridge)
+	}
+	if err != nil {
+		return nil, asCNIError(err)
+	}
+	if br == nil {
+		return nil, invalid(`"bridge" %q does not exist (create it, or set "createBridge": true)`, conf.Bridge)
+	}
+	return br, nil
+}
+
+// replacePrevious clears what an earlier ADD of the same attachment left (a
+// retried ADD replaces its own attachment), and makes sure ovs-vswitchd has
+// let go of an old device of the same name (that ADD's, or one a DEL just
+// removed) before the new one appears: else it keeps reading the deleted one.
+func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, previous []ovsdb.OwnedPort, hostName string) error {
+	retry := len(previous) > 0 || link.Exists(hostName)
+	var err error
+	if len(previous) > 0 {
+		// The old port's host ports and flows go with it (their record is on the row).
+		if err := withdrawHostPorts(ctx, cli, previous); err != nil {
+			return err
+		}
+		err = cli.DetachPortsAndSync(ctx, ofportTimeout, portUUIDs(previous)...)
+	} else {
+		err = cli.SyncPending(ctx, ofportTimeout)
+	}
+	if err != nil {
+		return asCNIError(err)
+	}
+	if retry && conf.IPAM.Type != "" {
+		// host-local refuses a second allocation for the same container.
+		_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
+	}
+	return link.Delete(hostName) // its container end goes with it
+}
+
+// securePort records the port security facts on the port and installs its
+// flows (one bundle).
+func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, result *current.Result, contIndex, ofport int) error {
+	rec := portSecRecord(conf, result, contIndex)
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
+	if err != nil || len(ports) != 1 {
+		return fmt.Errorf("port of %s/%s for its port security record: %v", args.ContainerID, args.IfName, asCNIError(err))
+	}
+	if err := cli.SetPortExternalIDs(ctx, ports[0].Port.UUID, map[string]string{ovsdb.KeyPortSec: string(raw)}); err != nil {
+		return asCNIError(err)
+	}
+	ps, err := rec.PortSecurity(flows.AttachmentCookie(args.ContainerID, args.IfName), uint32(ofport))
+	if err != nil {
+		return err
+	}
+	return ofctl.Bridge{Target: rec.OpenFlow}.ApplyBundle(ctx, flows.PortSecurityBundle(ps))
 }
 
 // publishMesos publishes the port mappings Apache Mesos passes in args: Mesos
@@ -292,9 +316,9 @@ func ipList(r *current.Result) []string {
 	return out
 }
 
-// configureContainer runs inside the container netns: sysctls, TX offload,
-// addresses, routes, link up. It returns the interface's MAC.
-func configureContainer(ifname string, result *current.Result, netdev bool) (string, error) {
+// prepareContainer runs inside the container netns before IPAM: sysctls, TX
+// offload, and the link up for dhcp (which needs it). It returns the MAC.
+func prepareContainer(ifname string, netdev, up bool) (string, error) {
 	// Addresses come from IPAM and are unique: skip DAD so IPv6 works at once,
 	// and announce them (gratuitous ARP / unsolicited NA) when the link comes up.
 	for key, val := range map[string]string{
@@ -311,19 +335,34 @@ func configureContainer(ifname string, result *current.Result, netdev bool) (str
 			return "", err
 		}
 	}
-	if len(result.IPs) > 0 {
-		if err := ipam.ConfigureIface(ifname, result); err != nil {
-			return "", fmt.Errorf("configuring %q: %w", ifname, err)
-		}
-	}
 	l, err := netlink.LinkByName(ifname)
 	if err != nil {
 		return "", fmt.Errorf("looking up %q: %w", ifname, err)
 	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return "", fmt.Errorf("setting %q up: %w", ifname, err)
+	if up {
+		if err := netlink.LinkSetUp(l); err != nil {
+			return "", fmt.Errorf("setting %q up: %w", ifname, err)
+		}
 	}
 	return l.Attrs().HardwareAddr.String(), nil
+}
+
+// configureAddresses runs inside the container netns after IPAM: addresses,
+// routes, link up.
+func configureAddresses(ifname string, result *current.Result) error {
+	if len(result.IPs) > 0 {
+		if err := ipam.ConfigureIface(ifname, result); err != nil {
+			return fmt.Errorf("configuring %q: %w", ifname, err)
+		}
+	}
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("looking up %q: %w", ifname, err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("setting %q up: %w", ifname, err)
+	}
+	return nil
 }
 
 // setupGateway puts each IPAM gateway, with its subnet's prefix, on the

@@ -66,6 +66,7 @@ func runInSandbox() int {
 	build := exec.Command("go", "build", "-o", bin, "./cmd/...",
 		"github.com/containernetworking/plugins/plugins/ipam/host-local",
 		"github.com/containernetworking/plugins/plugins/ipam/static",
+		"github.com/containernetworking/plugins/plugins/ipam/dhcp",
 		"github.com/containernetworking/plugins/plugins/main/loopback")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ovsflow/ovs-cni/pkg/link"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// dhcp IPAM works as with the reference bridge plugin: the interface is
+// attached before IPAM runs, so the CNI dhcp daemon can lease an address from
+// a DHCP server on the bridge (dnsmasq in a netns of its own).
+func TestBridgeDHCP(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	srv := newContainer(t)
+	upl := uniq("dhs")
+	if _, err := run("ip", "link", "add", upl, "type", "veth", "peer", "name", "eth0", "netns", srv.name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run("ip", "link", "del", upl) })
+	if err := link.Isolate(upl); err != nil {
+		t.Fatal(err)
+	}
+	run("ip", "link", "set", upl, "up")
+	vsctl(t, "add-port", br, upl)
+	for _, args := range [][]string{
+		{"ip", "addr", "add", "192.0.2.254/24", "dev", "eth0"},
+		{"ip", "link", "set", "eth0", "up"},
+		{"ethtool", "-K", "eth0", "tx", "off"},
+	} {
+		if _, err := srv.exec(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	dnsmasq := exec.Command("ip", "netns", "exec", srv.name, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
+		"--port=0", "--interface=eth0", "--bind-interfaces", "--dhcp-range=192.0.2.100,192.0.2.150,255.255.255.0,1h",
+		"--dhcp-leasefile="+filepath.Join(dir, "leases"), "--pid-file="+filepath.Join(dir, "dnsmasq.pid"))
+	if err := dnsmasq.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dnsmasq.Process.Kill(); dnsmasq.Wait() })
+	sock := filepath.Join(dir, "dhcp.sock")
+	daemon := exec.Command(filepath.Join(binDir, "dhcp"), "daemon", "-socketpath", sock, "-broadcast",
+		"-pidfile", filepath.Join(dir, "dhcp.pid"), "-timeout", "5s")
+	var dlog strings.Builder
+	daemon.Stdout, daemon.Stderr = &dlog, &dlog
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		daemon.Process.Kill()
+		daemon.Wait()
+		if t.Failed() {
+			t.Logf("dhcp daemon:\n%s", dlog.String())
+		}
+	})
+	for i := 0; i < 100 && !fileExists(sock); i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	n := newCNI(t, conflist("1.0.0", "dhcp", bridgeConf(br, "", map[string]any{
+		"ipam": map[string]any{"type": "dhcp", "daemonSocketPath": sock}})))
+	c := newContainer(t)
+	r, err := n.add(c, "eth0", nil)
+	if err != nil {
+		t.Fatalf("ADD with dhcp: %v", err)
+	}
+	got := addrOf(t, r, false)
+	if !strings.HasPrefix(got, "192.0.2.1") {
+		t.Errorf("leased %s, want one of 192.0.2.100-150", got)
+	}
+	if err := c.ping("192.0.2.254"); err != nil {
+		t.Errorf("ping the DHCP server from the leased address: %v", err)
+	}
+	if err := n.del(c, "eth0", nil); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+		t.Errorf("ports %v left", ports)
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

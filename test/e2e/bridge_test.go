@@ -128,6 +128,19 @@ func TestBridgeVLAN(t *testing.T) {
 	if err := a.ping("192.0.2.23"); err == nil {
 		t.Errorf("VLAN 10 -> VLAN 20: ping succeeded, want isolation")
 	}
+
+	// Trunks.
+	nt := newCNI(t, conflist("1.0.0", "trunk", bridgeConf(br, dir, map[string]any{"ipam": nil,
+		"trunk": []any{map[string]any{"id": 10}, map[string]any{"minID": 20, "maxID": 22}}})))
+	d := newContainer(t)
+	nt.mustAdd(t, d, "eth0", nil)
+	t.Cleanup(func() { nt.del(d, "eth0", nil) })
+	if got := vsctl(t, "get", "Port", hostVeth(d, "eth0"), "trunks"); got != "[10, 20, 21, 22]" {
+		t.Errorf("trunks: got %s, want [10, 20, 21, 22]", got)
+	}
+	if err := nt.check(d, "eth0", nil); err != nil {
+		t.Errorf("CHECK of the trunk port: %v", err)
+	}
 }
 
 // Acceptance 4: CHECK passes, then names what drifted.
@@ -319,6 +332,11 @@ func TestBridgeStatus(t *testing.T) {
 	err = n.cfg.GetStatusNetworkList(context.Background(), n.list)
 	if cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS with OVS stopped: got %v (code %d), want code 50", err, cniCode(err))
+	}
+	pmOnly := newCNI(t, conflist("1.1.0", "status", map[string]any{"type": "ovs-portmap", "ovsdb": endpoint,
+		"capabilities": map[string]bool{"portMappings": true}}))
+	if err := pmOnly.cfg.GetStatusNetworkList(context.Background(), pmOnly.list); cniCode(err) != types.ErrPluginNotAvailable {
+		t.Errorf("ovs-portmap STATUS with OVS stopped: got %v, want code 50", err)
 	}
 }
 

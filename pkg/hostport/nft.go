@@ -53,13 +53,23 @@ func nftScript(rules []flows.Rule, remove, rebuild bool) string {
 		if rebuild {
 			fmt.Fprintf(&b, "flush map %s %s hostports\n", fam.family, nftTable)
 		}
-		for _, r := range elems {
-			elem := fmt.Sprintf("%s . %s . %d : %s . %d", r.NodeIP, r.Protocol, r.HostPort, r.ContainerIP, r.ContainerPort)
-			// "add" first makes "delete" safe when the element is already gone.
-			fmt.Fprintf(&b, "add element %s %s hostports { %s }\n", fam.family, nftTable, elem)
-			if remove {
-				fmt.Fprintf(&b, "delete element %s %s hostports { %s . %s . %d }\n", fam.family, nftTable, r.NodeIP, r.Protocol, r.HostPort)
-			}
+		b.WriteString(nftElements(elems, remove))
+	}
+	return b.String()
+}
+
+// nftElements renders the element lines of rules; with remove, each element
+// is added then deleted, which makes the delete safe when it is already gone.
+func nftElements(rules []flows.Rule, remove bool) string {
+	var b strings.Builder
+	for _, r := range rules {
+		fam := "ip6"
+		if r.NodeIP.Is4() {
+			fam = "ip"
+		}
+		fmt.Fprintf(&b, "add element %s %s hostports { %s . %s . %d : %s . %d }\n", fam, nftTable, r.NodeIP, r.Protocol, r.HostPort, r.ContainerIP, r.ContainerPort)
+		if remove {
+			fmt.Fprintf(&b, "delete element %s %s hostports { %s . %s . %d }\n", fam, nftTable, r.NodeIP, r.Protocol, r.HostPort)
 		}
 	}
 	return b.String()
@@ -67,7 +77,17 @@ func nftScript(rules []flows.Rule, remove, rebuild bool) string {
 
 // applyNodeLocal runs the nft transaction for rules; without nft on the node it
 // does nothing (node-local host ports are then not served).
+//
+// The elements alone are tried first: declaring the hooked base chain again
+// costs the kernel about 10 ms, the elements about 2.5 ms; the tables are
+// declared only when that fails (first use on the node, or after a flush).
 func applyNodeLocal(ctx context.Context, rules []flows.Rule, remove bool) error {
+	if len(rules) == 0 {
+		return nil
+	}
+	if runNft(ctx, nftElements(rules, remove)) == nil {
+		return nil
+	}
 	return runNft(ctx, nftScript(rules, remove, false))
 }
 

@@ -114,6 +114,11 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if n.OpenFlow != "" && (!strings.HasPrefix(n.OpenFlow, "unix:/") && !strings.HasPrefix(n.OpenFlow, "tcp:") || strings.ContainsAny(n.OpenFlow, " \t\n,;'\"")) {
 		return nil, invalid(`"openflow" %q: want unix:/PATH or tcp:HOST:PORT`, n.OpenFlow)
 	}
+	if tcp, ok := strings.CutPrefix(n.OpenFlow, "tcp:"); ok {
+		if err := ovsdb.ValidateHostPort(n.OpenFlow, tcp); err != nil {
+			return nil, invalid(`"openflow": %v`, err)
+		}
+	}
 	switch n.DatapathType {
 	case "", "system", "netdev":
 	default:

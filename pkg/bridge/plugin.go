@@ -98,12 +98,13 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	// The veth, its container end created in place and prepared.
 	netdev := br.DatapathType == "netdev"
 	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName,
-		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: conf.MAC})
+		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: conf.MAC, Alias: link.Alias(conf.Name, args.ContainerID, args.IfName)})
 	if err != nil {
 		return err
 	}
+	portLeft := false // the port could not be rolled back: keep the veth, so DEL knows (code 11)
 	defer func() {
-		if retErr != nil {
+		if retErr != nil && !portLeft {
 			_ = link.Delete(hostName)
 		}
 	}()
@@ -133,9 +134,13 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	defer func() {
 		if retErr != nil {
-			if ports, err := cli.FindPorts(context.Background(), att); err == nil {
-				_ = cli.DetachPorts(context.Background(), portUUIDs(ports)...)
-			}
+			hostport.Rollback(func(ctx context.Context) {
+				ports, err := cli.FindPorts(ctx, att)
+				if err == nil {
+					err = cli.DetachPorts(ctx, portUUIDs(ports)...)
+				}
+				portLeft = err != nil
+			})
 		}
 	}()
 	ofport, err := cli.WaitOFPort(ctx, hostName, ofportTimeout)
@@ -182,8 +187,10 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		}
 		defer func() {
 			if retErr != nil {
-				_ = ofctl.Bridge{Target: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge)}.
-					DeleteAttachment(context.Background(), flows.AttachmentCookie(args.ContainerID, args.IfName))
+				hostport.Rollback(func(ctx context.Context) {
+					_ = ofctl.Bridge{Target: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge)}.
+						DeleteAttachment(ctx, flows.AttachmentCookie(args.ContainerID, args.IfName))
+				})
 			}
 		}()
 	}
@@ -254,8 +261,11 @@ func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *ske
 		return err
 	}
 	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
-	if err != nil || len(ports) != 1 {
-		return fmt.Errorf("port of %s/%s for its port security record: %v", args.ContainerID, args.IfName, asCNIError(err))
+	if err != nil {
+		return asCNIError(err)
+	}
+	if len(ports) != 1 {
+		return fmt.Errorf("port of %s/%s for its port security record: found %d", args.ContainerID, args.IfName, len(ports))
 	}
 	if err := cli.SetPortExternalIDs(ctx, ports[0].Port.UUID, map[string]string{ovsdb.KeyPortSec: string(raw)}); err != nil {
 		return asCNIError(err)
@@ -469,6 +479,9 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
 	}
+	if err := hostport.CheckResult(prev); err != nil {
+		return err
+	}
 	if conf.IPAM.Type != "" {
 		if err := ipam.ExecCheck(conf.IPAM.Type, args.StdinData); err != nil {
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
@@ -529,7 +542,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 
 	var contIf *current.Interface
 	for _, i := range prev.Interfaces {
-		if i.Name == args.IfName && i.Sandbox != "" {
+		if i != nil && i.Name == args.IfName && i.Sandbox != "" {
 			contIf = i
 		}
 	}
@@ -590,6 +603,15 @@ func CmdGC(args *skel.CmdArgs) error {
 		if err := link.Delete(p.Port.Name); err != nil {
 			return err
 		}
+	}
+	// Veths of this network whose port is already gone (a DEL or an ADD
+	// killed half way, never retried) are found by their alias.
+	valid := map[string]bool{}
+	for _, a := range conf.ValidAttachments {
+		valid[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
+	}
+	if err := link.DeleteOrphans(link.AliasPrefix(conf.Name), valid); err != nil {
+		return err
 	}
 	if conf.IPAM.Type != "" {
 		if err := invoke.DelegateGC(ctx, conf.IPAM.Type, args.StdinData, nil); err != nil {

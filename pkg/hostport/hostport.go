@@ -12,14 +12,13 @@ package hostport
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ofctl"
@@ -135,7 +134,9 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	}
 	defer func() {
 		if retErr != nil {
-			_ = cli.Record(context.Background(), p.Port.UUID, append(claims, ovsdb.KeyPortmap), nil, nil)
+			Rollback(func(ctx context.Context) {
+				_ = cli.Record(ctx, p.Port.UUID, append(claims, ovsdb.KeyPortmap), nil, nil)
+			})
 		}
 	}()
 	br := ofctl.Bridge{Target: target}
@@ -144,7 +145,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	}
 	defer func() {
 		if retErr != nil {
-			_ = br.DeleteCookie(context.Background(), a.Cookie)
+			Rollback(func(ctx context.Context) { _ = br.DeleteCookie(ctx, a.Cookie) })
 		}
 	}()
 	if err := applyNodeLocal(ctx, a.Rules, false); err != nil {
@@ -152,7 +153,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	}
 	defer func() {
 		if retErr != nil {
-			_ = applyNodeLocal(context.Background(), a.Rules, true)
+			Rollback(func(ctx context.Context) { _ = applyNodeLocal(ctx, a.Rules, true) })
 		}
 	}()
 	return flushConntrack(ctx, br, pl, a.Rules)
@@ -216,13 +217,27 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, allKind
 	return nil
 }
 
+// reachable reports whether ovs-vswitchd listens on target. A socket file it
+// left when it died refuses connections: its flows died with it.
 func reachable(target string) bool {
 	p, ok := strings.CutPrefix(target, "unix:")
 	if !ok {
 		return true
 	}
-	_, err := os.Stat(p)
-	return !errors.Is(err, os.ErrNotExist)
+	c, err := net.DialTimeout("unix", p, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// Rollback runs the clean-up of a failed ADD with a bounded context of its
+// own: the command's context may have expired, and clean-up must not hang.
+func Rollback(f func(context.Context)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f(ctx)
 }
 
 // PortSecRecord is ovs-bridge's port security record, stored as JSON in the

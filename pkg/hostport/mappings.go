@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -105,6 +106,8 @@ func CNIError(err error) error {
 	switch {
 	case errors.Is(err, ovsdb.ErrUnreachable):
 		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
+	case errors.Is(err, ofctl.ErrTimeout):
+		return types.NewError(types.ErrTryAgainLater, "ovs-vswitchd unresponsive", err.Error())
 	case errors.As(err, &claimed):
 		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 
@@ -13,20 +14,40 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
+// CheckResult rejects a prevResult with null entries (code 6, naming them).
+func CheckResult(r *current.Result) error {
+	for i, iface := range r.Interfaces {
+		if iface == nil {
+			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: interfaces[%d] is null", i), "")
+		}
+	}
+	for i, ipc := range r.IPs {
+		if ipc == nil {
+			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: ips[%d] is null", i), "")
+		}
+	}
+	for i, rt := range r.Routes {
+		if rt == nil {
+			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: routes[%d] is null", i), "")
+		}
+	}
+	return nil
+}
+
 // ContainerFacts picks, from a result, the first IPv4 and IPv6 address of the
 // interface ifname that has a sandbox (or of IPs with no interface), and that
 // interface's MAC.
 func ContainerFacts(r *current.Result, ifname string) (v4, v6 netip.Addr, mac net.HardwareAddr) {
 	idx := -1
 	for i, iface := range r.Interfaces {
-		if iface.Name == ifname && iface.Sandbox != "" {
+		if iface != nil && iface.Name == ifname && iface.Sandbox != "" {
 			idx = i
 			mac, _ = net.ParseMAC(iface.Mac)
 			break
 		}
 	}
 	for _, ipc := range r.IPs {
-		if ipc.Interface != nil && *ipc.Interface != idx {
+		if ipc == nil || ipc.Interface != nil && *ipc.Interface != idx {
 			continue
 		}
 		a, ok := netip.AddrFromSlice(ipc.Address.IP)

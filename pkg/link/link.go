@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 )
@@ -26,12 +27,39 @@ func HostVethName(containerID, ifname string) string {
 
 // VethSpec describes a pair to create.
 type VethSpec struct {
-	HostName    string
-	ContName    string
-	ContNSFd    int              // open fd of the container netns
-	MTU         int              // 0: kernel default
-	ContMAC     net.HardwareAddr // nil: kernel-chosen
-	TxOffloadOn bool             // keep TX checksum offload on the container end
+	HostName string
+	ContName string
+	ContNSFd int              // open fd of the container netns
+	MTU      int              // 0: kernel default
+	ContMAC  net.HardwareAddr // nil: kernel-chosen
+	Alias    string           // IFLA_IFALIAS of the host end (see Alias)
+}
+
+// Alias names the attachment on its host veth ("ovsflow:<network>:<container
+// id>/<ifname>"), so that GC can find a veth whose port is already gone.
+func Alias(network, containerID, ifname string) string {
+	return AliasPrefix(network) + containerID + "/" + ifname
+}
+
+// AliasPrefix is the alias prefix of the host veths of a network.
+func AliasPrefix(network string) string { return "ovsflow:" + network + ":" }
+
+// DeleteOrphans deletes the links whose alias starts with prefix and is not
+// in keep.
+func DeleteOrphans(prefix string, keep map[string]bool) error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("listing links: %w", err)
+	}
+	for _, l := range links {
+		a := l.Attrs()
+		if strings.HasPrefix(a.Name, "ovf") && strings.HasPrefix(a.Alias, prefix) && !keep[a.Alias] {
+			if err := Delete(a.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // CreateVeth creates the pair from the host netns with the container end placed
@@ -49,6 +77,12 @@ func CreateVeth(s VethSpec) (netlink.Link, error) {
 	if err != nil {
 		_ = Delete(s.HostName)
 		return nil, fmt.Errorf("looking up veth %q: %w", s.HostName, err)
+	}
+	if s.Alias != "" {
+		if err := netlink.LinkSetAlias(host, s.Alias); err != nil {
+			_ = Delete(s.HostName)
+			return nil, fmt.Errorf("naming veth %q: %w", s.HostName, err)
+		}
 	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		_ = Delete(s.HostName)

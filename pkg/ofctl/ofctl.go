@@ -11,9 +11,11 @@ package ofctl
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 )
@@ -23,7 +25,16 @@ type Bridge struct {
 	Target string
 }
 
+// Timeout bounds every ovs-ofctl call: ovs-vswitchd answers no OpenFlow
+// request while ovsdb-server is down, and a plugin must not hang.
+const Timeout = 10 * time.Second
+
+// ErrTimeout says that ovs-vswitchd did not answer within Timeout.
+var ErrTimeout = errors.New("ovs-vswitchd did not answer on OpenFlow")
+
 func (b Bridge) run(ctx context.Context, stdin string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
 	full := append([]string{"--no-names", "-O", "OpenFlow14"}, args...)
 	cmd := exec.CommandContext(ctx, "ovs-ofctl", full...)
 	if stdin != "" {
@@ -38,6 +49,9 @@ func (b Bridge) run(ctx context.Context, stdin string, args ...string) (string, 
 				verb = a
 				break
 			}
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("ovs-ofctl %s on %s: %w within %s", verb, b.Target, ErrTimeout, Timeout)
 		}
 		return "", fmt.Errorf("ovs-ofctl %s on %s: %w: %s", verb, b.Target, err, strings.TrimSpace(errb.String()))
 	}

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/cenkalti/rpc2"
 	"github.com/go-logr/logr"
 	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
@@ -33,13 +39,28 @@ func ValidateEndpoint(ep string) error {
 	case strings.HasPrefix(ep, "unix:") && len(ep) > len("unix:"):
 		return nil
 	case strings.HasPrefix(ep, "tcp:"):
-		if _, _, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp:")); err != nil {
-			return fmt.Errorf("endpoint %q: %w", ep, err)
-		}
-		return nil
+		return ValidateHostPort(ep, strings.TrimPrefix(ep, "tcp:"))
 	}
 	return fmt.Errorf("endpoint %q: want unix:PATH or tcp:HOST:PORT", ep)
 }
+
+// ValidateHostPort checks the HOST:PORT of a tcp: endpoint ep: an IP address
+// or a DNS name, and a port from 1 to 65535.
+func ValidateHostPort(ep, hostport string) error {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return fmt.Errorf("endpoint %q: %w", ep, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("endpoint %q: port %q: want 1-65535", ep, port)
+	}
+	if _, err := netip.ParseAddr(host); err != nil && !dnsName.MatchString(host) {
+		return fmt.Errorf("endpoint %q: host %q: not an IP address or DNS name", ep, host)
+	}
+	return nil
+}
+
+var dnsName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$`)
 
 // Dial connects to the database at endpoint. Failures wrap ErrUnreachable.
 func Dial(ctx context.Context, endpoint string) (*Client, error) {
@@ -73,7 +94,7 @@ func (c *Client) Close() { c.c.Close() }
 func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.OperationResult, error) {
 	res, err := c.c.Transact(ctx, ops...)
 	if err != nil {
-		if errors.Is(err, client.ErrNotConnected) || errors.Is(err, context.DeadlineExceeded) {
+		if lostConnection(err) {
 			return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 		}
 		return nil, err
@@ -89,6 +110,15 @@ func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.
 		return nil, fmt.Errorf("%w: %s", err, strings.Join(msgs, "; "))
 	}
 	return res, nil
+}
+
+// lostConnection reports errors that mean ovsdb-server went away or did not
+// answer in time: the caller may try again later.
+func lostConnection(err error) bool {
+	return errors.Is(err, client.ErrNotConnected) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, rpc2.ErrShutdown)
 }
 
 // decode turns the rows of a select result into models of table.

@@ -82,6 +82,11 @@ func LoadConf(stdin []byte) (*Conf, error) {
 	if c.OpenFlow != "" && strings.ContainsAny(c.OpenFlow, " \t\n,;'\"") {
 		return nil, invalid(`"openflow" %q: unexpected characters`, c.OpenFlow)
 	}
+	if tcp, ok := strings.CutPrefix(c.OpenFlow, "tcp:"); ok {
+		if err := ovsdb.ValidateHostPort(c.OpenFlow, tcp); err != nil {
+			return nil, invalid(`"openflow": %v`, err)
+		}
+	}
 	for key, z := range map[string]*int{"dnatZone": c.DNATZone, "snatZone": c.SNATZone} {
 		if z != nil && (*z < 1 || *z > 65535) {
 			return nil, invalid("%q %d: want 1-65535 (zone 0 is everybody's default zone)", key, *z)

@@ -43,7 +43,7 @@ func prevResult(conf *Conf) (*current.Result, error) {
 	if err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
 	}
-	return r, nil
+	return r, hostport.CheckResult(r)
 }
 
 // findPort returns the ovs-bridge port of the attachment.

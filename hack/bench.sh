@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench.sh: this suite's CNI chain against the reference chain, side by side in
+# one run, driven by the same in-process libcni driver (hack/bench), interleaved.
+#
+#   sudo hack/bench.sh            N = 1, 10, 50, 200, 500; about 6 minutes on 2 cores
+#   sudo hack/bench.sh -quick     N = 1 and 50; about 1 minute (CI: no time is asserted;
+#                                 it fails only when a chain fails or a host port check fails)
+#   sudo hack/bench.sh ARGS...    any other flags go to the driver (go run ./hack/bench -h)
+#
+# Chain A: ovs-bridge + host-local + ovs-portmap on a private Open vSwitch
+# (hack/ovs-sandbox.sh, userspace netdev datapath). Chains B and C: the
+# reference bridge + host-local + portmap (containernetworking/plugins, a tool
+# dependency in go.mod), iptables and nftables backends, each in a network
+# namespace of its own. Everything runs inside namespaces made for the run:
+# the host's iptables, nftables, /var/lib/cni and Open vSwitch are never
+# touched. Prints tables, then one line starting with "BENCH" (docs/performance.md).
+#
+# To measure a change: build it into a directory and add it as chain P, on a
+# second bridge of the same Open vSwitch, interleaved with A:
+#   sudo hack/bench.sh -chains A,P -proto DIR -levels 1 -reps 40 -parallel-to 8
+# BENCH_OURS_DIR=DIR takes chain A's ovs-bridge and ovs-portmap from DIR instead
+# of this tree (so that A and P can be two builds of the same commit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
+
+if [ "$(id -u)" != 0 ]; then
+	echo "bench.sh: needs root (network namespaces, Open vSwitch, netfilter)" >&2
+	exit 1
+fi
+hack/ovs-sandbox.sh install
+if ! command -v iptables >/dev/null || ! command -v nft >/dev/null; then
+	echo "bench.sh: installing iptables and nftables with apt-get" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables nftables >&2 ||
+		{ apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables nftables >&2; }
+fi
+
+work=$(mktemp -d /tmp/ovsflow-bench.XXXXXX)
+name=ovsflow-bench-$$
+cleanup() {
+	hack/ovs-sandbox.sh stop "$name" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "== building" >&2
+mkdir -p "$work/bin"
+go build -o "$work/bin" ./cmd/... \
+	github.com/containernetworking/plugins/plugins/ipam/host-local \
+	github.com/containernetworking/plugins/plugins/main/bridge \
+	github.com/containernetworking/plugins/plugins/meta/portmap
+go build -o "$work/bench" ./hack/bench
+go build -o "$work/rssshim" ./hack/bench/rssshim
+if [ -n "${BENCH_OURS_DIR:-}" ]; then
+	cp "$BENCH_OURS_DIR/ovs-bridge" "$BENCH_OURS_DIR/ovs-portmap" "$work/bin/"
+fi
+
+echo "== starting the Open vSwitch sandbox $name" >&2
+vars=$(hack/ovs-sandbox.sh start "$name")
+OVSDB=$(sed -n 's/^OVSDB=//p' <<<"$vars")
+NETNS=$(sed -n 's/^NETNS=//p' <<<"$vars")
+
+echo "# ovsflow benchmark"
+echo
+echo "- date: $(date -u +%FT%TZ); tree: $(git describe --always --dirty 2>/dev/null || echo unknown)${BENCH_OURS_DIR:+; ovs-* binaries from $BENCH_OURS_DIR}"
+echo "- machine: $(nproc) CPUs, $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "- $(ovs-vswitchd --version | head -1); $(iptables --version); $(nft --version); $(go version | cut -d' ' -f3)"
+echo "- command: hack/bench.sh $*"
+
+# The driver runs inside the sandbox netns (chain A's node). ip netns exec
+# also gives it a mount namespace of its own, so the netns mounts it makes
+# under $work are invisible outside and vanish with it.
+ip netns exec "$NETNS" "$work/bench" -bin "$work/bin" -shim "$work/rssshim" -ovsdb "$OVSDB" -work "$work" "$@"

@@ -1,0 +1,347 @@
+package resilience
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+
+	"github.com/ovsflow/ovs-cni/pkg/link"
+)
+
+// Copied from test/e2e (test packages cannot import each other's _test
+// files) and trimmed to what this suite uses.
+
+var seq atomic.Int64
+
+func uniq(prefix string) string { return fmt.Sprintf("%s%d", prefix, seq.Add(1)) }
+
+// run executes a command and returns its combined output.
+func run(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func vsctlAt(t testing.TB, db string, args ...string) string {
+	t.Helper()
+	out, err := run("ovs-vsctl", append([]string{"--db=" + db, "--timeout=10"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out)
+}
+
+func vsctl(t testing.TB, args ...string) string { t.Helper(); return vsctlAt(t, ovsdbAddr, args...) }
+
+// newBridge creates a netdev bridge for one test and removes it afterwards.
+func newBridge(t *testing.T) string {
+	t.Helper()
+	br := uniq("rsbr")
+	vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
+	t.Cleanup(func() {
+		run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-br", br)
+		run("ip", "link", "del", br) // the netdev datapath's kernel tap
+	})
+	return br
+}
+
+type container struct {
+	id   string
+	ns   ns.NetNS
+	name string // netns name under /run/netns
+}
+
+func newContainer(t *testing.T) *container {
+	t.Helper()
+	return newContainerID(t, uniq("ctr-"))
+}
+
+func newContainerID(t *testing.T, id string) *container {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &container{id: id, ns: n, name: filepath.Base(n.Path())}
+	t.Cleanup(func() {
+		n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	return c
+}
+
+func (c *container) exec(args ...string) (string, error) {
+	return run("ip", append([]string{"netns", "exec", c.name}, args...)...)
+}
+
+// serveTCP listens inside the container on a wildcard address (it survives
+// the interface being deleted and re-created) and answers every connection
+// with "hello from <id>".
+func (c *container) serveTCP(t *testing.T, port int) {
+	t.Helper()
+	var l net.Listener
+	err := c.ns.Do(func(ns.NetNS) error {
+		var err error
+		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(conn, "hello from %s to %s", c.id, conn.RemoteAddr())
+			conn.Close()
+		}
+	}()
+}
+
+// dial connects over TCP from inside netns n and returns what the server said.
+func dial(n ns.NetNS, addr string) (string, error) {
+	var out string
+	err := n.Do(func(ns.NetNS) error {
+		conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(3 * time.Second))
+		b, err := io.ReadAll(conn)
+		out = string(b)
+		return err
+	})
+	return out, err
+}
+
+// The "OVS host" of the README (as test/e2e builds it): node addresses on the
+// bridge's internal interface, an uplink port wired to an "outside" netns.
+const (
+	nodeV4    = "198.51.100.1"
+	nodeV6    = "2001:db8:100::1"
+	outsideV4 = "198.51.100.2"
+	outsideV6 = "2001:db8:100::2"
+)
+
+type ovsHost struct {
+	bridge  string
+	outside *container
+}
+
+func newOVSHost(t *testing.T) *ovsHost {
+	t.Helper()
+	br := newBridge(t)
+	h := &ovsHost{bridge: br, outside: newContainer(t)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			ports, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--columns=name,ofport,external_ids", "list", "Interface")
+			fl, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", h.ofTarget())
+			t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, br, fl)
+		}
+	})
+	for _, args := range [][]string{
+		{"addr", "add", nodeV4 + "/24", "dev", br},
+		{"addr", "add", nodeV6 + "/64", "dev", br, "nodad"},
+		{"link", "set", br, "up"},
+	} {
+		if _, err := run("ip", args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upl := uniq("rsupl")
+	if _, err := run("ip", "link", "add", upl, "type", "veth", "peer", "name", "eth0", "netns", h.outside.name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run("ip", "link", "del", upl) })
+	run("ip", "link", "set", upl, "up")
+	if err := link.Isolate(upl); err != nil {
+		t.Fatal(err)
+	}
+	vsctl(t, "add-port", br, upl)
+	for _, args := range [][]string{
+		{"ip", "addr", "add", outsideV4 + "/24", "dev", "eth0"},
+		{"ip", "addr", "add", outsideV6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "link", "set", "eth0", "up"},
+		{"ip", "link", "set", "lo", "up"},
+		{"ethtool", "-K", "eth0", "tx", "off"},
+	} {
+		if _, err := h.outside.exec(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	run("ethtool", "-K", br, "tx", "off")
+	return h
+}
+
+func (h *ovsHost) ofTarget() string { return ofTargetOf(ovsdbAddr, h.bridge) }
+
+// ofTargetOf is the bridge's OpenFlow management socket next to the OVSDB one.
+func ofTargetOf(ovsdb, bridge string) string {
+	return "unix:" + filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdb, "unix:")), bridge+".mgmt")
+}
+
+// bridgeConf is an ovs-bridge plugin entry with host-local IPAM on the
+// documentation ranges; extra keys override (nil deletes).
+func bridgeConf(br, db, dataDir string, extra map[string]any) map[string]any {
+	c := map[string]any{
+		"type": "ovs-bridge", "bridge": br, "ovsdb": db,
+		"ipam": map[string]any{
+			"type": "host-local", "dataDir": dataDir,
+			"ranges": []any{
+				[]any{map[string]any{"subnet": "192.0.2.0/24", "gateway": "192.0.2.1"}},
+				[]any{map[string]any{"subnet": "2001:db8:c::/64", "gateway": "2001:db8:c::1"}},
+			},
+			"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
+		},
+	}
+	for k, v := range extra {
+		if v == nil {
+			delete(c, k)
+			continue
+		}
+		c[k] = v
+	}
+	return c
+}
+
+func portmapConf(db string, extra map[string]any) map[string]any {
+	c := map[string]any{"type": "ovs-portmap", "ovsdb": db, "capabilities": map[string]bool{"portMappings": true}}
+	for k, v := range extra {
+		c[k] = v
+	}
+	return c
+}
+
+func conflist(version, name string, plugins ...map[string]any) map[string]any {
+	ps := make([]any, len(plugins))
+	for i, p := range plugins {
+		ps[i] = p
+	}
+	return map[string]any{"cniVersion": version, "name": name, "plugins": ps}
+}
+
+func pm(hostPort, containerPort int, proto, hostIP string) map[string]any {
+	return map[string]any{"hostPort": hostPort, "containerPort": containerPort, "protocol": proto, "hostIP": hostIP}
+}
+
+func mappings(m ...map[string]any) map[string]any {
+	l := make([]any, len(m))
+	for i := range m {
+		l[i] = m[i]
+	}
+	return map[string]any{"portMappings": l}
+}
+
+func hp(ip string, port int) string { return net.JoinHostPort(ip, fmt.Sprint(port)) }
+
+// cni drives plugins through libcni, with an invoke.Exec of this suite.
+type cni struct {
+	cfg  *libcni.CNIConfig
+	list *libcni.NetworkConfigList
+	exec *pluginExec
+}
+
+func newCNI(t *testing.T, conflist map[string]any, x *pluginExec) *cni {
+	t.Helper()
+	b, err := json.Marshal(conflist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.NetworkConfFromBytes(b)
+	if err != nil {
+		t.Fatalf("conflist: %v\n%s", err, b)
+	}
+	if x == nil {
+		x = &pluginExec{}
+	}
+	return &cni{cfg: libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), x), list: list, exec: x}
+}
+
+func rtOf(c *container, ifname string, capArgs map[string]any) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: c.id, NetNS: c.ns.Path(), IfName: ifname, CapabilityArgs: capArgs}
+}
+
+func (n *cni) add(ctx context.Context, c *container, capArgs map[string]any) (*current.Result, error) {
+	r, err := n.cfg.AddNetworkList(ctx, n.list, rtOf(c, "eth0", capArgs))
+	if err != nil {
+		return nil, err
+	}
+	return current.NewResultFromResult(r)
+}
+
+func (n *cni) check(ctx context.Context, c *container, capArgs map[string]any) error {
+	return n.cfg.CheckNetworkList(ctx, n.list, rtOf(c, "eth0", capArgs))
+}
+
+func (n *cni) del(ctx context.Context, c *container, capArgs map[string]any) error {
+	return n.cfg.DelNetworkList(ctx, n.list, rtOf(c, "eth0", capArgs))
+}
+
+// gc runs GC as a runtime that lost its own cache would: libcni's
+// GCNetworkList first DELs every cached attachment that is not valid, so a
+// CNIConfig with an empty cache leaves the work to the plugins' GC.
+func (n *cni) gc(ctx context.Context, t *testing.T, valid []types.GCAttachment) error {
+	cfg := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), n.exec)
+	return cfg.GCNetworkList(ctx, n.list, &libcni.GCArgs{ValidAttachments: valid})
+}
+
+func (n *cni) status(ctx context.Context) error { return n.cfg.GetStatusNetworkList(ctx, n.list) }
+
+func cniCode(err error) uint {
+	var e *types.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}
+
+// parallel runs f for i in [0,n) on n goroutines and collects errors.
+func parallel(n int, f func(i int) error) []error {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = f(i)
+		}(i)
+	}
+	wg.Wait()
+	return errs
+}
+
+// figure prints one line of figures for hack/resilience.sh.
+func figure(t *testing.T, name string, kv ...any) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("FIGURE " + name)
+	for i := 0; i+1 < len(kv); i += 2 {
+		fmt.Fprintf(&b, " %v=%v", kv[i], kv[i+1])
+	}
+	fmt.Fprintln(os.Stdout, b.String())
+	t.Log(b.String())
+}

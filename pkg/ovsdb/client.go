@@ -13,9 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cenkalti/rpc2"
-	"github.com/go-logr/logr"
-	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
@@ -29,7 +26,7 @@ var ErrUnreachable = errors.New("ovsdb unreachable")
 
 // Client is a connection to ovsdb-server without cache or monitor.
 type Client struct {
-	c  client.Client
+	c  *rpcConn
 	db model.DatabaseModel
 }
 
@@ -71,28 +68,35 @@ func Dial(ctx context.Context, endpoint string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ovsdb model: %w", err)
 	}
-	quiet := logr.Discard()
-	c, err := client.NewOVSDBClient(dbModel, client.WithEndpoint(endpoint), client.WithLogger(&quiet))
+	c, err := dialRPC(ctx, endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("ovsdb client: %w", err)
-	}
-	if err := c.Connect(ctx); err != nil {
 		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, endpoint, err)
 	}
-	full, errs := model.NewDatabaseModel(c.Schema(), dbModel)
+	var schema ovsdb.DatabaseSchema
+	if err := c.call(ctx, "get_schema", []string{dbName}, &schema); err != nil {
+		c.close()
+		return nil, fmt.Errorf("%w: schema from %s: %v", ErrUnreachable, endpoint, err)
+	}
+	full, errs := model.NewDatabaseModel(schema, dbModel)
 	if len(errs) > 0 {
-		c.Close()
+		c.close()
 		return nil, fmt.Errorf("ovsdb model does not match the server schema: %v", errs)
 	}
 	return &Client{c: c, db: full}, nil
 }
 
+const dbName = "Open_vSwitch"
+
 // Close ends the connection.
-func (c *Client) Close() { c.c.Close() }
+func (c *Client) Close() { c.c.close() }
 
 // transact runs ops as one transaction and checks every per-operation result.
 func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.OperationResult, error) {
-	res, err := c.c.Transact(ctx, ops...)
+	if !c.db.Schema.ValidateOperations(ops...) {
+		return nil, fmt.Errorf("ovsdb operations do not fit the schema: %v", ops)
+	}
+	var res []ovsdb.OperationResult
+	err := c.c.call(ctx, "transact", ovsdb.NewTransactArgs(dbName, ops...), &res)
 	if err != nil {
 		if lostConnection(err) {
 			return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
@@ -115,10 +119,10 @@ func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.
 // lostConnection reports errors that mean ovsdb-server went away or did not
 // answer in time: the caller may try again later.
 func lostConnection(err error) bool {
-	return errors.Is(err, client.ErrNotConnected) || errors.Is(err, context.DeadlineExceeded) ||
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, rpc2.ErrShutdown)
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // decode turns the rows of a select result into models of table.

@@ -504,11 +504,11 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return fmt.Errorf("port %q of %s/%s: found %d ports with our external_ids, want 1", hostName, args.ContainerID, args.IfName, len(ports))
 	}
 	p := ports[0]
-	br, err := cli.Bridge(ctx, conf.Bridge)
+	onBridge, err := cli.BridgeHasPort(ctx, conf.Bridge, p.Port.UUID)
 	if err != nil {
 		return asCNIError(err)
 	}
-	if br == nil || !slices.Contains(br.Ports, p.Port.UUID) {
+	if !onBridge {
 		return fmt.Errorf("port %q is not on bridge %q", p.Port.Name, conf.Bridge)
 	}
 	wantTag := 0

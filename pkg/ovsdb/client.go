@@ -197,9 +197,12 @@ func (a Attachment) where() []ovsdb.Condition {
 	}))}
 }
 
-// Bridge returns the bridge called name, or nil when there is none.
+// Bridge returns the bridge called name, or nil when there is none, without
+// its ports (on a busy node the row carries hundreds of port UUIDs).
 func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
-	res, err := c.transact(ctx, selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name)))
+	op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name))
+	op.Columns = []string{"_uuid", "name", "datapath_type"}
+	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)
 	}
@@ -208,6 +211,18 @@ func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
 		return nil, err
 	}
 	return &brs[0], nil
+}
+
+// BridgeHasPort reports whether bridge name holds the port.
+func (c *Client) BridgeHasPort(ctx context.Context, name, portUUID string) (bool, error) {
+	op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name),
+		ovsdb.NewCondition("ports", ovsdb.ConditionIncludes, uuidSet(portUUID)))
+	op.Columns = []string{"_uuid"}
+	res, err := c.transact(ctx, op)
+	if err != nil {
+		return false, fmt.Errorf("looking up bridge %q: %w", name, err)
+	}
+	return len(res[0].Rows) == 1, nil
 }
 
 // EnsureBridge creates bridge name (with its internal port) unless it exists.

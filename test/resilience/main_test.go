@@ -15,126 +15,32 @@
 package resilience
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	ovssandbox "github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
-// Environment handed from the outer process to the re-executed one.
-const (
-	envNetNS  = "OVSFLOW_RS_NETNS"
-	envOVSDB  = "OVSFLOW_RS_OVSDB"
-	envBinDir = "OVSFLOW_RS_BIN"
-	envRepo   = "OVSFLOW_RS_REPO"
-	envEnable = "OVSFLOW_RESILIENCE"
-)
+const envEnable = "OVSFLOW_RESILIENCE"
 
 var (
-	skipReason string // set when the suite cannot run (not root, no OVS)
-	sandboxNS  = os.Getenv(envNetNS)
-	ovsdbAddr  = os.Getenv(envOVSDB)
-	binDir     = os.Getenv(envBinDir)
-	repoRoot   = os.Getenv(envRepo)
+	sandboxNS = ovssandbox.Env.NetNS
+	ovsdbAddr = ovssandbox.Env.OVSDB
+	binDir    = ovssandbox.Env.BinDir
+	repoRoot  = ovssandbox.Env.Repo
 )
 
 func TestMain(m *testing.M) {
-	if sandboxNS != "" {
-		// Probe the IP stack here, where lo is up (see test/e2e).
-		if l, err := net.Listen("tcp", "[::1]:0"); err == nil {
-			l.Close()
-		}
-		os.Exit(m.Run()) // inside the sandbox netns
-	}
-	if os.Getenv(envEnable) == "" {
-		// Minutes of fault injection: run by hack/resilience.sh, not by every `go test ./...`.
-		skipReason = "the resilience suite runs with " + envEnable + "=1 (hack/resilience.sh sets it)"
-		fmt.Fprintf(os.Stderr, "\n*** SKIPPING resilience: %s ***\n\n", skipReason)
-		os.Exit(m.Run())
-	}
-	if os.Geteuid() != 0 {
-		skipReason = "resilience tests need root (network namespaces, Open vSwitch)"
-		fmt.Fprintf(os.Stderr, "\n*** SKIPPING resilience: %s ***\n\n", skipReason)
-		os.Exit(m.Run())
-	}
-	os.Exit(runInSandbox())
-}
-
-func runInSandbox() int {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		return fail("repo root: %v", err)
-	}
-	bin, err := os.MkdirTemp("", "ovsflow-rs-bin-")
-	if err != nil {
-		return fail("%v", err)
-	}
-	defer os.RemoveAll(bin)
-	build := exec.Command("go", "build", "-o", bin, "./cmd/...",
-		"github.com/containernetworking/plugins/plugins/ipam/host-local")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fail("building plugins: %v", err)
-	}
-
-	name := fmt.Sprintf("ovsflow-rs-%d", os.Getpid())
-	sandbox := filepath.Join(root, "hack", "ovs-sandbox.sh")
-	out, err := exec.Command(sandbox, "start", name).Output()
-	if err != nil {
-		reason := fmt.Sprintf("Open vSwitch sandbox could not start: %v", err)
-		if ee, ok := err.(*exec.ExitError); ok {
-			reason += ": " + string(ee.Stderr)
-		}
-		if os.Getenv("CI") != "" {
-			return fail("%s", reason)
-		}
-		skipReason = reason
-		fmt.Fprintf(os.Stderr, "\n*** SKIPPING resilience: %s ***\n\n", skipReason)
-		return 0
-	}
-	defer exec.Command(sandbox, "stop", name).Run()
-	defer func() {
-		// The second sandboxes of the fault tests (NAME-N), should the
-		// tests have died without their cleanups.
-		extra, _ := filepath.Glob("/run/ovsflow/" + name + "-*")
-		for _, dir := range extra {
-			exec.Command(sandbox, "stop", filepath.Base(dir)).Run()
-		}
-	}()
-	vars := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			vars[k] = v
-		}
-	}
-	args := append([]string{"netns", "exec", name, os.Args[0]}, os.Args[1:]...)
-	cmd := exec.Command("ip", args...)
-	cmd.Stdout, cmd.Stderr, cmd.Stdin = os.Stdout, os.Stderr, os.Stdin
-	cmd.Env = append(os.Environ(), envNetNS+"="+name, envOVSDB+"="+vars["OVSDB"], envBinDir+"="+bin, envRepo+"="+root)
-	if err := cmd.Run(); err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode()
-		}
-		return fail("running tests in sandbox: %v", err)
-	}
-	return 0
-}
-
-func fail(format string, a ...any) int {
-	fmt.Fprintf(os.Stderr, "resilience: "+format+"\n", a...)
-	return 1
+	os.Exit(ovssandbox.Main(m, ovssandbox.Options{Suite: "resilience",
+		Build: []string{"github.com/containernetworking/plugins/plugins/ipam/host-local"},
+		Gate: func() string {
+			if os.Getenv(envEnable) == "" {
+				// Minutes of fault injection: run by hack/resilience.sh, not by every `go test ./...`.
+				return "the resilience suite runs with " + envEnable + "=1 (hack/resilience.sh sets it)"
+			}
+			return ""
+		}}))
 }
 
 // requireSandbox skips, loudly, when the suite cannot run here.
-func requireSandbox(t *testing.T) {
-	t.Helper()
-	if skipReason != "" {
-		t.Skipf("SKIPPED: %s", skipReason)
-	}
-}
+func requireSandbox(t *testing.T) { ovssandbox.Require(t) }

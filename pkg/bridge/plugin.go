@@ -274,7 +274,7 @@ func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *ske
 	if err != nil {
 		return err
 	}
-	return ofctl.Bridge{Target: rec.OpenFlow}.ApplyBundle(ctx, flows.PortSecurityBundle(ps))
+	return asCNIError(ofctl.Bridge{Target: rec.OpenFlow}.ApplyBundle(ctx, flows.PortSecurityBundle(ps)))
 }
 
 // publishMesos publishes the port mappings Apache Mesos passes in args: Mesos

@@ -24,6 +24,10 @@ const DefaultEndpoint = "unix:/var/run/openvswitch/db.sock"
 // tell "try again later" from other errors.
 var ErrUnreachable = errors.New("ovsdb unreachable")
 
+// ErrVswitchdTimeout wraps waits for ovs-vswitchd (an ofport, a configuration)
+// that ran out: ovs-vswitchd is down or overloaded, try again later.
+var ErrVswitchdTimeout = errors.New("ovs-vswitchd did not answer in time")
+
 // Client is a connection to ovsdb-server without cache or monitor.
 type Client struct {
 	c  *rpcConn
@@ -388,7 +392,7 @@ func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) erro
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return fmt.Errorf("ovs-vswitchd did not apply configuration %d within %s (at %d)", n, timeout, cur)
+			return fmt.Errorf("%w: configuration %d not applied within %s (at %d)", ErrVswitchdTimeout, n, timeout, cur)
 		}
 		ms := int(left / time.Millisecond)
 		wctx, cancel := context.WithTimeout(ctx, left+2*time.Second)
@@ -469,7 +473,7 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 	res, err := c.transact(wctx, ops...)
 	if err != nil {
 		if strings.Contains(err.Error(), "timed out") {
-			return 0, fmt.Errorf("waiting for ofport of %q: ovs-vswitchd did not attach it within %s", name, timeout)
+			return 0, fmt.Errorf("waiting for ofport of %q: %w: not attached within %s", name, ErrVswitchdTimeout, timeout)
 		}
 		return 0, fmt.Errorf("waiting for ofport of %q: %w", name, err)
 	}

@@ -227,7 +227,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	t.mark(phContainer)
 	ids := map[string]string{ovsdb.KeyOwner: ovsdb.OwnerValue, ovsdb.KeyContainerID: id, ovsdb.KeyIfName: "eth0",
 		ovsdb.KeyNetNS: cns.Path(), ovsdb.KeyNetwork: "bench-replay", ovsdb.KeyBridge: ovsBridge}
-	if err := cli.AttachPort(ctx, br.UUID, ovsdb.PortSpec{Name: hostName, ExternalIDs: ids}, nil); err != nil {
+	if _, err := cli.AttachPort(ctx, br.UUID, ovsdb.PortSpec{Name: hostName, ExternalIDs: ids}); err != nil {
 		return err
 	}
 	t.mark(phAttach)

@@ -129,7 +129,8 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if conf.VLAN != nil {
 		spec.Tag = *conf.VLAN
 	}
-	if err := cli.AttachPort(ctx, br.UUID, spec, nil); err != nil {
+	portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
+	if err != nil {
 		return asCNIError(err)
 	}
 	defer func() {
@@ -182,7 +183,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 
 	if *conf.PortSecurity {
-		if err := securePort(ctx, cli, conf, args, result, contIndex, ofport); err != nil {
+		if err := securePort(ctx, cli, conf, args, result, contIndex, portUUID, ofport); err != nil {
 			return err
 		}
 		defer func() {
@@ -195,7 +196,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		}()
 	}
 	if conf.IsGateway {
-		if err := setupGateway(ctx, cli, conf.Bridge, br.UUID, result); err != nil {
+		if err := setupGateway(ctx, cli, br, result); err != nil {
 			return err
 		}
 	}
@@ -254,20 +255,13 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 
 // securePort records the port security facts on the port and installs its
 // flows (one bundle).
-func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, result *current.Result, contIndex, ofport int) error {
+func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, result *current.Result, contIndex int, portUUID string, ofport int) error {
 	rec := portSecRecord(conf, result, contIndex)
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
-	if err != nil {
-		return asCNIError(err)
-	}
-	if len(ports) != 1 {
-		return fmt.Errorf("port of %s/%s for its port security record: found %d", args.ContainerID, args.IfName, len(ports))
-	}
-	if err := cli.SetPortExternalIDs(ctx, ports[0].Port.UUID, map[string]string{ovsdb.KeyPortSec: string(raw)}); err != nil {
+	if err := cli.SetPortExternalIDs(ctx, portUUID, map[string]string{ovsdb.KeyPortSec: string(raw)}); err != nil {
 		return asCNIError(err)
 	}
 	ps, err := rec.PortSecurity(flows.AttachmentCookie(args.ContainerID, args.IfName), uint32(ofport))
@@ -377,7 +371,8 @@ func configureAddresses(ifname string, result *current.Result) error {
 
 // setupGateway puts each IPAM gateway, with its subnet's prefix, on the
 // bridge's internal interface and brings it up.
-func setupGateway(ctx context.Context, cli *ovsdb.Client, bridge, bridgeUUID string, result *current.Result) error {
+func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, result *current.Result) error {
+	bridge := br.Name
 	// The internal interface exists once ovs-vswitchd has given it an ofport.
 	if _, err := cli.WaitOFPort(ctx, bridge, ofportTimeout); err != nil {
 		return asCNIError(err)
@@ -396,12 +391,14 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, bridge, bridgeUUID str
 		if err := netlink.AddrReplace(l, addr); err != nil {
 			return fmt.Errorf("adding gateway %s to bridge %q: %w", addr.IPNet, bridge, err)
 		}
-		record[hostport.KeyGatewayPrefix+addr.IPNet.String()] = ovsdb.ClaimValue
+		if key := hostport.KeyGatewayPrefix + addr.IPNet.String(); br.ExternalIDs[key] == "" {
+			record[key] = ovsdb.ClaimValue
+		}
 	}
 	// Recorded so that a reconcile can restore them after ovs-vswitchd
 	// re-creates the interface.
 	if len(record) > 0 {
-		if err := cli.SetBridgeExternalIDs(ctx, bridgeUUID, record); err != nil {
+		if err := cli.SetBridgeExternalIDs(ctx, br.UUID, record); err != nil {
 			return asCNIError(err)
 		}
 	}

@@ -205,7 +205,7 @@ func (a Attachment) where() []ovsdb.Condition {
 // its ports (on a busy node the row carries hundreds of port UUIDs).
 func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
 	op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name))
-	op.Columns = []string{"_uuid", "name", "datapath_type"}
+	op.Columns = []string{"_uuid", "name", "datapath_type", "external_ids"}
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)
@@ -273,9 +273,8 @@ type PortSpec struct {
 }
 
 // AttachPort adds a Port with one system Interface to bridge in one
-// transaction, removing the ports in replace (a retried ADD's own leftovers)
-// in the same transaction.
-func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpec, replace []string) error {
+// transaction and returns the new Port's UUID.
+func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpec) (string, error) {
 	ids := strMap(spec.ExternalIDs)
 	portRow := ovsdb.Row{"name": spec.Name, "interfaces": uuidSet("iface"), "external_ids": ids}
 	if spec.Tag > 0 {
@@ -285,26 +284,22 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 		portRow["trunks"] = intSet(spec.Trunks...)
 		portRow["vlan_mode"] = "trunk"
 	}
-	ops := []ovsdb.Operation{}
-	if len(replace) > 0 {
-		ops = append(ops, detachOps(replace)...)
-	}
-	ops = append(ops,
-		ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tableInterface, UUIDName: "iface",
+	ops := []ovsdb.Operation{
+		{Op: ovsdb.OperationInsert, Table: tableInterface, UUIDName: "iface",
 			Row: ovsdb.Row{"name": spec.Name, "external_ids": ids}},
-		ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort, UUIDName: "port", Row: portRow},
-		ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableBridge,
+		{Op: ovsdb.OperationInsert, Table: tablePort, UUIDName: "port", Row: portRow},
+		{Op: ovsdb.OperationMutate, Table: tableBridge,
 			Where:     []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: bridgeUUID})},
 			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("ports", ovsdb.MutateOperationInsert, uuidSet("port"))}},
-	)
+	}
 	res, err := c.transact(ctx, ops...)
 	if err != nil {
-		return fmt.Errorf("attaching port %q: %w", spec.Name, err)
+		return "", fmt.Errorf("attaching port %q: %w", spec.Name, err)
 	}
 	if n := res[len(res)-1].Count; n != 1 {
-		return fmt.Errorf("attaching port %q: bridge row is gone", spec.Name)
+		return "", fmt.Errorf("attaching port %q: bridge row is gone", spec.Name)
 	}
-	return nil
+	return res[len(res)-2].UUID.GoUUID, nil
 }
 
 // detachOps removes ports from whichever bridge holds them; Open vSwitch then

@@ -8,11 +8,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,20 +22,13 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/link"
+	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
-var seq atomic.Int64
-
-func uniq(prefix string) string { return fmt.Sprintf("%s%d", prefix, seq.Add(1)) }
-
-// run executes a command and returns its combined output.
-func run(name string, args ...string) (string, error) {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
-}
+var (
+	uniq = sandbox.Uniq
+	run  = sandbox.Run // executes a command and returns its combined output
+)
 
 func vsctl(t *testing.T, args ...string) string {
 	t.Helper()

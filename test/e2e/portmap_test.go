@@ -13,18 +13,19 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/pkg/link"
+	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
-// The "OVS host" of the README: node addresses on the bridge's internal
-// interface, an uplink port wired to an "outside" netns, containers attached
-// by ovs-bridge with their gateway on the internal interface.
+// The "OVS host" of the README (sandbox.WireOVSHost): node addresses on the
+// bridge's internal interface, an uplink port wired to an "outside" netns,
+// containers attached by ovs-bridge with their gateway on the internal
+// interface.
 const (
-	nodeV4    = "198.51.100.1"
-	nodeV4b   = "198.51.100.3" // a second node address (row E)
-	nodeV6    = "2001:db8:100::1"
-	outsideV4 = "198.51.100.2"
-	outsideV6 = "2001:db8:100::2"
+	nodeV4    = sandbox.NodeV4
+	nodeV4b   = sandbox.NodeV4b // a second node address (row E)
+	nodeV6    = sandbox.NodeV6
+	outsideV4 = sandbox.OutsideV4
+	outsideV6 = sandbox.OutsideV6
 )
 
 type ovsHost struct {
@@ -42,42 +43,7 @@ func newOVSHost(t *testing.T) *ovsHost {
 			t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, br, h.dumpAll(t))
 		}
 	})
-	for _, args := range [][]string{
-		{"addr", "add", nodeV4 + "/24", "dev", br},
-		{"addr", "add", nodeV4b + "/24", "dev", br},
-		{"addr", "add", nodeV6 + "/64", "dev", br, "nodad"},
-		{"link", "set", br, "up"},
-	} {
-		if _, err := run("ip", args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	upl := uniq("upl")
-	if _, err := run("ip", "link", "add", upl, "type", "veth", "peer", "name", "eth0", "netns", h.outside.name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { run("ip", "link", "del", upl) })
-	run("ip", "link", "set", upl, "up")
-	if err := link.Isolate(upl); err != nil {
-		t.Fatal(err)
-	}
-	vsctl(t, "add-port", br, upl)
-	for _, args := range [][]string{
-		{"ip", "addr", "add", outsideV4 + "/24", "dev", "eth0"},
-		{"ip", "addr", "add", outsideV6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "link", "set", "eth0", "up"},
-		{"ip", "link", "set", "lo", "up"},
-		{"ethtool", "-K", "eth0", "tx", "off"},
-		{"ip", "route", "add", "192.0.2.0/24", "via", nodeV4},
-		{"ip", "route", "add", "2001:db8:c::/64", "via", nodeV6},
-	} {
-		if _, err := h.outside.exec(args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The node routes between containers and the outside (row H).
-	run("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
-	run("ethtool", "-K", br, "tx", "off")
+	sandbox.WireOVSHost(t, br, h.outside.name, "upl")
 	return h
 }
 

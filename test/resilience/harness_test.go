@@ -8,11 +8,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,24 +20,16 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 
-	"github.com/ovsflow/ovs-cni/pkg/link"
+	ovssandbox "github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
-// Copied from test/e2e (test packages cannot import each other's _test
-// files) and trimmed to what this suite uses.
+// Small helpers like test/e2e's (test packages cannot import each other's
+// _test files); the shared ones live in test/internal/sandbox.
 
-var seq atomic.Int64
-
-func uniq(prefix string) string { return fmt.Sprintf("%s%d", prefix, seq.Add(1)) }
-
-// run executes a command and returns its combined output.
-func run(name string, args ...string) (string, error) {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
-}
+var (
+	uniq = ovssandbox.Uniq
+	run  = ovssandbox.Run // executes a command and returns its combined output
+)
 
 func vsctlAt(t testing.TB, db string, args ...string) string {
 	t.Helper()
@@ -137,13 +127,12 @@ func dial(n ns.NetNS, addr string) (string, error) {
 	return out, err
 }
 
-// The "OVS host" of the README (as test/e2e builds it): node addresses on the
-// bridge's internal interface, an uplink port wired to an "outside" netns.
+// The "OVS host" of the README (ovssandbox.WireOVSHost).
 const (
-	nodeV4    = "198.51.100.1"
-	nodeV6    = "2001:db8:100::1"
-	outsideV4 = "198.51.100.2"
-	outsideV6 = "2001:db8:100::2"
+	nodeV4    = ovssandbox.NodeV4
+	nodeV6    = ovssandbox.NodeV6
+	outsideV4 = ovssandbox.OutsideV4
+	outsideV6 = ovssandbox.OutsideV6
 )
 
 type ovsHost struct {
@@ -162,38 +151,7 @@ func newOVSHost(t *testing.T) *ovsHost {
 			t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, br, fl)
 		}
 	})
-	for _, args := range [][]string{
-		{"addr", "add", nodeV4 + "/24", "dev", br},
-		{"addr", "add", nodeV6 + "/64", "dev", br, "nodad"},
-		{"link", "set", br, "up"},
-	} {
-		if _, err := run("ip", args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	upl := uniq("rsupl")
-	if _, err := run("ip", "link", "add", upl, "type", "veth", "peer", "name", "eth0", "netns", h.outside.name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { run("ip", "link", "del", upl) })
-	run("ip", "link", "set", upl, "up")
-	if err := link.Isolate(upl); err != nil {
-		t.Fatal(err)
-	}
-	vsctl(t, "add-port", br, upl)
-	for _, args := range [][]string{
-		{"ip", "addr", "add", outsideV4 + "/24", "dev", "eth0"},
-		{"ip", "addr", "add", outsideV6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "link", "set", "eth0", "up"},
-		{"ip", "link", "set", "lo", "up"},
-		{"ethtool", "-K", "eth0", "tx", "off"},
-	} {
-		if _, err := h.outside.exec(args...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
-	run("ethtool", "-K", br, "tx", "off")
+	ovssandbox.WireOVSHost(t, br, h.outside.name, "rsupl")
 	return h
 }
 

@@ -202,7 +202,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	cnilog.Note("port %s on %s, ips %v", hostName, conf.Bridge, ipList(result))
 	if len(conf.Mappings) > 0 {
-		if err := publishMesos(ctx, cli, args, conf, result); err != nil {
+		port := ovsdb.OwnedPort{Port: ovsdb.Port{UUID: portUUID, Name: hostName, ExternalIDs: spec.ExternalIDs},
+			Interface: ovsdb.Interface{Name: hostName, OFPort: &ofport}}
+		if err := publishMesos(ctx, cli, args, conf, result, port); err != nil {
 			return err
 		}
 	}
@@ -275,20 +277,16 @@ func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *ske
 // calls one plugin, not a chain, so ovs-bridge does what ovs-portmap would,
 // through the same code (one pipeline, one cookie per attachment), with
 // ovs-portmap's defaults (node addresses of the bridge interface, snat on).
-func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, conf *NetConf, result *current.Result) error {
+//
+// port is the attachment's port as this ADD just wrote it (no need to read
+// it back).
+func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, conf *NetConf, result *current.Result, port ovsdb.OwnedPort) error {
 	v4, v6, mac := hostport.ContainerFacts(result, args.IfName)
 	if !v4.IsValid() && !v6.IsValid() {
 		return nil
 	}
-	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
-	if err != nil {
-		return asCNIError(err)
-	}
-	if len(ports) != 1 {
-		return fmt.Errorf("port of %s/%s: found %d", args.ContainerID, args.IfName, len(ports))
-	}
 	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.OVSDB},
-		args.ContainerID, args.IfName, ports[0], v4, v6, mac)
+		args.ContainerID, args.IfName, port, v4, v6, mac)
 	if err != nil {
 		return err
 	}

@@ -180,12 +180,14 @@ func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rul
 func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, allKinds bool) error {
 	rec, ok, err := RecordOf(p)
 	keys := ownedKeys(p)
+	swept := "" // the OpenFlow target already cleared of every flow of the attachment
 	if allKinds {
 		if ps, psOK := PortSecRecordOf(p); psOK && reachable(ps.OpenFlow) {
 			c := flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
 			if err := (ofctl.Bridge{Target: ps.OpenFlow}).DeleteAttachment(ctx, c); err != nil {
 				return err
 			}
+			swept = ps.OpenFlow
 		}
 	}
 	if err == nil && ok {
@@ -199,8 +201,10 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, allKind
 			if allKinds {
 				del = br.DeleteAttachment
 			}
-			if err := del(ctx, a.Cookie); err != nil {
-				return err
+			if rec.OpenFlow != swept { // one masked delete per bridge is enough
+				if err := del(ctx, a.Cookie); err != nil {
+					return err
+				}
 			}
 			_ = flushConntrack(ctx, br, pl, a.Rules)
 		}

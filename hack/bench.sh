@@ -45,8 +45,9 @@ trap cleanup EXIT
 
 echo "== building" >&2
 mkdir -p "$work/bin"
-# Release flags, the same for both chains: no symbol table, no paths.
-go build -trimpath -ldflags='-s -w' -o "$work/bin" ./cmd/... \
+# Release flags, the same for both chains (the upstream plugins' release
+# build is static too): no cgo, no symbol table, no paths.
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/bin" ./cmd/... \
 	github.com/containernetworking/plugins/plugins/ipam/host-local \
 	github.com/containernetworking/plugins/plugins/main/bridge \
 	github.com/containernetworking/plugins/plugins/meta/portmap

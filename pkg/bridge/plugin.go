@@ -129,10 +129,8 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if conf.VLAN != nil {
 		spec.Tag = *conf.VLAN
 	}
-	portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
-	if err != nil {
-		return asCNIError(err)
-	}
+	// The rollback is armed before the transaction: when the connection
+	// breaks mid-commit its outcome is unknown, and the port may be there.
 	defer func() {
 		if retErr != nil {
 			hostport.Rollback(func(ctx context.Context) {
@@ -144,6 +142,10 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			})
 		}
 	}()
+	portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
+	if err != nil {
+		return asCNIError(err)
+	}
 	ofport, err := cli.WaitOFPort(ctx, hostName, ofportTimeout)
 	if err != nil {
 		return asCNIError(err)

@@ -3,6 +3,7 @@ package ovsdb
 import (
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/ovn-kubernetes/libovsdb/model"
@@ -38,6 +39,13 @@ func TestValidateEndpoint(t *testing.T) {
 		"tcp:127.0.0.1":                     false,
 		"/var/run/openvswitch/db.sock":      false,
 		"ssl:127.0.0.1:6640":                false,
+		"tcp:ovsdb.example.org:6640":        true,
+		"tcp:a:6640":                        true,
+		"tcp:-a:6640":                       false,
+		"tcp:a.:6640":                       false,
+		"tcp:a_b:6640":                      false,
+		"tcp:" + strings.Repeat("a", 253) + ":6640": true,
+		"tcp:" + strings.Repeat("a", 254) + ":6640": false,
 	} {
 		if err := ValidateEndpoint(ep); (err == nil) != ok {
 			t.Errorf("ValidateEndpoint(%q) = %v, want ok=%v", ep, err, ok)

@@ -44,7 +44,14 @@ func (c Cookie) WithKind(k uint8) Cookie {
 	return c&^(Cookie(0xff)<<CookieKindShift) | Cookie(k)<<CookieKindShift
 }
 
-// AttachmentMatch renders a match of every flow of the attachment, any kind.
+// Attachment returns the cookie value and mask that select every flow of the
+// attachment, any kind.
+func (c Cookie) Attachment() (value, mask Cookie) {
+	return c &^ (Cookie(0xff) << CookieKindShift), AttachmentMask
+}
+
+// AttachmentMatch renders Attachment as a del-flows and dump-flows match.
 func (c Cookie) AttachmentMatch() string {
-	return "cookie=" + (c &^ (Cookie(0xff) << CookieKindShift)).String() + "/" + AttachmentMask.String()
+	v, m := c.Attachment()
+	return "cookie=" + v.String() + "/" + m.String()
 }

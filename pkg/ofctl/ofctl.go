@@ -1,6 +1,10 @@
 // Package ofctl is the small executor for pkg/flows: it applies a bundle of
 // flows atomically, deletes and dumps flows by cookie, and flushes conntrack
-// entries, through ovs-ofctl on the bridge's management socket.
+// entries on the bridge's management socket. The hot path (bundles and
+// deletes, on every ADD and DEL) speaks OpenFlow itself through
+// pkg/openflow, about 0.5 ms against 4-5 ms for an ovs-ofctl exec; dumps
+// (CHECK, reconcile), conntrack flushes and any bundle pkg/openflow does not
+// compile go through ovs-ofctl.
 //
 // Every argument it passes is rendered by pkg/flows from typed values
 // (addresses, ports, MACs, cookies); no string from a network config reaches
@@ -18,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 // Bridge is one bridge's OpenFlow endpoint, such as "unix:/run/openvswitch/br0.mgmt".
@@ -60,20 +65,32 @@ func (b Bridge) run(ctx context.Context, stdin string, args ...string) (string, 
 
 // ApplyBundle applies the text of an add-flows file as one atomic bundle.
 func (b Bridge) ApplyBundle(ctx context.Context, bundle string) error {
-	_, err := b.run(ctx, bundle, "--bundle", "add-flows", b.Target, "-")
-	return err
+	err := openflow.Apply(ctx, b.Target, bundle)
+	if errors.Is(err, openflow.ErrUnsupported) {
+		_, err = b.run(ctx, bundle, "--bundle", "add-flows", b.Target, "-")
+		return err
+	}
+	return native(err)
 }
 
 // DeleteCookie removes every flow with exactly this cookie, in every table.
 func (b Bridge) DeleteCookie(ctx context.Context, c flows.Cookie) error {
-	_, err := b.run(ctx, "", "del-flows", b.Target, c.Match())
-	return err
+	return native(openflow.DeleteCookie(ctx, b.Target, uint64(c), ^uint64(0)))
 }
 
 // DeleteAttachment removes every flow of the attachment of c, any kind, in
 // one masked delete.
 func (b Bridge) DeleteAttachment(ctx context.Context, c flows.Cookie) error {
-	_, err := b.run(ctx, "", "del-flows", b.Target, c.AttachmentMatch())
+	v, m := c.Attachment()
+	return native(openflow.DeleteCookie(ctx, b.Target, uint64(v), uint64(m)))
+}
+
+// native gives pkg/openflow's timeout this package's ErrTimeout, which the
+// plugins map to CNI code 11.
+func native(err error) error {
+	if errors.Is(err, openflow.ErrTimeout) {
+		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	}
 	return err
 }
 

@@ -85,19 +85,17 @@ func Dial(ctx context.Context, endpoint string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ovsdb model: %w", err)
 	}
-	c, err := dialRPC(ctx, endpoint)
+	schema, err := schemaOnce()
 	if err != nil {
-		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, endpoint, err)
-	}
-	var schema ovsdb.DatabaseSchema
-	if err := c.call(ctx, "get_schema", []string{dbName}, &schema); err != nil {
-		c.close()
-		return nil, fmt.Errorf("%w: schema from %s: %v", ErrUnreachable, endpoint, err)
+		return nil, err
 	}
 	full, errs := model.NewDatabaseModel(schema, dbModel)
 	if len(errs) > 0 {
-		c.close()
-		return nil, fmt.Errorf("ovsdb model does not match the server schema: %v", errs)
+		return nil, fmt.Errorf("ovsdb model does not match the embedded schema: %v", errs)
+	}
+	c, err := dialRPC(ctx, endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, endpoint, err)
 	}
 	return &Client{c: c, db: full}, nil
 }

@@ -2,6 +2,7 @@ package ovsdb
 
 import (
 	"encoding/json"
+	"flag"
 	"os"
 	"strings"
 	"testing"
@@ -50,5 +51,39 @@ func TestValidateEndpoint(t *testing.T) {
 		if err := ValidateEndpoint(ep); (err == nil) != ok {
 			t.Errorf("ValidateEndpoint(%q) = %v, want ok=%v", ep, err, ok)
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite vswitch-subset.ovsschema from the installed schema")
+
+// The embedded schema is the installed schema's subset, column for column.
+func TestEmbeddedSchema(t *testing.T) {
+	const path = "/usr/share/openvswitch/vswitch.ovsschema"
+	full, err := os.ReadFile(path)
+	if err != nil {
+		t.Skipf("SKIPPED: %s not installed (openvswitch-common): %v", path, err)
+	}
+	want, err := subsetSchema(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile("vswitch-subset.ovsschema", want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if string(want) != string(embeddedSchema) {
+		t.Fatalf("vswitch-subset.ovsschema differs from the subset of %s: run go test ./pkg/ovsdb -run TestEmbeddedSchema -update\ngot:\n%s\nwant:\n%s", path, embeddedSchema, want)
+	}
+	s, err := schemaOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DatabaseModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := model.NewDatabaseModel(s, m); len(errs) > 0 {
+		t.Fatalf("models do not match the embedded schema: %v", errs)
 	}
 }

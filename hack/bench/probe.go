@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -42,7 +43,7 @@ type phase struct {
 }
 
 var (
-	phBridgeDial   = phase{"ovs-bridge  OVSDB connect (libovsdb: connect + schema download)", true}
+	phBridgeDial   = phase{"ovs-bridge  OVSDB connect (schema embedded)", true}
 	phBridgeSelect = phase{"ovs-bridge  OVSDB select: bridge row (all columns)", true}
 	phOwnPorts     = phase{"ovs-bridge  OVSDB select: own ports (external_ids)", true}
 	phSync         = phase{"ovs-bridge  OVSDB next_cfg check (waits while ovs-vswitchd applies a change)", false}
@@ -53,19 +54,19 @@ var (
 	phOFPort       = phase{"ovs-bridge  ofport wait = ovs-vswitchd reconfiguration", false}
 	phAddresses    = phase{"ovs-bridge  netlink: container addresses and routes", false}
 	phPortSecRec   = phase{"ovs-bridge  OVSDB select + transaction: port security record", true}
-	phPortSec      = phase{"ovs-bridge  ovs-ofctl --bundle port security flows (exec)", true}
-	phDPortSec     = phase{"ovs-bridge  ovs-ofctl del-flows attachment (exec)", true}
+	phPortSec      = phase{"ovs-bridge  OpenFlow bundle: port security flows (pkg/openflow)", true}
+	phDPortSec     = phase{"ovs-bridge  OpenFlow masked delete: attachment flows (pkg/openflow)", true}
 	phGateway      = phase{"ovs-bridge  gateway on bridge (ofport select, address, up)", false}
 	phPmDial       = phase{"ovs-portmap OVSDB connect", true}
 	phPmSelect     = phase{"ovs-portmap OVSDB select (own port)", true}
 	phNodeIPs      = phase{"ovs-portmap netlink: node addresses", false}
 	phRecord       = phase{"ovs-portmap OVSDB transaction: record + claims", true}
-	phBundle       = phase{"ovs-portmap ovs-ofctl --bundle add-flows (exec)", true}
-	phNft          = phase{"ovs-portmap nft -f: node-local DNAT map elements (exec)", true}
-	phDNft         = phase{"ovs-portmap nft -f: remove node-local elements (exec; the kernel's delete)", true}
+	phBundle       = phase{"ovs-portmap OpenFlow bundle: host port flows (pkg/openflow)", true}
+	phNft          = phase{"ovs-portmap netlink: node-local DNAT map elements (one nf_tables batch)", true}
+	phDNft         = phase{"ovs-portmap netlink: remove node-local elements (the kernel waits ~11 ms on a delete)", true}
 	phDPmDial      = phase{"ovs-portmap OVSDB connect", true}
 	phDPmSelect    = phase{"ovs-portmap OVSDB select (own port)", true}
-	phDelFlows     = phase{"ovs-portmap ovs-ofctl del-flows cookie (exec)", true}
+	phDelFlows     = phase{"ovs-portmap OpenFlow delete by cookie (pkg/openflow)", true}
 	phUnrecord     = phase{"ovs-portmap OVSDB transaction: drop record + claims", true}
 	phDBrDial      = phase{"ovs-bridge  OVSDB connect", true}
 	phDBrSelect    = phase{"ovs-bridge  OVSDB select (own ports)", true}
@@ -77,15 +78,15 @@ var (
 	addPhases      = []phase{phBridgeDial, phBridgeSelect, phOwnPorts, phSync, phVeth, phContainer, phAttach, phOFPort, phIPAM, phAddresses, phPortSecRec, phPortSec, phGateway, phPmDial, phPmSelect, phNodeIPs, phRecord, phBundle, phNft}
 	delPhases      = []phase{phDPmDial, phDPmSelect, phDelFlows, phDNft, phUnrecord, phDBrDial, phDBrSelect, phDPortSec, phDetach, phVethDel, phIPAMDel}
 	rawConnect     = "raw JSON-RPC: connect + 1 select (no schema)"
-	coldConnect    = "libovsdb Dial, first in a fresh process (as in a plugin)"
-	bundleAgain    = "ovs-ofctl bundle again right after (vswitchd no longer busy)"
+	coldConnect    = "pkg/ovsdb Dial, first in a fresh process (as in a plugin)"
+	bundleAgain    = "OpenFlow bundle again right after (vswitchd no longer busy)"
 	rawOpenFlow    = "raw OpenFlow 1.4: connect + hello + barrier (in-process floor)"
 	ofBlocked      = "OpenFlow barrier sent as the ofport wait returns (vswitchd still busy)"
 	rawBridgeAll   = "raw JSON-RPC select of the bridge row, all columns (as now)"
 	rawBridgeFew   = "raw JSON-RPC select of the bridge row, _uuid + datapath_type only"
 
 	rawSchema       = "raw JSON-RPC: get_schema alone"
-	libovsdbConnect = "libovsdb Dial + Close"
+	libovsdbConnect = "pkg/ovsdb Dial + Close"
 )
 
 type replayer struct {
@@ -360,7 +361,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	}
 	res.extra[bundleAgain] = append(res.extra[bundleAgain], time.Since(start))
 	t.last = time.Now()
-	if err := nodeLocal(ctx, a.Rules, false); err != nil {
+	if err := hostport.ApplyNodeLocal(ctx, a.Rules, false); err != nil {
 		return err
 	}
 	t.mark(phNft)
@@ -382,7 +383,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return err
 	}
 	t.mark(phDelFlows)
-	if err := nodeLocal(ctx, a.Rules, true); err != nil {
+	if err := hostport.ApplyNodeLocal(ctx, a.Rules, true); err != nil {
 		return err
 	}
 	t.mark(phDNft)
@@ -552,39 +553,4 @@ func execFloor(path string) (time.Duration, error) {
 		return d, fmt.Errorf("%s VERSION: %w: %s", path, err, out)
 	}
 	return d, nil
-}
-
-// nodeLocal runs the nft transactions ovs-portmap runs for node-local host
-// ports (pkg/hostport/nft.go, applyNodeLocal: the elements alone, and the
-// whole script declaring the table, map and hooked chain only when that
-// fails), like the plugin only when nft is installed.
-func nodeLocal(ctx context.Context, rules []flows.Rule, remove bool) error {
-	if _, err := exec.LookPath("nft"); err != nil || len(rules) == 0 {
-		return nil
-	}
-	var elems, b strings.Builder
-	b.WriteString("add table ip ovsflow_hostport\n")
-	b.WriteString("add map ip ovsflow_hostport hostports { type ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service ; }\n")
-	b.WriteString("add chain ip ovsflow_hostport output { type nat hook output priority -100 ; policy accept ; }\n")
-	b.WriteString("flush chain ip ovsflow_hostport output\n")
-	b.WriteString("add rule ip ovsflow_hostport output dnat ip to ip daddr . meta l4proto . th dport map @hostports\n")
-	for _, r := range rules {
-		fmt.Fprintf(&elems, "add element ip ovsflow_hostport hostports { %s . %s . %d : %s . %d }\n", r.NodeIP, r.Protocol, r.HostPort, r.ContainerIP, r.ContainerPort)
-		if remove {
-			fmt.Fprintf(&elems, "delete element ip ovsflow_hostport hostports { %s . %s . %d }\n", r.NodeIP, r.Protocol, r.HostPort)
-		}
-	}
-	b.WriteString(elems.String())
-	for _, script := range []string{elems.String(), b.String()} {
-		cmd := exec.CommandContext(ctx, "nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(script)
-		out, err := cmd.CombinedOutput()
-		if err == nil {
-			return nil
-		}
-		if script != elems.String() {
-			return fmt.Errorf("nft: %w: %s", err, out)
-		}
-	}
-	return nil
 }

@@ -144,7 +144,7 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 
 	fmt.Fprintf(w, "## Plugin processes: wall time of the measured container (p50 ms) and peak RSS (MiB, separate pass at N=%d)\n\n", last.n)
 	fmt.Fprintf(w, "A main plugin's peak RSS is the larger of its own and its IPAM delegate's (wait4 reports both); host-local's own row is its call from the main plugin.\n\n")
-	fmt.Fprintf(w, "CPU is user+system of the process and the programs it ran (IPAM, ovs-ofctl, nft): on 2 cores it bounds the parallel rate.\n\n")
+	fmt.Fprintf(w, "CPU is user+system of the process and the programs it ran (IPAM, nft): on 2 cores it bounds the parallel rate.\n\n")
 	t = &table{head: []string{"chain", "plugin", "command", fmt.Sprintf("wall N=%d", first.n), fmt.Sprintf("wall N=%d", last.n), fmt.Sprintf("CPU N=%d", last.n), "RSS p50", "RSS max"}}
 	type pk struct{ chain, plugin, command string }
 	var order []pk
@@ -246,7 +246,7 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 	if len(levelsR) > 0 {
 		fmt.Fprintf(w, "## Where our time goes: ADD and DEL replayed step by step in-process (p50 ms)\n\n")
 		fmt.Fprintf(w, "\"ours\" is this suite's own code, protocol round trips and helper programs; \"ovs-vswitchd\" is waiting for it; \"other\" is host-local or the kernel.\n")
-		fmt.Fprintf(w, "An ovs-ofctl call counts as ours up to what the same call costs right after, ovs-vswitchd idle again (\"more measurements\"), the rest as waiting for ovs-vswitchd.\n\n")
+		fmt.Fprintf(w, "An OpenFlow call counts as ours up to what the same call costs right after, ovs-vswitchd idle again (\"more measurements\"), the rest as waiting for ovs-vswitchd.\n\n")
 		head := []string{"step", "whose"}
 		for _, n := range levelsR {
 			head = append(head, fmt.Sprintf("N=%d", n))
@@ -296,7 +296,7 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 				t.add(row...)
 			}
 			sumRow := []string{"**sum of steps + start-ups**", ""}
-			oursRow := []string{"of which ours (ovs-ofctl calls at their cost with ovs-vswitchd idle)", "ours"}
+			oursRow := []string{"of which ours (OpenFlow calls at their cost with ovs-vswitchd idle)", "ours"}
 			vsRow := []string{"of which waiting for ovs-vswitchd", "ovs-vswitchd"}
 			otherRow := []string{"of which IPAM and kernel", "other"}
 			measRow := []string{"measured chain " + op + " p50 (libcni, same N)", ""}

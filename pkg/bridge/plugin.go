@@ -373,26 +373,40 @@ func configureAddresses(ifname string, result *current.Result) error {
 // bridge's internal interface and brings it up.
 func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, result *current.Result) error {
 	bridge := br.Name
-	// The internal interface exists once ovs-vswitchd has given it an ofport.
-	if _, err := cli.WaitOFPort(ctx, bridge, ofportTimeout); err != nil {
-		return asCNIError(err)
-	}
-	l, err := netlink.LinkByName(bridge)
-	if err != nil {
-		return fmt.Errorf("looking up bridge interface %q: %w", bridge, err)
-	}
-	_ = link.SetSysctl("net/ipv6/conf/"+bridge+"/accept_dad", "0")
+	var want []*netlink.Addr
 	record := map[string]string{}
 	for _, ipc := range result.IPs {
 		if ipc.Gateway == nil {
 			continue
 		}
 		addr := &netlink.Addr{IPNet: &net.IPNet{IP: ipc.Gateway, Mask: ipc.Address.Mask}}
-		if err := netlink.AddrReplace(l, addr); err != nil {
-			return fmt.Errorf("adding gateway %s to bridge %q: %w", addr.IPNet, bridge, err)
-		}
+		want = append(want, addr)
 		if key := hostport.KeyGatewayPrefix + addr.IPNet.String(); br.ExternalIDs[key] == "" {
 			record[key] = ovsdb.ClaimValue
+		}
+	}
+	l, err := netlink.LinkByName(bridge)
+	if err != nil {
+		// The internal interface exists once ovs-vswitchd has given it an ofport.
+		if _, err := cli.WaitOFPort(ctx, bridge, ofportTimeout); err != nil {
+			return asCNIError(err)
+		}
+		if l, err = netlink.LinkByName(bridge); err != nil {
+			return fmt.Errorf("looking up bridge interface %q: %w", bridge, err)
+		}
+	}
+	// Usually every container of the network has the same gateway: when the
+	// interface is up with the addresses and they are recorded, there is
+	// nothing to do.
+	if len(record) > 0 || l.Attrs().Flags&net.FlagUp == 0 || !hasAddrs(l, want) {
+		_ = link.SetSysctl("net/ipv6/conf/"+bridge+"/accept_dad", "0")
+		for _, addr := range want {
+			if err := netlink.AddrReplace(l, addr); err != nil {
+				return fmt.Errorf("adding gateway %s to bridge %q: %w", addr.IPNet, bridge, err)
+			}
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return fmt.Errorf("setting bridge interface %q up: %w", bridge, err)
 		}
 	}
 	// Recorded so that a reconcile can restore them after ovs-vswitchd
@@ -402,10 +416,28 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 			return asCNIError(err)
 		}
 	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return fmt.Errorf("setting bridge interface %q up: %w", bridge, err)
-	}
 	return nil
+}
+
+// hasAddrs reports whether l has every address in want, with its prefix.
+func hasAddrs(l netlink.Link, want []*netlink.Addr) bool {
+	have, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return false
+	}
+	for _, w := range want {
+		found := false
+		for _, h := range have {
+			if h.IPNet.IP.Equal(w.IPNet.IP) && h.IPNet.Mask.String() == w.IPNet.Mask.String() {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // CmdDel detaches a container interface. It needs nothing but what the runtime

@@ -12,14 +12,17 @@ package hostport
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/pkg/dial"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -148,15 +151,22 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 			Rollback(func(ctx context.Context) { _ = br.DeleteCookie(ctx, a.Cookie) })
 		}
 	}()
-	if err := applyNodeLocal(ctx, a.Rules, false); err != nil {
+	if err := ApplyNodeLocal(ctx, a.Rules, false); err != nil {
 		return err
 	}
 	defer func() {
 		if retErr != nil {
-			Rollback(func(ctx context.Context) { _ = applyNodeLocal(ctx, a.Rules, true) })
+			Rollback(func(ctx context.Context) { _ = ApplyNodeLocal(ctx, a.Rules, true) })
 		}
 	}()
-	return flushConntrack(ctx, br, pl, a.Rules)
+	if err := flushConntrack(ctx, br, pl, a.Rules); err != nil {
+		return err
+	}
+	// Effective on return: a megaflow the datapath cached while the host port
+	// had no flows (a DEL then ADD of the same attachment, a port handed from
+	// one container to the next) would refuse the next connection until a
+	// revalidator goes over it (TestPortmapConflict).
+	return br.WaitRevalidation(ctx)
 }
 
 // flushConntrack drops the entries of the rules' UDP/SCTP host ports, so that
@@ -208,7 +218,7 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, allKind
 			}
 			_ = flushConntrack(ctx, br, pl, a.Rules)
 		}
-		if err := applyNodeLocal(ctx, a.Rules, true); err != nil {
+		if err := ApplyNodeLocal(ctx, a.Rules, true); err != nil {
 			return err
 		}
 	}
@@ -222,15 +232,19 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, allKind
 }
 
 // reachable reports whether ovs-vswitchd listens on target. A socket file it
-// left when it died refuses connections: its flows died with it.
+// left when it died refuses connections, and a missing one is gone: its
+// flows died with it. Any other failure (a full backlog, a slow accept)
+// counts as reachable, so that the real call reports it.
 func reachable(target string) bool {
 	p, ok := strings.CutPrefix(target, "unix:")
 	if !ok {
 		return true
 	}
-	c, err := net.DialTimeout("unix", p, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := dial.Dial(ctx, "unix", p)
 	if err != nil {
-		return false
+		return !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT)
 	}
 	c.Close()
 	return true

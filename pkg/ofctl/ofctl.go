@@ -73,6 +73,12 @@ func (b Bridge) ApplyBundle(ctx context.Context, bundle string) error {
 	return native(err)
 }
 
+// WaitRevalidation returns once the datapath's flow cache follows the flows
+// applied before it (see openflow.WaitRevalidation).
+func (b Bridge) WaitRevalidation(ctx context.Context) error {
+	return native(openflow.WaitRevalidation(ctx, b.Target))
+}
+
 // DeleteCookie removes every flow with exactly this cookie, in every table.
 func (b Bridge) DeleteCookie(ctx context.Context, c flows.Cookie) error {
 	return native(openflow.DeleteCookie(ctx, b.Target, uint64(c), ^uint64(0)))

@@ -1,7 +1,7 @@
 // Package openflow is a small native OpenFlow 1.4 client for the plugins' hot
 // path: it applies the add-flows bundles of pkg/flows and deletes flows by
 // cookie without executing ovs-ofctl (about 0.5 ms instead of 4-5 ms). It
-// uses the standard library only.
+// uses the standard library only, and pkg/dial.
 //
 // Apply compiles exactly the subset of ovs-ofctl syntax that pkg/flows emits
 // into the messages ovs-ofctl would send, and returns ErrUnsupported for
@@ -49,6 +49,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/ovsflow/ovs-cni/pkg/dial"
 )
 
 // Timeout bounds every call, like pkg/ofctl.Timeout: ovs-vswitchd answers no
@@ -196,8 +198,7 @@ func session(ctx context.Context, target, what string, fn func(*conn) error) (er
 	if !ok || network != "unix" && network != "tcp" {
 		return fmt.Errorf("target %q: %w", target, ErrUnsupported)
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, network, addr)
+	c, err := dial.Dial(ctx, network, addr)
 	if err != nil {
 		return err
 	}

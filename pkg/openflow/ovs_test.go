@@ -331,6 +331,16 @@ func BenchmarkApply(b *testing.B) {
 		}
 		b.ReportMetric(float64(strings.Count(string(bundle), "\n")), "lines/op")
 	})
+	b.Run("native+revalidation", func(b *testing.B) {
+		for b.Loop() {
+			if err := Apply(context.Background(), target, string(bundle)); err != nil {
+				b.Fatal(err)
+			}
+			if err := WaitRevalidation(context.Background(), target); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("delete-native", func(b *testing.B) {
 		for b.Loop() {
 			if err := DeleteCookie(context.Background(), target, 1, ^uint64(0)); err != nil {
@@ -343,6 +353,28 @@ func BenchmarkApply(b *testing.B) {
 			run(b, "", "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "del-flows", target, "cookie=0x1/-1")
 		}
 	})
+}
+
+// WaitRevalidation reaches ovs-vswitchd's control socket beside the
+// management socket, and does nothing where there is none.
+func TestWaitRevalidation(t *testing.T) {
+	requireOVS(t)
+	target := newBridge(t)
+	if err := WaitRevalidation(context.Background(), target); err != nil {
+		t.Fatalf("beside %s: %v", target, err)
+	}
+	for _, target := range []string{"tcp:127.0.0.1:6653", "unix:" + filepath.Join(t.TempDir(), "br.mgmt")} {
+		if err := WaitRevalidation(context.Background(), target); err != nil {
+			t.Errorf("%s (no control socket): %v, want nil", target, err)
+		}
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ovs-vswitchd.pid"), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitRevalidation(context.Background(), "unix:"+filepath.Join(dir, "br.mgmt")); err == nil {
+		t.Errorf("a pidfile naming a control socket that does not exist: got nil, want an error")
+	}
 }
 
 // TestTimeout talks to a socket that accepts and never answers.

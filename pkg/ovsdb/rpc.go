@@ -7,6 +7,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/ovsflow/ovs-cni/pkg/dial"
 )
 
 // rpcConn is a JSON-RPC 1.0 connection to ovsdb-server (RFC 7047 section 4).
@@ -24,8 +26,7 @@ type rpcConn struct {
 
 func dialRPC(ctx context.Context, endpoint string) (*rpcConn, error) {
 	network, addr, _ := strings.Cut(endpoint, ":")
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, addr)
+	conn, err := dial.Dial(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}

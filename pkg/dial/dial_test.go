@@ -1,0 +1,92 @@
+package dial
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// listenFull returns a unix listener with a backlog of 1 that nobody accepts
+// on, and connects clients until connect(2) answers EAGAIN.
+func listenFull(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s.sock")
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 1); err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	l, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var d net.Dialer
+	for i := 0; ; i++ {
+		c, err := d.Dial("unix", path)
+		if errors.Is(err, syscall.EAGAIN) {
+			break
+		}
+		if err != nil || i > 100 {
+			t.Fatalf("filling the backlog: %d connects, %v", i, err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	return l, path
+}
+
+func TestDialWaitsForAFullBacklog(t *testing.T) {
+	l, path := listenFull(t)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, "unix", path)
+	if err != nil {
+		t.Fatalf("Dial with the backlog full, then accepting: %v", err)
+	}
+	c.Close()
+}
+
+func TestDialGivesUpWithTheContext(t *testing.T) {
+	_, path := listenFull(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Dial(ctx, "unix", path)
+	if !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("Dial with the backlog full and nobody accepting: %v, want EAGAIN", err)
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Fatalf("gave up after %s, before the context ended", d)
+	}
+}
+
+func TestDialRefusedAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "none.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := Dial(ctx, "unix", path); err == nil || errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("Dial to a missing socket: %v, want an immediate error", err)
+	}
+}

@@ -143,6 +143,14 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 		}
 	}()
 	br := ofctl.Bridge{Target: target}
+	// Effective on return: wait until the datapath's flow cache follows the
+	// new flows (openflow.StartRevalidation), registered before the change
+	// and collected last, so that the wait overlaps the nft and conntrack work.
+	reval, err := br.StartRevalidation(ctx)
+	if err != nil {
+		return err
+	}
+	defer reval.Close()
 	if err := br.ApplyBundle(ctx, pl.Bundle(a)); err != nil {
 		return err
 	}
@@ -162,11 +170,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	if err := flushConntrack(ctx, br, pl, a.Rules); err != nil {
 		return err
 	}
-	// Effective on return: a megaflow the datapath cached while the host port
-	// had no flows (a DEL then ADD of the same attachment, a port handed from
-	// one container to the next) would refuse the next connection until a
-	// revalidator goes over it (TestPortmapConflict).
-	return br.WaitRevalidation(ctx)
+	return ofctl.Native(reval.Wait(ctx))
 }
 
 // flushConntrack drops the entries of the rules' UDP/SCTP host ports, so that

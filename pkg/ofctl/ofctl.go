@@ -70,30 +70,30 @@ func (b Bridge) ApplyBundle(ctx context.Context, bundle string) error {
 		_, err = b.run(ctx, bundle, "--bundle", "add-flows", b.Target, "-")
 		return err
 	}
-	return native(err)
+	return Native(err)
 }
 
-// WaitRevalidation returns once the datapath's flow cache follows the flows
-// applied before it (see openflow.WaitRevalidation).
-func (b Bridge) WaitRevalidation(ctx context.Context) error {
-	return native(openflow.WaitRevalidation(ctx, b.Target))
+// StartRevalidation registers, before a flow change, a wait for the
+// datapath's flow cache to follow it (see openflow.StartRevalidation).
+func (b Bridge) StartRevalidation(ctx context.Context) (*openflow.Revalidation, error) {
+	return openflow.StartRevalidation(ctx, b.Target)
 }
 
 // DeleteCookie removes every flow with exactly this cookie, in every table.
 func (b Bridge) DeleteCookie(ctx context.Context, c flows.Cookie) error {
-	return native(openflow.DeleteCookie(ctx, b.Target, uint64(c), ^uint64(0)))
+	return Native(openflow.DeleteCookie(ctx, b.Target, uint64(c), ^uint64(0)))
 }
 
 // DeleteAttachment removes every flow of the attachment of c, any kind, in
 // one masked delete.
 func (b Bridge) DeleteAttachment(ctx context.Context, c flows.Cookie) error {
 	v, m := c.Attachment()
-	return native(openflow.DeleteCookie(ctx, b.Target, uint64(v), uint64(m)))
+	return Native(openflow.DeleteCookie(ctx, b.Target, uint64(v), uint64(m)))
 }
 
-// native gives pkg/openflow's timeout this package's ErrTimeout, which the
+// Native gives pkg/openflow's timeout this package's ErrTimeout, which the
 // plugins map to CNI code 11.
-func native(err error) error {
+func Native(err error) error {
 	if errors.Is(err, openflow.ErrTimeout) {
 		return fmt.Errorf("%w: %v", ErrTimeout, err)
 	}

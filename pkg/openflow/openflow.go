@@ -206,7 +206,7 @@ func session(ctx context.Context, target, what string, fn func(*conn) error) (er
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
 	defer stop()
 	err = fn(&conn{c: c, r: bufio.NewReader(c)})
 	if err != nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -354,3 +354,6 @@ func decodeError(body []byte, what string) error {
 	}
 	return fmt.Errorf("%s: OFPT_ERROR %s code %d", what, name, code)
 }
+
+// aLongTimeAgo is a deadline in the past: setting it unblocks a read at once.
+var aLongTimeAgo = time.Unix(1, 0)

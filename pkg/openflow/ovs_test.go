@@ -333,10 +333,14 @@ func BenchmarkApply(b *testing.B) {
 	})
 	b.Run("native+revalidation", func(b *testing.B) {
 		for b.Loop() {
+			w, err := StartRevalidation(context.Background(), target)
+			if err != nil {
+				b.Fatal(err)
+			}
 			if err := Apply(context.Background(), target, string(bundle)); err != nil {
 				b.Fatal(err)
 			}
-			if err := WaitRevalidation(context.Background(), target); err != nil {
+			if err := w.Wait(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -355,24 +359,33 @@ func BenchmarkApply(b *testing.B) {
 	})
 }
 
-// WaitRevalidation reaches ovs-vswitchd's control socket beside the
-// management socket, and does nothing where there is none.
-func TestWaitRevalidation(t *testing.T) {
+// A revalidation wait registered before a flow change reaches ovs-vswitchd's
+// control socket beside the management socket and ends after the change; it
+// is nil where there is no control socket.
+func TestRevalidation(t *testing.T) {
 	requireOVS(t)
 	target := newBridge(t)
-	if err := WaitRevalidation(context.Background(), target); err != nil {
-		t.Fatalf("beside %s: %v", target, err)
+	ctx := context.Background()
+	w, err := StartRevalidation(ctx, target)
+	if err != nil || w == nil {
+		t.Fatalf("beside %s: %v, %v", target, w, err)
+	}
+	if err := Apply(ctx, target, "add cookie=0x1,table=0,priority=1,tcp,tp_dst=1,actions=drop\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ctx); err != nil {
+		t.Fatalf("waiting for the round after a change: %v", err)
 	}
 	for _, target := range []string{"tcp:127.0.0.1:6653", "unix:" + filepath.Join(t.TempDir(), "br.mgmt")} {
-		if err := WaitRevalidation(context.Background(), target); err != nil {
-			t.Errorf("%s (no control socket): %v, want nil", target, err)
+		if w, err := StartRevalidation(ctx, target); w != nil || err != nil {
+			t.Errorf("%s (no control socket): %v, %v, want nil, nil", target, w, err)
 		}
 	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "ovs-vswitchd.pid"), []byte("1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := WaitRevalidation(context.Background(), "unix:"+filepath.Join(dir, "br.mgmt")); err == nil {
+	if _, err := StartRevalidation(ctx, "unix:"+filepath.Join(dir, "br.mgmt")); err == nil {
 		t.Errorf("a pidfile naming a control socket that does not exist: got nil, want an error")
 	}
 }

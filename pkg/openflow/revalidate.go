@@ -1,57 +1,103 @@
 package openflow
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ovsflow/ovs-cni/pkg/dial"
 )
 
-// WaitRevalidation returns once ovs-vswitchd's revalidators have finished a
-// round, like `ovs-appctl revalidator/wait`. A barrier reply means the flow
-// table has changed, not that the datapath's flow cache has: until a
-// revalidator has gone over it, a cached megaflow made before the change
-// (for example while a container's host port had no flows, between a DEL
-// and an ADD of the same attachment) still steers packets the old way, and
-// a connection made right after ADD returns is refused. Waiting for one
-// round makes new flows effective on return, as the kernel's rules are.
+// A barrier reply means that the flow table has changed, not that the
+// datapath's flow cache has: until a revalidator has gone over it, a
+// megaflow cached before the change (for example while a host port had no
+// flows, between a DEL and an ADD of the same attachment) still steers
+// packets the old way, and a connection made right after ADD returns is
+// refused. ovs-vswitchd's revalidator/wait command (on its control socket,
+// ovs-vswitchd.PID.ctl beside the bridge's management socket) answers once a
+// revalidation round has ended after it was registered; a flow change starts
+// a round at once. Registered before the change, it answers when the change
+// has reached the datapath: 1-5 ms after the commit here. Registered after
+// it, it may wait for the next periodic round (max-revalidator, 500 ms).
 //
-// It speaks to ovs-vswitchd's control socket, which lives beside the
-// bridge's management socket (ovs-vswitchd.PID.ctl, PID from
-// ovs-vswitchd.pid). For a tcp: target, or when there is no pidfile beside
-// the socket, there is no control socket to reach and it returns nil at once.
-func WaitRevalidation(ctx context.Context, target string) error {
+// One case stays open: a periodic round already running when the wait is
+// registered, which ends after the change was committed but started before
+// it. Rounds last about a millisecond every 500 ms, so this is rare; the
+// wait then returns early, as if it had not been made.
+
+// Revalidation is a revalidator/wait registered before a flow change.
+type Revalidation struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+// StartRevalidation registers a revalidator/wait with the ovs-vswitchd that
+// serves target; call it before the flow change and Wait after. For a tcp:
+// target, or without an ovs-vswitchd pidfile beside the management socket,
+// there is no control socket to reach: it returns nil, and Wait on nil
+// returns at once.
+func StartRevalidation(ctx context.Context, target string) (*Revalidation, error) {
 	path, ok := strings.CutPrefix(target, "unix:")
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	dir := filepath.Dir(path)
 	pid, err := os.ReadFile(filepath.Join(dir, "ovs-vswitchd.pid"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading the ovs-vswitchd pidfile: %w", err)
+		return nil, fmt.Errorf("reading the ovs-vswitchd pidfile: %w", err)
 	}
 	ctl := filepath.Join(dir, "ovs-vswitchd."+strings.TrimSpace(string(pid))+".ctl")
-	return session(ctx, "unix:"+ctl, "waiting for revalidation", func(s *conn) error {
-		req, _ := json.Marshal(map[string]any{"id": 0, "method": "revalidator/wait", "params": []string{}})
-		if err := s.send(req); err != nil {
-			return err
-		}
-		var reply struct {
-			Error any `json:"error"`
-		}
-		if err := json.NewDecoder(s.r).Decode(&reply); err != nil {
-			return fmt.Errorf("reading the reply: %w", err)
-		}
-		if reply.Error != nil {
-			return fmt.Errorf("ovs-vswitchd: %v", reply.Error)
-		}
+	c, err := dial.Dial(ctx, "unix", ctl)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", ctl, err)
+	}
+	req, _ := json.Marshal(map[string]any{"id": 0, "method": "revalidator/wait", "params": []string{}})
+	if _, err := c.Write(req); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("revalidator/wait on %s: %w", ctl, err)
+	}
+	return &Revalidation{c: c, r: bufio.NewReader(c)}, nil
+}
+
+// Wait returns once the revalidation round has ended, or ctx (bounded by
+// Timeout) has; it closes the connection.
+func (w *Revalidation) Wait(ctx context.Context) error {
+	if w == nil {
 		return nil
-	})
+	}
+	defer w.c.Close()
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { w.c.SetDeadline(aLongTimeAgo) })
+	defer stop()
+	var reply struct {
+		Error any `json:"error"`
+	}
+	if err := json.NewDecoder(w.r).Decode(&reply); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("revalidator/wait: %w (%v)", ErrTimeout, err)
+		}
+		return fmt.Errorf("revalidator/wait: reading the reply: %w", err)
+	}
+	if reply.Error != nil {
+		return fmt.Errorf("revalidator/wait: ovs-vswitchd: %v", reply.Error)
+	}
+	return nil
+}
+
+// Close gives up a registered wait.
+func (w *Revalidation) Close() {
+	if w != nil {
+		w.c.Close()
+	}
 }

@@ -258,7 +258,10 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 }
 
 // securePort records the port security facts on the port and installs its
-// flows (one bundle).
+// flows (one bundle). Unlike ovs-portmap's host ports it does not wait for
+// the datapath's flow cache to follow (openflow.StartRevalidation): the
+// flows match the new port's own ingress, which no megaflow cached before
+// the port existed can carry.
 func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, result *current.Result, contIndex int, portUUID string, ofport int) error {
 	rec := portSecRecord(conf, result, contIndex)
 	raw, err := json.Marshal(rec)

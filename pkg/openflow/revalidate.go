@@ -27,10 +27,10 @@ import (
 // has reached the datapath: 1-5 ms after the commit here. Registered after
 // it, it may wait for the next periodic round (max-revalidator, 500 ms).
 //
-// One case stays open: a periodic round already running when the wait is
-// registered, which ends after the change was committed but started before
-// it. Rounds last about a millisecond every 500 ms, so this is rare; the
-// wait then returns early, as if it had not been made.
+// One case stays open: a round already running when the wait is registered
+// (periodic, or started by another plugin's change) ends after the change
+// was committed but started before it. The wait then returns early, as if
+// it had not been made; rounds last about a millisecond.
 
 // Revalidation is a revalidator/wait registered before a flow change.
 type Revalidation struct {
@@ -61,12 +61,48 @@ func StartRevalidation(ctx context.Context, target string) (*Revalidation, error
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", ctl, err)
 	}
-	req, _ := json.Marshal(map[string]any{"id": 0, "method": "revalidator/wait", "params": []string{}})
-	if _, err := c.Write(req); err != nil {
+	if _, err := c.Write(unixctlRequest("revalidator/wait")); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("revalidator/wait on %s: %w", ctl, err)
 	}
+	// The wait sends no acknowledgement. A second connection's "version",
+	// answered, proves it registered: ovs-vswitchd reads its control
+	// connections in the order it accepted them, and the wait's request was
+	// written before the second connection was made.
+	if err := unixctlCall(ctx, ctl, "version"); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return &Revalidation{c: c, r: bufio.NewReader(c)}, nil
+}
+
+func unixctlRequest(method string) []byte {
+	b, _ := json.Marshal(map[string]any{"id": 0, "method": method, "params": []string{}})
+	return b
+}
+
+// unixctlCall runs one control command and reads its reply.
+func unixctlCall(ctx context.Context, ctl, method string) error {
+	c, err := dial.Dial(ctx, "unix", ctl)
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", ctl, err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
+	defer stop()
+	if _, err := c.Write(unixctlRequest(method)); err != nil {
+		return fmt.Errorf("%s on %s: %w", method, ctl, err)
+	}
+	var reply struct {
+		Error any `json:"error"`
+	}
+	if err := json.NewDecoder(c).Decode(&reply); err != nil {
+		return fmt.Errorf("%s on %s: %w", method, ctl, err)
+	}
+	if reply.Error != nil {
+		return fmt.Errorf("%s on %s: %v", method, ctl, reply.Error)
+	}
+	return nil
 }
 
 // Wait returns once the revalidation round has ended, or ctx (bounded by

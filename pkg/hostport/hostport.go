@@ -25,6 +25,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/dial"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -170,7 +171,25 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	if err := flushConntrack(ctx, br, pl, a.Rules); err != nil {
 		return err
 	}
-	return ofctl.Native(reval.Wait(ctx))
+	return waitRevalidation(ctx, reval)
+}
+
+// revalidationCap bounds the wait for the datapath's flow cache. The round a
+// flow change starts ends 1-5 ms after the commit; a few waits in a hundred
+// (a round the change did not start, see openflow.StartRevalidation) would
+// otherwise last until the periodic round, up to 500 ms. Past the cap the
+// flows are in the table and a cached megaflow may still steer the next
+// packets the old way for a few milliseconds.
+const revalidationCap = 50 * time.Millisecond
+
+func waitRevalidation(ctx context.Context, reval *openflow.Revalidation) error {
+	wctx, cancel := context.WithTimeout(ctx, revalidationCap)
+	defer cancel()
+	err := reval.Wait(wctx)
+	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		return nil
+	}
+	return ofctl.Native(err)
 }
 
 // flushConntrack drops the entries of the rules' UDP/SCTP host ports, so that

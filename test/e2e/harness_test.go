@@ -3,19 +3,15 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -23,6 +19,17 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+)
+
+// Shared with the other suites (test/internal/sandbox).
+var (
+	conflist    = sandbox.Conflist
+	pm          = sandbox.PM
+	mappings    = sandbox.Mappings
+	hp          = sandbox.HP
+	cniCode     = sandbox.CNICode
+	parallel    = sandbox.Parallel
+	allocations = sandbox.Allocations
 )
 
 var (
@@ -98,26 +105,7 @@ func (c *container) ping(ip string) error {
 // "hello from <id>" followed by the client address it saw.
 func (c *container) serveTCP(t *testing.T, port int) {
 	t.Helper()
-	var l net.Listener
-	err := c.ns.Do(func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(conn, "hello from %s to %s", c.id, conn.RemoteAddr())
-			conn.Close()
-		}
-	}()
+	sandbox.ServeTCP(t, c.ns, c.id, port)
 }
 
 // serveUDP answers every datagram the same way.
@@ -246,14 +234,6 @@ func bridgeConf(br, dataDir string, extra map[string]any) map[string]any {
 	return c
 }
 
-func conflist(version, name string, plugins ...map[string]any) map[string]any {
-	ps := make([]any, len(plugins))
-	for i, p := range plugins {
-		ps[i] = p
-	}
-	return map[string]any{"cniVersion": version, "name": name, "plugins": ps}
-}
-
 // addrOf returns the first address of the given family in a result.
 func addrOf(t *testing.T, r *current.Result, v6 bool) string {
 	t.Helper()
@@ -264,33 +244,6 @@ func addrOf(t *testing.T, r *current.Result, v6 bool) string {
 	}
 	t.Fatalf("result has no IPv6=%v address: %v", v6, r)
 	return ""
-}
-
-func cniCode(err error) uint {
-	var e *types.Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
-}
-
-// allocations lists the IPs host-local holds in dataDir for network name.
-func allocations(t *testing.T, dataDir, name string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dataDir, name))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ips []string
-	for _, e := range entries {
-		if net.ParseIP(e.Name()) != nil {
-			ips = append(ips, e.Name())
-		}
-	}
-	return ips
 }
 
 // ourVeths lists host veths named like the plugin names them.
@@ -310,20 +263,5 @@ func ourVeths(t *testing.T) []string {
 }
 
 func hostVeth(c *container, ifname string) string { return link.HostVethName(c.id, ifname) }
-
-// parallel runs f for i in [0,n) on n goroutines and collects errors.
-func parallel(n int, f func(i int) error) []error {
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			errs[i] = f(i)
-		}(i)
-	}
-	wg.Wait()
-	return errs
-}
 
 var timeNow = time.Now

@@ -81,20 +81,6 @@ func (h *ovsHost) portmapList(t *testing.T, version, name string, pmExtra map[st
 		bridgeConf(h.bridge, t.TempDir(), map[string]any{"isGateway": true}), pm))
 }
 
-func pm(hostPort, containerPort int, proto, hostIP string) map[string]any {
-	return map[string]any{"hostPort": hostPort, "containerPort": containerPort, "protocol": proto, "hostIP": hostIP}
-}
-
-func mappings(m ...map[string]any) map[string]any {
-	l := make([]any, len(m))
-	for i := range m {
-		l[i] = m[i]
-	}
-	return map[string]any{"portMappings": l}
-}
-
-func hp(ip string, port int) string { return net.JoinHostPort(ip, fmt.Sprint(port)) }
-
 // expect dials and checks that the container `to` answered and saw `src`.
 func expect(t *testing.T, from ns.NetNS, network, addr string, to *container, src string) {
 	t.Helper()

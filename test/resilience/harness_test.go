@@ -3,14 +3,12 @@ package resilience
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,16 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 
 	ovssandbox "github.com/ovsflow/ovs-cni/test/internal/sandbox"
+)
+
+// Shared with the other suites (test/internal/sandbox).
+var (
+	conflist = ovssandbox.Conflist
+	pm       = ovssandbox.PM
+	mappings = ovssandbox.Mappings
+	hp       = ovssandbox.HP
+	cniCode  = ovssandbox.CNICode
+	parallel = ovssandbox.Parallel
 )
 
 // Small helpers like test/e2e's (test packages cannot import each other's
@@ -88,26 +96,7 @@ func (c *container) exec(args ...string) (string, error) {
 // with "hello from <id>".
 func (c *container) serveTCP(t *testing.T, port int) {
 	t.Helper()
-	var l net.Listener
-	err := c.ns.Do(func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			fmt.Fprintf(conn, "hello from %s to %s", c.id, conn.RemoteAddr())
-			conn.Close()
-		}
-	}()
+	ovssandbox.ServeTCP(t, c.ns, c.id, port)
 }
 
 // dial connects over TCP from inside netns n and returns what the server said.
@@ -194,28 +183,6 @@ func portmapConf(db string, extra map[string]any) map[string]any {
 	return c
 }
 
-func conflist(version, name string, plugins ...map[string]any) map[string]any {
-	ps := make([]any, len(plugins))
-	for i, p := range plugins {
-		ps[i] = p
-	}
-	return map[string]any{"cniVersion": version, "name": name, "plugins": ps}
-}
-
-func pm(hostPort, containerPort int, proto, hostIP string) map[string]any {
-	return map[string]any{"hostPort": hostPort, "containerPort": containerPort, "protocol": proto, "hostIP": hostIP}
-}
-
-func mappings(m ...map[string]any) map[string]any {
-	l := make([]any, len(m))
-	for i := range m {
-		l[i] = m[i]
-	}
-	return map[string]any{"portMappings": l}
-}
-
-func hp(ip string, port int) string { return net.JoinHostPort(ip, fmt.Sprint(port)) }
-
 // cni drives plugins through libcni, with an invoke.Exec of this suite.
 type cni struct {
 	cfg  *libcni.CNIConfig
@@ -268,29 +235,6 @@ func (n *cni) gc(ctx context.Context, t *testing.T, valid []types.GCAttachment) 
 }
 
 func (n *cni) status(ctx context.Context) error { return n.cfg.GetStatusNetworkList(ctx, n.list) }
-
-func cniCode(err error) uint {
-	var e *types.Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
-}
-
-// parallel runs f for i in [0,n) on n goroutines and collects errors.
-func parallel(n int, f func(i int) error) []error {
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			errs[i] = f(i)
-		}(i)
-	}
-	wg.Wait()
-	return errs
-}
 
 // figure prints one line of figures for hack/resilience.sh.
 func figure(t *testing.T, name string, kv ...any) {

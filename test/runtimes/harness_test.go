@@ -25,7 +25,11 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/link"
+	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
+
+// Shared with the other suites (test/internal/sandbox).
+var allocations = sandbox.Allocations
 
 // The node of the README's topology: node addresses on the bridge's internal
 // interface, an uplink port wired to an "outside" netns, containers attached
@@ -380,25 +384,6 @@ func ourVeths(t *testing.T) []string {
 		}
 	}
 	return out
-}
-
-// allocations lists the addresses host-local holds in dataDir for network.
-func allocations(t *testing.T, dataDir, network string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dataDir, network))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ips []string
-	for _, e := range entries {
-		if net.ParseIP(e.Name()) != nil {
-			ips = append(ips, e.Name())
-		}
-	}
-	return ips
 }
 
 func nftRuleset(t *testing.T) string {

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# vswitchd-events.sh: what one change costs ovs-vswitchd on a bridge of N ports.
+#
+#   sudo hack/vswitchd-events.sh [N]     (default 500; about 1 minute)
+#
+# Starts a private sandbox (hack/ovs-sandbox.sh) with a netdev bridge of N
+# veth ports whose peers are up in netns of their own, as containers' are,
+# then makes one change at a time, 3 times each, and prints how many full
+# bridge reconfigurations ovs-vswitchd ran (its bridge_reconfigure coverage
+# counter) and how much CPU it used (ticks of 10 ms) within 1.5 s, with the
+# periodic statistics refresh turned off so that it does not blur them. Cleans up
+# on exit. docs/performance.md explains what the figures mean for the plugins.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "vswitchd-events: needs root" >&2; exit 2; }
+N=${1:-500}
+SB=ovsflow-ev$$
+P=ev$$
+eval "$(hack/ovs-sandbox.sh start "$SB")"
+cleanup() {
+	for i in $(seq 1 "$N") x1 x2 x3 y1 y2 y3; do ip netns del "$P-$i" 2>/dev/null || true; done
+	hack/ovs-sandbox.sh stop "$SB"
+}
+trap cleanup EXIT
+export OVS_RUNDIR=$RUNDIR
+V="ovs-vsctl --db=$OVSDB --timeout=30"
+$V add-br br0 -- set bridge br0 datapath_type=netdev
+# Without this, ovs-vswitchd refreshes the statistics of every interface
+# every 5 s (about 0.5 s of its CPU at 500 ports), which would land on
+# random rows. Production hosts keep the default; hack/bench.sh does too.
+$V set open_vswitch . other_config:stats-update-interval=3600000
+
+for i in $(seq 1 "$N"); do ip netns add "$P-$i"; done
+for i in $(seq 1 "$N"); do echo "link add h$i netns $NETNS up type veth peer name eth0 netns $P-$i"; done | ip -batch -
+for i in $(seq 1 "$N"); do ip -n "$P-$i" link set eth0 up; done
+# As ovs-bridge isolates the host ends of a netdev bridge (link.Isolate).
+for i in $(seq 1 "$N"); do
+	echo "net.ipv4.conf.h$i.arp_ignore=8"
+	echo "net.ipv6.conf.h$i.disable_ipv6=1"
+done | ip netns exec "$NETNS" sysctl -q -p- >/dev/null
+args=()
+for i in $(seq 1 "$N"); do args+=(-- add-port br0 "h$i"); done
+$V "${args[@]}"
+sleep 20 # the new links' own IPv6 chatter (router solicitations, MLD) is over after about 10 s
+
+ctl=$(ls "$RUNDIR"/ovs-vswitchd.*.ctl)
+pid=$(cat "$RUNDIR/ovs-vswitchd.pid")
+cpu() { awk '{print $14+$15}' "/proc/$pid/stat"; }
+reconf() { ovs-appctl -t "$ctl" coverage/read-counter bridge_reconfigure; }
+now() { date +%s%N; }
+row() { # label, then the command (run 3 times; $k is 1..3)
+	local label=$1 r c t0 ms=() rs=() cs=()
+	shift
+	for k in 1 2 3; do
+		sleep 1.5
+		r=$(reconf) c=$(cpu) t0=$(now)
+		eval "$*"
+		ms+=($((($(now) - t0) / 1000000)))
+		sleep 1.5
+		rs+=($(($(reconf) - r))) cs+=($(($(cpu) - c)))
+	done
+	printf '| %s | %s | %s | %s |\n' "$label" "${ms[*]}" "${rs[*]}" "${cs[*]}"
+}
+
+echo
+echo "ovs-vswitchd, bridge of $N veth ports (netdev datapath); 3 runs each"
+echo
+echo "| change | command ms | reconfigurations | ovs-vswitchd CPU ticks (10 ms) |"
+echo "|---|---|---|---|"
+row "nothing (1.5 s idle)" ":"
+row "ovs-ofctl dump-flows (exec, hello, one request)" 'ovs-ofctl -O OpenFlow14 dump-flows br0 >/dev/null'
+row "Port external_ids set (ovsdb, no wait)" '$V --no-wait set port h1 external_ids:k=v$k$RANDOM'
+row "veth created, not attached" 'ip netns add $P-x$k; ip link add x$k netns $NETNS up type veth peer name eth0 netns $P-x$k'
+row "its container end up (carrier)" 'ip -n $P-x$k link set eth0 up'
+row "add-port of it (waits for ovs-vswitchd)" '$V add-port br0 x$k'
+row "an attached port's container end down" 'ip -n $P-$(((k - 1) % N + 1)) link set eth0 down'
+row "... and up again" 'ip -n $P-$(((k - 1) % N + 1)) link set eth0 up'
+row "del-port (waits for ovs-vswitchd)" '$V del-port br0 x$k'
+row "an unattached veth deleted" 'ip netns del $P-x$k'
+row "veth created up and promiscuous, container end up" 'ip netns add $P-y$k; ip link add y$k netns $NETNS up promisc on type veth peer name eth0 netns $P-y$k; ip -n $P-y$k link set eth0 up'
+row "add-port of it (already promiscuous: the datapath changes nothing)" '$V add-port br0 y$k'
+row "one broadcast from a container, flooded" 'ip netns exec $P-$(((k - 1) % N + 1)) ping -q -b -c 1 -W 0.1 255.255.255.255 >/dev/null 2>&1 || true'

@@ -30,7 +30,12 @@ type NetConf struct {
 	Trunk        []Trunk `json:"trunk,omitempty"`
 	IsGateway    bool    `json:"isGateway,omitempty"`
 	PortSecurity *bool   `json:"portSecurity,omitempty"`
-	OpenFlow     string  `json:"openflow,omitempty"`
+	// AllowRouter lets containers send IPv6 router advertisements and
+	// redirects (and IPv4 redirects); AllowDHCPServer lets them answer as
+	// DHCPv4 or DHCPv6 servers or relays. Both off: port security drops them.
+	AllowRouter     bool   `json:"allowRouter,omitempty"`
+	AllowDHCPServer bool   `json:"allowDHCPServer,omitempty"`
+	OpenFlow        string `json:"openflow,omitempty"`
 
 	RuntimeConfig struct {
 		MAC string   `json:"mac,omitempty"`

@@ -3,10 +3,12 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -41,7 +43,7 @@ func dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
 // asCNIError gives OVSDB unreachability and host port conflicts their CNI codes.
 func asCNIError(err error) error { return hostport.CNIError(err) }
 
-func portExternalIDs(args *skel.CmdArgs, conf *NetConf) map[string]string {
+func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[string]string {
 	return map[string]string{
 		ovsdb.KeyOwner:       ovsdb.OwnerValue,
 		ovsdb.KeyContainerID: args.ContainerID,
@@ -49,7 +51,43 @@ func portExternalIDs(args *skel.CmdArgs, conf *NetConf) map[string]string {
 		ovsdb.KeyNetNS:       args.Netns,
 		ovsdb.KeyNetwork:     conf.Name,
 		ovsdb.KeyBridge:      conf.Bridge,
+		ovsdb.KeyMAC:         contMAC,
 	}
+}
+
+// notOwnNetNS refuses a CNI_NETNS that is the plugin's own network
+// namespace (the node's): the container end would land in the node. The CNI
+// library checks this only after the plugin ran.
+func notOwnNetNS(path string) error {
+	var own, target syscall.Stat_t
+	if syscall.Stat("/proc/thread-self/ns/net", &own) != nil || syscall.Stat(path, &target) != nil {
+		return nil // ns.GetNS reports a bad path
+	}
+	if own.Dev == target.Dev && own.Ino == target.Ino {
+		return types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("CNI_NETNS %q is the plugin's own network namespace, not a container's", path), "")
+	}
+	return nil
+}
+
+// macError gives a MAC already used on the node the code of a bad "mac".
+func macError(err error) error {
+	var inUse *ovsdb.MACInUseError
+	if errors.As(err, &inUse) {
+		return invalid(`"mac" %s: %v`, inUse.MAC, err)
+	}
+	return asCNIError(err)
+}
+
+// portVLAN is how the port's VLAN is configured, for the port flows.
+func portVLAN(conf *NetConf) flows.PortVLAN {
+	switch {
+	case conf.VLAN != nil:
+		return flows.Access
+	case len(conf.Trunks) > 0:
+		return flows.Trunk
+	}
+	return flows.Untagged
 }
 
 func portUUIDs(ports []ovsdb.OwnedPort) []string {
@@ -64,9 +102,16 @@ func portUUIDs(ports []ovsdb.OwnedPort) []string {
 // bridge plugin (veth, then IPAM, so that dhcp can run on the attached
 // interface); on any failure it removes what it created: veth, port, flows,
 // IP allocation.
+//
+// No frame from the container is forwarded before its port flows are in:
+// the host end of the veth stays down (the container end has no carrier)
+// until they are.
 func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	conf, err := LoadConf(args.StdinData, args.Args)
 	if err != nil {
+		return err
+	}
+	if err := notOwnNetNS(args.Netns); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -85,6 +130,13 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if err != nil {
 		return asCNIError(err)
 	}
+	if conf.MAC != nil {
+		// A runtime-supplied MAC must not be another container's, the
+		// bridge's or an uplink's: it would receive their traffic.
+		if err := cli.MACHolder(ctx, conf.MAC.String(), att); err != nil {
+			return macError(err)
+		}
+	}
 	netns, err := ns.GetNS(args.Netns)
 	if err != nil {
 		return fmt.Errorf("opening netns %q: %w", args.Netns, err)
@@ -97,7 +149,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 
 	// The veth, its container end created in place and prepared.
 	netdev := br.DatapathType == "netdev"
-	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName,
+	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName, HostDown: true,
 		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: conf.MAC, Alias: link.Alias(conf.Name, args.ContainerID, args.IfName)})
 	if err != nil {
 		return err
@@ -116,18 +168,22 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return err
 		}
 	}
+	dhcp := conf.IPAM.Type == "dhcp"
 	var contMAC string
 	if err := netns.Do(func(ns.NetNS) error {
-		contMAC, err = prepareContainer(args.IfName, netdev, conf.IPAM.Type == "dhcp")
+		contMAC, err = prepareContainer(args.IfName, netdev, dhcp, conf.IPAM.Type != "" && !conf.AllowRouter)
 		return err
 	}); err != nil {
 		return err
 	}
 
 	// The port, in one transaction, and its ofport.
-	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf)}
+	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf, contMAC)}
 	if conf.VLAN != nil {
 		spec.Tag = *conf.VLAN
+	}
+	if conf.MAC != nil {
+		spec.UniqueMAC = contMAC
 	}
 	// The rollback is armed before the transaction: when the connection
 	// breaks mid-commit its outcome is unknown, and the port may be there.
@@ -144,20 +200,39 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}()
 	portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
 	if err != nil {
-		return asCNIError(err)
+		return macError(err)
 	}
 	ofport, err := cli.WaitOFPort(ctx, hostName, ofportTimeout)
 	if err != nil {
 		return asCNIError(err)
 	}
+	defer func() {
+		if retErr != nil {
+			hostport.Rollback(func(ctx context.Context) {
+				_ = ofctl.Bridge{Target: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge)}.
+					DeleteAttachment(ctx, flows.AttachmentCookie(args.ContainerID, args.IfName))
+			})
+		}
+	}()
 
-	// Addresses.
 	contIndex := 1
 	result := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS,
 		Interfaces: []*current.Interface{
 			{Name: hostName, Mac: hostLink.Attrs().HardwareAddr.String()},
 			{Name: args.IfName, Mac: contMAC, Sandbox: args.Netns},
 		}}
+	if dhcp {
+		// dhcp needs the link: first the flows of a port without
+		// addresses (DHCP client broadcasts, link-local), then the carrier.
+		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
+			return err
+		}
+		if err := link.SetUp(hostLink); err != nil {
+			return err
+		}
+	}
+
+	// Addresses.
 	if conf.IPAM.Type != "" {
 		r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
 		if err != nil {
@@ -180,22 +255,19 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			ipc.Interface = current.Int(contIndex)
 		}
 	}
-	if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
+	if err := securePort(ctx, cli, conf, br, args, result, contIndex, portUUID, ofport); err != nil {
 		return err
 	}
-
-	if *conf.PortSecurity {
-		if err := securePort(ctx, cli, conf, args, result, contIndex, portUUID, ofport); err != nil {
+	if !dhcp {
+		// The flows are in: now the container may send. The host end comes
+		// up before the container end, so that the container's gratuitous
+		// ARP and unsolicited NA on link up go out.
+		if err := link.SetUp(hostLink); err != nil {
 			return err
 		}
-		defer func() {
-			if retErr != nil {
-				hostport.Rollback(func(ctx context.Context) {
-					_ = ofctl.Bridge{Target: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge)}.
-						DeleteAttachment(ctx, flows.AttachmentCookie(args.ContainerID, args.IfName))
-				})
-			}
-		}()
+	}
+	if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
+		return err
 	}
 	if conf.IsGateway {
 		if err := setupGateway(ctx, cli, br, result); err != nil {
@@ -237,6 +309,10 @@ func lookupBridge(ctx context.Context, cli *ovsdb.Client, conf *NetConf) (*ovsdb
 // removed) before the new one appears: else it keeps reading the deleted one.
 func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, previous []ovsdb.OwnedPort, hostName string) error {
 	retry := len(previous) > 0 || link.Exists(hostName)
+	// The old link goes first, as in DEL: nothing may pass once its flows are gone.
+	if err := link.Delete(hostName); err != nil { // its container end goes with it
+		return err
+	}
 	var err error
 	if len(previous) > 0 {
 		// The old port's host ports and flows go with it (their record is on the row).
@@ -254,28 +330,39 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 		// host-local refuses a second allocation for the same container.
 		_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
 	}
-	return link.Delete(hostName) // its container end goes with it
+	return nil
 }
 
-// securePort records the port security facts on the port and installs its
-// flows (one bundle). Unlike ovs-portmap's host ports it does not wait for
-// the datapath's flow cache to follow (openflow.StartRevalidation): the
-// flows match the new port's own ingress, which no megaflow cached before
-// the port existed can carry.
-func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, result *current.Result, contIndex int, portUUID string, ofport int) error {
+// securePort installs the port's table-0 flows (port security, VLAN
+// isolation, and table 0's NORMAL on a fail_mode=secure bridge) in one
+// bundle, and, given portUUID, first records them on the port for reconcile.
+// Unlike ovs-portmap's host ports it does not wait for the datapath's flow
+// cache to follow (openflow.StartRevalidation): the flows match the new
+// port's own ingress, which no megaflow cached before the port existed can
+// carry.
+func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, portUUID string, ofport int) error {
 	rec := portSecRecord(conf, result, contIndex)
-	raw, err := json.Marshal(rec)
-	if err != nil {
-		return err
+	var base []flows.Flow
+	if br.Secure() {
+		base = flows.BaseFlows()
 	}
-	if err := cli.SetPortExternalIDs(ctx, portUUID, map[string]string{ovsdb.KeyPortSec: string(raw)}); err != nil {
-		return asCNIError(err)
+	if rec.Disabled && rec.VLAN == flows.Untagged && base == nil {
+		return nil // no flows of ours on this port
+	}
+	if portUUID != "" && (!rec.Disabled || rec.VLAN != flows.Untagged) {
+		raw, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if err := cli.SetPortExternalIDs(ctx, portUUID, map[string]string{ovsdb.KeyPortSec: string(raw)}); err != nil {
+			return asCNIError(err)
+		}
 	}
 	ps, err := rec.PortSecurity(flows.AttachmentCookie(args.ContainerID, args.IfName), uint32(ofport))
 	if err != nil {
 		return err
 	}
-	return asCNIError(ofctl.Bridge{Target: rec.OpenFlow}.ApplyBundle(ctx, flows.PortSecurityBundle(ps)))
+	return asCNIError(ofctl.Bridge{Target: rec.OpenFlow}.ApplyBundle(ctx, flows.PortSecurityBundle(ps, base...)))
 }
 
 // publishMesos publishes the port mappings Apache Mesos passes in args: Mesos
@@ -306,7 +393,9 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 // interface's MAC and addresses (MAC only without IPAM).
 func portSecRecord(conf *NetConf, result *current.Result, contIndex int) *hostport.PortSecRecord {
 	rec := &hostport.PortSecRecord{OpenFlow: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge),
-		MAC: result.Interfaces[contIndex].Mac, L2Only: len(result.IPs) == 0}
+		MAC: result.Interfaces[contIndex].Mac, L2Only: conf.IPAM.Type == "",
+		AllowRouter: conf.AllowRouter, AllowDHCPServer: conf.AllowDHCPServer,
+		VLAN: portVLAN(conf), Disabled: !*conf.PortSecurity}
 	for _, ipc := range result.IPs {
 		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
 			rec.IPs = append(rec.IPs, a.Unmap())
@@ -325,14 +414,24 @@ func ipList(r *current.Result) []string {
 
 // prepareContainer runs inside the container netns before IPAM: sysctls, TX
 // offload, and the link up for dhcp (which needs it). It returns the MAC.
-func prepareContainer(ifname string, netdev, up bool) (string, error) {
+func prepareContainer(ifname string, netdev, up, noRA bool) (string, error) {
 	// Addresses come from IPAM and are unique: skip DAD so IPv6 works at once,
-	// and announce them (gratuitous ARP / unsolicited NA) when the link comes up.
-	for key, val := range map[string]string{
-		"net/ipv6/conf/" + ifname + "/accept_dad":   "0",
-		"net/ipv4/conf/" + ifname + "/arp_notify":   "1",
-		"net/ipv6/conf/" + ifname + "/ndisc_notify": "1",
-	} {
+	// and announce them (gratuitous ARP / unsolicited NA) when the link comes
+	// up. The link-local address is the EUI-64 one of the MAC, whatever the
+	// netns' default, because port security allows exactly that one.
+	sysctls := map[string]string{
+		"net/ipv6/conf/" + ifname + "/accept_dad":    "0",
+		"net/ipv4/conf/" + ifname + "/arp_notify":    "1",
+		"net/ipv6/conf/" + ifname + "/ndisc_notify":  "1",
+		"net/ipv6/conf/" + ifname + "/addr_gen_mode": "0",
+	}
+	if noRA {
+		// Addresses and routes come from IPAM: no router advertisement
+		// may change them (port security drops them from containers; this
+		// also covers those from behind the uplink).
+		sysctls["net/ipv6/conf/"+ifname+"/accept_ra"] = "0"
+	}
+	for key, val := range sysctls {
 		if err := link.SetSysctl(key, val); err != nil {
 			return "", fmt.Errorf("setting %s on %q: %w", key, ifname, err)
 		}
@@ -462,6 +561,11 @@ func CmdDel(args *skel.CmdArgs) error {
 		if err != nil {
 			return asCNIError(err)
 		}
+		// The link goes first: once the port's flows are gone, nothing the
+		// container sends may reach the bridge.
+		if err := link.Delete(hostName); err != nil {
+			return err
+		}
 		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
 			return err
 		}
@@ -470,9 +574,6 @@ func CmdDel(args *skel.CmdArgs) error {
 		}
 	case link.Exists(hostName):
 		// Something of ours is still here and OVSDB cannot be reached to remove its port.
-		return err
-	}
-	if err := link.Delete(hostName); err != nil {
 		return err
 	}
 	if conf.IPAM.Type != "" {
@@ -625,16 +726,16 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	for _, p := range stale { // links first, as in DEL
+		if err := link.Delete(p.Port.Name); err != nil {
+			return err
+		}
+	}
 	if err := withdrawHostPorts(ctx, cli, stale); err != nil {
 		return err
 	}
 	if err := cli.DetachPorts(ctx, portUUIDs(stale)...); err != nil {
 		return asCNIError(err)
-	}
-	for _, p := range stale {
-		if err := link.Delete(p.Port.Name); err != nil {
-			return err
-		}
 	}
 	// Veths of this network whose port is already gone (a DEL or an ADD
 	// killed half way, never retried) are found by their alias.

@@ -122,6 +122,13 @@ func natAddr(a netip.Addr) string {
 	return a.String()
 }
 
+// BaseFlows returns table 0's NORMAL flow, which the suite owns (with the
+// shared cookie) on a bridge with fail_mode=secure only; on any other bridge
+// ovs-vswitchd keeps its own.
+func BaseFlows() []Flow {
+	return []Flow{{SharedCookie(), TableClassifier, PriorityBase, "", "NORMAL"}}
+}
+
 // SharedFlows returns the reply flows shared by all attachments (tables 42 and
 // 43). Installing them again is harmless.
 func (p Pipeline) SharedFlows() []Flow {
@@ -132,13 +139,21 @@ func (p Pipeline) SharedFlows() []Flow {
 		"move:" + LabelOrigInPort + "->" + RegOutPort + "," +
 		"load:0->NXM_OF_IN_PORT[]," +
 		"output:" + RegOutPort
-	return []Flow{
+	out := []Flow{
 		{c, TablePortmapReplySNAT, PriorityReplyNAT, "ip", unDNAT},
 		{c, TablePortmapReplySNAT, PriorityReplyNAT, "ipv6", unDNAT},
 		{c, TablePortmapReplySNAT, PriorityMiss, "", "NORMAL"},
 		{c, TablePortmapReplyRestore, PriorityReplyNAT, "ct_state=+trk+rpl", restore},
 		{c, TablePortmapReplyRestore, PriorityMiss, "", "NORMAL"},
 	}
+	if p.ContainerZone != 0 {
+		unDNAT := fmt.Sprintf("ct(zone=%d,nat,table=%d)", p.ContainerZone, TablePortmapReplyRestore)
+		zone := fmt.Sprintf("ct_zone=%d", p.DNATZone)
+		out = append(out,
+			Flow{c, TablePortmapReplyRestore, PriorityReplyContainer, "ip," + zone, unDNAT},
+			Flow{c, TablePortmapReplyRestore, PriorityReplyContainer, "ipv6," + zone, unDNAT})
+	}
+	return out
 }
 
 // AttachmentFlows returns the flows of one attachment, all with a.Cookie, in
@@ -165,16 +180,23 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 		",move:NXM_OF_IN_PORT[]->" + LabelOrigInPort + ")"
 	for _, r := range a.Rules {
 		_, field := ipMatch(r.NodeIP)
-		match := fmt.Sprintf("%s,%s_dst=%s,tp_dst=%d", r.Protocol.match(r.NodeIP), field, r.NodeIP, r.HostPort)
+		// Untagged only: a tagged frame has no path to the node's addresses.
+		match := fmt.Sprintf("%s,vlan_tci=0x0000/0x1000,%s_dst=%s,tp_dst=%d", r.Protocol.match(r.NodeIP), field, r.NodeIP, r.HostPort)
 		if requests[match] {
 			continue
 		}
 		requests[match] = true
 		has4 = has4 || r.ContainerIP.Is4()
 		has6 = has6 || r.ContainerIP.Is6()
-		flows = append(flows, Flow{a.Cookie, TableClassifier, PriorityRequest, match,
-			fmt.Sprintf("ct(commit,zone=%d,nat(dst=%s:%d),%s,table=%d)",
-				p.DNATZone, natAddr(r.ContainerIP), r.ContainerPort, label, TablePortmapDNAT)})
+		dnat := func(zone uint16) string {
+			return fmt.Sprintf("ct(commit,zone=%d,nat(dst=%s:%d),%s,table=%d)",
+				zone, natAddr(r.ContainerIP), r.ContainerPort, label, TablePortmapDNAT)
+		}
+		flows = append(flows, Flow{a.Cookie, TableClassifier, PriorityRequest, match, dnat(p.DNATZone)})
+		if p.ContainerZone != 0 {
+			flows = append(flows, Flow{a.Cookie, TableClassifier, PriorityRequestContainer,
+				strings.Replace(match, ",", ",reg1=0x1/0x1,", 1), dnat(p.ContainerZone)})
+		}
 
 		k := replyKey{r.ContainerIP, r.Protocol, r.ContainerPort}
 		if seen[k] {

@@ -103,9 +103,9 @@ func TestAttachmentFlows(t *testing.T) {
 		}
 		count[f.Table]++
 	}
-	// 2 mappings × 2 families requests + 2 × 2 replies; hairpin + pass and
-	// output per family.
-	want := map[uint8]int{TableClassifier: 8, TablePortmapDNAT: 4, TablePortmapOutput: 2}
+	// 2 mappings × 2 families requests (from outside and from containers)
+	// + 2 × 2 replies; hairpin + pass and output per family.
+	want := map[uint8]int{TableClassifier: 12, TablePortmapDNAT: 4, TablePortmapOutput: 2}
 	if fmt.Sprint(count) != fmt.Sprint(want) {
 		t.Errorf("flows per table: got %v, want %v", count, want)
 	}

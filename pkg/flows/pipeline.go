@@ -25,20 +25,28 @@
 //	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
 //	table 42  TablePortmapReplySNAT     replies after un-SNAT: un-DNAT them
 //	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
-//	prio 410  PriorityPortSecNA         table 0: a container's neighbour advertisement for its own address
-//	prio 405  PriorityPortSecNADrop     table 0: any other neighbour advertisement from a container
+//	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, double tag
+//	prio 410  PriorityPortSecND         table 0: a container's neighbour discovery for its own addresses and MAC
+//	prio 405  PriorityPortSecNDDrop     table 0: any other neighbour solicitation or advertisement from a container
 //	prio 400  PriorityPortSecAllow      table 0: a container frame from its own MAC and addresses
 //	prio 390  PriorityPortSecDrop       table 0: any other frame from a container port
+//	prio 205  PriorityVLANIsolation     table 0: a port off VLAN 0 has no path to the node: NORMAL, not host ports
+//	prio   0  PriorityBase              table 0: NORMAL, on a fail_mode=secure bridge only (BaseFlows)
 //	prio 210  PriorityReply             table 0: reply from a published container port
-//	prio 200  PriorityRequest           table 0: request to a published node IP:hostPort
+//	prio 201  PriorityRequestContainer  table 0: the same from a container port (port security passed): container zone
+//	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort
 //	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
 //	prio 200  PriorityMasquerade        table 40: every request SNATed (masqAll)
 //	prio 100  PriorityPass              table 40: request not SNATed
 //	prio 100  PriorityOutput            table 41: deliver to the container
 //	prio 100  PriorityReplyNAT          tables 42, 43: reply handling
+//	prio  50  PriorityReplyContainer    table 43: not a reply in the DNAT zone: look in the container zone
 //	prio   0  PriorityMiss              tables 42, 43: not ours after all, NORMAL
 //	zone 64000  DefaultDNATZone         node IP:hostPort -> container; ct_label holds the origin
 //	zone 64001  DefaultSNATZone         hairpin/masqAll source translation
+//	zone 64002  DefaultContainerZone    as 64000, for clients in containers: a flood from one cannot fill 64000
+//	limit 65536 DefaultLimit            conntrack entries of zones 64000 and 64001 (per datapath)
+//	limit 16384 DefaultContainerLimit   conntrack entries of zone 64002
 //	ct_label[0..47]    LabelOrigEthSrc  request's source MAC = reply's eth_dst
 //	ct_label[48..95]   LabelOrigEthDst  request's destination MAC = reply's eth_src
 //	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
@@ -94,6 +102,14 @@ const (
 const (
 	// PriorityRequest classifies node IP:hostPort → DNAT, in table 0.
 	PriorityRequest uint16 = 200
+	// PriorityRequestContainer classifies the same requests when they come
+	// from a container port that passed port security
+	// (RegPortSecurityChecked): they are tracked in the container zone, so
+	// that containers cannot use up the entries of clients outside.
+	PriorityRequestContainer uint16 = 201
+	// PriorityReplyContainer sends a reply that the DNAT zone does not know
+	// to the container zone, in table 43.
+	PriorityReplyContainer uint16 = 50
 	// PriorityReply classifies container IP:containerPort from the
 	// container's port → reply path, in table 0. Above PriorityRequest: the
 	// reply to a SNATed request (hairpin, masqAll) is addressed to a node IP
@@ -119,11 +135,23 @@ const (
 // resubmit it to table 0 where the rest of the pipeline (and NORMAL) sees it
 // as before, or is dropped. So a container can send only from its own MAC and
 // IPs, ARP and neighbour discovery included.
+//
+// A port whose untagged frames are not on VLAN 0 (an access port of another
+// VLAN, a trunk) has no path to the node's addresses: its frames skip the
+// host port classifiers (PriorityVLANIsolation), and tagged frames never
+// match them (they match vlan_tci=0x0000/0x1000).
 const (
-	PriorityPortSecNA     uint16 = 410
-	PriorityPortSecNADrop uint16 = 405
+	PriorityPortSecGuard  uint16 = 420
+	PriorityPortSecND     uint16 = 410
+	PriorityPortSecNDDrop uint16 = 405
 	PriorityPortSecAllow  uint16 = 400
 	PriorityPortSecDrop   uint16 = 390
+	PriorityVLANIsolation uint16 = 205
+	// PriorityBase is the NORMAL flow of table 0 that the suite owns on a
+	// bridge with fail_mode=secure, where ovs-vswitchd installs none: so
+	// that after a restart nothing is forwarded until reconcile has put
+	// every port's security flows back.
+	PriorityBase uint16 = 0
 	// RegPortSecurityChecked is set once a frame passed port security.
 	RegPortSecurityChecked = "NXM_NX_REG1[0]"
 )
@@ -136,6 +164,9 @@ const (
 	DefaultDNATZone uint16 = 64000
 	// DefaultSNATZone tracks the hairpin/masquerade source translation.
 	DefaultSNATZone uint16 = 64001
+	// DefaultContainerZone tracks node IP:hostPort → container connections
+	// whose client is a container behind port security.
+	DefaultContainerZone uint16 = 64002
 )
 
 // Registers and ct_label fields, as NXM field references.
@@ -175,13 +206,44 @@ const (
 	CookieHashMask Cookie = 1<<CookieKindShift - 1
 )
 
-// Pipeline holds the deployment choices of the pipeline: its two conntrack
-// zones. Tables and priorities are fixed.
+// Pipeline holds the deployment choices of the pipeline: its conntrack
+// zones. Tables and priorities are fixed. ContainerZone 0 (records written
+// before it existed) tracks container clients in the DNAT zone too.
 type Pipeline struct {
-	DNATZone, SNATZone uint16
+	DNATZone, SNATZone, ContainerZone uint16
+	// Limit bounds the conntrack entries of the DNAT and SNAT zones, and
+	// ContainerLimit those of the container zone (0: no limit), so that a
+	// flood from containers cannot use up what clients outside and the
+	// node rely on.
+	Limit, ContainerLimit uint32
 }
 
-// DefaultPipeline returns the pipeline with the default zones.
+// Default conntrack limits of the pipeline's zones.
+const (
+	DefaultLimit          uint32 = 65536
+	DefaultContainerLimit uint32 = 16384
+)
+
+// DefaultPipeline returns the pipeline with the default zones and limits.
 func DefaultPipeline() Pipeline {
-	return Pipeline{DNATZone: DefaultDNATZone, SNATZone: DefaultSNATZone}
+	return Pipeline{DNATZone: DefaultDNATZone, SNATZone: DefaultSNATZone, ContainerZone: DefaultContainerZone,
+		Limit: DefaultLimit, ContainerLimit: DefaultContainerLimit}
+}
+
+// ZoneLimits returns the conntrack limit of each zone of the pipeline.
+func (p Pipeline) ZoneLimits() map[uint16]uint32 {
+	m := map[uint16]uint32{p.DNATZone: p.Limit, p.SNATZone: p.Limit}
+	if p.ContainerZone != 0 {
+		m[p.ContainerZone] = p.ContainerLimit
+	}
+	return m
+}
+
+// Zones returns the pipeline's conntrack zones that track connections to
+// host ports (the DNAT zones), for conntrack flushes.
+func (p Pipeline) Zones() []uint16 {
+	if p.ContainerZone == 0 {
+		return []uint16{p.DNATZone}
+	}
+	return []uint16{p.DNATZone, p.ContainerZone}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
 // KeyClaimPrefix starts the external_ids key of every claimed
@@ -46,9 +47,13 @@ type Record struct {
 	OpenFlow string `json:"openflow"` // the bridge's OpenFlow target
 	DNATZone uint16 `json:"dnatZone"`
 	SNATZone uint16 `json:"snatZone"`
-	Cookie   string `json:"cookie"`
-	OFPort   uint32 `json:"ofport"`
-	MAC      string `json:"mac"`
+	// ContainerZone and the limits: 0 in records written before they existed.
+	ContainerZone  uint16 `json:"containerZone,omitempty"`
+	Limit          uint32 `json:"conntrackLimit,omitempty"`
+	ContainerLimit uint32 `json:"containerConntrackLimit,omitempty"`
+	Cookie         string `json:"cookie"`
+	OFPort         uint32 `json:"ofport"`
+	MAC            string `json:"mac"`
 
 	IPv4      netip.Addr   `json:"ipv4,omitzero"`
 	IPv6      netip.Addr   `json:"ipv6,omitzero"`
@@ -69,7 +74,9 @@ func (r Record) Attachment() (flows.Pipeline, flows.Attachment, error) {
 	if err != nil {
 		return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record MAC %q: %w", r.MAC, err)
 	}
-	return flows.Pipeline{DNATZone: r.DNATZone, SNATZone: r.SNATZone}, flows.Attachment{
+	pl := flows.Pipeline{DNATZone: r.DNATZone, SNATZone: r.SNATZone, ContainerZone: r.ContainerZone,
+		Limit: r.Limit, ContainerLimit: r.ContainerLimit}
+	return pl, flows.Attachment{
 		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, IPv4: r.IPv4, IPv6: r.IPv6,
 		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, SNAT: r.SNAT, MasqAll: r.MasqAll,
 	}, nil
@@ -123,6 +130,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 		return fmt.Errorf("host ports of port %q: %w", p.Port.Name, err)
 	}
 	rec := Record{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
+		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
 		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), IPv4: a.IPv4, IPv6: a.IPv6,
 		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules}
 	raw, err := json.Marshal(rec)
@@ -153,6 +161,9 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	}
 	defer reval.Close()
 	if err := br.ApplyBundle(ctx, pl.Bundle(a)); err != nil {
+		return err
+	}
+	if err := setZoneLimits(ctx, target, pl); err != nil {
 		return err
 	}
 	defer func() {
@@ -192,12 +203,26 @@ func waitRevalidation(ctx context.Context, reval *openflow.Revalidation) error {
 	return ofctl.Native(err)
 }
 
+// setZoneLimits bounds the conntrack entries of the pipeline's zones. The
+// limits live in the datapath, which ovs-vswitchd's control socket reaches:
+// it is found next to a unix: OpenFlow target; with a tcp: target (an
+// ovs-vswitchd elsewhere) they are the operator's to set.
+func setZoneLimits(ctx context.Context, target string, pl flows.Pipeline) error {
+	err := unixctl.SetZoneLimits(ctx, target, pl.ZoneLimits())
+	if errors.Is(err, unixctl.ErrNoSocket) && strings.HasPrefix(target, "tcp:") {
+		return nil
+	}
+	return err
+}
+
 // flushConntrack drops the entries of the rules' UDP/SCTP host ports, so that
 // datagrams of a flow that outlived its container reach the new one.
 func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rules []flows.Rule) error {
 	for _, t := range flows.ConntrackFlushTuples(pl, rules) {
-		if err := br.FlushConntrack(ctx, pl.DNATZone, t); err != nil {
-			return err
+		for _, zone := range pl.Zones() {
+			if err := br.FlushConntrack(ctx, zone, t); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -281,23 +306,35 @@ func Rollback(f func(context.Context)) {
 	f(ctx)
 }
 
-// PortSecRecord is ovs-bridge's port security record, stored as JSON in the
-// port's external_ids[ovsdb.KeyPortSec]: what the flows need besides the
-// ofport, which reconcile reads from OVSDB.
+// PortSecRecord is ovs-bridge's record of a port's table-0 flows (port
+// security and VLAN isolation), stored as JSON in the port's
+// external_ids[ovsdb.KeyPortSec]: what the flows need besides the ofport,
+// which reconcile reads from OVSDB.
 type PortSecRecord struct {
 	OpenFlow string       `json:"openflow"`
 	MAC      string       `json:"mac"`
 	IPs      []netip.Addr `json:"ips,omitempty"`
 	L2Only   bool         `json:"l2only,omitempty"`
+	// AllowRouter and AllowDHCPServer are the network's allowRouter and
+	// allowDHCPServer.
+	AllowRouter     bool `json:"allowRouter,omitempty"`
+	AllowDHCPServer bool `json:"allowDHCPServer,omitempty"`
+	// VLAN is how the port's VLAN is configured (flows.PortVLAN).
+	VLAN flows.PortVLAN `json:"vlan,omitempty"`
+	// Disabled: portSecurity is off, only VLAN isolation is recorded.
+	Disabled bool `json:"disabled,omitempty"`
 }
 
 // PortSecurity returns the flow facts of the record for ofport and cookie c.
+// The link-local address is the EUI-64 one of the MAC, which ovs-bridge pins
+// on the container interface.
 func (r PortSecRecord) PortSecurity(c flows.Cookie, ofport uint32) (flows.PortSecurity, error) {
 	mac, err := net.ParseMAC(r.MAC)
 	if err != nil {
 		return flows.PortSecurity{}, fmt.Errorf("port security record MAC %q: %w", r.MAC, err)
 	}
-	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: mac, IPs: r.IPs, L2Only: r.L2Only}, nil
+	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: mac, IPs: r.IPs, LinkLocal: flows.LinkLocalOf(mac),
+		L2Only: r.L2Only, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled}, nil
 }
 
 // PortSecRecordOf reads the port security record of a port.

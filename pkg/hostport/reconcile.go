@@ -53,6 +53,8 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 	}
 	type target struct {
 		shared []flows.Flow // once per bridge
+		base   []flows.Flow // table 0's NORMAL on a fail_mode=secure bridge
+		pl     *flows.Pipeline
 		lines  strings.Builder
 		live   map[flows.Cookie]bool
 	}
@@ -95,12 +97,17 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 		}
 		t := get(rec.OpenFlow)
 		t.shared = pl.SharedFlows()
+		t.pl = &pl
 		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
 		rules = append(rules, a.Rules...)
 		st.Attachments++
 	}
 	for _, br := range bridges {
-		get(OpenFlowTarget("", endpoint, br.Name))
+		t := get(OpenFlowTarget("", endpoint, br.Name))
+		if br.Secure() && t.live != nil && (len(t.live) > 0 || br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue) {
+			// Ours to restore: the bridge carries our ports or we created it.
+			t.base = flows.BaseFlows()
+		}
 		st.Gateways += restoreGateways(br)
 	}
 	for name, t := range byTarget {
@@ -114,7 +121,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 			return st, err
 		}
 		var b strings.Builder
-		for _, f := range t.shared {
+		for _, f := range append(t.base, t.shared...) {
 			b.WriteString("add " + f.String() + "\n")
 		}
 		b.WriteString(t.lines.String())
@@ -129,6 +136,11 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 		}
 		if err := of.ApplyBundle(ctx, b.String()); err != nil {
 			return st, err
+		}
+		if t.pl != nil {
+			if err := setZoneLimits(ctx, name, *t.pl); err != nil {
+				return st, err
+			}
 		}
 		st.Bridges++
 	}

@@ -33,6 +33,9 @@ type VethSpec struct {
 	MTU      int              // 0: kernel default
 	ContMAC  net.HardwareAddr // nil: kernel-chosen
 	Alias    string           // IFLA_IFALIAS of the host end (see Alias)
+	// HostDown leaves the host end down: the container end has no carrier,
+	// so nothing the container sends reaches the bridge until SetUp.
+	HostDown bool
 }
 
 // Alias names the attachment on its host veth ("ovsflow:<network>:<container
@@ -63,7 +66,8 @@ func DeleteOrphans(prefix string, keep map[string]bool) error {
 }
 
 // CreateVeth creates the pair from the host netns with the container end placed
-// directly in the container netns, and brings the host end up.
+// directly in the container netns, and brings the host end up (unless
+// HostDown).
 func CreateVeth(s VethSpec) (netlink.Link, error) {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = s.HostName
@@ -84,11 +88,22 @@ func CreateVeth(s VethSpec) (netlink.Link, error) {
 			return nil, fmt.Errorf("naming veth %q: %w", s.HostName, err)
 		}
 	}
+	if s.HostDown {
+		return host, nil
+	}
 	if err := netlink.LinkSetUp(host); err != nil {
 		_ = Delete(s.HostName)
 		return nil, fmt.Errorf("setting veth %q up: %w", s.HostName, err)
 	}
 	return host, nil
+}
+
+// SetUp brings a link up.
+func SetUp(l netlink.Link) error {
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("setting %q up: %w", l.Attrs().Name, err)
+	}
+	return nil
 }
 
 // Delete removes a link (and so its veth peer); a missing link is not an error.

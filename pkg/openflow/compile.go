@@ -61,24 +61,27 @@ const (
 // (see field) and the eth_type they need. tp_* and icmp_* take their field
 // number from the protocol (transport and icmp below).
 var matchFields = map[string]matchField{
-	"in_port": {classBasic, 0, 'p', 0, 0},
-	"dl_dst":  {classBasic, 3, 'm', 0, 0}, "eth_dst": {classBasic, 3, 'm', 0, 0},
+	"in_port":  {classBasic, 0, 'p', 0, 0},
+	"vlan_tci": {classNXM0, 4, 'w', 0, 0},
+	"dl_dst":   {classBasic, 3, 'm', 0, 0}, "eth_dst": {classBasic, 3, 'm', 0, 0},
 	"dl_src": {classBasic, 4, 'm', 0, 0}, "eth_src": {classBasic, 4, 'm', 0, 0},
 	"ct_state": {classNXM1, 105, 's', 0, 0},
 	"ct_mark":  {classNXM1, 107, 'r', 0, 0},
+	"ct_zone":  {classNXM1, 106, 'w', 0, 0},
 	"nw_src":   {classBasic, 11, '4', 3, 0x0800}, "nw_dst": {classBasic, 12, '4', 3, 0x0800},
 	"arp_spa": {classBasic, 22, '4', 3, 0x0806}, "arp_tpa": {classBasic, 23, '4', 3, 0x0806},
 	"arp_sha": {classBasic, 24, 'm', 3, 0x0806}, "arp_tha": {classBasic, 25, 'm', 3, 0x0806},
 	"ipv6_src": {classBasic, 26, '6', 3, 0x86dd}, "ipv6_dst": {classBasic, 27, '6', 3, 0x86dd},
 	"nd_target": {classBasic, 31, '6', 5, 0x86dd},
-	"tp_src":    {classBasic, 0, 't', 4, 0}, "tp_dst": {classBasic, 1, 't', 4, 0},
+	"nd_sll":    {classBasic, 32, 'm', 5, 0x86dd}, "nd_tll": {classBasic, 33, 'm', 5, 0x86dd},
+	"tp_src": {classBasic, 0, 't', 4, 0}, "tp_dst": {classBasic, 1, 't', 4, 0},
 	"icmp_type": {classBasic, 0, 'i', 4, 0}, "icmp_code": {classBasic, 1, 'i', 4, 0},
 }
 
 type matchField struct {
 	class uint16
 	field uint8
-	kind  byte // p port, m MAC, s ct_state, r 32-bit V[/M], 4 and 6 address[/len], t and i 8- or 16-bit number
+	kind  byte // p port, m MAC, s ct_state, r 32-bit and w 16-bit V[/M], 4 and 6 address[/len], t and i 8- or 16-bit number
 	rank  int
 	eth   uint16
 }
@@ -254,6 +257,9 @@ func compileAdd(flow string) ([]byte, error) {
 		case k == "priority":
 			n, err = parseNum(v, 16)
 			m.prio = uint16(n)
+		case k == "dl_type" && m.ethType == 0:
+			n, err = parseNum(v, 16)
+			m.ethType = uint16(n)
 		default:
 			fields = append(fields, [2]string{k, v})
 		}
@@ -272,8 +278,9 @@ func compileAdd(flow string) ([]byte, error) {
 			return nil, fmt.Errorf("%s: %w", kv[0], err)
 		}
 	}
-	if m.oxms[5] != nil && (m.icmpCode != 0 || m.icmpType != 135 && m.icmpType != 136) {
-		return nil, unsupported("nd_target without icmp_type=135/136,icmp_code=0")
+	if m.oxms[5] != nil && (m.icmpCode != 0 || m.icmpType != 135 && m.icmpType != 136 ||
+		seen["nd_sll"] && m.icmpType != 135 || seen["nd_tll"] && m.icmpType != 136) {
+		return nil, unsupported("nd_target, nd_sll or nd_tll without icmp_type=135/136,icmp_code=0")
 	}
 	instructions, err := compileInstructions(actions)
 	if err != nil {
@@ -290,7 +297,7 @@ func (m *match) field(k, v string) error {
 	if !ok {
 		return unsupported("match field %q", k)
 	}
-	if f.eth != 0 && f.eth != m.ethType || k == "nd_target" && m.proto != 58 {
+	if f.eth != 0 && f.eth != m.ethType || f.rank == 5 && m.proto != 58 {
 		return unsupported("%s without its protocol", k)
 	}
 	var (
@@ -309,6 +316,8 @@ func (m *match) field(k, v string) error {
 		val, mask, err = parseCTState(v)
 	case 'r':
 		val, mask, err = parseMasked(v, 32)
+	case 'w':
+		val, mask, err = parseMasked(v, 16)
 	case '4', '6':
 		val, mask, err = parsePrefix(v, f.kind == '6')
 	case 't':

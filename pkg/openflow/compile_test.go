@@ -73,18 +73,28 @@ func corpus(t testing.TB) map[string]string {
 	}
 	out["shared"] = shared.String()
 	for _, tt := range []struct {
-		name string
-		ips  []netip.Addr
-		l2   bool
+		name   string
+		ips    []netip.Addr
+		l2     bool
+		vlan   flows.PortVLAN
+		allow  bool
+		off    bool
+		secure bool
 	}{
-		{"dual", []netip.Addr{ctr4, ctr6}, false},
-		{"v4", []netip.Addr{ctr4}, false},
-		{"v6", []netip.Addr{ctr6}, false},
-		{"none", nil, false},
-		{"l2only", nil, true},
+		{"dual", []netip.Addr{ctr4, ctr6}, false, flows.Untagged, false, false, false},
+		{"v4", []netip.Addr{ctr4}, false, flows.Access, false, false, false},
+		{"v6", []netip.Addr{ctr6}, false, flows.Trunk, false, false, true},
+		{"none", nil, false, flows.Untagged, true, false, false},
+		{"l2only", nil, true, flows.Trunk, false, false, false},
+		{"off", nil, false, flows.Access, false, true, false},
 	} {
-		ps := flows.PortSecurity{Cookie: flows.AttachmentCookie("ps-"+tt.name, "eth0"), OFPort: 7, MAC: mac, IPs: tt.ips, L2Only: tt.l2}
-		out["portsec_"+tt.name] = flows.PortSecurityBundle(ps)
+		ps := flows.PortSecurity{Cookie: flows.AttachmentCookie("ps-"+tt.name, "eth0"), OFPort: 7, MAC: mac, IPs: tt.ips, L2Only: tt.l2,
+			LinkLocal: flows.LinkLocalOf(mac), VLAN: tt.vlan, AllowRouter: tt.allow, AllowDHCPServer: tt.allow, Disabled: tt.off}
+		var base []flows.Flow
+		if tt.secure {
+			base = flows.BaseFlows()
+		}
+		out["portsec_"+tt.name] = flows.PortSecurityBundle(ps, base...)
 	}
 	// Syntax pkg/flows does not emit today but the compiler accepts: each
 	// form is checked against ovs-ofctl like the rest.
@@ -204,7 +214,7 @@ func TestCompileErrors(t *testing.T) {
 		{"delete table=1,cookie=0x1/-1", true},
 		{"delete cookie=0x1/-1,table=1", true},
 		{"add  cookie=0x1, actions=drop", true},
-		{flow + "vlan_tci=0x1000/0x1000,actions=drop", true},
+		{flow + "tun_id=0x1,actions=drop", true},
 		{flow + "ip,tcp,actions=drop", true},
 		{flow + "nw_src=10.0.0.1,actions=drop", true},      // no ip
 		{flow + "ipv6,nw_src=10.0.0.1,actions=drop", true}, // wrong family keyword

@@ -240,12 +240,12 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 		{
 			name: "goto_table to a lower table (rejected on add)",
 			bad:  "add cookie=0x0fc50139c16eb78e,table=41,priority=1,ip,actions=goto_table:40\n",
-			want: []string{"line 21", "goto_table:40", "OFPET_BAD_INSTRUCTION code 2"},
+			want: []string{"line 27", "goto_table:40", "OFPET_BAD_INSTRUCTION code 2"},
 		},
 		{
 			name: "ct(nat) without an ip match (rejected on add)",
 			bad:  "add cookie=0x0fc50139c16eb78e,table=42,priority=7,actions=ct(zone=1,nat,table=43)\n",
-			want: []string{"line 21", "OFPT_ERROR"},
+			want: []string{"line 27", "OFPT_ERROR"},
 		},
 		{
 			name: "table 41 full (rejected on commit)",

@@ -14,6 +14,8 @@ import (
 
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
 )
 
 // DefaultEndpoint is where Open vSwitch puts its database socket.
@@ -29,7 +31,7 @@ var ErrVswitchdTimeout = errors.New("ovs-vswitchd did not answer in time")
 
 // Client is a connection to ovsdb-server without cache or monitor.
 type Client struct {
-	c  *rpcConn
+	c  *jsonrpc.Conn
 	db model.DatabaseModel
 }
 
@@ -93,7 +95,7 @@ func Dial(ctx context.Context, endpoint string) (*Client, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("ovsdb model does not match the embedded schema: %v", errs)
 	}
-	c, err := dialRPC(ctx, endpoint)
+	c, err := jsonrpc.Dial(ctx, endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, endpoint, err)
 	}
@@ -103,7 +105,7 @@ func Dial(ctx context.Context, endpoint string) (*Client, error) {
 const dbName = "Open_vSwitch"
 
 // Close ends the connection.
-func (c *Client) Close() { c.c.close() }
+func (c *Client) Close() { c.c.Close() }
 
 // transact runs ops as one transaction and checks every per-operation result.
 func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.OperationResult, error) {
@@ -111,7 +113,7 @@ func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.
 		return nil, fmt.Errorf("ovsdb operations do not fit the schema: %v", ops)
 	}
 	var res []ovsdb.OperationResult
-	err := c.c.call(ctx, "transact", ovsdb.NewTransactArgs(dbName, ops...), &res)
+	err := c.c.Call(ctx, "transact", ovsdb.NewTransactArgs(dbName, ops...), &res)
 	if err != nil {
 		if lostConnection(err) {
 			return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
@@ -119,14 +121,13 @@ func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.
 		return nil, err
 	}
 	if opErrs, err := ovsdb.CheckOperationResults(res, ops); err != nil {
-		msgs := make([]string, 0, len(opErrs))
+		// Each operation's error stays matchable (errors.As), e.g. the
+		// *ovsdb.TimedOut of a wait that did not hold.
+		errs := []error{err}
 		for _, e := range opErrs {
-			msgs = append(msgs, e.Error())
+			errs = append(errs, e)
 		}
-		if len(msgs) == 0 {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %s", err, strings.Join(msgs, "; "))
+		return nil, errors.Join(errs...)
 	}
 	return res, nil
 }
@@ -216,7 +217,7 @@ func (a Attachment) where() []ovsdb.Condition {
 // its ports (on a busy node the row carries hundreds of port UUIDs).
 func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
 	op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name))
-	op.Columns = []string{"_uuid", "name", "datapath_type", "external_ids"}
+	op.Columns = []string{"_uuid", "name", "datapath_type", "fail_mode", "external_ids"}
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)
@@ -257,7 +258,10 @@ func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*
 			{Op: ovsdb.OperationInsert, Table: tablePort, UUIDName: "newport",
 				Row: ovsdb.Row{"name": name, "interfaces": uuidSet("newiface")}},
 			{Op: ovsdb.OperationInsert, Table: tableBridge, UUIDName: "newbridge",
-				Row: ovsdb.Row{"name": name, "ports": uuidSet("newport"), "datapath_type": datapathType, "external_ids": ids}},
+				Row: ovsdb.Row{"name": name, "ports": uuidSet("newport"), "datapath_type": datapathType, "external_ids": ids,
+					// Nothing is forwarded after an ovs-vswitchd restart
+					// until reconcile has put the port security flows back.
+					"fail_mode": "secure"}},
 			{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
 				Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("bridges", ovsdb.MutateOperationInsert, uuidSet("newbridge"))}},
 		}
@@ -278,9 +282,51 @@ func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*
 // PortSpec is what AttachPort writes.
 type PortSpec struct {
 	Name        string
-	Tag         int   // access VLAN; 0 = none
-	Trunks      []int // trunk VLANs; empty = none
+	Tag         int   // access VLAN; 0 = VLAN 0 (untagged frames only)
+	Trunks      []int // trunk VLANs; empty = an access port
 	ExternalIDs map[string]string
+	// UniqueMAC, when set, makes the transaction fail with a *MACInUseError
+	// if another Port row records this container MAC (KeyMAC) by then.
+	UniqueMAC string
+}
+
+// MACInUseError says that a MAC is already used on the node: by a container
+// interface of another attachment or by an Open vSwitch interface.
+type MACInUseError struct {
+	MAC    string
+	Holder string // "attachment C/I (port P)" or "interface I"
+}
+
+func (e *MACInUseError) Error() string {
+	return fmt.Sprintf("MAC %s is already used by %s", e.MAC, e.Holder)
+}
+
+// MACHolder returns a *MACInUseError when mac is the recorded container MAC
+// of a port of another attachment than self, or the MAC of any Open vSwitch
+// interface (a bridge's internal interface, an uplink, a host veth).
+func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) error {
+	ports := selectOp(tablePort, ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{KeyMAC: mac})))
+	ports.Columns = []string{"_uuid", "name", "external_ids"}
+	ifaces := selectOp(tableInterface, ovsdb.NewCondition("mac_in_use", ovsdb.ConditionEqual, strSet(mac)))
+	ifaces.Columns = []string{"_uuid", "name"}
+	res, err := c.transact(ctx, ports, ifaces)
+	if err != nil {
+		return fmt.Errorf("looking up MAC %s: %w", mac, err)
+	}
+	ps, err := decode[Port](c, tablePort, res[0].Rows)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if a := (OwnedPort{Port: p}).Attachment(); a != self {
+			return &MACInUseError{MAC: mac, Holder: fmt.Sprintf("attachment %s (port %q)", a, p.Name)}
+		}
+	}
+	is, err := decode[Interface](c, tableInterface, res[1].Rows)
+	if err != nil || len(is) == 0 {
+		return err
+	}
+	return &MACInUseError{MAC: mac, Holder: fmt.Sprintf("interface %q", is[0].Name)}
 }
 
 // AttachPort adds a Port with one system Interface to bridge in one
@@ -288,6 +334,9 @@ type PortSpec struct {
 func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpec) (string, error) {
 	ids := strMap(spec.ExternalIDs)
 	portRow := ovsdb.Row{"name": spec.Name, "interfaces": uuidSet("iface"), "external_ids": ids}
+	// The VLAN mode is explicit: a port without a tag is an access port of
+	// VLAN 0 (Open vSwitch's default would make it a trunk of every VLAN).
+	portRow["vlan_mode"] = "access"
 	if spec.Tag > 0 {
 		portRow["tag"] = spec.Tag
 	}
@@ -303,14 +352,27 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 			Where:     []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: bridgeUUID})},
 			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("ports", ovsdb.MutateOperationInsert, uuidSet("port"))}},
 	}
+	if spec.UniqueMAC != "" {
+		// The new port must be the only one recording the MAC (the
+		// container MAC is in its external_ids): two concurrent ADDs with
+		// the same MAC cannot both win.
+		zero := 0
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tablePort, Timeout: &zero,
+			Where:   []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{KeyMAC: spec.UniqueMAC}))},
+			Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual), Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: "port"}}}})
+	}
 	res, err := c.transact(ctx, ops...)
 	if err != nil {
+		var waited *ovsdb.TimedOut
+		if spec.UniqueMAC != "" && errors.As(err, &waited) && waited.Operation() != nil && waited.Operation().Op == ovsdb.OperationWait {
+			return "", &MACInUseError{MAC: spec.UniqueMAC, Holder: "a port attached at the same time"}
+		}
 		return "", fmt.Errorf("attaching port %q: %w", spec.Name, err)
 	}
-	if n := res[len(res)-1].Count; n != 1 {
+	if n := res[2].Count; n != 1 {
 		return "", fmt.Errorf("attaching port %q: bridge row is gone", spec.Name)
 	}
-	return res[len(res)-2].UUID.GoUUID, nil
+	return res[1].UUID.GoUUID, nil
 }
 
 // detachOps removes ports from whichever bridge holds them; Open vSwitch then

@@ -28,8 +28,13 @@ type Bridge struct {
 	Name         string            `ovsdb:"name"`
 	Ports        []string          `ovsdb:"ports"`
 	DatapathType string            `ovsdb:"datapath_type"`
+	FailMode     *string           `ovsdb:"fail_mode"`
 	ExternalIDs  map[string]string `ovsdb:"external_ids"`
 }
+
+// Secure reports whether the bridge has fail_mode=secure: ovs-vswitchd then
+// installs no flow of its own, not even after a restart.
+func (b Bridge) Secure() bool { return b.FailMode != nil && *b.FailMode == "secure" }
 
 // Port is a row of table Port.
 type Port struct {
@@ -49,6 +54,7 @@ type Interface struct {
 	OFPort      *int              `ovsdb:"ofport"`
 	Error       *string           `ovsdb:"error"`
 	MTU         *int              `ovsdb:"mtu"`
+	MACInUse    *string           `ovsdb:"mac_in_use"`
 	ExternalIDs map[string]string `ovsdb:"external_ids"`
 }
 
@@ -80,6 +86,7 @@ const (
 	KeyBridge      = "ovsflow.io/bridge"       // bridge the port was attached to
 	KeyPortmap     = "ovsflow.io/portmap"      // ovs-portmap's record of the attachment (JSON)
 	KeyPortSec     = "ovsflow.io/portsec"      // ovs-bridge's port security record (JSON)
+	KeyMAC         = "ovsflow.io/mac"          // the container interface's MAC, lower case
 
 	// OwnerValue marks rows created by this suite.
 	OwnerValue = "ovsflow-cni"

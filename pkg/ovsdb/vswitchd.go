@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
 )
 
 // VswitchdWatch follows ovs-vswitchd's life through OVSDB itself: every
@@ -14,7 +16,7 @@ import (
 // and the watch gives it back at once, so that the next ovs-vswitchd can take
 // it.
 type VswitchdWatch struct {
-	c *rpcConn
+	c *jsonrpc.Conn
 }
 
 const vswitchdLock = "ovs_vswitchd"
@@ -24,7 +26,7 @@ func WatchVswitchd(ctx context.Context, endpoint string) (*VswitchdWatch, error)
 	if err := ValidateEndpoint(endpoint); err != nil {
 		return nil, err
 	}
-	c, err := dialRPC(ctx, endpoint)
+	c, err := jsonrpc.Dial(ctx, endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}
@@ -32,7 +34,7 @@ func WatchVswitchd(ctx context.Context, endpoint string) (*VswitchdWatch, error)
 }
 
 // Close ends the watch (and releases any lock request).
-func (w *VswitchdWatch) Close() { w.c.close() }
+func (w *VswitchdWatch) Close() { w.c.Close() }
 
 // WaitRunning returns once an ovs-vswitchd holds its lock, with this watch's
 // request queued behind it. It checks every interval while none runs.
@@ -41,14 +43,14 @@ func (w *VswitchdWatch) WaitRunning(ctx context.Context, interval time.Duration)
 		var r struct {
 			Locked bool `json:"locked"`
 		}
-		if err := w.c.call(ctx, "lock", []string{vswitchdLock}, &r); err != nil {
+		if err := w.c.Call(ctx, "lock", []string{vswitchdLock}, &r); err != nil {
 			return err
 		}
 		if !r.Locked {
 			return nil // held by ovs-vswitchd; ours is queued
 		}
 		// Nobody runs: give the lock straight back and look again.
-		if err := w.c.call(ctx, "unlock", []string{vswitchdLock}, nil); err != nil {
+		if err := w.c.Call(ctx, "unlock", []string{vswitchdLock}, nil); err != nil {
 			return err
 		}
 		select {
@@ -62,17 +64,15 @@ func (w *VswitchdWatch) WaitRunning(ctx context.Context, interval time.Duration)
 // WaitGone blocks until the running ovs-vswitchd lets go of its lock (it
 // stopped or died), then releases the lock for its successor.
 func (w *VswitchdWatch) WaitGone(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() { w.c.conn.SetReadDeadline(time.Now()) })
-	defer stop()
 	for {
-		m, err := w.c.next()
+		m, err := w.c.Next(ctx)
 		if err != nil {
 			return err
 		}
 		if m.Method == "locked" {
 			var name string
 			if len(m.Params) > 0 && json.Unmarshal(m.Params[0], &name) == nil && name == vswitchdLock {
-				return w.c.call(ctx, "unlock", []string{vswitchdLock}, nil)
+				return w.c.Call(ctx, "unlock", []string{vswitchdLock}, nil)
 			}
 		}
 	}

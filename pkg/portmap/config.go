@@ -27,6 +27,12 @@ type Conf struct {
 	HostIPs  []string `json:"hostIPs,omitempty"`
 	DNATZone *int     `json:"dnatZone,omitempty"`
 	SNATZone *int     `json:"snatZone,omitempty"`
+	// ContainerZone tracks connections whose client is a container.
+	ContainerZone *int `json:"containerZone,omitempty"`
+	// ConntrackLimit bounds the entries of the DNAT and SNAT zones,
+	// ContainerConntrackLimit those of the container zone (0: no limit).
+	ConntrackLimit          *int64 `json:"conntrackLimit,omitempty"`
+	ContainerConntrackLimit *int64 `json:"containerConntrackLimit,omitempty"`
 
 	// Keys of the iptables/nftables portmap that do not apply here; rejected
 	// rather than silently ignored.
@@ -87,19 +93,35 @@ func LoadConf(stdin []byte) (*Conf, error) {
 			return nil, invalid(`"openflow": %v`, err)
 		}
 	}
-	for key, z := range map[string]*int{"dnatZone": c.DNATZone, "snatZone": c.SNATZone} {
-		if z != nil && (*z < 1 || *z > 65535) {
-			return nil, invalid("%q %d: want 1-65535 (zone 0 is everybody's default zone)", key, *z)
+	for _, z := range []struct {
+		key string
+		v   *int
+		to  *uint16
+	}{{"dnatZone", c.DNATZone, &c.Pipeline.DNATZone}, {"snatZone", c.SNATZone, &c.Pipeline.SNATZone},
+		{"containerZone", c.ContainerZone, &c.Pipeline.ContainerZone}} {
+		if z.v == nil {
+			continue
 		}
+		if *z.v < 1 || *z.v > 65535 {
+			return nil, invalid("%q %d: want 1-65535 (zone 0 is everybody's default zone)", z.key, *z.v)
+		}
+		*z.to = uint16(*z.v)
 	}
-	if c.DNATZone != nil {
-		c.Pipeline.DNATZone = uint16(*c.DNATZone)
+	if p := c.Pipeline; p.DNATZone == p.SNATZone || p.ContainerZone == p.DNATZone || p.ContainerZone == p.SNATZone {
+		return nil, invalid(`"dnatZone" %d, "snatZone" %d and "containerZone" %d must differ`, p.DNATZone, p.SNATZone, p.ContainerZone)
 	}
-	if c.SNATZone != nil {
-		c.Pipeline.SNATZone = uint16(*c.SNATZone)
-	}
-	if c.Pipeline.DNATZone == c.Pipeline.SNATZone {
-		return nil, invalid(`"dnatZone" and "snatZone" must differ (both %d)`, c.Pipeline.DNATZone)
+	for _, l := range []struct {
+		key string
+		v   *int64
+		to  *uint32
+	}{{"conntrackLimit", c.ConntrackLimit, &c.Pipeline.Limit}, {"containerConntrackLimit", c.ContainerConntrackLimit, &c.Pipeline.ContainerLimit}} {
+		if l.v == nil {
+			continue
+		}
+		if *l.v < 0 || *l.v > 1<<32-1 {
+			return nil, invalid("%q %d: want 0 (no limit) to 4294967295 entries", l.key, *l.v)
+		}
+		*l.to = uint32(*l.v)
 	}
 	for i, s := range c.HostIPs {
 		a, err := netip.ParseAddr(s)

@@ -1,0 +1,90 @@
+// Package unixctl talks to ovs-vswitchd's control socket (the one
+// ovs-appctl uses: <run dir>/ovs-vswitchd.<pid>.ctl, JSON-RPC 1.0) for what
+// OpenFlow and OVSDB cannot do: the conntrack zone limits of the datapaths.
+package unixctl
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
+)
+
+// ErrNoSocket says that the control socket of ovs-vswitchd could not be
+// found from the given endpoint (a tcp: endpoint, or no pid file).
+var ErrNoSocket = fmt.Errorf("no ovs-vswitchd control socket")
+
+// Socket returns the control socket of the ovs-vswitchd whose OpenFlow
+// management socket (unix:<run dir>/<bridge>.mgmt) is target.
+func Socket(target string) (string, error) {
+	path, ok := strings.CutPrefix(target, "unix:")
+	if !ok {
+		return "", fmt.Errorf("%w for %s", ErrNoSocket, target)
+	}
+	dir := filepath.Dir(path)
+	b, err := os.ReadFile(filepath.Join(dir, "ovs-vswitchd.pid"))
+	if err != nil {
+		return "", fmt.Errorf("%w in %s: %v", ErrNoSocket, dir, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return "", fmt.Errorf("%w in %s: pid file: %v", ErrNoSocket, dir, err)
+	}
+	return filepath.Join(dir, fmt.Sprintf("ovs-vswitchd.%d.ctl", pid)), nil
+}
+
+// call runs one unixctl command and returns its output.
+func call(ctx context.Context, sock, command string, args ...string) (string, error) {
+	c, err := jsonrpc.Dial(ctx, "unix:"+sock)
+	if err != nil {
+		return "", fmt.Errorf("ovs-vswitchd control socket %s: %w", sock, err)
+	}
+	defer c.Close()
+	if args == nil {
+		args = []string{}
+	}
+	var out json.RawMessage
+	if err := c.Call(ctx, command, args, &out); err != nil {
+		return "", fmt.Errorf("ovs-vswitchd %s: %w", command, err)
+	}
+	var s string
+	_ = json.Unmarshal(out, &s)
+	return s, nil
+}
+
+// SetZoneLimits sets the conntrack entry limit of each zone on every
+// datapath of the ovs-vswitchd behind target (0: no limit). The limits live
+// in the datapath: they survive an ovs-vswitchd restart on the kernel
+// datapath but not on the userspace one, so reconcile sets them again.
+func SetZoneLimits(ctx context.Context, target string, limits map[uint16]uint32) error {
+	sock, err := Socket(target)
+	if err != nil {
+		return err
+	}
+	out, err := call(ctx, sock, "dpctl/dump-dps")
+	if err != nil {
+		return err
+	}
+	args := make([]string, 0, len(limits))
+	for _, z := range slices.Sorted(func(yield func(uint16) bool) {
+		for z := range limits {
+			if !yield(z) {
+				return
+			}
+		}
+	}) {
+		args = append(args, fmt.Sprintf("zone=%d,limit=%d", z, limits[z]))
+	}
+	for _, dp := range strings.Fields(out) {
+		if _, err := call(ctx, sock, "dpctl/ct-set-limits", append([]string{dp}, args...)...); err != nil {
+			return fmt.Errorf("datapath %s: %w", dp, err)
+		}
+	}
+	return nil
+}

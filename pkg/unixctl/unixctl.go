@@ -67,10 +67,6 @@ func SetZoneLimits(ctx context.Context, target string, limits map[uint16]uint32)
 	if err != nil {
 		return err
 	}
-	out, err := call(ctx, sock, "dpctl/dump-dps")
-	if err != nil {
-		return err
-	}
 	args := make([]string, 0, len(limits))
 	for _, z := range slices.Sorted(func(yield func(uint16) bool) {
 		for z := range limits {
@@ -80,6 +76,17 @@ func SetZoneLimits(ctx context.Context, target string, limits map[uint16]uint32)
 		}
 	}) {
 		args = append(args, fmt.Sprintf("zone=%d,limit=%d", z, limits[z]))
+	}
+	// Without a datapath name dpctl takes the only one there is: one round
+	// trip on the usual node. With several (or none) it fails, and each is
+	// named in turn.
+	_, err = call(ctx, sock, "dpctl/ct-set-limits", args...)
+	if err == nil {
+		return nil
+	}
+	out, derr := call(ctx, sock, "dpctl/dump-dps")
+	if derr != nil || strings.TrimSpace(out) == "" {
+		return err
 	}
 	for _, dp := range strings.Fields(out) {
 		if _, err := call(ctx, sock, "dpctl/ct-set-limits", append([]string{dp}, args...)...); err != nil {

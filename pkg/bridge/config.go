@@ -160,7 +160,7 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 }
 
 func expandTrunks(ts []Trunk) ([]int, error) {
-	seen := map[int]bool{}
+	var seen [4095]bool
 	var out []int
 	add := func(id int) error {
 		if id < 1 || id > 4094 {
@@ -185,7 +185,8 @@ func expandTrunks(ts []Trunk) ([]int, error) {
 			if *t.MinID < 1 || *t.MaxID > 4094 {
 				return nil, invalid(`"trunk"[%d]: range %d-%d outside 1-4094`, i, *t.MinID, *t.MaxID)
 			}
-			for id := *t.MinID; id <= *t.MaxID; id++ {
+			// Every range is checked; once all VLANs are in, none adds any.
+			for id := *t.MinID; id <= *t.MaxID && len(out) < 4094; id++ {
 				_ = add(id)
 			}
 		default:

@@ -309,12 +309,11 @@ func lookupBridge(ctx context.Context, cli *ovsdb.Client, conf *NetConf) (*ovsdb
 // removed) before the new one appears: else it keeps reading the deleted one.
 func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, previous []ovsdb.OwnedPort, hostName string) error {
 	retry := len(previous) > 0 || link.Exists(hostName)
-	// The old link goes first, as in DEL: nothing may pass once its flows are gone.
-	if err := link.Delete(hostName); err != nil { // its container end goes with it
-		return err
-	}
 	var err error
 	if len(previous) > 0 {
+		if err := cutOff(ctx, conf, previous); err != nil {
+			return err
+		}
 		// The old port's host ports and flows go with it (their record is on the row).
 		if err := withdrawHostPorts(ctx, cli, previous); err != nil {
 			return err
@@ -329,6 +328,35 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 	if retry && conf.IPAM.Type != "" {
 		// host-local refuses a second allocation for the same container.
 		_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
+	}
+	return link.Delete(hostName) // its container end goes with it
+}
+
+// cutOff makes the ports drop everything they receive, before their flows
+// go: one tombstone flow per port (flows.TombstoneBundle) that outlives the
+// port by a few seconds, so that DEL need not wait for ovs-vswitchd to remove
+// it. Without ovs-vswitchd (no OpenFlow socket) nothing is forwarded anyway.
+func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
+	byTarget := map[string][]uint32{}
+	for _, p := range ports {
+		if p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
+			continue
+		}
+		br := p.Port.ExternalIDs[ovsdb.KeyBridge]
+		if br == "" {
+			br = conf.Bridge
+		}
+		target := hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, br)
+		if rec, ok := hostport.PortSecRecordOf(p); ok {
+			target = rec.OpenFlow
+		}
+		byTarget[target] = append(byTarget[target], uint32(*p.Interface.OFPort))
+	}
+	for target, ofports := range byTarget {
+		err := ofctl.Bridge{Target: target}.ApplyBundle(ctx, flows.TombstoneBundle(ofports...))
+		if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
+			return asCNIError(err)
+		}
 	}
 	return nil
 }
@@ -561,9 +589,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		if err != nil {
 			return asCNIError(err)
 		}
-		// The link goes first: once the port's flows are gone, nothing the
-		// container sends may reach the bridge.
-		if err := link.Delete(hostName); err != nil {
+		if err := cutOff(ctx, conf, ports); err != nil {
 			return err
 		}
 		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
@@ -574,6 +600,9 @@ func CmdDel(args *skel.CmdArgs) error {
 		}
 	case link.Exists(hostName):
 		// Something of ours is still here and OVSDB cannot be reached to remove its port.
+		return err
+	}
+	if err := link.Delete(hostName); err != nil {
 		return err
 	}
 	if conf.IPAM.Type != "" {
@@ -726,16 +755,19 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range stale { // links first, as in DEL
-		if err := link.Delete(p.Port.Name); err != nil {
-			return err
-		}
+	if err := cutOff(ctx, conf, stale); err != nil {
+		return err
 	}
 	if err := withdrawHostPorts(ctx, cli, stale); err != nil {
 		return err
 	}
 	if err := cli.DetachPorts(ctx, portUUIDs(stale)...); err != nil {
 		return asCNIError(err)
+	}
+	for _, p := range stale {
+		if err := link.Delete(p.Port.Name); err != nil {
+			return err
+		}
 	}
 	// Veths of this network whose port is already gone (a DEL or an ADD
 	// killed half way, never retried) are found by their alias.

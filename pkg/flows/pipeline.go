@@ -32,6 +32,7 @@
 //	prio 390  PriorityPortSecDrop       table 0: any other frame from a container port
 //	prio 205  PriorityVLANIsolation     table 0: a port off VLAN 0 has no path to the node: NORMAL, not host ports
 //	prio   0  PriorityBase              table 0: NORMAL, on a fail_mode=secure bridge only (BaseFlows)
+//	prio 65000 PriorityTombstone        table 0: a port being deleted drops everything (10 s hard timeout)
 //	prio 210  PriorityReply             table 0: reply from a published container port
 //	prio 201  PriorityRequestContainer  table 0: the same from a container port (port security passed): container zone
 //	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort
@@ -52,7 +53,7 @@
 //	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
 //	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
 //	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
-//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2
+//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3
 //	reg1[0]            RegPortSecurityChecked  table 0: the frame passed port security and was resubmitted
 //	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname
 //
@@ -152,6 +153,13 @@ const (
 	// that after a restart nothing is forwarded until reconcile has put
 	// every port's security flows back.
 	PriorityBase uint16 = 0
+	// PriorityTombstone drops every frame of a port that DEL is removing,
+	// from before its flows go until ovs-vswitchd has removed the port, so
+	// that DEL need not wait for that: TombstoneTimeout removes the flow,
+	// and Open vSwitch does not give a freed ofport to a new port for an
+	// hour (ofproto's alloc_ofp_port).
+	PriorityTombstone uint16 = 65000
+	TombstoneTimeout         = 10 // seconds
 	// RegPortSecurityChecked is set once a frame passed port security.
 	RegPortSecurityChecked = "NXM_NX_REG1[0]"
 )
@@ -198,6 +206,9 @@ const (
 	// CookieKindPortSecurity marks the port security flows of one
 	// attachment (written by ovs-bridge, same hash as its host port flows).
 	CookieKindPortSecurity uint8 = 2
+	// CookieKindTombstone marks the tombstone flows of ports being deleted
+	// (hash 0: no attachment delete touches them).
+	CookieKindTombstone uint8 = 3
 	// AttachmentMask selects suite tag and hash, any kind: every flow of one
 	// attachment, for the single masked delete of ovs-bridge's DEL.
 	AttachmentMask Cookie = SuiteMask | CookieHashMask

@@ -147,6 +147,18 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 	return out
 }
 
+// TombstoneBundle renders the add-flows bundle that makes the ports with
+// these ofports drop everything for TombstoneTimeout seconds.
+func TombstoneBundle(ofports ...uint32) string {
+	var b strings.Builder
+	c := CookieSuite | Cookie(CookieKindTombstone)<<CookieKindShift
+	for _, p := range ofports {
+		f := Flow{c, TableClassifier, PriorityTombstone, fmt.Sprintf("hard_timeout=%d,in_port=%d", TombstoneTimeout, p), "drop"}
+		b.WriteString("add " + f.String() + "\n")
+	}
+	return b.String()
+}
+
 // PortSecurityBundle renders the add-flows bundle that replaces the port
 // flows of ps; extra flows (the base flow of a secure bridge) go in with them.
 func PortSecurityBundle(ps PortSecurity, extra ...Flow) string {

@@ -126,7 +126,8 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 		}
 		b.WriteString(t.lines.String())
 		for c := range cookiesOf(present) {
-			if c.Kind() != flows.CookieKindShared && !t.live[c] {
+			// Tombstones go by their hard timeout.
+			if c.Kind() != flows.CookieKindShared && c.Kind() != flows.CookieKindTombstone && !t.live[c] {
 				b.WriteString("delete " + c.Match() + "\n")
 				st.Stale++
 			}

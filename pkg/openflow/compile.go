@@ -184,17 +184,18 @@ func compileDelete(flow string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cookie mask: %w", err)
 	}
-	return flowModMsg(cookie, mask, ofpttAll, ofpfcDelete, ofpDefaultPrio, nil, nil), nil
+	return flowModMsg(cookie, mask, ofpttAll, ofpfcDelete, 0, ofpDefaultPrio, nil, nil), nil
 }
 
 // flowModMsg renders an OFPT_FLOW_MOD (OpenFlow 1.4 section 7.3.4.1) with
 // xid 0, no timeouts, no flags, no buffer and no out_port/out_group filter.
-func flowModMsg(cookie, mask uint64, table, cmd uint8, prio uint16, oxms, instructions []byte) []byte {
+func flowModMsg(cookie, mask uint64, table, cmd uint8, hardTimeout, prio uint16, oxms, instructions []byte) []byte {
 	b := make([]byte, 8, 64+len(oxms)+len(instructions))
 	b[0], b[1] = version, ofptFlowMod
 	b = binary.BigEndian.AppendUint64(b, cookie)
 	b = binary.BigEndian.AppendUint64(b, mask)
-	b = append(b, table, cmd, 0, 0, 0, 0) // idle and hard timeout 0
+	b = append(b, table, cmd, 0, 0) // idle timeout 0
+	b = binary.BigEndian.AppendUint16(b, hardTimeout)
 	b = binary.BigEndian.AppendUint16(b, prio)
 	b = binary.BigEndian.AppendUint32(b, ofpNoBuffer)
 	b = binary.BigEndian.AppendUint32(b, ofppAny)
@@ -210,14 +211,16 @@ func flowModMsg(cookie, mask uint64, table, cmd uint8, prio uint16, oxms, instru
 
 // match is what the match part of an add line sets besides the OXM fields.
 type match struct {
-	cookie   uint64
-	table    uint8
-	prio     uint16
-	ethType  uint16
-	proto    uint8
-	icmpType int // -1: not matched
-	icmpCode int
-	oxms     [6][]byte // by prerequisite rank, see fieldOXM
+	cookie uint64
+	table  uint8
+	prio   uint16
+	// hardTimeout removes the flow after that many seconds (0: never).
+	hardTimeout uint16
+	ethType     uint16
+	proto       uint8
+	icmpType    int // -1: not matched
+	icmpCode    int
+	oxms        [6][]byte // by prerequisite rank, see fieldOXM
 }
 
 func compileAdd(flow string) ([]byte, error) {
@@ -257,6 +260,9 @@ func compileAdd(flow string) ([]byte, error) {
 		case k == "priority":
 			n, err = parseNum(v, 16)
 			m.prio = uint16(n)
+		case k == "hard_timeout":
+			n, err = parseNum(v, 16)
+			m.hardTimeout = uint16(n)
 		case k == "dl_type" && m.ethType == 0:
 			n, err = parseNum(v, 16)
 			m.ethType = uint16(n)
@@ -286,7 +292,7 @@ func compileAdd(flow string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("actions: %w", err)
 	}
-	return flowModMsg(m.cookie, 0, m.table, ofpfcAdd, m.prio, bytes.Join(m.oxms[:], nil), instructions), nil
+	return flowModMsg(m.cookie, 0, m.table, ofpfcAdd, m.hardTimeout, m.prio, bytes.Join(m.oxms[:], nil), instructions), nil
 }
 
 // field adds the OXM of one "key=value" match. OVS checks prerequisites in

@@ -96,6 +96,7 @@ func corpus(t testing.TB) map[string]string {
 		}
 		out["portsec_"+tt.name] = flows.PortSecurityBundle(ps, base...)
 	}
+	out["tombstone"] = flows.TombstoneBundle(7, 0xfeff)
 	// Syntax pkg/flows does not emit today but the compiler accepts: each
 	// form is checked against ovs-ofctl like the rest.
 	out["edge"] = `# edge cases

@@ -160,7 +160,7 @@ const maxErrors = 5
 func DeleteCookie(ctx context.Context, target string, cookie, mask uint64) error {
 	return session(ctx, target, "deleting flows", func(s *conn) error {
 		b := hello()
-		del := flowModMsg(cookie, mask, ofpttAll, ofpfcDelete, ofpDefaultPrio, nil, nil)
+		del := flowModMsg(cookie, mask, ofpttAll, ofpfcDelete, 0, ofpDefaultPrio, nil, nil)
 		binary.BigEndian.PutUint32(del[4:], 1)
 		b = append(append(b, del...), header(ofptBarrierReq, 2, 8)...)
 		if err := s.send(b); err != nil {

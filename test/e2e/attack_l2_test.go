@@ -104,10 +104,21 @@ func TestAttackVLANHostPort(t *testing.T) {
 			l := newLab(t)
 			srv := l.join(l.network("i12tpub", nil, map[string]any{}), "publisher", mappings(pm(8097, 80, "tcp", "")))
 			srv.serveTCP(t, 80)
-			x := l.join(l.network("i12tv20", map[string]any{"vlan": tc.vlan, "isGateway": false}, nil), "attacker", nil)
+			// The client's addresses are in subnets of their own, so that the
+			// publisher answers through its gateway (the bridge interface's MAC,
+			// where the host-port reply flows take over) rather than by ARP on
+			// its own VLAN.
+			x := l.join(l.network("i12tv20", map[string]any{"vlan": tc.vlan, "isGateway": false, "ipam": map[string]any{
+				"type": "static",
+				"addresses": []any{
+					map[string]any{"address": "203.0.113.20/24", "gateway": "203.0.113.1"},
+					map[string]any{"address": "2001:db8:12::20/64", "gateway": "2001:db8:12::1"},
+				},
+				"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
+			}}, nil), "attacker", nil)
 			br := l.bridgeMAC(t).String()
-			x.sh(t, "ip", "neigh", "replace", "192.0.2.1", "lladdr", br, "dev", "eth0")
-			x.sh(t, "ip", "-6", "neigh", "replace", "2001:db8:c::1", "lladdr", br, "dev", "eth0")
+			x.sh(t, "ip", "neigh", "replace", "203.0.113.1", "lladdr", br, "dev", "eth0")
+			x.sh(t, "ip", "-6", "neigh", "replace", "2001:db8:12::1", "lladdr", br, "dev", "eth0")
 			for _, addr := range []string{hp(nodeV4, 8097), hp(nodeV6, 8097)} {
 				got, err := dial(x.ns, "tcp", addr)
 				if reached := err == nil; reached == tc.blocked {

@@ -278,7 +278,8 @@ func (l *lab) normal(t *testing.T) {
 	}
 	np := l.np
 	for _, ip := range []netip.Addr{np.p1.v4, np.p1.v6} {
-		if err := np.p2.ping(ip.String()); err != nil {
+		// Two echo requests: one lost on a loaded machine is no failure.
+		if _, err := np.p2.exec("ping", "-c", "2", "-i", "0.2", "-W", "2", ip.String()); err != nil {
 			t.Errorf("normal path: ping p2 -> p1 %s: %v", ip, err)
 		}
 	}

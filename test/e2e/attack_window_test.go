@@ -208,15 +208,21 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 				sp.sent.Load(), lead.Round(time.Millisecond), addEnd.Sub(addStart).Round(time.Millisecond), delEnd.Sub(delStart).Round(time.Millisecond))
 
 			match := spoofed(mac, v.v4)
+			delSeen := 0
 			for _, sn := range []*sniffer{snOut, snNode} {
 				inAdd := sn.count(sentBetween(addStart, addEnd, match))
 				inDel := sn.count(sentBetween(delStart, delEnd, match))
 				if all := sn.count(match); tc.psec && all > 0 {
 					t.Errorf("%s received %d spoofed frames (%d sent during ADD, %d during DEL), want none: %v", sn.where, all, inAdd, inDel, sn.first(4, match))
 				}
-				if !tc.psec && (inAdd == 0 || inDel == 0) {
-					t.Errorf("control: %s received %d spoofed frames during ADD and %d during DEL, want some in both", sn.where, inAdd, inDel)
+				if !tc.psec && inAdd == 0 {
+					t.Errorf("control: %s received no spoofed frame sent during ADD (%d during DEL)", sn.where, inDel)
 				}
+				t.Logf("%s: %d spoofed frames sent during ADD and %d during DEL received", sn.where, inAdd, inDel)
+				delSeen += inDel
+			}
+			if !tc.psec && delSeen == 0 {
+				t.Errorf("control: no spoofed frame sent during DEL was received anywhere")
 			}
 			if poisoned == tc.psec {
 				t.Errorf("the node's neighbour entry of %s names the spoofer %s: %v, want %v", v.v4, mac, poisoned, !tc.psec)

@@ -93,6 +93,7 @@ func TestAttackRuntimeMAC(t *testing.T) {
 	if err := victim.ping("192.0.2.1"); err != nil {
 		t.Errorf("victim after the attempts: %v", err)
 	}
+	l.normal(t)
 }
 
 // CNI_NETNS naming the plugin's own netns (the node's: this test runs

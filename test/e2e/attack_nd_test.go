@@ -189,6 +189,19 @@ func TestAttackLinkLocal(t *testing.T) {
 				mustSend(t, s, ethFrame(l.bridgeMAC(t), a.mac, etherIPv6, icmp6Packet(a.v6, gw6, icmp6NA, 0, naBody(a.v6, b.mac))))
 				checkNeigh(t, nil, l.bridge, a.v6, b.mac, "the node after an NA for A's address with B's MAC")
 			})
+			t.Run("own-link-local-and-DAD-still-pass", func(t *testing.T) {
+				a.pingLL(t, c.ll) // own link-local as source, NS source, NA target
+				tentative := netip.MustParseAddr("2001:db8:c::12:12")
+				sn := solicitedNode(tentative)
+				mustSend(t, s, ethFrame(multicastMAC(sn), a.mac, etherIPv6, icmp6Packet(netip.IPv6Unspecified(), sn, icmp6NS, 0, nsBody(tentative, nil))))
+				if !snC.waitFor(time.Second, func(f frame) bool {
+					src, _, _, _, _ := f.ip()
+					typ, _, ok := f.icmp6()
+					return ok && typ == icmp6NS && src == netip.IPv6Unspecified() && f.src.String() == a.mac.String()
+				}) {
+					t.Errorf("a duplicate address detection NS from :: did not reach C")
+				}
+			})
 			if tc.psec {
 				l.normal(t)
 			}

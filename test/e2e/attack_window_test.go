@@ -381,7 +381,7 @@ func restoreCTLimits(t *testing.T, zones ...int) {
 			limit := ""
 			for _, f := range strings.Fields(before) {
 				if strings.HasPrefix(f, key) {
-					limit = f
+					limit, _, _ = strings.Cut(f, ",count=") // zone=N,limit=M
 				}
 			}
 			if limit != "" {

@@ -206,10 +206,14 @@ func naBody(target netip.Addr, tll net.HardwareAddr) []byte {
 	return append(b, ndOptLL(2, tll)...)
 }
 
-// nsBody is a neighbour solicitation for target with a source link-layer option.
+// nsBody is a neighbour solicitation for target with a source link-layer
+// option (none when sll is nil, as in duplicate address detection).
 func nsBody(target netip.Addr, sll net.HardwareAddr) []byte {
 	t := target.As16()
 	b := append([]byte{0, 0, 0, 0}, t[:]...)
+	if sll == nil {
+		return b
+	}
 	return append(b, ndOptLL(1, sll)...)
 }
 

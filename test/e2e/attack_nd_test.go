@@ -13,8 +13,8 @@ var attackerPrefix = netip.MustParseAddr("2001:db8:ba::")
 
 // Rogue router advertisements (CVE-2020-10749 class) and redirects: a
 // container sends an RA (cur hop limit 1, router lifetime 1800, an autonomous
-// prefix of its own) from its own link-local to all nodes, and redirects to
-// each victim. Victims: an L2-only container on the same bridge (accept_ra
+// prefix of its own) from its own link-local to all nodes, ICMPv6 redirects
+// to each victim and an IPv4 redirect to the outside. Victims: an L2-only container on the same bridge (accept_ra
 // default) and the outside netns behind the uplink (accept_ra 1, forwarding
 // 0). Protected ("allowRouter" default false): no default route via the
 // attacker, no SLAAC address in its prefix, hop limit unchanged, no RA or
@@ -59,7 +59,13 @@ func TestAttackRogueRouter(t *testing.T) {
 					mustSend(t, s, ethFrame(v.mac, a.mac, etherIPv6, icmp6Packet(a.ll, v.ll, icmp6Redirect, 0,
 						redirectBody(a.ll, netip.MustParseAddr(outsideV6), a.mac))))
 				}
+				// And an IPv4 redirect to the outside (the L2-only victim has no IPv4).
+				mustSend(t, s, ethFrame(outMAC, a.mac, etherIPv4, icmp4Redirect(a.v4, netip.MustParseAddr(outsideV4), a.v4, netip.MustParseAddr("203.0.113.9"))))
 				time.Sleep(50 * time.Millisecond)
+			}
+			isRedirect4 := func(f frame) bool {
+				_, _, proto, l4, ok := f.ip()
+				return ok && f.etherType == etherIPv4 && proto == protoICMP && len(l4) > 0 && l4[0] == 5 && f.src.String() == a.mac.String()
 			}
 
 			isType := func(typ uint8) func(frame) bool {
@@ -81,7 +87,7 @@ func TestAttackRogueRouter(t *testing.T) {
 				route := v.c.sh(t, "ip", "-6", "route", "show", "default")
 				addrs := v.c.sh(t, "ip", "-6", "addr", "show", "dev", "eth0")
 				hop := v.c.sysctl(t, "net.ipv6.conf.eth0.hop_limit")
-				nRA, nRedirect := v.sn.count(isType(icmp6RA)), v.sn.count(isType(icmp6Redirect))
+				nRA, nRedirect := v.sn.count(isType(icmp6RA)), v.sn.count(isType(icmp6Redirect))+v.sn.count(isRedirect4)
 				gotRoute := strings.Contains(route, "via "+a.ll.String())
 				gotAddr := strings.Contains(addrs, "2001:db8:ba:")
 				gotHop := hop != v.hop
@@ -91,6 +97,9 @@ func TestAttackRogueRouter(t *testing.T) {
 							v.name, gotRoute, strings.TrimSpace(route), attackerPrefix, gotAddr, v.hop, hop, nRA, nRedirect)
 					}
 					continue
+				}
+				if v.c == out && v.sn.count(isRedirect4) == 0 {
+					t.Errorf("control: the outside received no IPv4 redirect")
 				}
 				if !gotRoute || !gotAddr || nRA == 0 || nRedirect == 0 {
 					t.Errorf("control: %s did not take the router: default route via attacker %v (%q), SLAAC address %v, %d RAs and %d redirects received",

@@ -36,7 +36,9 @@ type spoofer struct {
 	done     chan struct{}
 	sent     atomic.Int64
 	started  atomic.Int64 // unix nanoseconds of the first frame
+	last     atomic.Int64 // and of the last
 	err      error        // read after done
+	ended    string       // why it stopped; read after done
 }
 
 func startSpoofer(t *testing.T, c *container, claim netip.Addr) *spoofer {
@@ -88,7 +90,9 @@ func (sp *spoofer) run(claim netip.Addr) error {
 				if sp.sent.Add(1) == 1 {
 					sp.started.Store(time.Now().UnixNano())
 				}
+				sp.last.Store(time.Now().UnixNano())
 			case errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV):
+				sp.ended = err.Error()
 				return nil // eth0 is gone (DEL)
 			case errors.Is(err, unix.ENETDOWN), errors.Is(err, unix.ENOBUFS), errors.Is(err, unix.EAGAIN):
 			default:
@@ -97,6 +101,7 @@ func (sp *spoofer) run(claim netip.Addr) error {
 		}
 		select {
 		case <-sp.stop:
+			sp.ended = "stopped"
 			return nil
 		case <-tick.C:
 		}
@@ -147,9 +152,10 @@ func sentBetween(from, to time.Time, match func(frame) bool) func(frame) bool {
 // netns sends continuously (every ~1 ms) from before ADD until DEL has
 // removed its interface: gratuitous ARPs claiming victim V's IPv4 and frames
 // from a forged MAC. Sniffers at the outside and on the node's bridge
-// interface count what passes. Protected: none during ADD nor during DEL,
-// and the node's neighbour entry of V still names V. Control (portSecurity
-// false): they arrive during both.
+// interface count what passes. Protected: none at all (during ADD, after it,
+// during DEL), and the node's neighbour entry of V still names V. Control
+// (portSecurity false): they arrive during ADD and right up to DEL, and the
+// node's entry of V names the spoofer.
 func TestAttackSpoofDuringAddDel(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -203,25 +209,25 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 			if sp.err != nil {
 				t.Fatal(sp.err)
 			}
-			t.Logf("spoofer: %d frames, the first %v before ADD returned; ADD %v, DEL %v",
-				sp.sent.Load(), lead.Round(time.Millisecond), addEnd.Sub(addStart).Round(time.Millisecond), delEnd.Sub(delStart).Round(time.Millisecond))
+			t.Logf("spoofer: %d frames, the first %v before ADD returned, the last %v after DEL started (%s); ADD %v, DEL %v",
+				sp.sent.Load(), lead.Round(time.Millisecond), time.Unix(0, sp.last.Load()).Sub(delStart).Round(time.Millisecond), sp.ended,
+				addEnd.Sub(addStart).Round(time.Millisecond), delEnd.Sub(delStart).Round(time.Millisecond))
 
 			match := spoofed(mac, v.v4)
-			delSeen := 0
 			for _, sn := range []*sniffer{snOut, snNode} {
 				inAdd := sn.count(sentBetween(addStart, addEnd, match))
 				inDel := sn.count(sentBetween(delStart, delEnd, match))
+				upToDel := sn.count(sentBetween(delStart.Add(-300*time.Millisecond), delEnd, match))
 				if all := sn.count(match); tc.psec && all > 0 {
 					t.Errorf("%s received %d spoofed frames (%d sent during ADD, %d during DEL), want none: %v", sn.where, all, inAdd, inDel, sn.first(4, match))
 				}
-				if !tc.psec && inAdd == 0 {
-					t.Errorf("control: %s received no spoofed frame sent during ADD (%d during DEL)", sn.where, inDel)
+				// The control shows the frames arrive during ADD and right up
+				// to DEL: whether one sent during DEL arrives depends on how
+				// soon DEL cuts the link, with or without port security.
+				if !tc.psec && (inAdd == 0 || upToDel == 0) {
+					t.Errorf("control: %s received %d spoofed frames sent during ADD and %d sent in the 300 ms before DEL and during it, want some of both", sn.where, inAdd, upToDel)
 				}
-				t.Logf("%s: %d spoofed frames sent during ADD and %d during DEL received", sn.where, inAdd, inDel)
-				delSeen += inDel
-			}
-			if !tc.psec && delSeen == 0 {
-				t.Errorf("control: no spoofed frame sent during DEL was received anywhere")
+				t.Logf("%s: %d spoofed frames sent during ADD, %d during DEL received", sn.where, inAdd, inDel)
 			}
 			if poisoned == tc.psec {
 				t.Errorf("the node's neighbour entry of %s names the spoofer %s: %v, want %v", v.v4, mac, poisoned, !tc.psec)

@@ -141,6 +141,15 @@ func icmp4Echo(src, dst netip.Addr, id, seq uint16) []byte {
 	return ipv4Packet(src, dst, protoICMP, m)
 }
 
+// icmp4Redirect is an ICMP redirect (host) in IPv4 telling dst to reach
+// target through gw, quoting the header of a datagram dst sent.
+func icmp4Redirect(src, dst, gw, target netip.Addr) []byte {
+	m := append([]byte{5, 1, 0, 0}, gw.AsSlice()...)
+	m = append(m, ipv4Packet(dst, target, protoUDP, make([]byte, 8))...)
+	binary.BigEndian.PutUint16(m[2:], checksum(m))
+	return ipv4Packet(src, dst, protoICMP, m)
+}
+
 // ipv6Packet wraps payload in an IPv6 header.
 func ipv6Packet(src, dst netip.Addr, next, hopLimit uint8, payload []byte) []byte {
 	h := make([]byte, 40)

@@ -1,0 +1,219 @@
+package e2e
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// attackerPrefix is the prefix a rogue router advertises.
+var attackerPrefix = netip.MustParseAddr("2001:db8:ba::")
+
+// Rogue router advertisements (CVE-2020-10749 class) and redirects: a
+// container sends an RA (cur hop limit 1, router lifetime 1800, an autonomous
+// prefix of its own) from its own link-local to all nodes, ICMPv6 redirects
+// to each victim and an IPv4 redirect to the outside. Victims: an L2-only container on the same bridge (accept_ra
+// default) and the outside netns behind the uplink (accept_ra 1, forwarding
+// 0). Protected ("allowRouter" default false): no default route via the
+// attacker, no SLAAC address in its prefix, hop limit unchanged, no RA or
+// redirect received. Control ("allowRouter": true): all of it happens.
+func TestAttackRogueRouter(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		allow bool
+	}{{"protected", false}, {"control-allowRouter", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLab(t)
+			victim := l.join(l.network("i12tl2", map[string]any{"ipam": nil, "isGateway": false}, nil), "L2-only victim", nil)
+			a := l.join(l.network("i12tra", map[string]any{"allowRouter": tc.allow}, nil), "attacker", nil)
+			out := l.outside
+			out.sh(t, "sysctl", "-qw", "net.ipv6.conf.eth0.forwarding=0", "net.ipv6.conf.eth0.accept_ra=1")
+			outLL := linkLocal(t, out.ns, "eth0", "outside")
+			outMAC := l.outsideMAC(t)
+			type victimT struct {
+				name string
+				c    *container
+				ll   netip.Addr
+				mac  net.HardwareAddr
+				sn   *sniffer
+				hop  string
+			}
+			victims := []*victimT{
+				{name: "L2-only container", c: victim.container, ll: victim.ll, mac: victim.mac},
+				{name: "outside", c: out, ll: outLL, mac: outMAC},
+			}
+			for _, v := range victims {
+				v.sn = sniff(t, v.c.ns, "eth0", v.name)
+				v.hop = v.c.sysctl(t, "net.ipv6.conf.eth0.hop_limit")
+			}
+
+			s := sender(t, a.ns, "eth0")
+			allNodes := netip.MustParseAddr("ff02::1")
+			ra := ethFrame(multicastMAC(allNodes), a.mac, etherIPv6,
+				icmp6Packet(a.ll, allNodes, icmp6RA, 0, raBody(1, 1800, a.mac, attackerPrefix)))
+			for i := 0; i < 3; i++ {
+				mustSend(t, s, ra)
+				for _, v := range victims {
+					mustSend(t, s, ethFrame(v.mac, a.mac, etherIPv6, icmp6Packet(a.ll, v.ll, icmp6Redirect, 0,
+						redirectBody(a.ll, netip.MustParseAddr(outsideV6), a.mac))))
+				}
+				// And an IPv4 redirect to the outside (the L2-only victim has no IPv4).
+				mustSend(t, s, ethFrame(outMAC, a.mac, etherIPv4, icmp4Redirect(a.v4, netip.MustParseAddr(outsideV4), a.v4, netip.MustParseAddr("203.0.113.9"))))
+				time.Sleep(50 * time.Millisecond)
+			}
+			isRedirect4 := func(f frame) bool {
+				_, _, proto, l4, ok := f.ip()
+				return ok && f.etherType == etherIPv4 && proto == protoICMP && len(l4) > 0 && l4[0] == 5 && f.src.String() == a.mac.String()
+			}
+
+			isType := func(typ uint8) func(frame) bool {
+				return func(f frame) bool {
+					got, _, ok := f.icmp6()
+					return ok && got == typ && f.src.String() == a.mac.String()
+				}
+			}
+			for _, v := range victims {
+				if tc.allow {
+					v.sn.waitFor(2*time.Second, isType(icmp6RA))
+					deadline := time.Now().Add(2 * time.Second)
+					for time.Now().Before(deadline) && !strings.Contains(v.c.sh(t, "ip", "-6", "route", "show", "default"), a.ll.String()) {
+						time.Sleep(20 * time.Millisecond)
+					}
+				} else {
+					time.Sleep(300 * time.Millisecond)
+				}
+				route := v.c.sh(t, "ip", "-6", "route", "show", "default")
+				addrs := v.c.sh(t, "ip", "-6", "addr", "show", "dev", "eth0")
+				hop := v.c.sysctl(t, "net.ipv6.conf.eth0.hop_limit")
+				nRA, nRedirect := v.sn.count(isType(icmp6RA)), v.sn.count(isType(icmp6Redirect))+v.sn.count(isRedirect4)
+				gotRoute := strings.Contains(route, "via "+a.ll.String())
+				gotAddr := strings.Contains(addrs, "2001:db8:ba:")
+				gotHop := hop != v.hop
+				if !tc.allow {
+					if gotRoute || gotAddr || gotHop || nRA > 0 || nRedirect > 0 {
+						t.Errorf("%s took the rogue router: default route via attacker %v (%q), SLAAC address in %s/64 %v, hop limit %s -> %s, %d RAs and %d redirects received",
+							v.name, gotRoute, strings.TrimSpace(route), attackerPrefix, gotAddr, v.hop, hop, nRA, nRedirect)
+					}
+					continue
+				}
+				if v.c == out && v.sn.count(isRedirect4) == 0 {
+					t.Errorf("control: the outside received no IPv4 redirect")
+				}
+				if !gotRoute || !gotAddr || nRA == 0 || nRedirect == 0 {
+					t.Errorf("control: %s did not take the router: default route via attacker %v (%q), SLAAC address %v, %d RAs and %d redirects received",
+						v.name, gotRoute, strings.TrimSpace(route), gotAddr, nRA, nRedirect)
+				}
+				if !gotHop {
+					// Linux ≥ 6.x may ignore a cur hop limit below the current one.
+					t.Logf("control: %s kept hop limit %s after an RA with cur hop limit 1", v.name, hop)
+				}
+			}
+			if !tc.allow {
+				l.normal(t)
+			}
+		})
+	}
+}
+
+// Link-local and neighbour discovery spoofing. The container's link-local is
+// fe80::EUI-64(MAC) and the only link-local it may use as IPv6 source, NA
+// target or NS source. Victims: containers B and C on the same bridge, the
+// node. Protected (portSecurity default): every forgery is dropped; control
+// (portSecurity false): every one gets through.
+func TestAttackLinkLocal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		psec bool
+	}{{"protected", true}, {"control-portSecurity-off", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLab(t)
+			vn := l.network("i12tvict", nil, nil)
+			b, c := l.join(vn, "victim B", nil), l.join(vn, "victim C", nil)
+			a := l.join(l.network("i12tll", map[string]any{"portSecurity": tc.psec}, nil), "attacker", nil)
+			nodeLL := linkLocal(t, nil, l.bridge, "node")
+			gw6 := netip.MustParseAddr("2001:db8:c::1")
+			if tc.psec {
+				for _, m := range []*member{a, b, c} {
+					if want := eui64LinkLocal(m.mac); m.ll != want {
+						t.Errorf("%s: link-local %s, want %s (EUI-64 of %s)", m.role, m.ll, want, m.mac)
+					}
+				}
+			}
+			s := sender(t, a.ns, "eth0")
+			snC := sniff(t, c.ns, "eth0", "C")
+			// fresh gives C neighbour entries for B's and the node's link-locals.
+			fresh := func(t *testing.T) {
+				c.sh(t, "ip", "-6", "neigh", "flush", "dev", "eth0")
+				c.pingLL(t, b.ll)
+				c.pingLL(t, nodeLL)
+			}
+			// checkNeigh fails unless who's entry for ip names bad exactly in the control.
+			checkNeigh := func(t *testing.T, who *container, dev string, ip netip.Addr, bad net.HardwareAddr, what string) {
+				t.Helper()
+				time.Sleep(200 * time.Millisecond)
+				got := neighMAC(t, who, dev, ip)
+				if poisoned := got == bad.String(); poisoned == tc.psec {
+					t.Errorf("%s: neighbour entry of %s is %q (the MAC the attacker gave, %s: %v), want that %v", what, ip, got, bad, poisoned, !tc.psec)
+				}
+			}
+			echoFrom := func(t *testing.T, src netip.Addr, id uint16) {
+				t.Helper()
+				mustSend(t, s, ethFrame(c.mac, a.mac, etherIPv6, icmp6Packet(src, c.ll, icmp6EchoRequest, 0, echo6Body(id, 1))))
+				match := func(f frame) bool {
+					s, _, _, _, ok := f.ip()
+					typ, body, ok6 := f.icmp6()
+					return ok && ok6 && s == src && typ == icmp6EchoRequest && len(body) >= 2 && uint16(body[0])<<8|uint16(body[1]) == id
+				}
+				got := snC.waitFor(300*time.Millisecond, match)
+				if got == tc.psec {
+					t.Errorf("echo request from forged source %s: received by C %v, want %v", src, got, !tc.psec)
+				}
+			}
+
+			t.Run("source-other-containers-link-local", func(t *testing.T) { echoFrom(t, b.ll, 0x1201) })
+			t.Run("source-arbitrary-link-local", func(t *testing.T) { echoFrom(t, netip.MustParseAddr("fe80::dead:beef:12"), 0x1202) })
+			t.Run("NA-other-containers-link-local", func(t *testing.T) {
+				fresh(t)
+				mustSend(t, s, ethFrame(c.mac, a.mac, etherIPv6, icmp6Packet(a.ll, c.ll, icmp6NA, 0, naBody(b.ll, a.mac))))
+				checkNeigh(t, c.container, "eth0", b.ll, a.mac, "C after an NA for B's link-local")
+			})
+			t.Run("NA-node-link-local", func(t *testing.T) {
+				fresh(t)
+				mustSend(t, s, ethFrame(c.mac, a.mac, etherIPv6, icmp6Packet(a.ll, c.ll, icmp6NA, 0, naBody(nodeLL, a.mac))))
+				checkNeigh(t, c.container, "eth0", nodeLL, a.mac, "C after an NA for the node's link-local")
+			})
+			t.Run("NS-forged-link-local-source", func(t *testing.T) {
+				fresh(t)
+				sn := solicitedNode(c.ll)
+				mustSend(t, s, ethFrame(multicastMAC(sn), a.mac, etherIPv6, icmp6Packet(b.ll, sn, icmp6NS, 0, nsBody(c.ll, a.mac))))
+				checkNeigh(t, c.container, "eth0", b.ll, a.mac, "C after an NS from B's link-local")
+			})
+			t.Run("NA-own-global-with-victims-MAC", func(t *testing.T) {
+				// The node resolves A's global address, then A claims it is at B's MAC.
+				if _, err := run("ping", "-6", "-c", "1", "-W", "2", a.v6.String()); err != nil {
+					t.Fatalf("node -> A: %v", err)
+				}
+				mustSend(t, s, ethFrame(l.bridgeMAC(t), a.mac, etherIPv6, icmp6Packet(a.v6, gw6, icmp6NA, 0, naBody(a.v6, b.mac))))
+				checkNeigh(t, nil, l.bridge, a.v6, b.mac, "the node after an NA for A's address with B's MAC")
+			})
+			t.Run("own-link-local-and-DAD-still-pass", func(t *testing.T) {
+				a.pingLL(t, c.ll) // own link-local as source, NS source, NA target
+				tentative := netip.MustParseAddr("2001:db8:c::12:12")
+				sn := solicitedNode(tentative)
+				mustSend(t, s, ethFrame(multicastMAC(sn), a.mac, etherIPv6, icmp6Packet(netip.IPv6Unspecified(), sn, icmp6NS, 0, nsBody(tentative, nil))))
+				if !snC.waitFor(time.Second, func(f frame) bool {
+					src, _, _, _, _ := f.ip()
+					typ, _, ok := f.icmp6()
+					return ok && typ == icmp6NS && src == netip.IPv6Unspecified() && f.src.String() == a.mac.String()
+				}) {
+					t.Errorf("a duplicate address detection NS from :: did not reach C")
+				}
+			})
+			if tc.psec {
+				l.normal(t)
+			}
+		})
+	}
+}

@@ -1,0 +1,470 @@
+package e2e
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+)
+
+// forgedMAC is the source MAC of the spoofer's forged frames.
+var forgedMAC = net.HardwareAddr{0x02, 0x12, 0x7e, 0x00, 0x00, 0x01}
+
+// spoofer sends, every millisecond from a container's netns, a gratuitous
+// ARP claiming claim (from the interface's own MAC) and a UDP broadcast from
+// forgedMAC and claim, as a hostile process with CAP_NET_ADMIN and CAP_NET_RAW
+// would: it waits for eth0 to appear, brings it up itself and sends until it
+// is stopped or eth0 is gone.
+type spoofer struct {
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	sent     atomic.Int64
+	started  atomic.Int64 // unix nanoseconds of the first frame
+	last     atomic.Int64 // and of the last
+	err      error        // read after done
+	ended    string       // why it stopped; read after done
+}
+
+func startSpoofer(t *testing.T, c *container, claim netip.Addr) *spoofer {
+	t.Helper()
+	sp := &spoofer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(sp.done)
+		sp.err = c.ns.Do(func(ns.NetNS) error { return sp.run(claim) })
+	}()
+	t.Cleanup(sp.halt)
+	return sp
+}
+
+func (sp *spoofer) run(claim netip.Addr) error {
+	var l netlink.Link
+	for {
+		select {
+		case <-sp.stop:
+			return nil
+		default:
+		}
+		var err error
+		if l, err = netlink.LinkByName("eth0"); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	_ = netlink.LinkSetUp(l) // the plugin may be doing the same
+	mac := l.Attrs().HardwareAddr
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("spoofer socket: %w", err)
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrLinklayer{Ifindex: l.Attrs().Index, Halen: 6}
+	copy(to.Addr[:], broadcastMAC)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		// Each frame carries its send time (in the ARP padding, in the UDP
+		// data), so that a sniffer's lag cannot move it to another phase.
+		now := binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))
+		garp := ethFrame(broadcastMAC, mac, etherARP, append(arpPacket(1, mac, claim, make([]byte, 6), claim), now...))
+		forged := ethFrame(broadcastMAC, forgedMAC, etherIPv4, udp4(claim, netip.MustParseAddr("255.255.255.255"), 9, 9, append([]byte("i12t"), now...)))
+		for _, f := range [][]byte{garp, forged} {
+			err := unix.Sendto(fd, f, 0, to)
+			switch {
+			case err == nil:
+				if sp.sent.Add(1) == 1 {
+					sp.started.Store(time.Now().UnixNano())
+				}
+				sp.last.Store(time.Now().UnixNano())
+			case errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV):
+				sp.ended = err.Error()
+				return nil // eth0 is gone (DEL)
+			case errors.Is(err, unix.ENETDOWN), errors.Is(err, unix.ENOBUFS), errors.Is(err, unix.EAGAIN):
+			default:
+				return fmt.Errorf("spoofer: %w", err)
+			}
+		}
+		select {
+		case <-sp.stop:
+			sp.ended = "stopped"
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// halt stops the spoofer and waits for it.
+func (sp *spoofer) halt() {
+	sp.stopOnce.Do(func() { close(sp.stop) })
+	<-sp.done
+}
+
+// spoofed matches the spoofer's frames: the gratuitous ARP for claim from
+// mac, and anything from forgedMAC.
+func spoofed(mac net.HardwareAddr, claim netip.Addr) func(frame) bool {
+	return func(f frame) bool {
+		if f.src.String() == forgedMAC.String() {
+			return true
+		}
+		_, sha, spa, _, ok := f.arp()
+		return ok && spa == claim && sha.String() == mac.String()
+	}
+}
+
+// sentAt is the send time a spoofer frame carries (zero for other frames).
+func sentAt(f frame) time.Time {
+	var b []byte
+	if _, _, _, _, ok := f.arp(); ok && len(f.payload) >= 36 {
+		b = f.payload[28:36]
+	} else if _, _, d, ok := f.udp(); ok && len(d) >= 12 && string(d[:4]) == "i12t" {
+		b = d[4:12]
+	}
+	if b == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(binary.BigEndian.Uint64(b)))
+}
+
+// sentBetween matches frames that match and were sent in [from, to].
+func sentBetween(from, to time.Time, match func(frame) bool) func(frame) bool {
+	return func(f frame) bool {
+		at := sentAt(f)
+		return match(f) && !at.Before(from) && !at.After(to)
+	}
+}
+
+// No unguarded moment during ADD and DEL. A spoofer in a new container's
+// netns sends continuously (every ~1 ms) from before ADD until DEL has
+// removed its interface: gratuitous ARPs claiming victim V's IPv4 and frames
+// from a forged MAC. Sniffers at the outside and on the node's bridge
+// interface count what passes. Protected: none at all (during ADD, after it,
+// during DEL), and the node's neighbour entry of V still names V. Control
+// (portSecurity false): they arrive during ADD and right up to DEL, and the
+// node's entry of V names the spoofer.
+func TestAttackSpoofDuringAddDel(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		psec bool
+	}{{"protected", true}, {"control-portSecurity-off", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLab(t)
+			v := l.join(l.network("i12twv", nil, nil), "victim", nil)
+			n := l.network("i12twin", map[string]any{"portSecurity": tc.psec}, nil)
+			if _, err := run("ping", "-c", "1", "-W", "2", v.v4.String()); err != nil {
+				t.Fatalf("node -> victim: %v", err)
+			}
+			snOut := sniff(t, l.outside.ns, "eth0", "outside")
+			snNode := sniff(t, nil, l.bridge, "node")
+			c := newContainer(t)
+			l.watch(c, "attacker")
+			sp := startSpoofer(t, c, v.v4)
+
+			addStart := time.Now()
+			r, err := n.add(c, "eth0", nil)
+			addEnd := time.Now()
+			if err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			t.Cleanup(func() { n.del(c, "eth0", nil) })
+			mac, _ := net.ParseMAC(r.Interfaces[1].Mac)
+			time.Sleep(300 * time.Millisecond)
+			if sp.sent.Load() == 0 {
+				sp.halt()
+				t.Fatalf("the spoofer sent nothing: %v", sp.err)
+			}
+			lead := time.Duration(0)
+			if s := sp.started.Load(); s != 0 {
+				lead = addEnd.Sub(time.Unix(0, s))
+			}
+			poisoned := neighMAC(t, nil, l.bridge, v.v4) == mac.String()
+			// The control's spoofer keeps sending: past the node's ARP locktime
+			// (1 s since the entry was last updated) it must win.
+			for deadline := time.Now().Add(1500 * time.Millisecond); !tc.psec && !poisoned && time.Now().Before(deadline); {
+				time.Sleep(50 * time.Millisecond)
+				poisoned = neighMAC(t, nil, l.bridge, v.v4) == mac.String()
+			}
+
+			delStart := time.Now()
+			if err := n.del(c, "eth0", nil); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			delEnd := time.Now()
+			time.Sleep(200 * time.Millisecond)
+			sp.halt()
+			if sp.err != nil {
+				t.Fatal(sp.err)
+			}
+			t.Logf("spoofer: %d frames, the first %v before ADD returned, the last %v after DEL started (%s); ADD %v, DEL %v",
+				sp.sent.Load(), lead.Round(time.Millisecond), time.Unix(0, sp.last.Load()).Sub(delStart).Round(time.Millisecond), sp.ended,
+				addEnd.Sub(addStart).Round(time.Millisecond), delEnd.Sub(delStart).Round(time.Millisecond))
+
+			match := spoofed(mac, v.v4)
+			for _, sn := range []*sniffer{snOut, snNode} {
+				inAdd := sn.count(sentBetween(addStart, addEnd, match))
+				inDel := sn.count(sentBetween(delStart, delEnd, match))
+				upToDel := sn.count(sentBetween(delStart.Add(-300*time.Millisecond), delEnd, match))
+				if all := sn.count(match); tc.psec && all > 0 {
+					t.Errorf("%s received %d spoofed frames (%d sent during ADD, %d during DEL), want none: %v", sn.where, all, inAdd, inDel, sn.first(4, match))
+				}
+				// The control shows the frames arrive during ADD and right up
+				// to DEL: whether one sent during DEL arrives depends on how
+				// soon DEL cuts the link, with or without port security.
+				if !tc.psec && (inAdd == 0 || upToDel == 0) {
+					t.Errorf("control: %s received %d spoofed frames sent during ADD and %d sent in the 300 ms before DEL and during it, want some of both", sn.where, inAdd, upToDel)
+				}
+				t.Logf("%s: %d spoofed frames sent during ADD, %d during DEL received", sn.where, inAdd, inDel)
+			}
+			if poisoned == tc.psec {
+				t.Errorf("the node's neighbour entry of %s names the spoofer %s: %v, want %v", v.v4, mac, poisoned, !tc.psec)
+			}
+			if tc.psec {
+				l.normal(t)
+			}
+		})
+	}
+}
+
+// vswitchdCtl is the control socket of the sandbox's ovs-vswitchd.
+func vswitchdCtl(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:"))
+	b, err := os.ReadFile(filepath.Join(dir, "ovs-vswitchd.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "ovs-vswitchd."+strings.TrimSpace(string(b))+".ctl")
+}
+
+func appctl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := run("ovs-appctl", append([]string{"-t", vswitchdCtl(t)}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// restoreNode puts the operator's node addresses back on the bridge
+// interface that a restarted ovs-vswitchd re-created.
+func (l *lab) restoreNode(t *testing.T) {
+	t.Helper()
+	for _, args := range [][]string{
+		{"addr", "replace", nodeV4 + "/24", "dev", l.bridge},
+		{"addr", "replace", nodeV4b + "/24", "dev", l.bridge},
+		{"addr", "replace", nodeV6 + "/64", "dev", l.bridge, "nodad"},
+		{"link", "set", l.bridge, "up"},
+	} {
+		for i := 0; i < 100; i++ {
+			if _, err := run("ip", args...); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	run("ethtool", "-K", l.bridge, "tx", "off")
+}
+
+// The restart window. A continuous spoofer in an attached container, `kill
+// -9` of ovs-vswitchd, a restart and `ovs-portmap reconcile -watch`. Protected
+// (fail_mode=secure, as the README tells operators; ovs-bridge installs the
+// base NORMAL flow itself): no spoofed frame reaches the outside, and after
+// reconcile the normal path (pings, host ports, hairpin) works again.
+// Control (fail_mode standalone, the default): spoofed frames get through
+// until reconcile has put the flows back.
+func TestAttackRestartWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name, mode string
+		blocked    bool
+	}{{"protected-fail-mode-secure", "secure", true}, {"control-fail-mode-standalone", "standalone", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLab(t)
+			vsctl(t, "set-fail-mode", l.bridge, tc.mode)
+			n := l.network("i12trs", nil, map[string]any{})
+			v := l.join(n, "victim", nil)
+			a := l.join(n, "attacker", nil)
+			l.normal(t)
+			if t.Failed() {
+				t.FailNow()
+			}
+			if tc.blocked {
+				out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.ofTarget(), "table=0,"+flows.SuiteMatch())
+				base := false
+				for _, line := range strings.Split(out, "\n") {
+					base = base || strings.Contains(line, " priority=0 ") && strings.HasSuffix(strings.TrimSpace(line), "actions=NORMAL")
+				}
+				if !base {
+					t.Errorf("secure bridge: no base priority=0 NORMAL flow with the suite cookie:\n%s", out)
+				}
+			}
+
+			watch := exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr, "-watch")
+			var log strings.Builder
+			watch.Stdout, watch.Stderr = &log, &log
+			if err := watch.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				watch.Process.Kill()
+				watch.Wait()
+				if t.Failed() {
+					t.Logf("reconcile -watch said:\n%s", log.String())
+				}
+			})
+			time.Sleep(300 * time.Millisecond)
+
+			snOut := sniff(t, l.outside.ns, "eth0", "outside")
+			sp := startSpoofer(t, a.container, v.v4)
+			time.Sleep(100 * time.Millisecond)
+			killed := time.Now()
+			restartVswitchd(t)
+			l.restoreNode(t)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				got, err := dial(l.outside.ns, "tcp", hp(nodeV4, normalHostPort))
+				if err == nil && strings.HasPrefix(got, "hello from "+l.np.p1.id) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("host port did not answer within 10 s of the restart: %q, %v", got, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			back := time.Since(killed)
+			time.Sleep(200 * time.Millisecond)
+			sp.halt()
+			if sp.err != nil {
+				t.Fatal(sp.err)
+			}
+			match := spoofed(a.mac, v.v4)
+			got := snOut.count(match)
+			t.Logf("host port back %v after the kill; spoofer sent %d frames, %d reached the outside", back.Round(time.Millisecond), sp.sent.Load(), got)
+			if tc.blocked && got > 0 {
+				t.Errorf("%d spoofed frames reached the outside across the restart, want none: %v", got, snOut.first(4, match))
+			}
+			if !tc.blocked && got == 0 {
+				t.Errorf("control: no spoofed frame reached the outside across the restart of a standalone bridge")
+			}
+			l.normal(t)
+		})
+	}
+}
+
+// conntrackCount counts the userspace datapath's conntrack entries per zone.
+func conntrackCount(t *testing.T, zones ...int) map[int]int {
+	t.Helper()
+	out := appctl(t, "dpctl/dump-conntrack")
+	got := map[int]int{}
+	for _, line := range strings.Split(out, "\n") {
+		for _, z := range zones {
+			if strings.Contains(line, fmt.Sprintf("zone=%d", z)) {
+				got[z]++
+			}
+		}
+	}
+	return got
+}
+
+// restoreCTLimits puts the datapath's conntrack zone limits of zones back as
+// they were when it was called, at the end of the test.
+func restoreCTLimits(t *testing.T, zones ...int) {
+	t.Helper()
+	before := appctl(t, "dpctl/ct-get-limits")
+	t.Cleanup(func() {
+		for _, z := range zones {
+			key := fmt.Sprintf("zone=%d,", z)
+			limit := ""
+			for _, f := range strings.Fields(before) {
+				if strings.HasPrefix(f, key) {
+					limit, _, _ = strings.Cut(f, ",count=") // zone=N,limit=M
+				}
+			}
+			if limit != "" {
+				run("ovs-appctl", "-t", vswitchdCtl(t), "dpctl/ct-set-limits", limit)
+			} else {
+				run("ovs-appctl", "-t", vswitchdCtl(t), "dpctl/ct-del-limits", fmt.Sprintf("zone=%d", z))
+			}
+			run("ovs-appctl", "-t", vswitchdCtl(t), "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", z))
+		}
+	})
+}
+
+// Conntrack exhaustion. Container A floods a UDP host port of container S
+// with datagrams from 3000 source ports (raw frames from A's own MAC and
+// address to the node address). Protected ("containerConntrackLimit": 300,
+// "conntrackLimit": 5000): connections from containers to host ports live in
+// zone 64002, which holds 250-300 entries after the flood; the outside
+// clients' zones carry the configured limit, and the outside's TCP and UDP
+// connections to host ports still work. Control (no limit keys): the flood
+// leaves more than 300 entries in the pipeline's zones (64000-64002), which
+// is what the limit bounds.
+func TestAttackConntrackFlood(t *testing.T) {
+	const flood = 3000
+	for _, tc := range []struct {
+		name    string
+		pmExtra map[string]any
+	}{
+		{"protected-containerConntrackLimit-300", map[string]any{"containerConntrackLimit": 300, "conntrackLimit": 5000}},
+		{"control-no-limits", map[string]any{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			zones := []int{64000, 64001, 64002}
+			l := newLab(t) // dpctl/ needs a datapath: a bridge
+			restoreCTLimits(t, zones...)
+			for _, z := range zones {
+				appctl(t, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", z))
+			}
+			n := l.network("i12tct", nil, tc.pmExtra)
+			srv := l.join(n, "server", mappings(pm(5360, 53, "udp", ""), pm(8096, 80, "tcp", "")))
+			srv.serveUDP(t, 53)
+			srv.serveTCP(t, 80)
+			a := l.join(n, "attacker", nil)
+			s := sender(t, a.ns, "eth0")
+			gw := l.bridgeMAC(t)
+			node := netip.MustParseAddr(nodeV4)
+			start := time.Now()
+			for i := 0; i < flood; i++ {
+				mustSend(t, s, ethFrame(gw, a.mac, etherIPv4, udp4(a.v4, node, uint16(20000+i), 5360, []byte("i12t flood"))))
+				if i%50 == 49 {
+					time.Sleep(2 * time.Millisecond) // within the datapath's receive queue
+				}
+			}
+			time.Sleep(500 * time.Millisecond)
+			got := conntrackCount(t, zones...)
+			t.Logf("%d datagrams in %v; conntrack entries per zone %v", flood, time.Since(start).Round(time.Millisecond), got)
+			if _, limited := tc.pmExtra["containerConntrackLimit"]; limited {
+				if got[64002] > 300 || got[64002] < 250 {
+					t.Errorf("zone 64002 (containers -> host ports) holds %d entries after the flood, want 250-300 (the limit)", got[64002])
+				}
+				limits := appctl(t, "dpctl/ct-get-limits", "zone=64000,64001,64002")
+				for _, want := range []string{"zone=64000,limit=5000", "zone=64001,limit=5000", "zone=64002,limit=300"} {
+					if !strings.Contains(limits, want) {
+						t.Errorf("conntrack limits: want %s in\n%s", want, limits)
+					}
+				}
+			} else if total := got[64000] + got[64001] + got[64002]; total <= 300 {
+				t.Errorf("control: the flood left %d entries in the pipeline's zones, want more than 300", total)
+			}
+			expect(t, l.outside.ns, "udp", hp(nodeV4, 5360), srv.container, outsideV4)
+			expect(t, l.outside.ns, "tcp", hp(nodeV4, 8096), srv.container, outsideV4)
+			expect(t, l.outside.ns, "tcp", hp(nodeV6, 8096), srv.container, outsideV6)
+			if _, limited := tc.pmExtra["containerConntrackLimit"]; limited {
+				l.normal(t)
+			}
+		})
+	}
+}

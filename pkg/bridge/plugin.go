@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -311,11 +312,12 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 	retry := len(previous) > 0 || link.Exists(hostName)
 	var err error
 	if len(previous) > 0 {
-		if err := cutOff(ctx, conf, previous); err != nil {
+		// The old port's host ports and flows go with it (their record is on the row).
+		swept, err := cutOff(ctx, conf, previous)
+		if err != nil {
 			return err
 		}
-		// The old port's host ports and flows go with it (their record is on the row).
-		if err := withdrawHostPorts(ctx, cli, previous); err != nil {
+		if err := withdrawHostPorts(ctx, cli, previous, swept); err != nil {
 			return err
 		}
 		err = cli.DetachPortsAndSync(ctx, ofportTimeout, portUUIDs(previous)...)
@@ -332,16 +334,19 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 	return link.Delete(hostName) // its container end goes with it
 }
 
-// cutOff makes the ports drop everything they receive, before their flows
-// go: one tombstone flow per port (flows.TombstoneBundle) that outlives the
-// port by a few seconds, so that DEL need not wait for ovs-vswitchd to remove
-// it. Without ovs-vswitchd (no OpenFlow socket) nothing is forwarded anyway.
-func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
-	byTarget := map[string][]uint32{}
+// cutOff makes the ports drop everything they receive, then removes all
+// their flows, in one bundle per bridge: a tombstone flow per port
+// (flows.TombstoneBundle) outlives the port by a few seconds, so that nothing
+// passes between its flows going and ovs-vswitchd removing it, and DEL need
+// not wait for that. It returns, by port UUID, the OpenFlow target it swept.
+// Without ovs-vswitchd (no OpenFlow socket) nothing is forwarded anyway.
+func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) (map[string]string, error) {
+	type bundle struct {
+		lines strings.Builder
+		ports []string
+	}
+	byTarget := map[string]*bundle{}
 	for _, p := range ports {
-		if p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
-			continue
-		}
 		br := p.Port.ExternalIDs[ovsdb.KeyBridge]
 		if br == "" {
 			br = conf.Bridge
@@ -350,15 +355,32 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 		if rec, ok := hostport.PortSecRecordOf(p); ok {
 			target = rec.OpenFlow
 		}
-		byTarget[target] = append(byTarget[target], uint32(*p.Interface.OFPort))
+		b := byTarget[target]
+		if b == nil {
+			b = &bundle{}
+			byTarget[target] = b
+		}
+		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
+			b.lines.WriteString(flows.TombstoneBundle(uint32(*p.Interface.OFPort)))
+		}
+		a := p.Attachment()
+		b.lines.WriteString("delete " + flows.AttachmentCookie(a.ContainerID, a.IfName).AttachmentMatch() + "\n")
+		b.ports = append(b.ports, p.Port.UUID)
 	}
-	for target, ofports := range byTarget {
-		err := ofctl.Bridge{Target: target}.ApplyBundle(ctx, flows.TombstoneBundle(ofports...))
-		if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
-			return asCNIError(err)
+	swept := map[string]string{}
+	for target, b := range byTarget {
+		err := ofctl.Bridge{Target: target}.ApplyBundle(ctx, b.lines.String())
+		switch {
+		case err == nil:
+			for _, u := range b.ports {
+				swept[u] = target
+			}
+		case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
+		default:
+			return nil, asCNIError(err)
 		}
 	}
-	return nil
+	return swept, nil
 }
 
 // securePort installs the port's table-0 flows (port security, VLAN
@@ -589,10 +611,11 @@ func CmdDel(args *skel.CmdArgs) error {
 		if err != nil {
 			return asCNIError(err)
 		}
-		if err := cutOff(ctx, conf, ports); err != nil {
+		swept, err := cutOff(ctx, conf, ports)
+		if err != nil {
 			return err
 		}
-		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
+		if err := withdrawHostPorts(ctx, cli, ports, swept); err != nil {
 			return err
 		}
 		if err := cli.DetachPorts(ctx, portUUIDs(ports)...); err != nil {
@@ -616,9 +639,9 @@ func CmdDel(args *skel.CmdArgs) error {
 // withdrawHostPorts removes the host ports recorded on ports (by ovs-portmap,
 // or by ovs-bridge itself for Mesos), so that nothing outlives the port even
 // when the chained plugin's DEL was never called.
-func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort, swept map[string]string) error {
 	for _, p := range ports {
-		if err := hostport.Withdraw(ctx, cli, p, true); err != nil {
+		if err := hostport.Withdraw(ctx, cli, p, swept[p.Port.UUID]); err != nil {
 			return asCNIError(err)
 		}
 	}
@@ -755,10 +778,11 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := cutOff(ctx, conf, stale); err != nil {
+	swept, err := cutOff(ctx, conf, stale)
+	if err != nil {
 		return err
 	}
-	if err := withdrawHostPorts(ctx, cli, stale); err != nil {
+	if err := withdrawHostPorts(ctx, cli, stale, swept); err != nil {
 		return err
 	}
 	if err := cli.DetachPorts(ctx, portUUIDs(stale)...); err != nil {

@@ -233,34 +233,21 @@ func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rul
 // a no-op; an OpenFlow socket that is gone (ovs-vswitchd stopped, taking its
 // flows with it) is not an error.
 //
-// With allKinds (ovs-bridge removing the port), the port security flows go in
-// the same masked delete.
-func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, allKinds bool) error {
+// swept is the OpenFlow target on which the caller has already removed every
+// flow of the attachment (ovs-bridge removing the port); "" when it has not
+// (ovs-portmap, which removes only its own).
+func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, swept string) error {
 	rec, ok, err := RecordOf(p)
 	keys := ownedKeys(p)
-	swept := "" // the OpenFlow target already cleared of every flow of the attachment
-	if allKinds {
-		if ps, psOK := PortSecRecordOf(p); psOK && reachable(ps.OpenFlow) {
-			c := flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
-			if err := (ofctl.Bridge{Target: ps.OpenFlow}).DeleteAttachment(ctx, c); err != nil {
-				return err
-			}
-			swept = ps.OpenFlow
-		}
-	}
 	if err == nil && ok {
 		pl, a, aerr := rec.Attachment()
 		if aerr != nil {
 			return aerr
 		}
 		br := ofctl.Bridge{Target: rec.OpenFlow}
-		if reachable(rec.OpenFlow) {
-			del := br.DeleteCookie
-			if allKinds {
-				del = br.DeleteAttachment
-			}
-			if rec.OpenFlow != swept { // one masked delete per bridge is enough
-				if err := del(ctx, a.Cookie); err != nil {
+		if rec.OpenFlow == swept || reachable(rec.OpenFlow) {
+			if rec.OpenFlow != swept {
+				if err := br.DeleteCookie(ctx, a.Cookie); err != nil {
 					return err
 				}
 			}
@@ -273,7 +260,7 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, allKind
 	if len(keys) == 0 {
 		return nil
 	}
-	if err := cli.Record(ctx, p.Port.UUID, keys, nil, nil); err != nil && !strings.Contains(err.Error(), "the port is gone") {
+	if err := cli.Record(ctx, p.Port.UUID, keys, nil, nil); err != nil && !errors.Is(err, ovsdb.ErrPortGone) {
 		return err
 	}
 	return nil

@@ -132,6 +132,13 @@ func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.
 	return res, nil
 }
 
+// waitTimedOut reports whether err is a wait operation that did not hold
+// within its timeout.
+func waitTimedOut(err error) bool {
+	var to *ovsdb.TimedOut
+	return errors.As(err, &to)
+}
+
 // lostConnection reports errors that mean ovsdb-server went away or did not
 // answer in time: the caller may try again later.
 func lostConnection(err error) bool {
@@ -363,8 +370,7 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 	}
 	res, err := c.transact(ctx, ops...)
 	if err != nil {
-		var waited *ovsdb.TimedOut
-		if spec.UniqueMAC != "" && errors.As(err, &waited) && waited.Operation() != nil && waited.Operation().Op == ovsdb.OperationWait {
+		if spec.UniqueMAC != "" && waitTimedOut(err) {
 			return "", &MACInUseError{MAC: spec.UniqueMAC, Holder: "a port attached at the same time"}
 		}
 		return "", fmt.Errorf("attaching port %q: %w", spec.Name, err)
@@ -467,7 +473,7 @@ func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) erro
 		_, err = c.transact(wctx, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tableRoot, Where: allRows, Timeout: &ms,
 			Columns: []string{"cur_cfg"}, Until: string(ovsdb.WaitConditionNotEqual), Rows: []ovsdb.Row{{"cur_cfg": cur}}})
 		cancel()
-		if err != nil && !strings.Contains(err.Error(), "timed out") {
+		if err != nil && !waitTimedOut(err) {
 			return fmt.Errorf("waiting for cur_cfg: %w", err)
 		}
 	}
@@ -540,7 +546,7 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 	defer cancel()
 	res, err := c.transact(wctx, ops...)
 	if err != nil {
-		if strings.Contains(err.Error(), "timed out") {
+		if waitTimedOut(err) {
 			return 0, fmt.Errorf("waiting for ofport of %q: %w: not attached within %s", name, ErrVswitchdTimeout, timeout)
 		}
 		return 0, fmt.Errorf("waiting for ofport of %q: %w", name, err)
@@ -579,6 +585,9 @@ func (c *Client) SetPortExternalIDs(ctx context.Context, portUUID string, set ma
 	}
 	return nil
 }
+
+// ErrPortGone says that the port a change was for no longer exists.
+var ErrPortGone = errors.New("the port is gone")
 
 // ClaimedError says that a claim key is held by another port.
 type ClaimedError struct {
@@ -631,7 +640,7 @@ func (c *Client) Record(ctx context.Context, portUUID string, unset []string, se
 	res, err := c.transact(ctx, ops...)
 	if err == nil {
 		if res[0].Count != 1 {
-			return fmt.Errorf("recording on port %s: the port is gone", portUUID)
+			return fmt.Errorf("recording on port %s: %w", portUUID, ErrPortGone)
 		}
 		return nil
 	}

@@ -118,7 +118,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		return asCNIError(err)
 	}
 	for _, p := range ports {
-		if err := hostport.Withdraw(ctx, cli, p, false); err != nil {
+		if err := hostport.Withdraw(ctx, cli, p, ""); err != nil {
 			return asCNIError(err)
 		}
 	}
@@ -239,7 +239,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	for _, p := range stale {
-		if err := hostport.Withdraw(ctx, cli, p, false); err != nil {
+		if err := hostport.Withdraw(ctx, cli, p, ""); err != nil {
 			return asCNIError(err)
 		}
 	}

@@ -47,21 +47,21 @@ die() { log "$*"; exit 1; }
 
 # ---- the engine -----------------------------------------------------------
 
-answers() { timeout 20 docker ${1:+-H "$1"} info >/dev/null 2>&1; }
+engine_answers() { timeout 20 docker ${1:+-H "$1"} info >/dev/null 2>&1; }
 
 # engine makes `docker` talk to an engine: the one at $DOCKER_HOST or
 # /var/run/docker.sock, else ours (started when $1 is "start").
 engine() {
 	if [ -n "${DOCKER_HOST:-}" ]; then
-		answers "$DOCKER_HOST" && return 0
+		engine_answers "$DOCKER_HOST" && return 0
 		die "DOCKER_HOST=$DOCKER_HOST does not answer"
 	fi
-	if [ -S /var/run/docker.sock ] && answers unix:///var/run/docker.sock; then
+	if [ -S /var/run/docker.sock ] && engine_answers unix:///var/run/docker.sock; then
 		export DOCKER_HOST=unix:///var/run/docker.sock
 		return 0
 	fi
 	export DOCKER_HOST=unix://$STATE/docker.sock
-	answers "$DOCKER_HOST" && return 0
+	engine_answers "$DOCKER_HOST" && return 0
 	[ "${1:-}" = start ] || return 1
 	[ "$(id -u)" = 0 ] || die "no Docker engine answers, and starting one needs root"
 	[ -f /etc/debian_version ] || die "no Docker engine answers (installing one is done on Debian only)"
@@ -74,7 +74,7 @@ engine() {
 		--ip-forward=false --ip-masq=false >"$STATE/dockerd.log" 2>&1 </dev/null &
 	echo "$!" >"$STATE/started-by-us"
 	for _ in $(seq 100); do
-		answers "$DOCKER_HOST" && return 0
+		engine_answers "$DOCKER_HOST" && return 0
 		kill -0 "$(cat "$STATE/started-by-us")" 2>/dev/null || break
 		sleep 0.3
 	done
@@ -203,7 +203,8 @@ wait_ready() { # NODE: until node-init.sh says ready (or the container stops)
 		sleep 0.3
 	done
 	docker logs --tail 30 "$c" >&2 || true
-	die "node $1 did not become ready"
+	log "node $1 did not become ready"
+	return 1
 }
 
 node_line() { # I
@@ -253,7 +254,7 @@ cmd_up() {
 			-e DATAPATH="$dp" -e OID_CGROUP="/$P" \
 			"$(node_image)" >/dev/null
 	done
-	for ((i = 1; i <= n; i++)); do wait_ready "n$i"; done
+	for ((i = 1; i <= n; i++)); do wait_ready "n$i" || die "up failed"; done
 	log "$n nodes up in $((SECONDS - t1)) s ($((SECONDS - t0)) s with the images); datapath $dp$([ "$dp" = netdev ] && echo " (no openvswitch kernel module on this host)")"
 	echo "DATAPATH $dp"
 	for ((i = 1; i <= n; i++)); do node_line "$i"; done

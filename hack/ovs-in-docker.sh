@@ -176,7 +176,8 @@ build_node() {
 	[ -s "$ctx/deploy/10-ovsflow.conflist" ] || die "no conflist found in deploy/ovsflow-cni.yaml's ConfigMap"
 	cp hack/ovs-in-docker/{node-init.sh,oid-reconcile,oid-pod,containerd.toml,crictl.yaml} "$ctx/node/"
 	DOCKER_BUILDKIT=0 docker build -q --label "$LABEL" --build-arg BASE="$(base_image)" --build-arg VERSION="$ver" \
-		-t "$(node_image)" -f hack/ovs-in-docker/Dockerfile "$ctx" >/dev/null
+		-t "$(node_image)" -f hack/ovs-in-docker/Dockerfile "$ctx" \
+		2> >(grep -v -e DEPRECATED -e BuildKit -e environment-variable -e '^$' >&2) >/dev/null
 	log "node image $(node_image) ($ver) ready in $((SECONDS - t0)) s"
 }
 
@@ -190,6 +191,7 @@ node4() { echo "$(net4_base).$(($(net4_last) + 1 + $1))"; }
 gw6() { echo "${NET6%::/*}::1"; }
 node6() { echo "${NET6%::/*}::$(printf %x $((1 + $1)))"; }
 pod4() { local n=${POD4%/*}; echo "${n%.*}.$((64 * ($1 - 1)))/26"; }
+first4() { local p; p=$(pod4 "$1"); p=${p%/*}; echo "${p%.*}.$((${p##*.} + 1))"; }
 pod6() { echo "${OID_POD6:-${NET6%::/*}}:$1::/64"; }
 datapath() { if [ -d /sys/module/openvswitch ]; then echo system; else echo netdev; fi; }
 
@@ -252,7 +254,7 @@ cmd_up() {
 			-v "$P-n$i-containerd:/var/lib/containerd" \
 			-e OVSFLOW_POD_CIDRS="$(pod4 "$i"),$(pod6 "$i")" -e OID_ROUTES="$routes" \
 			-e DATAPATH="$dp" -e OID_CGROUP="/$P" \
-			"$(node_image)" >/dev/null
+			"$(node_image)" 2> >(grep -v 'IPv4 forwarding is disabled' >&2) >/dev/null
 	done
 	for ((i = 1; i <= n; i++)); do wait_ready "n$i" || die "up failed"; done
 	log "$n nodes up in $((SECONDS - t1)) s ($((SECONDS - t0)) s with the images); datapath $dp$([ "$dp" = netdev ] && echo " (no openvswitch kernel module on this host)")"

@@ -118,7 +118,7 @@ wait_answers() {
 }
 
 cmd_test() {
-	local n=2
+	local n=3
 	[ "${1:-}" = -nodes ] && n=$2
 	((n >= 2)) || die "test: -nodes $n: want at least 2"
 	local t0=$SECONDS
@@ -137,6 +137,16 @@ run_tests() {
 	h4=$(gw4) h6=$(gw6) # the Docker host on the nodes' network
 	local n1v4 n1v6 n2v4 n2v6
 	n1v4=$(node4 1) n1v6=$(node6 1) n2v4=$(node4 2) n2v6=$(node6 2)
+
+	echo "== 0. the nodes as the DaemonSet left them"
+	local ver
+	ver=$(version)
+	for ((i = 1; i <= n; i++)); do
+		check "0 n$i: conflist rendered with n$i's pod ranges, gateway the first address" \
+			bash -c "c=\$(docker exec $P-n$i cat /etc/cni/net.d/10-ovsflow.conflist) && grep -q '\"subnet\": \"$(pod4 "$i")\"' <<<\"\$c\" && grep -q '\"gateway\": \"$(first4 "$i")\"' <<<\"\$c\" && grep -q '\"subnet\": \"$(pod6 "$i")\"' <<<\"\$c\" || { echo \"\$c\"; exit 1; }"
+		check "0 n$i: ovs-bridge, ovs-portmap, host-local, loopback installed; ours say $ver" \
+			bash -c "docker exec $P-n$i sh -c 'ls /opt/cni/bin/host-local /opt/cni/bin/loopback && /opt/cni/bin/ovs-bridge; /opt/cni/bin/ovs-portmap' 2>&1 | tee /dev/stderr | grep -c 'ovsflow) $ver\$' | grep -qx 2"
+	done
 
 	echo "== 1. pod to pod across nodes, TCP, IPv4 and IPv6"
 	check "1 pod a1 on n1 started (crictl runp: CNI ADD)" runpod n1 a1
@@ -235,4 +245,43 @@ run_tests() {
 		check "7 n$i: every pod removed" nx "n$i" oid-pod rm --all
 		check "7 n$i: no port, veth, flow, nft element, IP allocation or sandbox left" clean "n$i"
 	done
+}
+
+# step CMD...: prints the command (as typed at the Docker host) and its output.
+step() {
+	printf '$'
+	printf ' %q' "$@"
+	echo
+	"$@" 2>&1 | sed 's/^/  /'
+}
+
+cmd_demo() {
+	local n1v4 n2v4
+	echo "# Two nodes: Docker containers running Open vSwitch, containerd (CRI) and the plugins."
+	cmd_up -nodes 2 || die "up failed"
+	trap 'echo "# Removing everything."; cmd_down' EXIT
+	n1v4=$(node4 1) n2v4=$(node4 2)
+	echo
+	echo "# Each node's conflist, rendered by install-cni.sh from the node's pod CIDRs:"
+	step "$0" exec n1 grep -A1 '"gateway"' /etc/cni/net.d/10-ovsflow.conflist
+	step "$0" exec n2 grep -A1 '"gateway"' /etc/cni/net.d/10-ovsflow.conflist
+	echo
+	echo "# A pod with hostPort 8080 -> 80 on each node (crictl runp with port_mappings: CNI ADD):"
+	step "$0" exec n1 oid-pod run web-n1 8080:80
+	step "$0" exec n2 oid-pod run web-n2 8080:80
+	echo
+	echo "# The Docker host reaches each node's host port (the pod sees this host's address):"
+	step timeout 5 bash -c "exec 3<>/dev/tcp/$n1v4/8080 && head -1 <&3"
+	step timeout 5 bash -c "exec 3<>/dev/tcp/$n2v4/8080 && head -1 <&3"
+	echo
+	echo "# Across nodes: n2 reaches n1's host port, n1 reaches n2's (the pods see the other node's address):"
+	step "$0" exec n2 timeout 5 bash -c "exec 3<>/dev/tcp/$n1v4/8080 && head -1 <&3"
+	step "$0" exec n1 timeout 5 bash -c "exec 3<>/dev/tcp/$n2v4/8080 && head -1 <&3"
+	echo
+	echo "# The flows ovs-portmap wrote on n1 for web-n1's host port:"
+	step "$0" exec n1 sh -c "ovs-ofctl dump-flows br0 --no-stats | grep 'tp_dst=8080' | cut -c1-150"
+	echo
+	echo "# Pods removed (CNI DEL):"
+	step "$0" exec n1 oid-pod rm web-n1
+	step "$0" exec n2 oid-pod rm web-n2
 }

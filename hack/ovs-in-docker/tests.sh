@@ -69,8 +69,8 @@ clean() {
 	local node=$1 bad=0 x
 	x=$(nx "$node" ovs-vsctl list-ports br0 | grep -vx eth0 || true)
 	[ -z "$x" ] || { echo "$node: ports left on br0: $x"; bad=1; }
-	x=$(nx "$node" ovs-vsctl --bare --columns=name find Interface 'external_ids:ovsflow.io/container!=""' 2>/dev/null || true)
-	[ -z "$x" ] || { echo "$node: interfaces of ours left: $x"; bad=1; }
+	x=$(nx "$node" ovs-vsctl --bare --columns=name find Port external_ids:ovsflow.io/owner=ovsflow-cni)
+	[ -z "$x" ] || { echo "$node: ports of ours (external_ids:ovsflow.io/owner) left: $x"; bad=1; }
 	x=$(nx "$node" ip -o link show type veth | grep -v ': eth0@' || true) # eth0: the uplink, Docker's veth
 	[ -z "$x" ] || { echo "$node: veths left: $x"; bad=1; }
 	# Flows of any attachment (host ports, port security); the bridge's shared

@@ -592,3 +592,40 @@ func TestDockerfileVersion(t *testing.T) {
 		t.Error("Dockerfile: ovsflow-conflist (install-cni.sh's renderer) is not in /opt/ovsflow/bin")
 	}
 }
+
+// TestHarnessMatchesDaemonSet: hack/ovs-in-docker's nodes run install-cni.sh
+// with the init container's environment, and reconcile with the reconcile
+// container's command and capabilities, so that the harness tests what the
+// DaemonSet does.
+func TestHarnessMatchesDaemonSet(t *testing.T) {
+	spec := load(t).ds.Spec.Template.Spec
+	initScript, err := os.ReadFile("../hack/ovs-in-docker/node-init.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range envOf(spec.InitContainers[0]) {
+		want := k + "=" + v
+		if strings.Contains(v, " ") {
+			want = k + `="` + v + `"`
+		}
+		if !bytes.Contains(initScript, []byte(want)) {
+			t.Errorf("node-init.sh does not run install-cni.sh with %s", want)
+		}
+	}
+	rec := spec.Containers[1]
+	wrapper, err := os.ReadFile("../hack/ovs-in-docker/oid-reconcile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd := strings.Join(rec.Command, " "); !bytes.Contains(wrapper, []byte(cmd)) {
+		t.Errorf("oid-reconcile does not run %q", cmd)
+	}
+	var caps []string
+	for _, c := range rec.SecurityContext.Capabilities.Add {
+		caps = append(caps, strings.ToLower(string(c)))
+	}
+	slices.Sort(caps)
+	if want := "caps=${OID_RECONCILE_CAPS:-" + strings.Join(caps, ",") + "}"; !bytes.Contains(wrapper, []byte(want)) {
+		t.Errorf("oid-reconcile: want %s (the manifest's capabilities)", want)
+	}
+}

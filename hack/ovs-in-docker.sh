@@ -234,8 +234,9 @@ cmd_up() {
 		"$P-net" >/dev/null
 	# The Docker host's own packets to the nodes carry their checksums (the
 	# nodes' userspace conntrack drops those left to offload).
-	apt_install ethtool
-	ethtool -K "${P:0:15}" tx off >/dev/null
+	if [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then apt_install ethtool; fi
+	ethtool -K "${P:0:15}" tx off >/dev/null 2>&1 ||
+		log "warning: could not turn TX checksum offload off on ${P:0:15}: the nodes may drop this host's connections to host ports"
 	local dp i j routes
 	dp=$(datapath)
 	local t1=$SECONDS
@@ -272,9 +273,16 @@ remove_nodes() {
 	ids=$(docker volume ls -q --filter "label=$LABEL")
 	[ -z "$ids" ] || docker volume rm $ids >/dev/null
 	# The pods' cgroups (containerd of each node made them under /$P on the host).
-	local d
-	for d in /sys/fs/cgroup/*/"$P" /sys/fs/cgroup/"$P"; do
-		[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+	local d try
+	for try in 1 2 3 4 5; do
+		local left=0
+		for d in /sys/fs/cgroup/*/"$P" /sys/fs/cgroup/"$P"; do
+			[ -d "$d" ] || continue
+			find "$d" -depth -type d -exec rmdir {} + 2>/dev/null
+			[ -d "$d" ] && left=1
+		done
+		((left)) || break
+		sleep 0.5 # the pods' processes are still exiting
 	done
 	return 0
 }

@@ -64,26 +64,37 @@ answers() {
 # bracket prints an address as it appears in an answer's peer ("[v6]" or v4).
 peer() { if [[ $1 == *:* ]]; then echo "\\[$1\\]:"; else echo "$1:"; fi; }
 
-# clean NODE: nothing of ours left on the node (ports, veths, flows, nft elements, IP allocations).
+# clean NODE: nothing of ours left on the node (ports, veths, flows, nft
+# elements, IP allocations, sandboxes). A listing that fails is a failure.
 clean() {
 	local node=$1 bad=0 x
-	x=$(nx "$node" ovs-vsctl list-ports br0 | grep -vx eth0 || true)
+	lists() { # WHAT CMD...: the output of CMD in the node, or a failure
+		local out
+		out=$(nx "$node" "${@:2}" 2>&1) || { echo "$node: $1: listing failed: $out" >&2; return 1; }
+		printf '%s\n' "$out"
+	}
+	x=$(lists ports ovs-vsctl list-ports br0) || bad=1
+	x=$(grep -vx eth0 <<<"$x" | grep . || true)
 	[ -z "$x" ] || { echo "$node: ports left on br0: $x"; bad=1; }
-	x=$(nx "$node" ovs-vsctl --bare --columns=name find Port external_ids:ovsflow.io/owner=ovsflow-cni)
+	x=$(lists "our ports" ovs-vsctl --bare --columns=name find Port external_ids:ovsflow.io/owner=ovsflow-cni) || bad=1
 	[ -z "$x" ] || { echo "$node: ports of ours (external_ids:ovsflow.io/owner) left: $x"; bad=1; }
-	x=$(nx "$node" ip -o link show type veth | grep -v ': eth0@' || true) # eth0: the uplink, Docker's veth
+	x=$(lists veths ip -o link show type veth) || bad=1
+	x=$(grep -v ': eth0@' <<<"$x" | grep . || true) # eth0: the uplink, Docker's veth
 	[ -z "$x" ] || { echo "$node: veths left: $x"; bad=1; }
 	# Flows of any attachment (host ports, port security); the bridge's shared
 	# flows of tables 42 and 43 (cookie kind 0) stay, as the nft tables do.
-	x=$(nx "$node" ovs-ofctl dump-flows br0 "cookie=0x0fc5000000000000/0xffff000000000000" | grep cookie= | grep -v 'cookie=0xfc5000000000000,' || true)
+	x=$(lists flows ovs-ofctl dump-flows br0 "cookie=0x0fc5000000000000/0xffff000000000000") || bad=1
+	x=$(grep cookie= <<<"$x" | grep -v 'cookie=0xfc5000000000000,' || true)
 	[ -z "$x" ] || { echo "$node: flows of ours left:"; echo "$x" | cut -c1-160 | head -5; bad=1; }
 	for fam in ip ip6; do
+		# No table (never a host port on this node) is no element either.
 		x=$(nx "$node" nft list map "$fam" ovsflow_hostport hostports 2>/dev/null | grep -A3 'elements' || true)
 		[ -z "$x" ] || { echo "$node: nft $fam elements left: $x"; bad=1; }
 	done
-	x=$(nx "$node" sh -c 'ls /var/lib/cni/networks/ovsflow 2>/dev/null | grep -v -e "^last_reserved_ip" -e "^lock$"' || true)
+	x=$(lists allocations sh -c '[ ! -d /var/lib/cni/networks/ovsflow ] || ls /var/lib/cni/networks/ovsflow') || bad=1
+	x=$(grep -v -e "^last_reserved_ip" -e "^lock$" <<<"$x" | grep . || true)
 	[ -z "$x" ] || { echo "$node: IP allocations left: $x"; bad=1; }
-	x=$(nx "$node" crictl pods -q)
+	x=$(lists sandboxes crictl pods -q) || bad=1
 	[ -z "$x" ] || { echo "$node: pod sandboxes left: $x"; bad=1; }
 	return $bad
 }

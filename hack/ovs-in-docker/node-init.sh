@@ -26,10 +26,10 @@ start_ovs() {
 	chown -R openvswitch:openvswitch /etc/openvswitch /var/lib/openvswitch /run/openvswitch /var/log/openvswitch
 	ovsdb-server /etc/openvswitch/conf.db --remote=punix:/run/openvswitch/db.sock \
 		--pidfile=/run/openvswitch/ovsdb-server.pid --detach --log-file=/var/log/openvswitch/ovsdb-server.log \
-		--user=openvswitch:openvswitch
+		--user=openvswitch:openvswitch -vconsole:warn
 	ovs-vsctl --no-wait init
 	ovs-vsctl --no-wait set Open_vSwitch . external_ids:hostname="$(hostname)"
-	ovs-vswitchd --pidfile=/run/openvswitch/ovs-vswitchd.pid --detach --log-file=/var/log/openvswitch/ovs-vswitchd.log
+	ovs-vswitchd --pidfile=/run/openvswitch/ovs-vswitchd.pid --detach --log-file=/var/log/openvswitch/ovs-vswitchd.log -vconsole:warn
 	ovs-vsctl --timeout=10 show >/dev/null
 	log "Open vSwitch up"
 }

@@ -159,6 +159,9 @@ run_tests() {
 			bash -c "docker exec $P-n$i sh -c 'ls /opt/cni/bin/host-local /opt/cni/bin/loopback && /opt/cni/bin/ovs-bridge; /opt/cni/bin/ovs-portmap' 2>&1 | tee /dev/stderr | grep -c 'ovsflow) $ver\$' | grep -qx 2"
 	done
 
+	check "0 exec passes standard input through and returns the command's exit status" \
+		bash -c "out=\$(echo oid-data | '$0' exec n1 sh -c 'cat > /tmp/oid-copied; exit 3'); rc=\$?; [ \$rc = 3 ] && [ \"\$('$0' exec n1 cat /tmp/oid-copied)\" = oid-data ] || { echo \"rc \$rc\"; exit 1; }"
+
 	echo "== 1. pod to pod across nodes, TCP, IPv4 and IPv6"
 	check "1 pod a1 on n1 started (crictl runp: CNI ADD)" runpod n1 a1
 	check "1 pod a2 on n2 started" runpod n2 a2

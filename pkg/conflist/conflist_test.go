@@ -1,4 +1,4 @@
-package main
+package conflist
 
 import (
 	"encoding/json"
@@ -8,13 +8,13 @@ import (
 )
 
 func TestParseCIDRs(t *testing.T) {
-	got, err := parseCIDRs(" 198.51.100.0/26, 2001:db8:10:1::/64 ,")
+	got, err := ParseCIDRs(" 198.51.100.0/26, 2001:db8:10:1::/64 ,")
 	if err != nil || len(got) != 2 || got[0] != netip.MustParsePrefix("198.51.100.0/26") || got[1] != netip.MustParsePrefix("2001:db8:10:1::/64") {
-		t.Errorf("parseCIDRs: %v, %v", got, err)
+		t.Errorf("ParseCIDRs: %v, %v", got, err)
 	}
 	for _, bad := range []string{"", ",", "198.51.100.1/26", "198.51.100.0/31", "2001:db8::/127", "nonsense", "198.51.100.0"} {
-		if _, err := parseCIDRs(bad); err == nil {
-			t.Errorf("parseCIDRs(%q): no error", bad)
+		if _, err := ParseCIDRs(bad); err == nil {
+			t.Errorf("ParseCIDRs(%q): no error", bad)
 		}
 	}
 }
@@ -24,7 +24,7 @@ func TestRender(t *testing.T) {
 	  {"type":"ovs-bridge","bridge":"br0","ipam":{"type":"host-local","dataDir":"/d","subnet":"192.0.2.0/24",
 	   "ranges":[[{"subnet":"192.0.2.0/24"}]],"routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"},{"dst":"203.0.113.0/24"}]}},
 	  {"type":"ovs-portmap","capabilities":{"portMappings":true}}]}`
-	out, err := render([]byte(tmpl), []netip.Prefix{netip.MustParsePrefix("2001:db8:10:1::/64")})
+	out, err := Render([]byte(tmpl), []netip.Prefix{netip.MustParsePrefix("2001:db8:10:1::/64")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,12 +35,12 @@ func TestRender(t *testing.T) {
 	   "ranges":[[{"subnet":"2001:db8:10:1::/64","gateway":"2001:db8:10:1::1"}]],"routes":[{"dst":"::/0"}]}},
 	  {"type":"ovs-portmap","capabilities":{"portMappings":true}}]}`), &want)
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("render:\n got %s", out)
+		t.Errorf("Render:\n got %s", out)
 	}
-	if _, err := render([]byte(`{"plugins":[{"type":"ovs-bridge","ipam":{"type":"static"}}]}`), []netip.Prefix{netip.MustParsePrefix("2001:db8::/64")}); err == nil {
-		t.Error("render of a template without host-local: no error")
+	if _, err := Render([]byte(`{"plugins":[{"type":"ovs-bridge","ipam":{"type":"static"}}]}`), []netip.Prefix{netip.MustParsePrefix("2001:db8::/64")}); err == nil {
+		t.Error("Render of a template without host-local: no error")
 	}
-	if _, err := render([]byte(`{`), nil); err == nil {
-		t.Error("render of a broken template: no error")
+	if _, err := Render([]byte(`{`), nil); err == nil {
+		t.Error("Render of a broken template: no error")
 	}
 }

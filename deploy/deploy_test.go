@@ -15,8 +15,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -292,16 +294,58 @@ func newInstaller(t *testing.T) *installer {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range []string{"ovs-bridge", "ovs-portmap", "host-local"} {
+	for _, p := range []string{"ovs-bridge", "ovs-portmap", "host-local", "loopback"} {
 		if err := os.WriteFile(filepath.Join(in.src, p), []byte("#!/bin/sh\necho "+p+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(in.conflist, []byte(`{"cniVersion":"1.0.0","name":"a","plugins":[{"type":"ovs-bridge"}]}`), 0o644); err != nil {
+	// The renderer is the real one.
+	b, err := os.ReadFile(renderer(t))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(in.src, "ovsflow-conflist"), b, 0o755)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	in.env = append(os.Environ(), "SRC_BIN_DIR="+in.src, "CNI_BIN_DIR="+in.bin, "CNI_CONF_DIR="+in.conf, "CNI_CONF_SRC="+in.conflist)
+	if err := os.WriteFile(in.conflist, []byte(template("a")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in.env = append(os.Environ(), "SRC_BIN_DIR="+in.src, "CNI_BIN_DIR="+in.bin, "CNI_CONF_DIR="+in.conf, "CNI_CONF_SRC="+in.conflist,
+		"OVSFLOW_POD_CIDRS=198.51.100.64/26,2001:db8:10:2::/64")
 	return in
+}
+
+// template is a conflist template (the ConfigMap's shape) of network name.
+func template(name string) string {
+	return `{"cniVersion":"1.0.0","name":"` + name + `","plugins":[{"type":"ovs-bridge","ipam":{"type":"host-local",
+	  "ranges":[[{"subnet":"192.0.2.0/24","gateway":"192.0.2.1"}]],"routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"}]}}]}`
+}
+
+var (
+	rendererOnce sync.Once
+	rendererBin  string
+	rendererErr  error
+)
+
+// renderer builds cmd/ovsflow-conflist once per test binary.
+func renderer(t *testing.T) string {
+	t.Helper()
+	rendererOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ovsflow-conflist")
+		if err != nil {
+			rendererErr = err
+			return
+		}
+		rendererBin = filepath.Join(dir, "ovsflow-conflist")
+		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", rendererBin, "../cmd/ovsflow-conflist").CombinedOutput()
+		if err != nil {
+			rendererErr = fmt.Errorf("building ovsflow-conflist: %w: %s", err, out)
+		}
+	})
+	if rendererErr != nil {
+		t.Fatal(rendererErr)
+	}
+	return rendererBin
 }
 
 func (in *installer) run(t *testing.T, args ...string) string {
@@ -340,7 +384,7 @@ func TestInstallCNI(t *testing.T) {
 	}
 	in := newInstaller(t)
 	out := in.run(t)
-	for _, f := range []string{filepath.Join(in.bin, "ovs-bridge"), filepath.Join(in.bin, "ovs-portmap"), filepath.Join(in.bin, "host-local"), filepath.Join(in.conf, "10-ovsflow.conflist")} {
+	for _, f := range []string{filepath.Join(in.bin, "ovs-bridge"), filepath.Join(in.bin, "ovs-portmap"), filepath.Join(in.bin, "host-local"), filepath.Join(in.bin, "loopback"), filepath.Join(in.conf, "10-ovsflow.conflist")} {
 		st, err := os.Stat(f)
 		if err != nil {
 			t.Fatalf("first run (%s): %v", out, err)
@@ -371,8 +415,97 @@ func TestInstallCNI(t *testing.T) {
 	if !strings.Contains(out, "ovs-bridge") || strings.Contains(out, "ovs-portmap") {
 		t.Errorf("third run: %q, want one line for ovs-bridge only", out)
 	}
-	if left, _ := filepath.Glob(filepath.Join(in.bin, ".*")); len(left) > 0 {
-		t.Errorf("temporary files left: %v", left)
+	for _, dir := range []string{in.bin, in.conf} {
+		if left, _ := filepath.Glob(filepath.Join(dir, ".*")); len(left) > 0 {
+			t.Errorf("temporary files left: %v", left)
+		}
+	}
+}
+
+// ranges reads the installed conflist's host-local ranges and routes.
+func (in *installer) ranges(t *testing.T) (subnets, gateways, routes []string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(in.conf, "10-ovsflow.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Name    string `json:"name"`
+		Plugins []struct {
+			IPAM struct {
+				Ranges [][]struct{ Subnet, Gateway string } `json:"ranges"`
+				Routes []struct{ Dst string }               `json:"routes"`
+			} `json:"ipam"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil || len(c.Plugins) != 1 || c.Name != "a" {
+		t.Fatalf("installed conflist: %v: %s", err, b)
+	}
+	for _, set := range c.Plugins[0].IPAM.Ranges {
+		for _, r := range set {
+			subnets, gateways = append(subnets, r.Subnet), append(gateways, r.Gateway)
+		}
+	}
+	for _, r := range c.Plugins[0].IPAM.Routes {
+		routes = append(routes, r.Dst)
+	}
+	return
+}
+
+// TestInstallCNIPodCIDRs: the conflist installed carries the node's pod
+// ranges, from OVSFLOW_POD_CIDRS, else OVSFLOW_POD_CIDRS_FILE; the gateway
+// is each range's first address; without either the installer fails and says why.
+func TestInstallCNIPodCIDRs(t *testing.T) {
+	in := newInstaller(t)
+	in.run(t)
+	sub, gw, rt := in.ranges(t)
+	if want := []string{"198.51.100.64/26", "2001:db8:10:2::/64"}; !reflect.DeepEqual(sub, want) {
+		t.Errorf("subnets %v, want %v", sub, want)
+	}
+	if want := []string{"198.51.100.65", "2001:db8:10:2::1"}; !reflect.DeepEqual(gw, want) {
+		t.Errorf("gateways %v, want %v", gw, want)
+	}
+	if want := []string{"0.0.0.0/0", "::/0"}; !reflect.DeepEqual(rt, want) {
+		t.Errorf("routes %v, want %v", rt, want)
+	}
+
+	// From a file (one CIDR a line), IPv4 only: the IPv6 default route goes.
+	file := filepath.Join(t.TempDir(), "pod-cidrs")
+	os.WriteFile(file, []byte("203.0.113.0/25\n"), 0o644)
+	env := slices.DeleteFunc(slices.Clone(in.env), func(e string) bool { return strings.HasPrefix(e, "OVSFLOW_POD_CIDRS=") })
+	in.env = append(env, "OVSFLOW_POD_CIDRS_FILE="+file)
+	if out := in.run(t); !strings.Contains(out, "10-ovsflow.conflist") {
+		t.Errorf("changed ranges: the conflist was not reinstalled (%q)", out)
+	}
+	sub, gw, rt = in.ranges(t)
+	if !reflect.DeepEqual(sub, []string{"203.0.113.0/25"}) || !reflect.DeepEqual(gw, []string{"203.0.113.1"}) || !reflect.DeepEqual(rt, []string{"0.0.0.0/0"}) {
+		t.Errorf("from the file: subnets %v gateways %v routes %v", sub, gw, rt)
+	}
+	// The environment wins over the file.
+	in.env = append(in.env, "OVSFLOW_POD_CIDRS=2001:db8:10:3::/64")
+	in.run(t)
+	if sub, _, rt = in.ranges(t); !reflect.DeepEqual(sub, []string{"2001:db8:10:3::/64"}) || !reflect.DeepEqual(rt, []string{"::/0"}) {
+		t.Errorf("OVSFLOW_POD_CIDRS with a file: subnets %v routes %v, want the variable's", sub, rt)
+	}
+
+	for what, e := range map[string][]string{
+		"neither variable": env,
+		"a host address":   append(slices.Clone(env), "OVSFLOW_POD_CIDRS=198.51.100.65/26"),
+		"a missing file":   append(slices.Clone(env), "OVSFLOW_POD_CIDRS_FILE=/nonexistent"),
+	} {
+		before, _ := os.ReadFile(filepath.Join(in.conf, "10-ovsflow.conflist"))
+		cmd := exec.Command("./install-cni.sh")
+		cmd.Env = e
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("%s: install-cni.sh succeeded: %s", what, out)
+		}
+		if !strings.Contains(string(out), "OVSFLOW_POD_CIDRS") && !strings.Contains(string(out), "pod CIDR") {
+			t.Errorf("%s: the failure does not say what is missing: %s", what, out)
+		}
+		if after, _ := os.ReadFile(filepath.Join(in.conf, "10-ovsflow.conflist")); !bytes.Equal(before, after) {
+			t.Errorf("%s: the installed conflist changed", what)
+		}
 	}
 }
 
@@ -399,7 +532,7 @@ func TestInstallCNIWatch(t *testing.T) {
 	}
 	waitUntil("conflist installed", func() bool { _, err := os.Stat(dst); return err == nil })
 	// A changed ConfigMap and a wiped plugin are repaired.
-	os.WriteFile(in.conflist, []byte(`{"cniVersion":"1.0.0","name":"b","plugins":[{"type":"ovs-bridge"}]}`), 0o644)
+	os.WriteFile(in.conflist, []byte(template("b")), 0o644)
 	os.Remove(filepath.Join(in.bin, "ovs-portmap"))
 	waitUntil("changed conflist installed", func() bool { b, _ := os.ReadFile(dst); return bytes.Contains(b, []byte(`"b"`)) })
 	waitUntil("wiped plugin reinstalled", func() bool { _, err := os.Stat(filepath.Join(in.bin, "ovs-portmap")); return err == nil })
@@ -411,5 +544,88 @@ func TestInstallCNIWatch(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("--watch did not stop on SIGTERM")
+	}
+}
+
+// TestManifestReconcileContainer: the reconcile container may open db.sock
+// and br0.mgmt where they belong to the openvswitch user (DAC_OVERRIDE) and
+// change nft maps and addresses (NET_ADMIN); nothing more.
+func TestManifestReconcileContainer(t *testing.T) {
+	rec := load(t).ds.Spec.Template.Spec.Containers[1]
+	sc := rec.SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatal("reconcile: no securityContext capabilities")
+	}
+	var add []string
+	for _, c := range sc.Capabilities.Add {
+		add = append(add, string(c))
+	}
+	slices.Sort(add)
+	if want := []string{"DAC_OVERRIDE", "NET_ADMIN"}; !reflect.DeepEqual(add, want) {
+		t.Errorf("reconcile capabilities add %v, want %v", add, want)
+	}
+	if len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("reconcile capabilities drop %v, want [ALL]", sc.Capabilities.Drop)
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("reconcile: want readOnlyRootFilesystem and no privilege escalation")
+	}
+}
+
+// TestDockerfileVersion: the image's plugins carry the release version of
+// its tag (what VERSION prints), and the image carries the renderer.
+func TestDockerfileVersion(t *testing.T) {
+	image := load(t).ds.Spec.Template.Spec.InitContainers[0].Image
+	_, tag, _ := strings.Cut(path.Base(image), ":")
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := string(b)
+	if n := strings.Count(d, "ARG VERSION="+tag+"\n"); n != 2 {
+		t.Errorf("Dockerfile: want ARG VERSION=%s in both stages, found %d", tag, n)
+	}
+	if !strings.Contains(d, "-X github.com/ovsflow/ovs-cni/pkg/buildinfo.Version=${VERSION}") {
+		t.Error("Dockerfile: the build does not stamp VERSION into pkg/buildinfo.Version")
+	}
+	if !regexp.MustCompile(`(?m)^COPY --from=build .*/out/ovsflow-conflist .*/opt/ovsflow/bin/$`).MatchString(d) {
+		t.Error("Dockerfile: ovsflow-conflist (install-cni.sh's renderer) is not in /opt/ovsflow/bin")
+	}
+}
+
+// TestHarnessMatchesDaemonSet: hack/ovs-in-docker's nodes run install-cni.sh
+// with the init container's environment, and reconcile with the reconcile
+// container's command and capabilities, so that the harness tests what the
+// DaemonSet does.
+func TestHarnessMatchesDaemonSet(t *testing.T) {
+	spec := load(t).ds.Spec.Template.Spec
+	initScript, err := os.ReadFile("../hack/ovs-in-docker/node-init.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range envOf(spec.InitContainers[0]) {
+		want := k + "=" + v
+		if strings.Contains(v, " ") {
+			want = k + `="` + v + `"`
+		}
+		if !bytes.Contains(initScript, []byte(want)) {
+			t.Errorf("node-init.sh does not run install-cni.sh with %s", want)
+		}
+	}
+	rec := spec.Containers[1]
+	wrapper, err := os.ReadFile("../hack/ovs-in-docker/oid-reconcile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd := strings.Join(rec.Command, " "); !bytes.Contains(wrapper, []byte(cmd)) {
+		t.Errorf("oid-reconcile does not run %q", cmd)
+	}
+	var caps []string
+	for _, c := range rec.SecurityContext.Capabilities.Add {
+		caps = append(caps, strings.ToLower(string(c)))
+	}
+	slices.Sort(caps)
+	if want := "caps=${OID_RECONCILE_CAPS:-" + strings.Join(caps, ",") + "}"; !bytes.Contains(wrapper, []byte(want)) {
+		t.Errorf("oid-reconcile: want %s (the manifest's capabilities)", want)
 	}
 }

@@ -15,10 +15,17 @@
 #   SRC_BIN_DIR       plugins in the image             /opt/ovsflow/bin
 #   CNI_BIN_DIR       the node's CNI bin dir, mounted  /host/opt/cni/bin
 #   CNI_CONF_DIR      the node's CNI conf dir, mounted /host/etc/cni/net.d
-#   CNI_CONF_SRC      the conflist (ConfigMap key)     /etc/ovsflow/10-ovsflow.conflist
+#   CNI_CONF_SRC      the conflist template (ConfigMap key) /etc/ovsflow/10-ovsflow.conflist
 #   PLUGINS           always installed                 "ovs-bridge ovs-portmap"
-#   OPTIONAL_PLUGINS  installed only where the node has none of that name: "host-local"
+#   OPTIONAL_PLUGINS  installed only where the node has none of that name: "host-local loopback"
 #   WATCH_INTERVAL    seconds between two passes of --watch: 30
+#
+# The node's pod ranges: the conflist installed is CNI_CONF_SRC with every
+# host-local range replaced by one range per pod CIDR of this node, gateway
+# its first address (ovsflow-conflist, in SRC_BIN_DIR). The CIDRs come from
+#   OVSFLOW_POD_CIDRS       comma-separated IPv4 and/or IPv6 CIDRs, else
+#   OVSFLOW_POD_CIDRS_FILE  a file holding the same, else
+#   the Node object's spec.podCIDRs (Kubernetes: node_pod_cidrs_from_api).
 set -eu
 
 SRC_BIN_DIR=${SRC_BIN_DIR:-/opt/ovsflow/bin}
@@ -26,8 +33,8 @@ CNI_BIN_DIR=${CNI_BIN_DIR:-/host/opt/cni/bin}
 CNI_CONF_DIR=${CNI_CONF_DIR:-/host/etc/cni/net.d}
 CNI_CONF_SRC=${CNI_CONF_SRC:-/etc/ovsflow/10-ovsflow.conflist}
 PLUGINS=${PLUGINS:-ovs-bridge ovs-portmap}
-OPTIONAL_PLUGINS=${OPTIONAL_PLUGINS-host-local}
 WATCH_INTERVAL=${WATCH_INTERVAL:-30}
+OPTIONAL_PLUGINS=${OPTIONAL_PLUGINS-host-local loopback}
 
 log() { echo "install-cni: $*"; }
 
@@ -43,6 +50,31 @@ install_file() {
 	log "installed $2"
 }
 
+# pod_cidrs prints this node's pod CIDRs, comma-separated.
+pod_cidrs() {
+	if [ -n "${OVSFLOW_POD_CIDRS:-}" ]; then
+		echo "$OVSFLOW_POD_CIDRS"
+	elif [ -n "${OVSFLOW_POD_CIDRS_FILE:-}" ]; then
+		[ -r "$OVSFLOW_POD_CIDRS_FILE" ] || { log "OVSFLOW_POD_CIDRS_FILE=$OVSFLOW_POD_CIDRS_FILE: cannot read it" >&2; return 1; }
+		tr -s ' \t\n' ',,,' <"$OVSFLOW_POD_CIDRS_FILE"
+	# ---- The Node object's spec.podCIDRs (issue 15 implements node_pod_cidrs_from_api). ----
+	elif command -v node_pod_cidrs_from_api >/dev/null 2>&1; then
+		node_pod_cidrs_from_api
+	else
+		log "no pod CIDRs: set OVSFLOW_POD_CIDRS or OVSFLOW_POD_CIDRS_FILE (reading the Node object's spec.podCIDRs is not available in this installer)" >&2
+		return 1
+	fi
+}
+
+# render_conflist writes the node's conflist (CNI_CONF_SRC with its pod ranges) to $1.
+render_conflist() {
+	cidrs=$(pod_cidrs) || return 1
+	"$SRC_BIN_DIR/ovsflow-conflist" -pod-cidrs "$cidrs" <"$CNI_CONF_SRC" >"$1" || {
+		log "rendering $CNI_CONF_SRC for pod CIDRs $cidrs failed" >&2
+		return 1
+	}
+}
+
 sync_once() {
 	mkdir -p "$CNI_BIN_DIR" "$CNI_CONF_DIR"
 	for p in $PLUGINS; do
@@ -52,7 +84,13 @@ sync_once() {
 		[ -e "$CNI_BIN_DIR/$p" ] || install_file "$SRC_BIN_DIR/$p" "$CNI_BIN_DIR/$p" 0755
 	done
 	# The conflist last: the runtime sees the network only once its plugins are there.
-	install_file "$CNI_CONF_SRC" "$CNI_CONF_DIR/$(basename "$CNI_CONF_SRC")" 0644
+	rendered="$CNI_CONF_DIR/.$(basename "$CNI_CONF_SRC").rendered.$$"
+	if ! render_conflist "$rendered"; then
+		rm -f "$rendered"
+		return 1
+	fi
+	install_file "$rendered" "$CNI_CONF_DIR/$(basename "$CNI_CONF_SRC")" 0644
+	rm -f "$rendered"
 }
 
 case ${1:-} in
@@ -66,7 +104,7 @@ case ${1:-} in
 	done
 	;;
 *)
-	sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

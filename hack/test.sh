@@ -23,3 +23,12 @@ echo "== go test (unit and end-to-end)"
 # -p 1: the end-to-end packages each start their own Open vSwitch sandbox;
 # running them one at a time keeps a 2-core machine responsive.
 go test -count=1 -p 1 -timeout 30m "$@" ./...
+
+echo "== ovs-in-docker (multi-node: nodes as Docker containers, hack/ovs-in-docker.sh)"
+if [ "$(id -u)" = 0 ]; then
+	hack/ovs-in-docker.sh test
+elif [ -n "${CI:-}" ]; then
+	echo "ovs-in-docker needs root in CI" >&2; exit 1
+else
+	echo "*** not root: hack/ovs-in-docker.sh test SKIPPED ***" >&2
+fi

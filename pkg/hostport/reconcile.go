@@ -208,6 +208,7 @@ func ReconcileMain(args []string, out io.Writer) int {
 		defer cancel()
 		cli, err := ovsdb.Dial(ctx, *endpoint)
 		if err != nil {
+			fmt.Fprintf(out, "%s reconcile: error: %v\n", time.Now().UTC().Format(time.RFC3339), err)
 			return err
 		}
 		defer cli.Close()

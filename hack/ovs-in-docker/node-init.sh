@@ -1,0 +1,86 @@
+#!/bin/bash
+# node-init.sh: PID 1 of an ovs-in-docker node (hack/ovs-in-docker.sh), run on
+# every start of the container, as a node boots:
+#   1. ovsdb-server (as the openvswitch user: db.sock is that user's) and
+#      ovs-vswitchd (root), from the database kept in the container;
+#   2. deploy/node-prep.sh: br0 with the uplink eth0, addresses moved,
+#      uplink isolation (netdev), forwarding; then routes to the other nodes'
+#      pod CIDRs ($OID_ROUTES: "CIDR via ADDR" separated by commas);
+#   3. containerd with its CRI plugin, the pause and app images imported;
+#   4. install-cni.sh as the DaemonSet's init container runs it (its env,
+#      /host/... paths), with this node's $OVSFLOW_POD_CIDRS;
+#   5. `ovs-portmap reconcile -watch` as the DaemonSet's reconcile container
+#      runs it: root with no capability but those the manifest grants, no
+#      new privileges, /proc/sys and / read-only (oid-reconcile);
+# then /run/oid/ready. Logs in /var/log/oid/.
+#
+#   node-init.sh             boot (the entrypoint)
+#   node-init.sh ovs-restart kill ovs-vswitchd and ovsdb-server and start them again
+set -euo pipefail
+mkdir -p /run/oid /var/log/oid /run/openvswitch /var/log/openvswitch
+log() { echo "node-init: $(date +%T.%N | cut -c1-12) $*"; }
+
+start_ovs() {
+	[ -f /etc/openvswitch/conf.db ] || ovsdb-tool create /etc/openvswitch/conf.db /usr/share/openvswitch/vswitch.ovsschema
+	mkdir -p /var/lib/openvswitch
+	chown -R openvswitch:openvswitch /etc/openvswitch /var/lib/openvswitch /run/openvswitch /var/log/openvswitch
+	ovsdb-server /etc/openvswitch/conf.db --remote=punix:/run/openvswitch/db.sock \
+		--pidfile=/run/openvswitch/ovsdb-server.pid --detach --log-file=/var/log/openvswitch/ovsdb-server.log \
+		--user=openvswitch:openvswitch -vconsole:warn
+	ovs-vsctl --no-wait init
+	ovs-vsctl --no-wait set Open_vSwitch . external_ids:hostname="$(hostname)"
+	ovs-vswitchd --pidfile=/run/openvswitch/ovs-vswitchd.pid --detach --log-file=/var/log/openvswitch/ovs-vswitchd.log -vconsole:warn
+	ovs-vsctl --timeout=10 show >/dev/null
+	log "Open vSwitch up"
+}
+
+stop_ovs() {
+	for d in ovs-vswitchd ovsdb-server; do
+		[ -f "/run/openvswitch/$d.pid" ] || continue
+		pid=$(cat "/run/openvswitch/$d.pid")
+		kill -9 "$pid" 2>/dev/null || true
+		while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+		rm -f "/run/openvswitch/$d.pid"
+	done
+	log "Open vSwitch stopped"
+}
+
+if [ "${1:-}" = ovs-restart ]; then
+	stop_ovs
+	start_ovs
+	exit 0
+fi
+
+exec > >(tee -a /var/log/oid/node-init.log) 2>&1
+log "boot of $(hostname): pod CIDRs $OVSFLOW_POD_CIDRS, datapath ${DATAPATH:-auto}"
+rm -f /run/oid/ready
+start_ovs
+/usr/local/sbin/node-prep.sh br0 eth0
+IFS=, read -ra routes <<<"${OID_ROUTES:-}"
+for r in "${routes[@]}"; do
+	[ -n "$r" ] || continue
+	fam=-4
+	[[ $r == *:* ]] && fam=-6
+	# shellcheck disable=SC2086
+	ip $fam route replace $r dev br0
+	log "route $r"
+done
+
+containerd >>/var/log/oid/containerd.log 2>&1 &
+for _ in $(seq 150); do crictl info >/dev/null 2>&1 && break; sleep 0.2; done
+crictl info >/dev/null || { log "containerd did not come up"; exit 1; }
+for t in /opt/oid/images/*.tar; do ctr -n k8s.io images import --no-unpack "$t" >/dev/null; done
+log "containerd up, images imported"
+
+# The DaemonSet's init container: its environment (deploy/ovsflow-cni.yaml)
+# and mounts (/host/opt/cni/bin, /host/etc/cni/net.d are the node's dirs).
+env SRC_BIN_DIR=/opt/ovsflow/bin CNI_BIN_DIR=/host/opt/cni/bin CNI_CONF_DIR=/host/etc/cni/net.d \
+	CNI_CONF_SRC=/etc/ovsflow/10-ovsflow.conflist PLUGINS="ovs-bridge ovs-portmap" \
+	OPTIONAL_PLUGINS="host-local loopback" OVSFLOW_POD_CIDRS="$OVSFLOW_POD_CIDRS" /install-cni.sh
+
+/usr/local/sbin/oid-reconcile >>/var/log/oid/reconcile.log 2>&1 &
+touch /run/oid/ready
+log "ready"
+trap 'exit 0' TERM INT
+sleep infinity &
+wait $!

@@ -1,0 +1,46 @@
+package conflist
+
+import (
+	"encoding/json"
+	"net/netip"
+	"reflect"
+	"testing"
+)
+
+func TestParseCIDRs(t *testing.T) {
+	got, err := ParseCIDRs(" 198.51.100.0/26, 2001:db8:10:1::/64 ,")
+	if err != nil || len(got) != 2 || got[0] != netip.MustParsePrefix("198.51.100.0/26") || got[1] != netip.MustParsePrefix("2001:db8:10:1::/64") {
+		t.Errorf("ParseCIDRs: %v, %v", got, err)
+	}
+	for _, bad := range []string{"", ",", "198.51.100.1/26", "198.51.100.0/31", "2001:db8::/127", "nonsense", "198.51.100.0"} {
+		if _, err := ParseCIDRs(bad); err == nil {
+			t.Errorf("ParseCIDRs(%q): no error", bad)
+		}
+	}
+}
+
+func TestRender(t *testing.T) {
+	tmpl := `{"cniVersion":"1.0.0","name":"n","x":1,"plugins":[
+	  {"type":"ovs-bridge","bridge":"br0","ipam":{"type":"host-local","dataDir":"/d","subnet":"192.0.2.0/24",
+	   "ranges":[[{"subnet":"192.0.2.0/24"}]],"routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"},{"dst":"203.0.113.0/24"}]}},
+	  {"type":"ovs-portmap","capabilities":{"portMappings":true}}]}`
+	out, err := Render([]byte(tmpl), []netip.Prefix{netip.MustParsePrefix("2001:db8:10:1::/64")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want any
+	json.Unmarshal(out, &got)
+	json.Unmarshal([]byte(`{"cniVersion":"1.0.0","name":"n","x":1,"plugins":[
+	  {"type":"ovs-bridge","bridge":"br0","ipam":{"type":"host-local","dataDir":"/d",
+	   "ranges":[[{"subnet":"2001:db8:10:1::/64","gateway":"2001:db8:10:1::1"}]],"routes":[{"dst":"::/0"}]}},
+	  {"type":"ovs-portmap","capabilities":{"portMappings":true}}]}`), &want)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Render:\n got %s", out)
+	}
+	if _, err := Render([]byte(`{"plugins":[{"type":"ovs-bridge","ipam":{"type":"static"}}]}`), []netip.Prefix{netip.MustParsePrefix("2001:db8::/64")}); err == nil {
+		t.Error("Render of a template without host-local: no error")
+	}
+	if _, err := Render([]byte(`{`), nil); err == nil {
+		t.Error("Render of a broken template: no error")
+	}
+}

@@ -83,8 +83,16 @@ clean() {
 	[ -z "$x" ] || { echo "$node: veths left: $x"; bad=1; }
 	# Flows of any attachment (host ports, port security); the bridge's shared
 	# flows of tables 42 and 43 (cookie kind 0) stay, as the nft tables do.
-	x=$(lists flows ovs-ofctl dump-flows br0 "cookie=0x0fc5000000000000/0xffff000000000000") || bad=1
-	x=$(grep cookie= <<<"$x" | grep -v 'cookie=0xfc5000000000000,' || true)
+	# The tombstones of deleted ports (kind 3) go by their 10 s hard timeout:
+	# wait for that, so that the check proves they do go.
+	local i
+	for i in $(seq 12); do
+		x=$(lists flows ovs-ofctl dump-flows br0 "cookie=0x0fc5000000000000/0xffff000000000000") || bad=1
+		x=$(grep cookie= <<<"$x" | grep -v 'cookie=0xfc5000000000000,' || true)
+		# done when none is left, or when one is left that is not a tombstone
+		if [ -z "$x" ] || grep -qv 'cookie=0xfc5030000000000,' <<<"$x"; then break; fi
+		sleep 1
+	done
 	[ -z "$x" ] || { echo "$node: flows of ours left:"; echo "$x" | cut -c1-160 | head -5; bad=1; }
 	for fam in ip ip6; do
 		# No table (never a host port on this node) is no element either.

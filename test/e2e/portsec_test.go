@@ -3,6 +3,7 @@ package e2e
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 )
@@ -79,5 +80,36 @@ func TestPortSecurity(t *testing.T) {
 	}
 	if fl := (&ovsHost{bridge: br}).flowsOf(t, flows.AttachmentCookie(a.id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(fl) != 0 {
 		t.Errorf("after DEL: port security flows %v", fl)
+	}
+}
+
+// DEL leaves a tombstone for the port (everything it receives is dropped
+// until ovs-vswitchd has removed it), and the tombstone goes by its hard
+// timeout.
+func TestDelTombstone(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", "tomb", bridgeConf(br, t.TempDir(), nil)))
+	c := newContainer(t)
+	n.mustAdd(t, c, "eth0", nil)
+	ofport := vsctl(t, "get", "Interface", hostVeth(c, "eth0"), "ofport")
+	if err := n.del(c, "eth0", nil); err != nil {
+		t.Fatal(err)
+	}
+	h := &ovsHost{bridge: br}
+	tomb := flows.CookieSuite | flows.Cookie(flows.CookieKindTombstone)<<flows.CookieKindShift
+	got := h.flowsOf(t, tomb)
+	if len(got) != 1 || !strings.Contains(got[0], "in_port="+ofport+" ") || !strings.Contains(got[0], "hard_timeout=10") {
+		t.Fatalf("after DEL: tombstone flows %q, want one for in_port=%s with hard_timeout=10", got, ofport)
+	}
+	if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(fl) != 0 {
+		t.Errorf("after DEL: port security flows %v", fl)
+	}
+	deadline := timeNow().Add(flows.TombstoneTimeout*time.Second + 3*time.Second)
+	for len(h.flowsOf(t, tomb)) > 0 {
+		if timeNow().After(deadline) {
+			t.Fatalf("tombstone still there %d s after DEL", flows.TombstoneTimeout+3)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }

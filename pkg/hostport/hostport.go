@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -163,7 +164,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	if err := br.ApplyBundle(ctx, pl.Bundle(a)); err != nil {
 		return err
 	}
-	if err := setZoneLimits(ctx, target, pl); err != nil {
+	if err := ensureZoneLimits(ctx, cli, p.Port.ExternalIDs[ovsdb.KeyBridge], target, pl); err != nil {
 		return err
 	}
 	defer func() {
@@ -213,6 +214,45 @@ func setZoneLimits(ctx context.Context, target string, pl flows.Pipeline) error 
 		return nil
 	}
 	return err
+}
+
+// KeyZoneLimits is the Bridge external_ids key that records the zone limits
+// last set for the bridge's ovs-vswitchd: "<its pid>/<zone=limit,...>".
+const KeyZoneLimits = "ovsflow.io/zone-limits"
+
+// ensureZoneLimits sets the zone limits unless the bridge records that this
+// very ovs-vswitchd has them already: an OVSDB select costs a fraction of a
+// request to ovs-vswitchd, which waits behind its reconfigurations.
+func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, bridge, target string, pl flows.Pipeline) error {
+	sock, err := unixctl.Socket(target)
+	if err != nil {
+		return setZoneLimits(ctx, target, pl) // a tcp: target, or the error
+	}
+	want := sock + "/" + zoneLimitsString(pl)
+	br, err := cli.Bridge(ctx, bridge)
+	if err != nil {
+		return err
+	}
+	if br != nil && br.ExternalIDs[KeyZoneLimits] == want {
+		return nil
+	}
+	if err := setZoneLimits(ctx, target, pl); err != nil {
+		return err
+	}
+	if br == nil {
+		return nil
+	}
+	return cli.SetBridgeExternalIDs(ctx, br.UUID, map[string]string{KeyZoneLimits: want})
+}
+
+func zoneLimitsString(pl flows.Pipeline) string {
+	l := pl.ZoneLimits()
+	zones := slices.Sorted(maps.Keys(l))
+	parts := make([]string, len(zones))
+	for i, z := range zones {
+		parts[i] = fmt.Sprintf("zone=%d,limit=%d", z, l[z])
+	}
+	return strings.Join(parts, " ")
 }
 
 // flushConntrack drops the entries of the rules' UDP/SCTP host ports, so that

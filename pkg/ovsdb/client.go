@@ -677,8 +677,14 @@ func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
 // keep their value (an OVSDB map insert does not overwrite).
 func (c *Client) SetBridgeExternalIDs(ctx context.Context, bridgeUUID string, set map[string]string) error {
 	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: bridgeUUID})}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	// A map insert keeps a key that is already there: delete the keys first.
 	_, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableBridge, Where: where,
-		Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(set))}})
+		Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, strSet(keys...)),
+			*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(set))}})
 	if err != nil {
 		return fmt.Errorf("recording on bridge %s: %w", bridgeUUID, err)
 	}

@@ -1,10 +1,8 @@
 package hostport
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 
 	"github.com/google/nftables"
@@ -78,49 +76,33 @@ func nftElements(rules []flows.Rule, remove bool) string {
 }
 
 // ApplyNodeLocal adds (or removes) the elements of rules (exported for the
-// benchmark's step-by-step replay, hack/bench); without our tables
-// and without nft on the node it does nothing (node-local host ports are then
-// not served). opts select the netlink connection (the tests' netns); the
-// plugin uses the current netns.
+// benchmark's step-by-step replay, hack/bench). opts select the netlink
+// connection (the tests' netns); the plugin uses the current netns.
 //
-// The elements alone are sent first, as one netlink batch (sendElements; an
-// add costs a tenth of an nft exec, BenchmarkNodeLocal); the tables are
-// declared by the nft script only when they are missing (first use on the
+// The elements alone are sent first, as one netlink batch (an add costs a
+// tenth of an nft exec, BenchmarkNodeLocal); the tables are declared, in the
+// same batch as the elements, only when they are missing (first use on the
 // node, or after a flush), since declaring the hooked base chain again costs
 // the kernel about 10 ms.
 func ApplyNodeLocal(ctx context.Context, rules []flows.Rule, remove bool, opts ...nftables.ConnOption) error {
 	if len(rules) == 0 {
 		return nil
 	}
-	err := sendElements(rules, remove, opts...)
-	switch {
-	case err == nil:
-		return nil
-	case tablesMissing(err):
-		return runNft(ctx, nftScript(rules, remove, false))
+	err := sendElements(rules, remove, false, false, opts...)
+	if err != nil && tablesMissing(err) {
+		err = sendElements(rules, remove, true, false, opts...)
 	}
-	return fmt.Errorf("nft (node-local host ports): %w", err)
+	if err != nil {
+		return fmt.Errorf("nft (node-local host ports): %w", err)
+	}
+	return nil
 }
 
-// rebuildNodeLocal replaces the elements of both maps with those of rules, in
-// one nft transaction (reconcile).
-func rebuildNodeLocal(ctx context.Context, rules []flows.Rule) error {
-	return runNft(ctx, nftScript(rules, false, true))
-}
-
-func runNft(ctx context.Context, script string) error {
-	if script == "" {
-		return nil
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		return nil
-	}
-	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(script)
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("nft (node-local host ports): %w: %s", err, strings.TrimSpace(errb.String()))
+// rebuildNodeLocal declares both families' tables and replaces the elements
+// of both maps with those of rules, in one netlink batch (reconcile).
+func rebuildNodeLocal(ctx context.Context, rules []flows.Rule, opts ...nftables.ConnOption) error {
+	if err := sendElements(rules, false, true, true, opts...); err != nil {
+		return fmt.Errorf("nft (node-local host ports): %w", err)
 	}
 	return nil
 }

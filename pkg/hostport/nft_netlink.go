@@ -4,18 +4,21 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 )
 
-// The hot path of node-local host ports: the map elements of an ADD or a DEL
-// go to the kernel as one netlink batch instead of an `nft -f` exec, which
-// cost milliseconds of wall and CPU time per call (BenchmarkNodeLocal). The
-// tables, maps and chains stay declared by nftScript (nft.go); this file only
-// adds and deletes elements.
+// Node-local host ports over netlink: no nft binary is needed on the node.
+// The map elements of an ADD or a DEL go to the kernel as one netlink batch
+// (an `nft -f` exec cost milliseconds of wall and CPU time per call,
+// BenchmarkNodeLocal); the tables, maps and chains, which nftScript (nft.go)
+// renders as text for people and tests, are declared in the same kind of
+// batch by nftDeclare when they are missing.
 
 // nftHostports names the map of one family. Only the table (name, family)
 // and the set name reach the kernel: google/nftables encodes an element from
@@ -65,13 +68,29 @@ func appendPort(b []byte, p uint16) []byte {
 // families if mixed), with the semantics of nftElements: with remove, each
 // element is added then deleted, so that the delete succeeds when it is
 // already gone. Each element is its own message, in nftElements's order, so
-// that rules repeating a key behave as they do in nft -f.
-func sendElements(rules []flows.Rule, remove bool, opts ...nftables.ConnOption) error {
+// that rules repeating a key behave as they do in nft -f. With declare, the
+// tables, maps and chains of the families concerned (both with rebuild,
+// whose maps are also flushed first) go in the same batch (nftDeclare).
+func sendElements(rules []flows.Rule, remove, declare, rebuild bool, opts ...nftables.ConnOption) error {
 	c, err := nftables.New(opts...)
 	if err != nil {
 		return err
 	}
 	sets := [2]*nftables.Set{nftHostports(false), nftHostports(true)}
+	if declare || rebuild {
+		for _, v4 := range []bool{true, false} { // in nftScript's order: ip, then ip6
+			i := 0
+			if v4 {
+				i = 1
+			}
+			if rebuild || slices.ContainsFunc(rules, func(r flows.Rule) bool { return r.NodeIP.Is4() == v4 }) {
+				sets[i] = nftDeclare(c, v4)
+				if rebuild {
+					c.FlushSet(sets[i])
+				}
+			}
+		}
+	}
 	for _, r := range rules {
 		s := sets[0]
 		if r.NodeIP.Is4() {
@@ -91,8 +110,47 @@ func sendElements(rules []flows.Rule, remove bool, opts ...nftables.ConnOption) 
 }
 
 // tablesMissing reports whether a batch failed because a table or map of ours
-// does not exist (ENOENT: first use on the node, or after a flush), or because
-// the kernel has no nf_tables at all; the nft script is then the way on.
+// does not exist (ENOENT: first use on the node, or after a flush): they are
+// then declared in the batch.
 func tablesMissing(err error) bool {
-	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EPROTONOSUPPORT)
+	return errors.Is(err, unix.ENOENT)
+}
+
+// nftDeclare adds to c, for one family, what nftScript declares: the table,
+// the map, the output chain hooked at nat/output with its single rule
+// (flushed and added again, so that it is never doubled), as nft -f does
+// with "add" (idempotent) commands. The rule is the netlink form of
+//
+//	dnat ip to ip daddr . meta l4proto . th dport map @hostports
+//
+// as nft --debug=netlink shows it: the concatenated key is loaded into
+// consecutive 32-bit registers from NFT_REG_1 on, looked up, and the data
+// (address . port) comes back from NFT_REG_1 for the NAT expression.
+func nftDeclare(c *nftables.Conn, v4 bool) *nftables.Set {
+	fam, addrType, nfproto := nftables.TableFamilyIPv6, nftables.TypeIP6Addr, uint32(unix.NFPROTO_IPV6)
+	daddrOff, addrLen := uint32(24), uint32(16)
+	if v4 {
+		fam, addrType, nfproto = nftables.TableFamilyIPv4, nftables.TypeIPAddr, uint32(unix.NFPROTO_IPV4)
+		daddrOff, addrLen = 16, 4
+	}
+	t := c.AddTable(&nftables.Table{Name: nftTable, Family: fam})
+	set := &nftables.Set{Table: t, Name: "hostports", IsMap: true, Concatenation: true,
+		KeyType:  nftables.MustConcatSetType(addrType, nftables.TypeInetProto, nftables.TypeInetService),
+		DataType: nftables.MustConcatSetType(addrType, nftables.TypeInetService)}
+	_ = c.AddSet(set, nil) // fails only on a malformed set, which this is not
+	accept := nftables.ChainPolicyAccept
+	ch := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityRef(-100), Policy: &accept})
+	c.FlushChain(ch)
+	// 32-bit registers: NFT_REG32_00 (8) is the first word of NFT_REG_1.
+	const reg1, reg32 = 1, 8
+	protoReg := reg32 + addrLen/4
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: daddrOff, Len: addrLen},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: protoReg},
+		&expr.Payload{DestRegister: protoReg + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: reg1, DestRegister: reg1, IsDestRegSet: true, SetName: set.Name},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: nfproto, RegAddrMin: reg1, RegProtoMin: reg32 + addrLen/4},
+	}})
+	return set
 }

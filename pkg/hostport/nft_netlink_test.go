@@ -112,16 +112,35 @@ func nodeLocal(fd int, rules []flows.Rule, remove bool) error {
 	})
 }
 
-// execElements is the former hot path: the elements alone through nft -f.
-func execElements(fd int, rules []flows.Rule, remove bool) error {
-	return inNetNS(fd, func() error { return runNft(context.Background(), nftElements(rules, remove)) })
+// runNft is the reference: the same declarations and elements through nft -f.
+func runNft(script string) error {
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft -f: %w: %s", err, out)
+	}
+	return nil
 }
 
-// coldPath declares both families' tables, as the first use on a node does.
+// execElements is the former hot path: the elements alone through nft -f.
+func execElements(fd int, rules []flows.Rule, remove bool) error {
+	return inNetNS(fd, func() error { return runNft(nftElements(rules, remove)) })
+}
+
+// coldPath declares both families' tables, as the first use on a node does
+// (over netlink).
 func coldPath(tb testing.TB, fd int) {
 	tb.Helper()
 	if err := inNetNS(fd, func() error { return rebuildNodeLocal(context.Background(), nil) }); err != nil {
 		tb.Fatalf("cold path: %v", err)
+	}
+}
+
+// coldPathNft declares them through nft -f, as the plugins did before.
+func coldPathNft(tb testing.TB, fd int) {
+	tb.Helper()
+	if err := inNetNS(fd, func() error { return runNft(nftScript(nil, false, true)) }); err != nil {
+		tb.Fatalf("cold path (nft): %v", err)
 	}
 }
 
@@ -212,10 +231,18 @@ func TestNodeLocalNetlink(t *testing.T) {
 	kept, gone := testRules[:4], testRules[4:]
 
 	t.Run("cold path creates the tables", func(t *testing.T) {
-		ns := newNetNS(t)
+		ns, ref := newNetNS(t), newNetNS(t)
 		coldPath(t, ns)
+		coldPathNft(t, ref)
 		for _, fam := range []string{"ip", "ip6"} {
 			out := nftIn(t, ns, "list", "table", fam, nftTable)
+			// Declared over netlink, they are what nft declares from the script.
+			if want := nftIn(t, ref, "list", "table", fam, nftTable); out != want {
+				t.Errorf("table %s %s over netlink:\n%s\nby nft -f:\n%s", fam, nftTable, out, want)
+			}
+			if got, want := nftIn(t, ns, "-j", "list", "table", fam, nftTable), nftIn(t, ref, "-j", "list", "table", fam, nftTable); got != want {
+				t.Errorf("table %s %s as JSON over netlink:\n%s\nby nft -f:\n%s", fam, nftTable, got, want)
+			}
 			for _, want := range []string{"map hostports", "chain output", "type nat hook output priority -100", "dnat " + fam + " to " + fam + " daddr . meta l4proto . th dport map @hostports"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("table %s %s: got\n%s\nwant it to contain %q", fam, nftTable, out, want)
@@ -229,7 +256,7 @@ func TestNodeLocalNetlink(t *testing.T) {
 	// every step.
 	ns, ref := newNetNS(t), newNetNS(t)
 	coldPath(t, ns)
-	coldPath(t, ref)
+	coldPathNft(t, ref)
 	empty := listing(t, ns)
 	steps := []struct {
 		name   string
@@ -266,22 +293,22 @@ func TestNodeLocalNetlink(t *testing.T) {
 		t.Errorf("after removing everything: got %q, want no elements", got)
 	}
 
-	t.Run("missing table falls back to the script", func(t *testing.T) {
+	t.Run("missing table: declared in the batch", func(t *testing.T) {
 		ns, ref := newNetNS(t), newNetNS(t)
-		if err := sendElements(testRules, false, nftables.WithNetNSFd(ns)); !errors.Is(err, unix.ENOENT) {
+		if err := sendElements(testRules, false, false, false, nftables.WithNetNSFd(ns)); !errors.Is(err, unix.ENOENT) {
 			t.Fatalf("netlink batch without the tables: got %v, want ENOENT", err)
 		}
 		if err := nodeLocal(ns, testRules, false); err != nil {
 			t.Fatalf("got %v, want the fallback to succeed", err)
 		}
-		coldPath(t, ref)
+		coldPathNft(t, ref)
 		if err := execElements(ref, testRules, false); err != nil {
 			t.Fatal(err)
 		}
 		if got, want := listing(t, ns), listing(t, ref); got != want {
 			t.Errorf("got\n%s\nwant\n%s", got, want)
 		}
-		// One family missing fails the whole batch; the script restores it.
+		// One family missing fails the whole batch; the retry declares it.
 		nftIn(t, ns, "delete", "table", "ip6", nftTable)
 		if err := nodeLocal(ns, gone, true); err != nil {
 			t.Fatalf("got %v, want the fallback to succeed", err)
@@ -300,14 +327,16 @@ func TestNodeLocalNetlink(t *testing.T) {
 		}
 	})
 
-	t.Run("no tables and no nft: nothing", func(t *testing.T) {
+	t.Run("no nft on the node: served all the same", func(t *testing.T) {
 		ns := newNetNS(t)
+		path := os.Getenv("PATH")
 		t.Setenv("PATH", t.TempDir())
 		if err := nodeLocal(ns, testRules, false); err != nil {
-			t.Fatalf("got %v, want nothing done", err)
+			t.Fatalf("without nft in PATH: %v", err)
 		}
-		if err := sendElements(testRules, false, nftables.WithNetNSFd(ns)); !errors.Is(err, unix.ENOENT) {
-			t.Errorf("got %v, want ENOENT: still no tables", err)
+		t.Setenv("PATH", path)
+		if got, want := elements(t, ns), elementsOf(testRules); !slices.Equal(got, want) {
+			t.Errorf("elements: got %q, want %q", got, want)
 		}
 	})
 
@@ -372,7 +401,7 @@ func BenchmarkNodeLocal(b *testing.B) {
 	}{
 		// The plugin's path: the current netns, no WithNetNSFd.
 		{"netlink", func(remove bool) error { return ApplyNodeLocal(context.Background(), rules, remove) }},
-		{"nft-exec", func(remove bool) error { return runNft(context.Background(), nftElements(rules, remove)) }},
+		{"nft-exec", func(remove bool) error { return runNft(nftElements(rules, remove)) }},
 	}
 	for _, p := range paths {
 		for _, remove := range []bool{false, true} {

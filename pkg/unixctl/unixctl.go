@@ -1,6 +1,7 @@
 // Package unixctl talks to ovs-vswitchd's control socket (the one
-// ovs-appctl uses: <run dir>/ovs-vswitchd.<pid>.ctl, JSON-RPC 1.0) for what
-// OpenFlow and OVSDB cannot do: the conntrack zone limits of the datapaths.
+// ovs-appctl uses: <run dir>/ovs-vswitchd.<pid>.ctl, JSON-RPC 1.0) for the
+// datapaths' conntrack: zone limits, which neither OpenFlow nor OVSDB sets,
+// and flushes (ovs-ofctl ct-flush without the exec).
 package unixctl
 
 import (
@@ -77,10 +78,14 @@ func SetZoneLimits(ctx context.Context, target string, limits map[uint16]uint32)
 	}) {
 		args = append(args, fmt.Sprintf("zone=%d,limit=%d", z, limits[z]))
 	}
-	// Without a datapath name dpctl takes the only one there is: one round
-	// trip on the usual node. With several (or none) it fails, and each is
-	// named in turn.
-	_, err = call(ctx, sock, "dpctl/ct-set-limits", args...)
+	return onEachDatapath(ctx, sock, "dpctl/ct-set-limits", args...)
+}
+
+// onEachDatapath runs a dpctl command. Without a datapath name dpctl takes
+// the only one there is: one round trip on the usual node. With several (or
+// none) that fails, and each is named in turn.
+func onEachDatapath(ctx context.Context, sock, command string, args ...string) error {
+	_, err := call(ctx, sock, command, args...)
 	if err == nil {
 		return nil
 	}
@@ -89,9 +94,21 @@ func SetZoneLimits(ctx context.Context, target string, limits map[uint16]uint32)
 		return err
 	}
 	for _, dp := range strings.Fields(out) {
-		if _, err := call(ctx, sock, "dpctl/ct-set-limits", append([]string{dp}, args...)...); err != nil {
+		if _, err := call(ctx, sock, command, append([]string{dp}, args...)...); err != nil {
 			return fmt.Errorf("datapath %s: %w", dp, err)
 		}
 	}
 	return nil
+}
+
+// FlushConntrack removes, on every datapath of the ovs-vswitchd behind
+// target, the conntrack entries of zone whose original direction matches
+// tuple (ovs-ofctl ct-flush syntax, e.g.
+// "ct_nw_dst=198.51.100.1,ct_nw_proto=17,ct_tp_dst=5353").
+func FlushConntrack(ctx context.Context, target string, zone uint16, tuple string) error {
+	sock, err := Socket(target)
+	if err != nil {
+		return err
+	}
+	return onEachDatapath(ctx, sock, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", zone), tuple)
 }

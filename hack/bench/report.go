@@ -129,7 +129,7 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 	}
 
 	floorTable(w, results)
-	churnTable(w, churn)
+	churnTable(w, churn, results, calls)
 
 	fmt.Fprintf(w, "## Parallel: %d concurrent callers, 0 → %d containers and back\n\n", *callers, pr.n)
 	t := &table{head: []string{"chain", "ADDs/s", "DELs/s", "ADD ratio A/x"}}
@@ -448,13 +448,30 @@ func floorTable(w io.Writer, results []*levelResult) {
 	t.print(w)
 }
 
-// churnTable prints the DEL-under-churn scenario.
-func churnTable(w io.Writer, c *churnResult) {
+// churnTable prints the DEL-under-churn scenario, with each chain's DEL at
+// the level closest to the churn's N without churn, and the plugin
+// processes' share.
+func churnTable(w io.Writer, c *churnResult, results []*levelResult, calls []call) {
 	if c == nil {
 		return
 	}
+	var ref *levelResult
+	for _, lr := range results {
+		if ref == nil || abs(lr.n-30) < abs(ref.n-30) {
+			ref = lr
+		}
+	}
 	fmt.Fprintf(w, "## DEL under churn: one DEL at a time while %d callers keep ADDing to the same chain (ms, libcni in-process)\n\n", c.churners)
-	t := &table{head: []string{"chain", "DELs", "p50", "p90", "A/x p50", "N during the DELs", "churn ADDs/s"}}
+	walls := map[string]map[string][]time.Duration{}
+	for _, cl := range calls {
+		if cl.tag == "churn" && cl.command == "DEL" {
+			if walls[cl.chain] == nil {
+				walls[cl.chain] = map[string][]time.Duration{}
+			}
+			walls[cl.chain][cl.plugin] = append(walls[cl.chain][cl.plugin], cl.wall)
+		}
+	}
+	t := &table{head: []string{"chain", "DELs", "p50", "p90", "A/x p50", "N during the DELs", "churn ADDs/s", fmt.Sprintf("DEL p50 without churn, N=%d", refN(ref)), "plugin processes' DEL wall p50 under churn"}}
 	keys := make([]string, 0, len(c.del))
 	for k := range c.del {
 		keys = append(keys, k)
@@ -465,10 +482,28 @@ func churnTable(w io.Writer, c *churnResult) {
 		if c.busy[k] > 0 {
 			rate = float64(c.adds[k]) / c.busy[k].Seconds()
 		}
+		var plugins []string
+		for pl, ws := range walls[k] {
+			plugins = append(plugins, fmt.Sprintf("%s %s", pl, ms(pct(ws, 50))))
+		}
+		slices.Sort(plugins)
+		without := "–"
+		if ref != nil {
+			without = ms(pct(ref.del[k], 50))
+		}
 		t.add(k, strconv.Itoa(len(c.del[k])), ms(pct(c.del[k], 50)), ms(pct(c.del[k], 90)), ratio(pct(c.del["A"], 50), pct(c.del[k], 50)),
-			fmt.Sprintf("%d–%d", c.minN[k], c.maxN[k]), fmt.Sprintf("%.1f", rate))
+			fmt.Sprintf("%d–%d", c.minN[k], c.maxN[k]), fmt.Sprintf("%.1f", rate), without, strings.Join(plugins, ", "))
 	}
 	t.print(w)
+}
+
+func abs(x int) int { return max(x, -x) }
+
+func refN(lr *levelResult) int {
+	if lr == nil {
+		return 0
+	}
+	return lr.n
 }
 
 func repeat(s string, n int) []string {
@@ -496,10 +531,10 @@ func traceTables(w io.Writer, traces []*traceResult) {
 		return
 	}
 	fmt.Fprintf(w, "## ovs-vswitchd's reconfigurations in one ADD and one DEL, traced (ovs-vswitchd quiet before each)\n\n")
-	fmt.Fprintf(w, "\"ended before the return\" are the bridge reconfigurations that ended while the operation was under way: it waited for them or ran alongside them; \"after\" are those that came later, until ovs-vswitchd was quiet for 0.5 s. The pass polls ovs-vswitchd about every ms: its times are not the benchmark's.\n\n")
-	t := &table{head: []string{"chain", "op", "N", "wall ms", "reconfigurations ended before the return", "after"}}
+	fmt.Fprintf(w, "\"in all\" are the bridge reconfigurations from the start of the operation until ovs-vswitchd was quiet again for 0.5 s; \"seen ending before the return\" those whose main loop iteration the poll saw end while the operation was under way (it waited for them or ran alongside them; when the loop is stuck for longer than the operation, none is seen). The pass polls ovs-vswitchd every 2 ms: its times are not the benchmark's.\n\n")
+	t := &table{head: []string{"chain", "op", "N", "wall ms", "reconfigurations in all", "seen ending before the return"}}
 	for _, tr := range traces {
-		t.add(tr.chain, tr.op, strconv.Itoa(tr.n), ms(tr.wall), strconv.Itoa(tr.during), strconv.Itoa(tr.after))
+		t.add(tr.chain, tr.op, strconv.Itoa(tr.n), ms(tr.wall), strconv.Itoa(tr.during+tr.after), strconv.Itoa(tr.during))
 	}
 	t.print(w)
 	for _, tr := range traces {

@@ -18,11 +18,11 @@ import (
 // wait for, and which": with ovs-vswitchd quiet first (its counter still for
 // half a second), it runs one ADD and one DEL of a chain that touches Open
 // vSwitch (A or F) and records, on one clock:
-//   - ovs-vswitchd's bridge_reconfigure counter, polled over unixctl about
-//     every millisecond; its main loop answers between two iterations, so a
+//   - ovs-vswitchd's bridge_reconfigure counter, polled over unixctl 2 ms
+//     after each answer; its main loop answers between two iterations, so a
 //     reply that is late tells that the loop was busy (a reconfiguration
-//     that long, or OpenFlow or OVSDB work), and a new value tells that a
-//     reconfiguration just ended;
+//     that long, or OpenFlow or OVSDB work), and a new value tells that the
+//     iteration that ran a reconfiguration just ended;
 //   - the link events of the node netns (rtnetlink): created, up, carrier,
 //     promiscuous, alias, deleted;
 //   - the Interface rows as ovsdb-server publishes them (monitor): the
@@ -31,9 +31,8 @@ import (
 //   - each plugin process libcni ran, start and end.
 // Then it waits until ovs-vswitchd is quiet again, and counts the
 // reconfigurations that came after the return (caused by the operation but
-// not waited for). The polling wakes ovs-vswitchd's main loop about a
-// thousand times a second, so the trace pass is not used for any latency
-// figure.
+// not waited for). The polling wakes ovs-vswitchd's main loop up to 500
+// times a second, so the trace pass is not used for any latency figure.
 
 type traceEvent struct {
 	at   time.Time
@@ -316,7 +315,7 @@ func traceOne(ctx context.Context, ch *chain, reconf *reconfCounter, ep string, 
 				} else if late > 3*time.Millisecond {
 					tr.add(fmt.Sprintf("ovs-vswitchd main loop busy: the poll answered after %.1f ms", float64(late.Microseconds())/1000))
 				}
-				time.Sleep(500 * time.Microsecond)
+				time.Sleep(2 * time.Millisecond)
 			}
 		}()
 		time.Sleep(20 * time.Millisecond)

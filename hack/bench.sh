@@ -2,7 +2,7 @@
 # bench.sh: this suite's CNI chain against the reference chain, side by side in
 # one run, driven by the same in-process libcni driver (hack/bench), interleaved.
 #
-#   sudo hack/bench.sh            N = 1, 10, 50, 110, 200, 500; about 8 minutes on 2 cores
+#   sudo hack/bench.sh            N = 1, 10, 50, 110, 200, 500; 9-16 minutes on 2 loaded cores
 #   sudo hack/bench.sh -quick     N = 1 and 50; about 2 minutes (CI: no time is asserted;
 #                                 it fails when an ADD or DEL fails or a host port check fails)
 #   sudo hack/bench.sh ARGS...    any other flags go to the driver (go run ./hack/bench -h)

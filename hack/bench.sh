@@ -2,16 +2,17 @@
 # bench.sh: this suite's CNI chain against the reference chain, side by side in
 # one run, driven by the same in-process libcni driver (hack/bench), interleaved.
 #
-#   sudo hack/bench.sh            N = 1, 10, 50, 200, 500; about 6 minutes on 2 cores
-#   sudo hack/bench.sh -quick     N = 1 and 50; about 1 minute (CI: no time is asserted;
-#                                 it fails only when a chain fails or a host port check fails)
+#   sudo hack/bench.sh            N = 1, 10, 50, 110, 200, 500; 9-16 minutes on 2 loaded cores
+#   sudo hack/bench.sh -quick     N = 1 and 50; about 2 minutes (CI: no time is asserted;
+#                                 it fails when an ADD or DEL fails or a host port check fails)
 #   sudo hack/bench.sh ARGS...    any other flags go to the driver (go run ./hack/bench -h)
 #
 # Chain A: ovs-bridge + host-local + ovs-portmap on a private Open vSwitch
 # (hack/ovs-sandbox.sh, userspace netdev datapath). Chains B and C: the
 # reference bridge + host-local + portmap (containernetworking/plugins, a tool
 # dependency in go.mod), iptables and nftables backends, each in a network
-# namespace of its own. Everything runs inside namespaces made for the run:
+# namespace of its own. Chain F: the Open vSwitch floor, a veth attached to
+# chain A's bridge with a bare ovs-vsctl add-port, and host-local. Everything runs inside namespaces made for the run:
 # the host's iptables, nftables, /var/lib/cni and Open vSwitch are never
 # touched. Prints tables, then one line starting with "BENCH" (docs/performance.md).
 #

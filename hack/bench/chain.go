@@ -45,6 +45,9 @@ type chain struct {
 	made     int          // containers ever made, for unique IDs
 	probe    ns.NetNS     // netns of the measured container, reused
 	ovs      *ovsNode     // chain P: its bridge (A's is nodeA)
+	floor    *floorChain  // chain F: no CNI chain, the bare Open vSwitch floor
+
+	mu *sync.Mutex // made and attached, while the churn scenario runs (shared by copies)
 }
 
 type container struct {
@@ -111,7 +114,7 @@ func newChain(key, name string, node ns.NetNS, conflist map[string]any, binDirs 
 	if err != nil {
 		return nil, err
 	}
-	return &chain{key: key, name: name, node: node, netns: nd, list: list, probe: probe, cacheDir: cacheDir,
+	return &chain{key: key, name: name, node: node, netns: nd, list: list, probe: probe, cacheDir: cacheDir, mu: &sync.Mutex{},
 		cfg: libcni.NewCNIConfigWithCacheDir(binDirs, cacheDir, ex)}, nil
 }
 
@@ -121,6 +124,11 @@ func (ch *chain) add(ctx context.Context, c *container, hostPort int) (time.Dura
 	var d time.Duration
 	err := ch.node.Do(func(ns.NetNS) error {
 		start := time.Now()
+		if ch.floor != nil {
+			err := ch.floor.add(c)
+			d = time.Since(start)
+			return err
+		}
 		_, err := ch.cfg.AddNetworkList(withChain(ctx, ch.key), ch.list, c.rt(hostPort))
 		d = time.Since(start)
 		return err
@@ -135,6 +143,11 @@ func (ch *chain) del(ctx context.Context, c *container, hostPort int) (time.Dura
 	var d time.Duration
 	err := ch.node.Do(func(ns.NetNS) error {
 		start := time.Now()
+		if ch.floor != nil {
+			err := ch.floor.del(c)
+			d = time.Since(start)
+			return err
+		}
 		err := ch.cfg.DelNetworkList(withChain(ctx, ch.key), ch.list, c.rt(hostPort))
 		d = time.Since(start)
 		return err
@@ -146,13 +159,16 @@ func (ch *chain) del(ctx context.Context, c *container, hostPort int) (time.Dura
 }
 
 func (ch *chain) newContainer() (*container, error) {
+	ch.mu.Lock()
 	ch.made++
-	id := fmt.Sprintf("bench-%s-%05d", strings.ToLower(ch.key), ch.made)
+	made := ch.made
+	ch.mu.Unlock()
+	id := fmt.Sprintf("bench-%s-%05d", strings.ToLower(ch.key), made)
 	n, err := ch.netns.create(id)
 	if err != nil {
 		return nil, err
 	}
-	return &container{id: id, ns: n, hostPort: portBase + ch.made}, nil
+	return &container{id: id, ns: n, hostPort: portBase + made}, nil
 }
 
 // parallel runs ADDs (grow) or DELs (shrink) with `callers` concurrent
@@ -168,36 +184,55 @@ func (ch *chain) parallel(ctx context.Context, target, callers int) (time.Durati
 			}
 			todo = append(todo, c)
 		}
+		ok := make([]bool, len(todo))
 		start := time.Now()
-		err := runPool(callers, len(todo), func(i int) error {
-			_, err := ch.add(ctx, todo[i], todo[i].hostPort)
-			return err
+		runPool(callers, len(todo), func(i int) {
+			ok[i] = ch.addOrUndo(ctx, todo[i])
 		})
 		d := time.Since(start)
-		ch.attached = append(ch.attached, todo...)
-		return d, err
+		for i, c := range todo {
+			if ok[i] {
+				ch.attached = append(ch.attached, c)
+			} else {
+				c.ns.Close()
+			}
+		}
+		return d, nil
 	}
 	todo := ch.attached[target:]
 	start := time.Now()
-	err := runPool(callers, len(todo), func(i int) error {
-		_, err := ch.del(ctx, todo[i], todo[i].hostPort)
-		return err
+	runPool(callers, len(todo), func(i int) {
+		if _, err := ch.del(ctx, todo[i], todo[i].hostPort); err != nil {
+			failed.record(err)
+		}
 	})
 	d := time.Since(start)
 	ch.attached = ch.attached[:target]
 	for _, c := range todo {
 		c.ns.Close()
 	}
-	return d, err
+	return d, nil
 }
 
-// runPool runs f(0..n-1) on `callers` goroutines; the first error wins.
-func runPool(callers, n int, f func(i int) error) error {
+// addOrUndo runs ADD for c; when it fails, the failure is counted and a DEL
+// cleans up after it, as a runtime does.
+func (ch *chain) addOrUndo(ctx context.Context, c *container) bool {
+	if _, err := ch.add(ctx, c, c.hostPort); err != nil {
+		failed.record(err)
+		if _, err := ch.del(ctx, c, c.hostPort); err != nil {
+			failed.record(fmt.Errorf("cleanup after the failed ADD: %w", err))
+		}
+		return false
+	}
+	return true
+}
+
+// runPool runs f(0..n-1) on `callers` goroutines.
+func runPool(callers, n int, f func(i int)) {
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		next  int
-		first error
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		next int
 	)
 	for w := 0; w < callers; w++ {
 		wg.Add(1)
@@ -207,23 +242,39 @@ func runPool(callers, n int, f func(i int) error) error {
 				mu.Lock()
 				i := next
 				next++
-				stop := first != nil
 				mu.Unlock()
-				if i >= n || stop {
+				if i >= n {
 					return
 				}
-				if err := f(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-				}
+				f(i)
 			}
 		}()
 	}
 	wg.Wait()
-	return first
+}
+
+// failures counts the ADDs and DELs that failed during the run: a failed
+// operation is counted and the run goes on (a failed ADD is followed by a
+// DEL, as a runtime does); the report prints the count and the errors, and
+// the run fails when it is not zero.
+type failures struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+var failed failures
+
+func (f *failures) record(err error) {
+	f.mu.Lock()
+	f.errs = append(f.errs, err)
+	f.mu.Unlock()
+	logf("FAILED: %v", err)
+}
+
+func (f *failures) all() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]error(nil), f.errs...)
 }
 
 // measureAdd adds one more container (the probe), whose netns is reused.

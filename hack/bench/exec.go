@@ -21,6 +21,7 @@ type call struct {
 	chain   string // chain key, from the context
 	plugin  string // binary name
 	command string // CNI_COMMAND
+	start   time.Time
 	wall    time.Duration
 	cpu     time.Duration // user+system, its delegates and helpers (IPAM, ovs-ofctl, nft) included
 	tag     string        // what the driver was doing: "probe", "fill", ...
@@ -64,7 +65,7 @@ func (e *timedExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData
 	err := c.Run()
 	wall := time.Since(start)
 	if c.ProcessState != nil {
-		cl := call{plugin: filepath.Base(pluginPath), command: envValue(environ, "CNI_COMMAND"), wall: wall,
+		cl := call{plugin: filepath.Base(pluginPath), command: envValue(environ, "CNI_COMMAND"), start: start, wall: wall,
 			cpu: c.ProcessState.UserTime() + c.ProcessState.SystemTime()}
 		if k, ok := ctx.Value(chainKey{}).(string); ok {
 			cl.chain = k

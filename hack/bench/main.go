@@ -11,12 +11,15 @@
 //	A  ovs-bridge + host-local + ovs-portmap   the sandbox netns: netdev bridge, node IP on its internal interface
 //	B  bridge + host-local + portmap           iptables backend (ipMasq, hairpin, snat), a netns made here
 //	C  same as B                               nftables backend, another netns made here
+//	F  the Open vSwitch floor (floor.go)       a veth attached with a bare ovs-vsctl add-port to A's bridge, host-local
 //
 // The last line is
 //
-//	BENCH add_p50_ratio=R add_p50_ratio_500=R del_p50_ratio=R add_growth_500=G parallel8_ratio=P rss_mb=M
+//	BENCH add_p50_ratio=R add_p50_ratio_110=R add_p50_ratio_500=R del_p50_ratio=R add_growth_500=G parallel8_ratio=P rss_mb=M
+//	      del_p50_ratio_churn=R floor_gap_ms=D floor_gap_ms_200=D failed_ops=K
 //
-// with A/B ratios of medians from this run (B = iptables).
+// (one line) with A/B ratios of medians from this run (B = iptables), A's
+// ADD p50 minus F's, and the number of ADDs and DELs that failed.
 package main
 
 import (
@@ -30,6 +33,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -42,9 +46,9 @@ var (
 	ovsdbEP  = flag.String("ovsdb", "", "OVSDB endpoint of the sandbox, unix:PATH")
 	workDir  = flag.String("work", "", "scratch directory (netns mounts, IPAM data, libcni cache)")
 	quick    = flag.Bool("quick", false, "N = 1 and 50 only, parallel phase to 50, fewer repetitions (CI)")
-	levelsF  = flag.String("levels", "", "comma-separated N (default 1,10,50,200,500; -quick: 1,50)")
+	levelsF  = flag.String("levels", "", "comma-separated N (default 1,10,50,110,200,500; -quick: 1,50)")
 	repsF    = flag.Int("reps", 0, "repetitions per N (default: 15 up to N=50, 10 above; -quick: 6)")
-	chainsF  = flag.String("chains", "A,B,C", "chains to run: A (ours), B (reference, iptables), C (reference, nftables), P (ours, binaries from -proto)")
+	chainsF  = flag.String("chains", "A,B,C,F", "chains to run: A (ours), B (reference, iptables), C (reference, nftables), F (the Open vSwitch floor), P (ours, binaries from -proto)")
 	protoDir = flag.String("proto", "", "chain P: ovs-bridge and ovs-portmap from this directory, on a second bridge (to measure a change against A in the same run)")
 	callers  = flag.Int("callers", 8, "concurrent callers of the parallel phase and of the fills")
 	parN     = flag.Int("parallel-to", 0, "containers added by the parallel phase (default 200; -quick: 50)")
@@ -52,6 +56,10 @@ var (
 	floorRep = flag.Int("floor", 20, "repetitions of the start-up (VERSION) measurement per binary")
 	shim     = flag.String("shim", "", "rssshim binary: measure peak RSS in a separate pass (hack/bench.sh sets it)")
 	rssReps  = flag.Int("rss", 5, "ADD+DEL per chain in the peak-RSS pass")
+	churners = flag.Int("churn-callers", 3, "DEL under churn: callers that keep ADDing while DELs are measured (0: no churn scenario)")
+	churnRnd = flag.Int("churn-rounds", 0, "DEL under churn: rounds per chain (default 3; -quick: 2)")
+	churnDel = flag.Int("churn-dels", 5, "DEL under churn: DELs measured per round")
+	traceF   = flag.Bool("trace", true, "at the first and last N, trace one ADD and DEL of A and F: ovs-vswitchd's reconfigurations, link and OVSDB events")
 	coldDial = flag.String("cold-dial", "", "internal: time the first and a second ovsdb.Dial in this fresh process, print them, exit")
 )
 
@@ -82,6 +90,9 @@ type levelResult struct {
 	ovsAdd, ovsDel []time.Duration
 	ovsIdle        time.Duration
 	vsShare        float64 // ovs-vswitchd's share of the daemons' CPU over the repetitions
+	// ovs-vswitchd's bridge reconfigurations from the start to the return of
+	// each ADD and DEL of the chains that touch it (A, F, P).
+	reconfAdd, reconfDel map[string][]int
 }
 
 type parResult struct {
@@ -99,17 +110,20 @@ func main() {
 	if *binDir == "" || *ovsdbEP == "" || *workDir == "" {
 		fatalf("-bin, -ovsdb and -work are required (hack/bench.sh sets them)")
 	}
-	levels := []int{1, 10, 50, 200, 500}
+	levels := []int{1, 10, 50, 110, 200, 500}
 	reps := func(n int) int {
 		if n <= 50 {
 			return 15
 		}
 		return 10
 	}
-	par, replays := 200, 10
+	par, replays, churnRounds, churnBase := 200, 10, 3, 20
 	if *quick {
-		levels, par, replays = []int{1, 50}, 50, 3
+		levels, par, replays, churnRounds, churnBase = []int{1, 50}, 50, 3, 2, 10
 		reps = func(int) int { return 6 }
+	}
+	if *churnRnd > 0 {
+		churnRounds = *churnRnd
 	}
 	if *levelsF != "" {
 		levels = nil
@@ -204,6 +218,28 @@ func main() {
 		}
 		chains = append(chains, ch)
 	}
+	if want["F"] {
+		probe, err := nd.create("probe-F")
+		if err != nil {
+			fatalf("%v", err)
+		}
+		chains = append(chains, &chain{key: "F", name: "the Open vSwitch floor: veth, bare ovs-vsctl add-port to " + ovsBridge + ", host-local (exec)",
+			node: nodeNS, netns: nd, probe: probe, mu: &sync.Mutex{},
+			floor: newFloorChain(*ovsdbEP, ovsBridge, *binDir, mustMkdir(filepath.Join(work, "ipam-F")))})
+	}
+	// cni are the chains that run CNI plugins: F takes no part in the
+	// parallel phase, the fills, the churn, the host port check or the RSS pass.
+	var cni []*chain
+	for _, ch := range chains {
+		if ch.floor == nil {
+			cni = append(cni, ch)
+		}
+	}
+	reconf, err := newReconfCounter(rundir)
+	if err != nil {
+		logf("no reconfiguration counts: %v", err)
+		reconf = nil
+	}
 	byKey := map[string]*chain{}
 	for _, ch := range chains {
 		byKey[ch.key] = ch
@@ -269,7 +305,7 @@ func main() {
 			tag = "parallel-add"
 		}
 		for done := 0; done < par; done += chunk {
-			for _, ch := range chains {
+			for _, ch := range cni {
 				target := min(done+chunk, par)
 				if !grow {
 					target = max(par-done-chunk, 0)
@@ -293,14 +329,25 @@ func main() {
 		logf("parallel %s done", tag)
 	}
 
-	// 3. Latency of one more ADD and DEL at each N.
+	// 3. DEL under churn.
+	var churn *churnResult
+	if *churners > 0 {
+		var err error
+		if churn, err = runChurn(ctx, cni, churnBase, churnRounds, *churnDel, *churners, *callers, ex); err != nil {
+			fatalf("churn: %v", err)
+		}
+		logf("DEL under churn measured")
+	}
+
+	// 4. Latency of one more ADD and DEL at each N.
 	var results []*levelResult
 	replayed := map[int]*replayResult{}
 	splits := map[int]*logSplit{}
+	var traces []*traceResult
 	sanity := map[string]string{}
 	rp := &replayer{ovsdbEP: *ovsdbEP, target: target, binDir: *binDir, ipamDir: mustMkdir(filepath.Join(work, "ipam-replay")), netns: nd}
 	for li, n := range levels {
-		for _, ch := range chains {
+		for _, ch := range cni {
 			ex.setTag("fill", len(ch.attached))
 			if _, err := ch.parallel(ctx, n, *callers); err != nil {
 				fatalf("filling to %d: %v", n, err)
@@ -310,9 +357,10 @@ func main() {
 		if len(sanity) == 0 && n >= 2 {
 			// A failed check fails the run (after the report): a chain that
 			// does not work is not measured.
-			sanity = sanityCheck(chains)
+			sanity = sanityCheck(cni)
 		}
-		lr := &levelResult{n: n, add: map[string][]time.Duration{}, del: map[string][]time.Duration{}, counts: map[string]float64{}}
+		lr := &levelResult{n: n, add: map[string][]time.Duration{}, del: map[string][]time.Duration{}, counts: map[string]float64{},
+			reconfAdd: map[string][]int{}, reconfDel: map[string][]int{}}
 		idle0 := ovsDaemonsCPU(rundir)
 		time.Sleep(time.Second)
 		lr.ovsIdle = ovsDaemonsCPU(rundir) - idle0
@@ -322,6 +370,7 @@ func main() {
 			// Rotate the order so that no chain always runs first.
 			order := append(append([]*chain(nil), chains[r%len(chains):]...), chains[:r%len(chains)]...)
 			probes := make([]*container, len(order))
+			addFailed := make([]bool, len(order))
 			for i, ch := range order {
 				ex.setTag("probe", n)
 				if ch.key == "A" {
@@ -331,23 +380,40 @@ func main() {
 					}
 					cpuAdd = now
 				}
+				rc0 := ch.reconfCount(reconf)
 				c, d, err := ch.measureAdd(ctx, r)
-				if err != nil {
-					fatalf("N=%d: %v", n, err)
-				}
+				rc1 := ch.reconfCount(reconf)
 				probes[i] = c
+				if err != nil {
+					// Counted; the DEL below cleans up after it, untimed.
+					failed.record(fmt.Errorf("N=%d: %w", n, err))
+					addFailed[i] = true
+					continue
+				}
 				lr.add[ch.key] = append(lr.add[ch.key], d)
+				if rc0 >= 0 && rc1 >= 0 {
+					lr.reconfAdd[ch.key] = append(lr.reconfAdd[ch.key], rc1-rc0)
+				}
 			}
 			for i, ch := range order {
 				if ch.key == "A" {
 					cpuDel = ovsDaemonsCPU(rundir)
 					lr.ovsAdd = append(lr.ovsAdd, cpuDel-cpuAdd)
 				}
+				rc0 := ch.reconfCount(reconf)
 				d, err := ch.del(ctx, probes[i], probePort)
+				rc1 := ch.reconfCount(reconf)
 				if err != nil {
-					fatalf("N=%d: %v", n, err)
+					failed.record(fmt.Errorf("N=%d: %w", n, err))
+					continue
+				}
+				if addFailed[i] {
+					continue
 				}
 				lr.del[ch.key] = append(lr.del[ch.key], d)
+				if rc0 >= 0 && rc1 >= 0 {
+					lr.reconfDel[ch.key] = append(lr.reconfDel[ch.key], rc1-rc0)
+				}
 			}
 		}
 		ex.setTag("", n)
@@ -359,7 +425,7 @@ func main() {
 		results = append(results, lr)
 		logf("N=%d: %d repetitions measured", n, reps(n))
 		if li == len(levels)-1 && rssP != nil {
-			for _, ch := range chains {
+			for _, ch := range cni {
 				m, err := rssP.chainRSS(ctx, ch, ex, *rssReps)
 				if err != nil {
 					fatalf("N=%d: %v", n, err)
@@ -380,20 +446,46 @@ func main() {
 			}
 			replayed[n] = res
 			logf("N=%d: replay done", n)
+			if *traceF && reconf != nil {
+				for _, ch := range chains {
+					if ch.key != "A" && ch.key != "F" {
+						continue
+					}
+					tr, err := traceOne(ctx, ch, reconf, *ovsdbEP, ex, n)
+					if err != nil {
+						fatalf("N=%d: %v", n, err)
+					}
+					traces = append(traces, tr...)
+				}
+				logf("N=%d: traces done", n)
+			}
 		}
 	}
 
-	report(os.Stdout, chains, levels, results, pr, ex.all(), bins, paths, floors, floorRSS, rss, replayed, splits, sanity)
+	report(os.Stdout, chains, levels, results, pr, ex.all(), bins, paths, floors, floorRSS, rss, replayed, splits, sanity, churn, traces, failed.all())
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Fprintf(os.Stderr, "load average at the end: %s", la)
 	}
-	for _, ch := range chains {
+	for _, ch := range cni {
 		if len(sanity) > 0 && !strings.HasPrefix(sanity[ch.key], "ok") {
 			nd.removeAll()
 			fatalf("chain %s: host port check: %s", ch.key, sanity[ch.key])
 		}
 	}
+	if errs := failed.all(); len(errs) > 0 {
+		nd.removeAll()
+		fatalf("%d ADDs or DELs failed (listed in the report)", len(errs))
+	}
 	nd.removeAll()
+}
+
+// reconfCount reads ovs-vswitchd's reconfiguration counter for the chains
+// that touch it, -1 for the others.
+func (ch *chain) reconfCount(r *reconfCounter) int {
+	if ch.key == "A" || ch.key == "F" || ch.key == "P" {
+		return r.count()
+	}
+	return -1
 }
 
 // setupOVSNode makes chain A's node: a netdev bridge with the node address

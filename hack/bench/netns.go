@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
@@ -16,6 +17,7 @@ import (
 // exec gives it one), so none of these mounts is visible outside and all of
 // them go away with the driver.
 type netnsDir struct {
+	mu    sync.Mutex
 	dir   string
 	made  []string
 	count int
@@ -45,14 +47,18 @@ func (d *netnsDir) create(name string) (ns.NetNS, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("netns %s: %w", name, err)
 	}
+	d.mu.Lock()
 	d.made = append(d.made, path)
 	d.count++
+	d.mu.Unlock()
 	return ns.GetNS(path)
 }
 
 // removeAll unmounts every namespace made; the kernel then frees each one
 // (and the veths and rules in it) once nothing holds it.
 func (d *netnsDir) removeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, p := range d.made {
 		_ = unix.Unmount(p, unix.MNT_DETACH)
 		_ = os.Remove(p)

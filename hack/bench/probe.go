@@ -16,6 +16,7 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ipam"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -326,7 +327,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return fmt.Errorf("replay port: %d, %v", len(ports), err)
 	}
 	t.mark(phPmSelect)
-	addrs, err := netlink.AddrList(bl, netlink.FAMILY_ALL)
+	addrs, err := netlinksafe.AddrList(bl, netlink.FAMILY_ALL)
 	if err != nil {
 		return err
 	}

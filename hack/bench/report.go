@@ -82,7 +82,8 @@ func (t *table) print(w io.Writer) {
 }
 
 func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, pr parResult, calls []call, bins []string, paths map[string]string,
-	floors map[string][]time.Duration, floorRSS map[string]int64, rss map[string]map[string][]int64, replays map[int]*replayResult, splits map[int]*logSplit, sanity map[string]string) {
+	floors map[string][]time.Duration, floorRSS map[string]int64, rss map[string]map[string][]int64, replays map[int]*replayResult, splits map[int]*logSplit, sanity map[string]string,
+	churn *churnResult, traces []*traceResult, errs []error) {
 	first, last := results[0], results[len(results)-1]
 	keys := make([]string, len(chains))
 	for i, ch := range chains {
@@ -91,7 +92,10 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 	fmt.Fprintf(w, "\n## Chains\n\n")
 	for _, ch := range chains {
 		check := sanity[ch.key]
-		if check == "" {
+		switch {
+		case ch.floor != nil:
+			check = "none (no host ports)"
+		case check == "":
 			check = "not run (it needs N ≥ 2)"
 		}
 		fmt.Fprintf(w, "- %s: %s; host port check: %s\n", ch.key, ch.name, check)
@@ -124,6 +128,9 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 		t.print(w)
 	}
 
+	floorTable(w, results)
+	churnTable(w, churn, results, calls)
+
 	fmt.Fprintf(w, "## Parallel: %d concurrent callers, 0 → %d containers and back\n\n", *callers, pr.n)
 	t := &table{head: []string{"chain", "ADDs/s", "DELs/s", "ADD ratio A/x"}}
 	rate := func(d time.Duration) float64 {
@@ -133,6 +140,9 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 		return float64(pr.n) / d.Seconds()
 	}
 	for _, k := range keys {
+		if pr.addTime[k] == 0 {
+			continue
+		}
 		t.add(k, fmt.Sprintf("%.1f", rate(pr.addTime[k])), fmt.Sprintf("%.1f", rate(pr.delTime[k])),
 			fmt.Sprintf("%.2f", rate(pr.addTime["A"])/rate(pr.addTime[k])))
 	}
@@ -163,8 +173,10 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 			}
 		}
 	}
-	for _, k := range keys {
-		order = append(order, pk{k, "host-local", "ADD"}, pk{k, "host-local", "DEL"})
+	for _, ch := range chains {
+		if ch.floor == nil {
+			order = append(order, pk{ch.key, "host-local", "ADD"}, pk{ch.key, "host-local", "DEL"})
+		}
 	}
 	slices.SortStableFunc(order, func(a, b pk) int { return strings.Compare(a.chain, b.chain) })
 	var rssA int64
@@ -369,8 +381,129 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 	if pr.addTime["A"] > 0 && pr.addTime["B"] > 0 {
 		parRatio = fmt.Sprintf("%.2f", pr.addTime["B"].Seconds()/pr.addTime["A"].Seconds())
 	}
-	fmt.Fprintf(w, "BENCH add_p50_ratio=%s add_p50_ratio_500=%s del_p50_ratio=%s add_growth_500=%s parallel8_ratio=%s rss_mb=%s\n",
-		get(at1, adds, "A", "B"), get(at500, adds, "A", "B"), get(at1, dels, "A", "B"), growth, parRatio, mib(rssA))
+	var at110, at200 *levelResult
+	for _, lr := range results {
+		switch lr.n {
+		case 110:
+			at110 = lr
+		case 200:
+			at200 = lr
+		}
+	}
+	gap := func(lr *levelResult) string {
+		if lr == nil || len(lr.add["A"]) == 0 || len(lr.add["F"]) == 0 {
+			return "na"
+		}
+		return ms(p50(lr, adds, "A") - p50(lr, adds, "F"))
+	}
+	churnRatio := "na"
+	if churn != nil {
+		churnRatio = ratio(pct(churn.del["A"], 50), pct(churn.del["B"], 50))
+	}
+	traceTables(w, traces)
+	fmt.Fprintf(w, "## Failed operations: %d\n\n", len(errs))
+	for i, e := range errs {
+		if i == 20 {
+			fmt.Fprintf(w, "- ... and %d more\n", len(errs)-i)
+			break
+		}
+		fmt.Fprintf(w, "- %v\n", e)
+	}
+	if len(errs) > 0 {
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "BENCH add_p50_ratio=%s add_p50_ratio_110=%s add_p50_ratio_500=%s del_p50_ratio=%s add_growth_500=%s parallel8_ratio=%s rss_mb=%s"+
+		" del_p50_ratio_churn=%s floor_gap_ms=%s floor_gap_ms_200=%s failed_ops=%d\n",
+		get(at1, adds, "A", "B"), get(at110, adds, "A", "B"), get(at500, adds, "A", "B"), get(at1, dels, "A", "B"), growth, parRatio, mib(rssA),
+		churnRatio, gap(at1), gap(at200), len(errs))
+}
+
+// floorTable compares chain A with the Open vSwitch floor (chain F) at each
+// N, with the bridge reconfigurations ovs-vswitchd ran while each operation
+// was under way (the ones it waited for, and any that others started
+// meanwhile).
+func floorTable(w io.Writer, results []*levelResult) {
+	if len(results) == 0 || len(results[0].add["F"]) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "## Against the Open vSwitch floor: chain A and chain F (bare veth + ovs-vsctl add-port + host-local), p50 ms\n\n")
+	fmt.Fprintf(w, "F is what any plugin must pay on this ovs-vswitchd: a veth (container end up in its netns, host end isolated and up), a bare `ovs-vsctl add-port` to A's bridge (it waits until ovs-vswitchd has applied it) and the host-local exec; DEL: `ovs-vsctl del-port` (waits too), the veth deleted, host-local. No flows.\n\n")
+	fmt.Fprintf(w, "\"reconf\" is ovs-vswitchd's bridge_reconfigure counter from the start to the return of the operation, p50 (max) over the repetitions; it includes reconfigurations still running from the operation before (the trace below starts from a quiet ovs-vswitchd).\n\n")
+	t := &table{head: []string{"N", "A ADD", "F ADD", "gap A−F", "A/F", "reconf A ADD", "reconf F ADD", "A DEL", "F DEL", "gap A−F", "reconf A DEL", "reconf F DEL"}}
+	rc := func(vs []int) string {
+		if len(vs) == 0 {
+			return "–"
+		}
+		v := make([]int64, len(vs))
+		for i, x := range vs {
+			v[i] = int64(x)
+		}
+		return fmt.Sprintf("%d (%d)", pctI(v, 50), maxI(v))
+	}
+	for _, lr := range results {
+		aa, fa, ad, fd := pct(lr.add["A"], 50), pct(lr.add["F"], 50), pct(lr.del["A"], 50), pct(lr.del["F"], 50)
+		t.add(strconv.Itoa(lr.n), ms(aa), ms(fa), ms(aa-fa), ratio(aa, fa), rc(lr.reconfAdd["A"]), rc(lr.reconfAdd["F"]),
+			ms(ad), ms(fd), ms(ad-fd), rc(lr.reconfDel["A"]), rc(lr.reconfDel["F"]))
+	}
+	t.print(w)
+}
+
+// churnTable prints the DEL-under-churn scenario, with each chain's DEL at
+// the level closest to the churn's N without churn, and the plugin
+// processes' share.
+func churnTable(w io.Writer, c *churnResult, results []*levelResult, calls []call) {
+	if c == nil {
+		return
+	}
+	var ref *levelResult
+	for _, lr := range results {
+		if ref == nil || abs(lr.n-30) < abs(ref.n-30) {
+			ref = lr
+		}
+	}
+	fmt.Fprintf(w, "## DEL under churn: one DEL at a time while %d callers keep ADDing to the same chain (ms, libcni in-process)\n\n", c.churners)
+	walls := map[string]map[string][]time.Duration{}
+	for _, cl := range calls {
+		if cl.tag == "churn" && cl.command == "DEL" {
+			if walls[cl.chain] == nil {
+				walls[cl.chain] = map[string][]time.Duration{}
+			}
+			walls[cl.chain][cl.plugin] = append(walls[cl.chain][cl.plugin], cl.wall)
+		}
+	}
+	t := &table{head: []string{"chain", "DELs", "p50", "p90", "A/x p50", "N during the DELs", "churn ADDs/s", fmt.Sprintf("DEL p50 without churn, N=%d", refN(ref)), "plugin processes' DEL wall p50 under churn"}}
+	keys := make([]string, 0, len(c.del))
+	for k := range c.del {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		rate := 0.0
+		if c.busy[k] > 0 {
+			rate = float64(c.adds[k]) / c.busy[k].Seconds()
+		}
+		var plugins []string
+		for pl, ws := range walls[k] {
+			plugins = append(plugins, fmt.Sprintf("%s %s", pl, ms(pct(ws, 50))))
+		}
+		slices.Sort(plugins)
+		without := "–"
+		if ref != nil {
+			without = ms(pct(ref.del[k], 50))
+		}
+		t.add(k, strconv.Itoa(len(c.del[k])), ms(pct(c.del[k], 50)), ms(pct(c.del[k], 90)), ratio(pct(c.del["A"], 50), pct(c.del[k], 50)),
+			fmt.Sprintf("%d–%d", c.minN[k], c.maxN[k]), fmt.Sprintf("%.1f", rate), without, strings.Join(plugins, ", "))
+	}
+	t.print(w)
+}
+
+func abs(x int) int { return max(x, -x) }
+
+func refN(lr *levelResult) int {
+	if lr == nil {
+		return 0
+	}
+	return lr.n
 }
 
 func repeat(s string, n int) []string {
@@ -390,4 +523,26 @@ func mean(ds []time.Duration) time.Duration {
 		s += d
 	}
 	return s / time.Duration(len(ds))
+}
+
+// traceTables prints the trace pass: the counts, then each timeline.
+func traceTables(w io.Writer, traces []*traceResult) {
+	if len(traces) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "## ovs-vswitchd's reconfigurations in one ADD and one DEL, traced (ovs-vswitchd quiet before each)\n\n")
+	fmt.Fprintf(w, "\"in all\" are the bridge reconfigurations from the start of the operation until ovs-vswitchd was quiet again for 0.5 s; \"seen ending before the return\" those whose main loop iteration the poll saw end while the operation was under way (it waited for them or ran alongside them; when the loop is stuck for longer than the operation, none is seen). The pass polls ovs-vswitchd every 2 ms: its times are not the benchmark's.\n\n")
+	t := &table{head: []string{"chain", "op", "N", "wall ms", "reconfigurations in all", "seen ending before the return"}}
+	for _, tr := range traces {
+		t.add(tr.chain, tr.op, strconv.Itoa(tr.n), ms(tr.wall), strconv.Itoa(tr.during+tr.after), strconv.Itoa(tr.during))
+	}
+	t.print(w)
+	for _, tr := range traces {
+		fmt.Fprintf(w, "### Timeline: chain %s %s at N=%d\n\n", tr.chain, tr.op, tr.n)
+		t := &table{head: []string{"ms", "event"}}
+		for _, e := range tr.events {
+			t.add(ms(e.rel), e.what)
+		}
+		t.print(w)
+	}
 }

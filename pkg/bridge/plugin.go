@@ -19,6 +19,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ip"
 	"github.com/containernetworking/plugins/pkg/ipam"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -573,7 +574,7 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 
 // hasAddrs reports whether l has every address in want, with its prefix.
 func hasAddrs(l netlink.Link, want []*netlink.Addr) bool {
-	have, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	have, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		return false
 	}

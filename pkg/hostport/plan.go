@@ -8,6 +8,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
@@ -70,7 +71,7 @@ func NodeIPs(bridge string) ([]netip.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge interface %q: %w", bridge, err)
 	}
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("addresses of %q: %w", bridge, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 )
 
@@ -50,7 +51,7 @@ func AliasPrefix(network string) string { return "ovsflow:" + network + ":" }
 // DeleteOrphans deletes the links whose alias starts with prefix and is not
 // in keep.
 func DeleteOrphans(prefix string, keep map[string]bool) error {
-	links, err := netlink.LinkList()
+	links, err := netlinksafe.LinkList()
 	if err != nil {
 		return fmt.Errorf("listing links: %w", err)
 	}

@@ -1,9 +1,11 @@
 package link
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -90,5 +92,95 @@ func TestCreateVeth(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDeleteOrphansUnderLinkChurn lists links (GC) while another veth is
+// created and deleted over and over in the same netns, as by concurrent ADDs
+// and DELs. Plain netlink returns ErrDumpInterrupted for a link dump such a
+// change interrupted; DeleteOrphans must neither fail nor delete a kept link.
+func TestDeleteOrphansUnderLinkChurn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatal("CI: this test needs root (a scratch network namespace)")
+		}
+		t.Skip("SKIPPED: needs root (scratch network namespaces)")
+	}
+	host, cont := newNS(t), newNS(t)
+	const prefix = "ovsflow:i14:"
+	err := host.Do(func(ns.NetNS) error {
+		for i := range 32 {
+			name := fmt.Sprintf("ovfi14k%d", i)
+			if _, err := CreateVeth(VethSpec{HostName: name, ContName: name + "c", ContNSFd: int(cont.Fd()),
+				MTU: 1500, Alias: prefix + name}); err != nil {
+				return err
+			}
+		}
+		_, err := CreateVeth(VethSpec{HostName: "ovfi14orphan", ContName: "orphanc", ContNSFd: int(cont.Fd()),
+			MTU: 1500, Alias: prefix + "gone/eth0"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := map[string]bool{}
+	for i := range 32 {
+		keep[fmt.Sprintf("%sovfi14k%d", prefix, i)] = true
+	}
+
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		churned := 0
+		_ = host.Do(func(ns.NetNS) error {
+			la := netlink.NewLinkAttrs()
+			la.Name = "i14churn"
+			v := &netlink.Veth{LinkAttrs: la, PeerName: "i14churnp"}
+			for {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				if netlink.LinkAdd(v) == nil {
+					churned++
+				}
+				_ = netlink.LinkDel(v)
+			}
+		})
+		done <- churned
+	}()
+	calls, failed := 0, 0
+	var first error
+	err = host.Do(func(ns.NetNS) error {
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); calls++ {
+			if err := DeleteOrphans(prefix, keep); err != nil {
+				failed++
+				if first == nil {
+					first = err
+				}
+			}
+		}
+		if Exists("ovfi14orphan") {
+			t.Errorf("the orphan was not deleted")
+		}
+		for i := range 32 {
+			if !Exists(fmt.Sprintf("ovfi14k%d", i)) {
+				t.Errorf("kept link ovfi14k%d was deleted", i)
+			}
+		}
+		return nil
+	})
+	close(stop)
+	churned := <-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d DeleteOrphans calls while a veth was created and deleted %d times", calls, churned)
+	if churned == 0 {
+		t.Fatal("no churn: the test measured nothing")
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d DeleteOrphans calls failed; first: %v", failed, calls, first)
 	}
 }

@@ -93,10 +93,14 @@ func load(t *testing.T) objects {
 	return o
 }
 
+// envOf returns the literal environment of c; a variable taken from
+// elsewhere (valueFrom: NODE_NAME from the downward API) has no value here.
 func envOf(c corev1.Container) map[string]string {
 	m := map[string]string{}
 	for _, e := range c.Env {
-		m[e.Name] = e.Value
+		if e.ValueFrom == nil {
+			m[e.Name] = e.Value
+		}
 	}
 	return m
 }

@@ -16,15 +16,15 @@
 node_pod_cidrs_from_api() {
 	sa=${SERVICEACCOUNT_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}
 	if [ -z "${NODE_NAME:-}" ]; then
-		echo "node_pod_cidrs_from_api: NODE_NAME is not set (the DaemonSet sets it from spec.nodeName)" >&2
+		echo "node_pod_cidrs_from_api: no pod CIDRs from the Node object: NODE_NAME is not set (the DaemonSet sets it from spec.nodeName)" >&2
 		return 1
 	fi
 	if [ -z "${KUBERNETES_SERVICE_HOST:-}" ]; then
-		echo "node_pod_cidrs_from_api: KUBERNETES_SERVICE_HOST is not set (not in a pod?)" >&2
+		echo "node_pod_cidrs_from_api: no pod CIDRs from the Node object: KUBERNETES_SERVICE_HOST is not set (not in a pod?)" >&2
 		return 1
 	fi
 	if [ ! -r "$sa/token" ] || [ ! -r "$sa/ca.crt" ]; then
-		echo "node_pod_cidrs_from_api: no ServiceAccount token and CA in $sa" >&2
+		echo "node_pod_cidrs_from_api: no pod CIDRs from the Node object: no ServiceAccount token and CA in $sa" >&2
 		return 1
 	fi
 	host=$KUBERNETES_SERVICE_HOST
@@ -33,7 +33,7 @@ node_pod_cidrs_from_api() {
 	node=$(curl -sS --fail --max-time 10 --cacert "$sa/ca.crt" \
 		-H "Authorization: Bearer $(cat "$sa/token")" -H "Accept: application/json" \
 		"https://$host:${KUBERNETES_SERVICE_PORT:-443}/api/v1/nodes/$NODE_NAME") || {
-		echo "node_pod_cidrs_from_api: cannot read node $NODE_NAME from the API" >&2
+		echo "node_pod_cidrs_from_api: no pod CIDRs from the Node object: cannot read node $NODE_NAME from the API" >&2
 		return 1
 	}
 	# "podCIDRs": ["10.0.0.0/24", "fd00::/64"]: the list between the brackets,
@@ -41,7 +41,7 @@ node_pod_cidrs_from_api() {
 	cidrs=$(printf '%s' "$node" | tr -d ' \t\r\n' |
 		sed -n 's/.*"podCIDRs":\[\([^]]*\)\].*/\1/p' | tr -d '"')
 	if [ -z "$cidrs" ]; then
-		echo "node_pod_cidrs_from_api: node $NODE_NAME has no spec.podCIDRs (yet)" >&2
+		echo "node_pod_cidrs_from_api: no pod CIDRs from the Node object: node $NODE_NAME has no spec.podCIDRs (yet)" >&2
 		return 1
 	fi
 	echo "$cidrs"

@@ -65,6 +65,8 @@ scratch_module() {
 build_kube() {
 	local need=0 c
 	for c in "${kube_cmds[@]}"; do built "$prefix/bin/$c" k8s.io/kubernetes "$kube_version" || need=1; done
+	# The version Kubernetes' own build stamps in (a Node reports its kubelet's).
+	"$prefix/bin/kubelet" --version 2>/dev/null | grep -qx "Kubernetes $kube_version" || need=1
 	((need)) || return 0
 	local m=$prefix/src/kube
 	scratch_module "$m" ovsflow.local/kube-build
@@ -96,7 +98,11 @@ build_kube() {
 		# go get resolves what these packages import (go mod tidy would also
 		# fetch every test dependency of Kubernetes).
 		go get "${pkgs[@]}" >&2
-		CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$prefix/bin/" "${pkgs[@]}"
+		local minor=${kube_version#v1.} x ldflags="-s -w"
+		for x in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+			ldflags+=" -X $x.gitVersion=$kube_version -X $x.gitMajor=1 -X $x.gitMinor=${minor%%.*} -X $x.gitTreeState=clean"
+		done
+		CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$prefix/bin/" "${pkgs[@]}"
 	)
 }
 

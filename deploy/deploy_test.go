@@ -2,13 +2,18 @@
 // tests decode the manifests with the Kubernetes API types and check that
 // images, paths, names and the conflist agree with each other, with the
 // image (Dockerfile), with install-cni.sh and with examples/, and run
-// install-cni.sh against scratch directories. No cluster and no root needed.
+// install-cni.sh against scratch directories and node-ranges.sh against a
+// TLS server standing in for the API server. No cluster and no root needed.
 package deploy
 
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -26,15 +31,18 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
 const manifest = "ovsflow-cni.yaml"
 
 type objects struct {
-	sa *corev1.ServiceAccount
-	cm *corev1.ConfigMap
-	ds *appsv1.DaemonSet
+	sa  *corev1.ServiceAccount
+	cm  *corev1.ConfigMap
+	ds  *appsv1.DaemonSet
+	cr  *rbacv1.ClusterRole
+	crb *rbacv1.ClusterRoleBinding
 }
 
 // load decodes every document of the manifest into its API type, strictly:
@@ -68,23 +76,33 @@ func load(t *testing.T) objects {
 		case "apps/v1 DaemonSet":
 			o.ds = &appsv1.DaemonSet{}
 			into = o.ds
+		case "rbac.authorization.k8s.io/v1 ClusterRole":
+			o.cr = &rbacv1.ClusterRole{}
+			into = o.cr
+		case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
+			o.crb = &rbacv1.ClusterRoleBinding{}
+			into = o.crb
 		default:
-			t.Fatalf("document %d: unexpected %s %s (the installer needs no other object, RBAC included)", i, meta.APIVersion, meta.Kind)
+			t.Fatalf("document %d: unexpected %s %s (the installer needs no other object)", i, meta.APIVersion, meta.Kind)
 		}
 		if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
 			t.Fatalf("document %d (%s): %v", i, meta.Kind, err)
 		}
 	}
-	if o.sa == nil || o.cm == nil || o.ds == nil {
-		t.Fatalf("want a ServiceAccount, a ConfigMap and a DaemonSet; got %+v", o)
+	if o.sa == nil || o.cm == nil || o.ds == nil || o.cr == nil || o.crb == nil {
+		t.Fatalf("want a ServiceAccount, a ClusterRole and its binding, a ConfigMap and a DaemonSet; got %+v", o)
 	}
 	return o
 }
 
+// envOf returns the literal environment of c; a variable taken from
+// elsewhere (valueFrom: NODE_NAME from the downward API) has no value here.
 func envOf(c corev1.Container) map[string]string {
 	m := map[string]string{}
 	for _, e := range c.Env {
-		m[e.Name] = e.Value
+		if e.ValueFrom == nil {
+			m[e.Name] = e.Value
+		}
 	}
 	return m
 }
@@ -111,7 +129,7 @@ func TestManifestObjects(t *testing.T) {
 	}
 	for what, v := range map[string]*bool{"ServiceAccount": o.sa.AutomountServiceAccountToken, "pod": spec.AutomountServiceAccountToken} {
 		if v == nil || *v {
-			t.Errorf("%s automountServiceAccountToken: want false (the installer uses no API)", what)
+			t.Errorf("%s automountServiceAccountToken: want false (only the installer's containers get a token)", what)
 		}
 	}
 	sel := o.ds.Spec.Selector
@@ -627,5 +645,121 @@ func TestHarnessMatchesDaemonSet(t *testing.T) {
 	slices.Sort(caps)
 	if want := "caps=${OID_RECONCILE_CAPS:-" + strings.Join(caps, ",") + "}"; !bytes.Contains(wrapper, []byte(want)) {
 		t.Errorf("oid-reconcile: want %s (the manifest's capabilities)", want)
+	}
+}
+
+// TestManifestRBAC: the installer may read Node objects and nothing else, and
+// only its two containers get the token (reconcile talks to OVSDB only).
+func TestManifestRBAC(t *testing.T) {
+	o := load(t)
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}}
+	if !reflect.DeepEqual(o.cr.Rules, want) {
+		t.Errorf("ClusterRole rules %+v, want %+v", o.cr.Rules, want)
+	}
+	if o.crb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: o.cr.Name}) {
+		t.Errorf("ClusterRoleBinding roleRef %+v, want ClusterRole %s", o.crb.RoleRef, o.cr.Name)
+	}
+	wantSubj := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: o.sa.Name, Namespace: o.ds.Namespace}}
+	if !reflect.DeepEqual(o.crb.Subjects, wantSubj) {
+		t.Errorf("ClusterRoleBinding subjects %+v, want %+v", o.crb.Subjects, wantSubj)
+	}
+	spec := o.ds.Spec.Template.Spec
+	var token *corev1.Volume
+	for i, v := range spec.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil {
+					token = &spec.Volumes[i]
+				}
+			}
+		}
+	}
+	if token == nil {
+		t.Fatal("no projected ServiceAccount token volume")
+	}
+	const saDir = "/var/run/secrets/kubernetes.io/serviceaccount" // node-ranges.sh's default
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		mounted := mountOf(c, token.Name)
+		if c.Name == "reconcile" {
+			if mounted != "" {
+				t.Errorf("container reconcile mounts the token at %s: it needs no API access", mounted)
+			}
+			continue
+		}
+		if mounted != saDir {
+			t.Errorf("container %s: token mounted at %q, want %s", c.Name, mounted, saDir)
+		}
+		var nodeName *corev1.EnvVar
+		for i, e := range c.Env {
+			if e.Name == "NODE_NAME" {
+				nodeName = &c.Env[i]
+			}
+		}
+		if nodeName == nil || nodeName.ValueFrom == nil || nodeName.ValueFrom.FieldRef == nil || nodeName.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+			t.Errorf("container %s: want NODE_NAME from the downward API's spec.nodeName, got %+v", c.Name, nodeName)
+		}
+	}
+}
+
+// TestNodePodCIDRsFromAPI runs node-ranges.sh's node_pod_cidrs_from_api (with
+// curl) against a TLS server that plays the API server's part.
+func TestNodePodCIDRsFromAPI(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("curl is missing (hack/kube.sh install installs it)")
+		}
+		t.Skip("*** no curl: node_pod_cidrs_from_api NOT tested ***")
+	}
+	nodes := map[string]string{
+		// As the API server prints it (compact), with managedFields naming the field too.
+		"n1": `{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","managedFields":[{"manager":"kube-controller-manager","fieldsV1":{"f:spec":{"f:podCIDR":{},"f:podCIDRs":{".":{},"v:\"10.1.0.0/24\"":{}}}}}]},"spec":{"podCIDR":"10.1.0.0/24","podCIDRs":["10.1.0.0/24","fd00:1::/64"]},"status":{}}`,
+		// Indented, one family.
+		"n2": "{\n  \"spec\": {\n    \"podCIDRs\": [\n      \"fd00:2::/64\"\n    ]\n  }\n}\n",
+		// Not allocated yet.
+		"n3": `{"kind":"Node","metadata":{"name":"n3"},"spec":{},"status":{}}`,
+	}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, `{"kind":"Status","code":401}`, http.StatusUnauthorized)
+			return
+		}
+		body, ok := nodes[strings.TrimPrefix(r.URL.Path, "/api/v1/nodes/")]
+		if !ok {
+			http.Error(w, `{"kind":"Status","code":404}`, http.StatusNotFound)
+			return
+		}
+		w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	sa := t.TempDir()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	os.WriteFile(filepath.Join(sa, "ca.crt"), ca, 0o644)
+	u, _ := url.Parse(srv.URL)
+	for _, tc := range []struct {
+		node, token, want string
+		ok                bool
+	}{
+		{"n1", "tok", "10.1.0.0/24,fd00:1::/64", true},
+		{"n2", "tok", "fd00:2::/64", true},
+		{"n3", "tok", "", false},
+		{"n4", "tok", "", false},
+		{"n1", "wrong", "", false},
+		{"", "tok", "", false},
+	} {
+		t.Run(tc.node+"/"+tc.token, func(t *testing.T) {
+			os.WriteFile(filepath.Join(sa, "token"), []byte(tc.token), 0o600)
+			cmd := exec.Command("sh", "-c", ". ./node-ranges.sh && node_pod_cidrs_from_api")
+			cmd.Env = append(os.Environ(), "NODE_NAME="+tc.node, "KUBERNETES_SERVICE_HOST="+u.Hostname(),
+				"KUBERNETES_SERVICE_PORT="+u.Port(), "SERVICEACCOUNT_DIR="+sa)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if got := strings.TrimSpace(stdout.String()); (err == nil) != tc.ok || got != tc.want {
+				t.Errorf("got %q, err %v (stderr %q); want %q, ok %v", got, err, stderr.String(), tc.want, tc.ok)
+			}
+			if !tc.ok && !strings.Contains(stderr.String(), "node_pod_cidrs_from_api: ") {
+				t.Errorf("a failure must say why on stderr, got %q", stderr.String())
+			}
+		})
 	}
 }

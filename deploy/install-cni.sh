@@ -37,6 +37,7 @@ WATCH_INTERVAL=${WATCH_INTERVAL:-30}
 OPTIONAL_PLUGINS=${OPTIONAL_PLUGINS-host-local loopback}
 
 log() { echo "install-cni: $*"; }
+. "$(dirname "$0")/node-ranges.sh" # node_pod_cidrs_from_api
 
 # install_file SRC DST MODE: copies SRC over DST unless DST has the same content.
 install_file() {

@@ -86,30 +86,33 @@ install_tools() {
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
-# image: $cache/$key/{root.img,vmlinuz,initrd.img}, built once per recipe.
-image() {
+# image: $cache/$key/{root.img,vmlinuz,initrd.img}, built once per recipe
+# (in a subshell: its traps and lock are its own).
+image() (
 	need_root
 	install_tools
-	local dir=$cache/$key
+	dir=$cache/$key
+	mkdir -p "$cache"
+	exec 9>"$cache/.lock"
+	flock 9 # another run building the same image
 	if [ -f "$dir/done" ]; then
 		echo "ovs-vm: image $dir (cached)" >&2
-		return 0
+		exit 0
 	fi
-	local t0=$SECONDS
-	mkdir -p "$cache"
+	t0=$SECONDS
 	# Images of older recipes go: only one is kept.
-	find "$cache" -mindepth 1 -maxdepth 1 -not -name "$key" -exec rm -rf {} +
-	local build=$cache/build.$$
+	find "$cache" -mindepth 1 -maxdepth 1 -not -name "$key" -not -name .lock -exec rm -rf {} +
+	build=$cache/build.$$
 	rm -rf "$build" "$dir"
 	mkdir -p "$build"
-	trap 'umount "$build/root/proc" 2>/dev/null || true; rm -rf "$build"' RETURN
+	trap 'umount "$build/root/proc" 2>/dev/null || true; rm -rf "$build"' EXIT
 	echo "ovs-vm: building the guest image (debootstrap $suite, about 3 minutes)" >&2
 	debootstrap --variant=minbase --include="$packages" "$suite" "$build/root" "$mirror" >"$build/log" 2>&1 ||
-		{ tail -30 "$build/log" >&2; return 1; }
+		{ tail -30 "$build/log" >&2; exit 1; }
 	mount -t proc proc "$build/root/proc"
 	# shellcheck disable=SC2086
 	chroot "$build/root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-		$kernel_packages >>"$build/log" 2>&1 || { tail -30 "$build/log" >&2; return 1; }
+		$kernel_packages >>"$build/log" 2>&1 || { tail -30 "$build/log" >&2; exit 1; }
 	umount "$build/root/proc"
 	chroot "$build/root" apt-get clean
 	rm -rf "$build"/root/usr/share/{doc,man,locale,info}/* "$build"/root/var/lib/apt/lists/*
@@ -122,7 +125,7 @@ image() {
 	touch "$build/out/done"
 	mv "$build/out" "$dir"
 	echo "ovs-vm: image $dir built in $((SECONDS - t0)) s" >&2
-}
+)
 
 # payload DIR SUITES: what the guest runs, under DIR (the second disk).
 payload() {

@@ -346,7 +346,7 @@ func TestBridgeStatus(t *testing.T) {
 func TestBridgeParallel(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
-	N := sandbox.Load(50, 10)
+	N := sandbox.Load(50, 6)
 	n := newCNI(t, conflist("1.0.0", "par", bridgeConf(br, t.TempDir(), map[string]any{"createBridge": true})))
 	cs := make([]*container, N)
 	for i := range cs {

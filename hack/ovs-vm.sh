@@ -19,7 +19,8 @@
 # Environment: VM_CACHE (default /var/cache/ovsflow-vm) holds the image, rebuilt
 # only when its recipe (below) changes; VM_ACCEL=auto|kvm|tcg (auto: hardware KVM
 # when the CPU has vmx/svm and the guest boots with it, else software emulation);
-# VM_MEM (MiB, default 3072); VM_TIMEOUT (seconds, default 3600);
+# VM_MEM (MiB, default 3072); VM_TIMEOUT (seconds, default 3600); VM_MIRROR
+# (default: the Debian mirror of this machine's apt sources);
 # VM_DATAPATH=netdev runs the same suites in the guest on the userspace
 # datapath, to tell the kernel datapath's failures from the emulation's.
 # Needs root (debootstrap, chroot); installs qemu-system-x86 and debootstrap
@@ -32,7 +33,6 @@ cache=${VM_CACHE:-/var/cache/ovsflow-vm}
 accel=${VM_ACCEL:-auto}
 mem=${VM_MEM:-3072}
 timeout_s=${VM_TIMEOUT:-3600}
-mirror=${VM_MIRROR:-http://deb.debian.org/debian}
 
 # The image recipe. Any change here changes the cache key and rebuilds the image.
 suite=bookworm
@@ -70,6 +70,18 @@ sync
 echo o >/proc/sysrq-trigger
 sleep 30
 EOF
+# The Debian mirror of this machine's own apt sources (VM_MIRROR overrides;
+# none found: debootstrap's default).
+host_mirror() {
+	local f
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] && awk -v s="$suite" '/^URIs:/ {u = $2} /^Suites:/ {for (i = 2; i <= NF; i++) if ($i == s) print u}' "$f"
+	done
+	[ -f /etc/apt/sources.list ] && awk -v s="$suite" '$1 == "deb" && $0 !~ /\[/ && $3 == s {print $2}' /etc/apt/sources.list
+	return 0
+}
+mirror=${VM_MIRROR:-$(host_mirror | head -1)}
+
 key=$(printf '%s\n' 1 "$suite" "$packages" "$kernel_packages" "$guest_init" | sha256sum | cut -c1-16)
 
 need_root() { [ "$(id -u)" = 0 ] || { echo "ovs-vm: needs root" >&2; exit 2; }; }
@@ -107,7 +119,8 @@ image() (
 	mkdir -p "$build"
 	trap 'umount "$build/root/proc" 2>/dev/null || true; rm -rf "$build"' EXIT
 	echo "ovs-vm: building the guest image (debootstrap $suite, about 3 minutes)" >&2
-	debootstrap --variant=minbase --include="$packages" "$suite" "$build/root" "$mirror" >"$build/log" 2>&1 ||
+	# shellcheck disable=SC2086
+	debootstrap --variant=minbase --include="$packages" "$suite" "$build/root" $mirror >"$build/log" 2>&1 ||
 		{ tail -30 "$build/log" >&2; exit 1; }
 	mount -t proc proc "$build/root/proc"
 	# shellcheck disable=SC2086
@@ -257,7 +270,7 @@ test)
 
 clean) need_root; rm -rf "$cache" ;;
 *)
-	sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

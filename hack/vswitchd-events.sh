@@ -117,7 +117,7 @@ echo "ovs-vswitchd, bridge of $N veth ports ($DATAPATH datapath); 3 runs each, $
 echo
 echo "| change | command ms | reconfigurations | ovs-vswitchd CPU ticks (10 ms) |"
 echo "|---|---|---|---|"
-row "nothing (1.5 s idle)" ":"
+row "nothing (idle for the window)" ":"
 row "ovs-ofctl dump-flows (exec, hello, one request)" 'ovs-ofctl -O OpenFlow14 dump-flows br0 >/dev/null'
 row "Port external_ids set (ovsdb, no wait)" '$V --no-wait set port h1 external_ids:k=v$k$RANDOM'
 row "veth created, not attached" 'ip netns add $P-x$k; ip link add x$k netns $NETNS up type veth peer name eth0 netns $P-x$k'

@@ -72,7 +72,8 @@ func WireOVSHost(t testing.TB, bridge, outsideNS, uplinkPrefix string) {
 	in("ip", "link", "set", "lo", "up")
 	if Userspace() {
 		// Userspace conntrack drops frames whose checksum the sender's
-		// offload left to be filled in; the kernel datapath fills it in.
+		// offload left to be filled in; the kernel datapath keeps the
+		// packet's checksum state, and the receiver's stack completes it.
 		in("ethtool", "-K", "eth0", "tx", "off")
 	}
 	in("ip", "route", "add", "192.0.2.0/24", "via", NodeV4)

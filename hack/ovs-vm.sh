@@ -46,8 +46,8 @@ read -r -d '' guest_init <<'EOF' || true
 #!/bin/sh
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
-mount -t proc proc /proc
-mount -t sysfs sys /sys
+mountpoint -q /proc || mount -t proc proc /proc
+mountpoint -q /sys || mount -t sysfs sys /sys
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
 mkdir -p /dev/pts /dev/shm /run/lock
@@ -134,7 +134,7 @@ image() (
 	mkdir -p "$build/out"
 	cp "$build"/root/boot/vmlinuz-* "$build/out/vmlinuz"
 	cp "$build"/root/boot/initrd.img-* "$build/out/initrd.img"
-	mkfs.ext4 -q -L ovsflow-root -d "$build/root" "$build/out/root.img" 2G
+	mkfs.ext4 -q -L ovsflow-root -d "$build/root" "$build/out/root.img" 2G >/dev/null
 	touch "$build/out/done"
 	mv "$build/out" "$dir"
 	echo "ovs-vm: image $dir built in $((SECONDS - t0)) s" >&2
@@ -220,7 +220,7 @@ run_tests() {
 	trap '[ -n "${qpid:-}" ] && kill "$qpid" 2>/dev/null; rm -rf "$work"' EXIT
 	local t0=$SECONDS
 	payload "$work/payload" "$suites"
-	mkfs.ext4 -q -L ovsflow-payload -d "$work/payload" "$work/payload.img" 1G
+	mkfs.ext4 -q -L ovsflow-payload -d "$work/payload" "$work/payload.img" 1G >/dev/null
 	echo "ovs-vm: binaries built in $((SECONDS - t0)) s" >&2
 	local log=$work/console.log a=tcg
 	case $accel in

@@ -28,6 +28,7 @@ case $DATAPATH in netdev | system) ;; *) echo "vswitchd-events: DATAPATH=$DATAPA
 SB=ovsflow-ev$$
 P=ev$$
 work=$(mktemp -d /tmp/ovsflow-ev.XXXXXX)
+trap 'rm -rf "$work"' EXIT
 bin=${OVSFLOW_BIN:-$work/bin}
 if [ -z "${OVSFLOW_BIN:-}" ]; then
 	mkdir "$bin"

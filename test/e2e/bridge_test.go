@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
 // Acceptance 1: two containers ping each other and the gateway; TCP works.
@@ -315,7 +316,7 @@ func TestBridgeStatus(t *testing.T) {
 			endpoint = v
 		}
 	}
-	if _, err := run("ovs-vsctl", "--db="+endpoint, "add-br", "stbr", "--", "set", "bridge", "stbr", "datapath_type=netdev"); err != nil {
+	if _, err := run("ovs-vsctl", "--db="+endpoint, "add-br", "stbr", "--", "set", "bridge", "stbr", "datapath_type="+datapath); err != nil {
 		t.Fatal(err)
 	}
 	n := newCNI(t, conflist("1.1.0", "status", bridgeConf("stbr", t.TempDir(), map[string]any{"ovsdb": endpoint})))
@@ -340,11 +341,12 @@ func TestBridgeStatus(t *testing.T) {
 	}
 }
 
-// Acceptance 10: 50 parallel ADDs, then 50 parallel DELs.
+// Acceptance 10: 50 parallel ADDs, then 50 parallel DELs (fewer on a slow
+// machine: sandbox.Load).
 func TestBridgeParallel(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
-	const N = 50
+	N := sandbox.Load(50, 6)
 	n := newCNI(t, conflist("1.0.0", "par", bridgeConf(br, t.TempDir(), map[string]any{"createBridge": true})))
 	cs := make([]*container, N)
 	for i := range cs {
@@ -375,12 +377,9 @@ func TestBridgeParallel(t *testing.T) {
 func TestBridgeCreateBridge(t *testing.T) {
 	requireSandbox(t)
 	br := uniq("e2ecr")
-	t.Cleanup(func() {
-		run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-br", br)
-		run("ip", "link", "del", br)
-	})
+	t.Cleanup(func() { delBridge(br) })
 	n := newCNI(t, conflist("1.0.0", "create", bridgeConf(br, t.TempDir(),
-		map[string]any{"createBridge": true, "datapathType": "netdev", "isGateway": true})))
+		map[string]any{"createBridge": true, "datapathType": datapath, "isGateway": true})))
 	cs := []*container{newContainer(t), newContainer(t), newContainer(t), newContainer(t)}
 	for i, err := range parallel(len(cs), func(i int) error { _, err := n.add(cs[i], "eth0", nil); return err }) {
 		if err != nil {
@@ -395,8 +394,8 @@ func TestBridgeCreateBridge(t *testing.T) {
 	if got := vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", "Bridge", "name="+br); got != br {
 		t.Fatalf("bridges named %s: %q", br, got)
 	}
-	if got := vsctl(t, "get", "Bridge", br, "datapath_type"); got != "netdev" {
-		t.Errorf("datapath_type: %s", got)
+	if got := vsctl(t, "get", "Bridge", br, "datapath_type"); got != datapath {
+		t.Errorf("datapath_type: got %s, want %s", got, datapath)
 	}
 	if err := cs[0].ping("192.0.2.1"); err != nil {
 		t.Errorf("ping gateway on the created bridge: %v", err)

@@ -56,16 +56,30 @@ func portsOf(t *testing.T, key, value string) []string {
 	return strings.Fields(out)
 }
 
-// newBridge creates a netdev bridge for one test and removes it afterwards.
+// newBridge creates a bridge on the suite's datapath (sandbox.Datapath) for
+// one test and removes it afterwards.
 func newBridge(t *testing.T) string {
 	t.Helper()
 	br := uniq("e2ebr")
-	vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
-	t.Cleanup(func() {
-		run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-br", br)
-		run("ip", "link", "del", br) // the netdev datapath's kernel tap
-	})
+	vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type="+datapath)
+	t.Cleanup(func() { delBridge(br) })
+	if !sandbox.Userspace() {
+		// Proof that the bridge is on the kernel's datapath: its internal
+		// port is a port of a datapath of the openvswitch module.
+		if out, err := run("ovs-dpctl", "show"); err != nil || !strings.Contains(out, ": "+br+" (internal)") {
+			t.Fatalf("bridge %s is not on the kernel datapath: %v\n%s", br, err, out)
+		}
+	}
 	return br
+}
+
+func delBridge(br string) {
+	run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-br", br)
+	if sandbox.Userspace() {
+		// The netdev datapath's kernel tap can outlive the bridge; a kernel
+		// datapath's internal port goes with it.
+		run("ip", "link", "del", br)
+	}
 }
 
 type container struct {

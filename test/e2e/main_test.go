@@ -1,6 +1,8 @@
 // Package e2e drives the real plugin binaries through libcni against a real
-// Open vSwitch (ovsdb-server + ovs-vswitchd, userspace datapath) that runs in a
-// private network namespace started by hack/ovs-sandbox.sh.
+// Open vSwitch (ovsdb-server + ovs-vswitchd) that runs in a private network
+// namespace started by hack/ovs-sandbox.sh. Its bridges use the userspace
+// datapath, or the kernel datapath with OVSFLOW_DATAPATH=system
+// (hack/ovs-vm.sh runs the suite so in a virtual machine).
 //
 // TestMain (test/internal/sandbox) builds the binaries, starts the sandbox and
 // re-executes the test binary inside the sandbox's netns, which then plays the
@@ -20,10 +22,11 @@ var (
 	ovsdbAddr = sandbox.Env.OVSDB
 	binDir    = sandbox.Env.BinDir
 	repoRoot  = sandbox.Env.Repo
+	datapath  = sandbox.Datapath // "netdev" or "system" (OVSFLOW_DATAPATH)
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(sandbox.Main(m, sandbox.Options{Suite: "e2e", Build: []string{
+	os.Exit(sandbox.Main(m, sandbox.Options{Suite: "e2e", KernelDatapath: true, Build: []string{
 		"github.com/containernetworking/plugins/plugins/ipam/host-local",
 		"github.com/containernetworking/plugins/plugins/ipam/static",
 		"github.com/containernetworking/plugins/plugins/ipam/dhcp",

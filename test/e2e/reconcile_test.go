@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,10 +13,33 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
-// restartVswitchd kills ovs-vswitchd with SIGKILL and starts it again.
-func restartVswitchd(t *testing.T) {
+// bridgeAddrs lists the addresses on a bridge's internal interface.
+func bridgeAddrs(t *testing.T, br string) []string {
+	t.Helper()
+	l, err := netlink.LinkByName(br)
+	if err != nil {
+		t.Errorf("internal interface %s: %v", br, err)
+		return nil
+	}
+	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Errorf("addresses of %s: %v", br, err)
+	}
+	var out []string
+	for _, a := range addrs {
+		out = append(out, a.IP.String())
+	}
+	return out
+}
+
+// restartVswitchd kills ovs-vswitchd with SIGKILL and starts it again;
+// between the two it calls dead, if not nil.
+func restartVswitchd(t *testing.T, dead func()) {
 	t.Helper()
 	pidFile := filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), "ovs-vswitchd.pid")
 	b, err := os.ReadFile(pidFile)
@@ -31,6 +55,9 @@ func restartVswitchd(t *testing.T) {
 	}
 	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
 		time.Sleep(20 * time.Millisecond)
+	}
+	if dead != nil {
+		dead()
 	}
 	if out, err := exec.Command(filepath.Join(repoRoot, "hack", "ovs-sandbox.sh"), "start-vswitchd", sandboxNS).CombinedOutput(); err != nil {
 		t.Fatalf("start-vswitchd: %v: %s", err, out)
@@ -72,25 +99,50 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond) // its first pass
 
-	restartVswitchd(t)
-	back := time.Now()
-	// The node's own addresses are the operator's (its network configuration
-	// puts them back); the gateway addresses are restored by reconcile.
-	for _, args := range [][]string{
-		{"addr", "replace", nodeV4 + "/24", "dev", h.bridge},
-		{"addr", "replace", nodeV6 + "/64", "dev", h.bridge, "nodad"},
-		{"link", "set", h.bridge, "up"},
-	} {
-		for i := 0; i < 50; i++ {
-			if _, err := run("ip", args...); err == nil {
-				break
+	// On the kernel datapath, the datapath and its ports (the internal
+	// interface with its addresses, the containers' veths) outlive
+	// ovs-vswitchd; only the flows, in its memory, are lost. On the userspace
+	// datapath everything is gone with it, and the internal interface (a tap)
+	// comes back without addresses.
+	var kept []string
+	restartVswitchd(t, func() {
+		if sandbox.Userspace() {
+			return
+		}
+		out, err := run("ovs-dpctl", "show")
+		for _, want := range []string{h.bridge, hostVeth(cs[0], "eth0"), hostVeth(cs[N-1], "eth0")} {
+			if err != nil || !strings.Contains(out, "port ") || !strings.Contains(out, want) {
+				t.Errorf("kernel datapath with ovs-vswitchd dead: want port %s kept; %v\n%s", want, err, out)
 			}
-			time.Sleep(20 * time.Millisecond)
+		}
+		kept = bridgeAddrs(t, h.bridge)
+	})
+	back := time.Now()
+	if sandbox.Userspace() {
+		// The node's own addresses are the operator's (its network configuration
+		// puts them back); the gateway addresses are restored by reconcile.
+		for _, args := range [][]string{
+			{"addr", "replace", nodeV4 + "/24", "dev", h.bridge},
+			{"addr", "replace", nodeV6 + "/64", "dev", h.bridge, "nodad"},
+			{"link", "set", h.bridge, "up"},
+		} {
+			for i := 0; i < 50; i++ {
+				if _, err := run("ip", args...); err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		run("ethtool", "-K", h.bridge, "tx", "off") // see sandbox.WireOVSHost
+	} else {
+		for _, a := range []string{nodeV4, nodeV6, "192.0.2.1"} {
+			if !slices.Contains(kept, a) {
+				t.Errorf("kernel datapath: %s lost from %s while ovs-vswitchd was dead (has %v)", a, h.bridge, kept)
+			}
 		}
 	}
-	run("ethtool", "-K", h.bridge, "tx", "off")
 
-	deadline := back.Add(5 * time.Second)
+	deadline := back.Add(sandbox.Scaled(5 * time.Second))
 	for i, c := range cs {
 		for {
 			got, err := dial(h.outside.ns, "tcp", hp(nodeV4, 30000+i))
@@ -98,7 +150,7 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("host port %d did not answer within 5 s of ovs-vswitchd being back: %q, %v", 30000+i, got, err)
+				t.Fatalf("host port %d did not answer within %v of ovs-vswitchd being back: %q, %v", 30000+i, sandbox.Scaled(5*time.Second), got, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

@@ -3,6 +3,14 @@
 // ovs-vswitchd in a network namespace of their own (hack/ovs-sandbox.sh) and
 // re-executes the test binary inside that netns, which then plays the node.
 // The re-executed binary finds the sandbox in Env.
+//
+// Two variables choose what it runs on: OVSFLOW_DATAPATH (Datapath: the
+// datapath_type of the bridges the suites create, "netdev" by default, or
+// "system" for the kernel datapath, which needs the openvswitch module:
+// hack/ovs-vm.sh runs the suites so in a virtual machine) and OVSFLOW_BIN (a
+// directory of plugins already built, instead of building them with go: the
+// virtual machine has no Go toolchain). A third, OVSFLOW_TIME_SCALE, says how
+// many times slower than real hardware the machine is (Slowdown).
 package sandbox
 
 import (
@@ -13,8 +21,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Environment handed from the outer process to the re-executed one.
@@ -23,7 +33,51 @@ const (
 	envOVSDB  = "OVSFLOW_SANDBOX_OVSDB"
 	envBinDir = "OVSFLOW_SANDBOX_BIN"
 	envRepo   = "OVSFLOW_SANDBOX_REPO"
+
+	envDatapath = "OVSFLOW_DATAPATH"
+	envPrebuilt = "OVSFLOW_BIN"
+	envScale    = "OVSFLOW_TIME_SCALE"
 )
+
+// The datapath types the suites run on.
+const (
+	Netdev = "netdev" // userspace datapath: any kernel, the default
+	System = "system" // kernel datapath: needs the openvswitch module
+)
+
+// Datapath is the datapath_type of the bridges the suites create
+// (OVSFLOW_DATAPATH). Checks that depend on it branch on it, with the reason.
+var Datapath = datapathFromEnv()
+
+func datapathFromEnv() string {
+	if v := os.Getenv(envDatapath); v != "" {
+		return v
+	}
+	return Netdev
+}
+
+// Userspace reports whether the bridges use the userspace (netdev) datapath.
+func Userspace() bool { return Datapath == Netdev }
+
+// Slowdown is how many times slower than real hardware this machine runs
+// (OVSFLOW_TIME_SCALE; 1 by default, about 10 under software emulation,
+// which hack/ovs-vm.sh sets). See Scaled and Load.
+var Slowdown = scaleFromEnv()
+
+func scaleFromEnv() int {
+	if n, err := strconv.Atoi(os.Getenv(envScale)); err == nil && n > 1 {
+		return n
+	}
+	return 1
+}
+
+// Scaled stretches a test's own wait for the machine by Slowdown.
+func Scaled(d time.Duration) time.Duration { return d * time.Duration(Slowdown) }
+
+// Load is n concurrent callers divided by Slowdown, and at least min: the
+// plugins' own deadlines for ovs-vswitchd (10 s) are fixed, so a machine ten
+// times slower carries a tenth of the load within them.
+func Load(n, min int) int { return max(n/Slowdown, min) }
 
 // Env describes the sandbox the tests run in.
 var Env = struct {
@@ -42,6 +96,9 @@ type Options struct {
 	Build []string // packages to build besides ./cmd/...
 	// Gate, when set, returns why the suite should not run now ("" to run).
 	Gate func() string
+	// KernelDatapath: the suite runs on Datapath System too. A suite without
+	// it fails when asked to, rather than run on netdev unasked.
+	KernelDatapath bool
 }
 
 // Main is the body of a suite's TestMain; it returns the exit code.
@@ -81,20 +138,24 @@ func Require(t testing.TB) {
 }
 
 func reexec(o Options) int {
+	if Datapath != Netdev && Datapath != System {
+		return fail(o, "%s=%q: want %q or %q", envDatapath, Datapath, Netdev, System)
+	}
+	if Datapath == System && !o.KernelDatapath {
+		return fail(o, "%s=%s: this suite runs on the userspace datapath only", envDatapath, Datapath)
+	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		return fail(o, "repo root: %v", err)
 	}
-	bin, err := os.MkdirTemp("", "ovsflow-"+o.Suite+"-bin-")
-	if err != nil {
-		return fail(o, "%v", err)
+	bin := os.Getenv(envPrebuilt)
+	if bin == "" {
+		if bin, err = build(root, o); err != nil {
+			return fail(o, "building plugins: %v", err)
+		}
+		defer os.RemoveAll(bin)
 	}
-	defer os.RemoveAll(bin)
-	build := exec.Command("go", append([]string{"build", "-o", bin, "./cmd/..."}, o.Build...)...)
-	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fail(o, "building plugins: %v", err)
-	}
+	fmt.Fprintf(os.Stderr, "%s: bridges on the %s datapath\n", o.Suite, Datapath)
 
 	name := fmt.Sprintf("ovsflow-%s-%d", o.Suite, os.Getpid())
 	script := filepath.Join(root, "hack", "ovs-sandbox.sh")
@@ -138,6 +199,21 @@ func reexec(o Options) int {
 		return fail(o, "running tests in sandbox: %v", err)
 	}
 	return 0
+}
+
+// build builds the plugins and o.Build into a new temporary directory.
+func build(root string, o Options) (string, error) {
+	bin, err := os.MkdirTemp("", "ovsflow-"+o.Suite+"-bin-")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", bin, "./cmd/..."}, o.Build...)...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(bin)
+		return "", err
+	}
+	return bin, nil
 }
 
 func fail(o Options, format string, a ...any) int {

@@ -331,7 +331,7 @@ func TestAttackRestartWindow(t *testing.T) {
 			sp := startSpoofer(t, a.container, v.v4)
 			time.Sleep(100 * time.Millisecond)
 			killed := time.Now()
-			restartVswitchd(t)
+			restartVswitchd(t, nil)
 			l.restoreNode(t)
 			deadline := time.Now().Add(10 * time.Second)
 			for {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
@@ -118,7 +119,8 @@ func Delete(name string) error {
 		return fmt.Errorf("looking up link %q: %w", name, err)
 	}
 	if err := netlink.LinkDel(l); err != nil {
-		if errors.As(err, &nf) || errors.Is(err, os.ErrNotExist) {
+		// ENODEV: the kernel removed it meanwhile (its peer's netns went away).
+		if errors.As(err, &nf) || errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
 			return nil
 		}
 		return fmt.Errorf("deleting link %q: %w", name, err)

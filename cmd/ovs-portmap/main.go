@@ -1,10 +1,11 @@
 // Command ovs-portmap is a chained CNI plugin that publishes host ports with
 // OpenFlow conntrack-NAT rules; see package portmap. Run as
 // `ovs-portmap reconcile -ovsdb ENDPOINT [-watch]` it rebuilds the flows of
-// every live attachment from OVSDB (see hostport.Reconcile).
+// every live attachment from OVSDB (see package reconcile).
 package main
 
 import (
+	"flag"
 	"os"
 	"runtime"
 
@@ -13,15 +14,20 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/buildinfo"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
-	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/portmap"
+	"github.com/ovsflow/ovs-cni/pkg/reconcile"
 )
 
 func init() { runtime.LockOSThread() }
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "reconcile" { // run by hand or by a unit, not by a runtime
-		os.Exit(hostport.ReconcileMain(os.Args[2:], os.Stderr))
+		fs := flag.NewFlagSet("reconcile", flag.ExitOnError)
+		ovsdb := fs.String("ovsdb", endpoint.DefaultOVSDB, "OVSDB endpoint")
+		watch := fs.Bool("watch", false, "keep running: reconcile whenever ovs-vswitchd (re)starts")
+		_ = fs.Parse(os.Args[2:])
+		os.Exit(reconcile.Run(*ovsdb, *watch, os.Stderr))
 	}
 	skel.PluginMainFuncs(cnilog.Funcs("ovs-portmap", skel.CNIFuncs{
 		Add: portmap.CmdAdd, Del: portmap.CmdDel, Check: portmap.CmdCheck,

@@ -59,7 +59,9 @@ type container struct {
 func (c *container) rt(hostPort int) *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{ContainerID: c.id, NetNS: c.ns.Path(), IfName: "eth0",
 		CapabilityArgs: map[string]any{"portMappings": []map[string]any{
-			{"hostPort": hostPort, "containerPort": ctrPort, "protocol": "tcp"}}}}
+			{"hostPort": hostPort, "containerPort": ctrPort, "protocol": "tcp"},
+			// UDP: its ADD and DEL flush the mapping's conntrack entries.
+			{"hostPort": hostPort, "containerPort": ctrPort, "protocol": "udp"}}}}
 }
 
 // ovsNode is where an OVS chain lives: its bridge, node address and pod subnet.

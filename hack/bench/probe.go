@@ -25,6 +25,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
 // The breakdown replays, step by step and in this process, what ovs-bridge
@@ -33,8 +34,10 @@ import (
 // and times each step. What a plugin process adds on top, process start-up,
 // is timed separately (a VERSION call). The replay uses its own network name,
 // container and host port, so it never touches the measured attachments.
-// It mirrors pkg/bridge, pkg/portmap and pkg/hostport as of commit 0bc1ccb:
-// when they change what they do, change it too.
+// It mirrors pkg/bridge and pkg/portmap through their public building blocks
+// (pkg/ovsdb, pkg/flows, pkg/link; ovs-portmap's part is hostport.Publish
+// and hostport.Withdraw, whole): when the plugins change what they do,
+// change it too.
 
 // Phases, in the order they run. "ours" is false for the phases whose time
 // is another program's: ovs-vswitchd reconfiguring, host-local, the kernel.
@@ -61,23 +64,19 @@ var (
 	phPmDial       = phase{"ovs-portmap OVSDB connect", true}
 	phPmSelect     = phase{"ovs-portmap OVSDB select (own port)", true}
 	phNodeIPs      = phase{"ovs-portmap netlink: node addresses", false}
-	phRecord       = phase{"ovs-portmap OVSDB transaction: record + claims", true}
-	phBundle       = phase{"ovs-portmap OpenFlow bundle: host port flows (pkg/openflow)", true}
-	phNft          = phase{"ovs-portmap netlink: node-local DNAT map elements (one nf_tables batch)", true}
-	phDNft         = phase{"ovs-portmap netlink: remove node-local elements (the kernel waits ~11 ms on a delete)", true}
+	phPublish      = phase{"ovs-portmap hostport.Publish: record + claims, flows, zone limits, node-local nft, conntrack flush, revalidation", true}
 	phDPmDial      = phase{"ovs-portmap OVSDB connect", true}
 	phDPmSelect    = phase{"ovs-portmap OVSDB select (own port)", true}
-	phDelFlows     = phase{"ovs-portmap OpenFlow delete by cookie (pkg/openflow)", true}
-	phUnrecord     = phase{"ovs-portmap OVSDB transaction: drop record + claims", true}
+	phWithdraw     = phase{"ovs-portmap hostport.Withdraw: flows, conntrack flush, node-local nft, record + claims", true}
 	phDBrDial      = phase{"ovs-bridge  OVSDB connect", true}
 	phDBrSelect    = phase{"ovs-bridge  OVSDB select (own ports)", true}
 	phDetach       = phase{"ovs-bridge  OVSDB transaction: detach port (no wait)", true}
 	phVethDel      = phase{"ovs-bridge  netlink: veth delete (kernel)", false}
 	phIPAMDel      = phase{"ovs-bridge  IPAM: host-local DEL (exec)", false}
 	phVswitchdDel  = phase{"(after DEL) ovs-vswitchd applying the removal, paid by a next ADD's sync", false}
-	ofCall         = map[phase]bool{phPortSec: true, phBundle: true, phDelFlows: true, phDPortSec: true}
-	addPhases      = []phase{phBridgeDial, phBridgeSelect, phOwnPorts, phSync, phVeth, phContainer, phAttach, phOFPort, phIPAM, phAddresses, phPortSecRec, phPortSec, phGateway, phPmDial, phPmSelect, phNodeIPs, phRecord, phBundle, phNft}
-	delPhases      = []phase{phDPmDial, phDPmSelect, phDelFlows, phDNft, phUnrecord, phDBrDial, phDBrSelect, phDPortSec, phDetach, phVethDel, phIPAMDel}
+	ofCall         = map[phase]bool{phPortSec: true, phDPortSec: true}
+	addPhases      = []phase{phBridgeDial, phBridgeSelect, phOwnPorts, phSync, phVeth, phContainer, phAttach, phOFPort, phIPAM, phAddresses, phPortSecRec, phPortSec, phGateway, phPmDial, phPmSelect, phNodeIPs, phPublish}
+	delPhases      = []phase{phDPmDial, phDPmSelect, phWithdraw, phDBrDial, phDBrSelect, phDPortSec, phDetach, phVethDel, phIPAMDel}
 	rawConnect     = "raw JSON-RPC: connect + 1 select (no schema)"
 	coldConnect    = "pkg/ovsdb Dial, first in a fresh process (as in a plugin)"
 	bundleAgain    = "OpenFlow bundle again right after (vswitchd no longer busy)"
@@ -282,12 +281,12 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	t.mark(phAddresses)
 	gw := result.IPs[0]
 	ctrIP, _ := netip.AddrFromSlice(gw.Address.IP.To4())
-	psRec, _ := json.Marshal(map[string]any{"openflow": r.target, "mac": contMAC.String(), "ips": []netip.Addr{ctrIP}})
+	psRec, _ := json.Marshal(record.PortSecurity{OpenFlow: r.target, MAC: contMAC.String(), IPs: []netip.Addr{ctrIP}})
 	ports, err := cli.FindPorts(ctx, att)
 	if err != nil || len(ports) != 1 {
 		return fmt.Errorf("replay port: %d, %v", len(ports), err)
 	}
-	if err := cli.SetPortExternalIDs(ctx, ports[0].Port.UUID, map[string]string{ovsdb.KeyPortSec: string(psRec)}); err != nil {
+	if err := cli.SetPortExternalIDs(ctx, ports[0].Port.UUID, map[string]string{record.KeyPortSecurity: string(psRec)}); err != nil {
 		return err
 	}
 	t.mark(phPortSecRec)
@@ -339,38 +338,24 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	}
 	t.mark(phNodeIPs)
 	a := flows.Attachment{Cookie: cookie, OFPort: uint32(ofport), MAC: contMAC, IPv4: ctrIP,
-		Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: probePort + 1, ContainerPort: ctrPort}}, nodeIPs, ctrIP, netip.Addr{}),
-		SNAT:  true}
+		Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: probePort + 1, ContainerPort: ctrPort},
+			{Protocol: flows.UDP, HostPort: probePort + 1, ContainerPort: ctrPort}}, nodeIPs, ctrIP, netip.Addr{}),
+		SNAT: true}
 	for _, n := range nodeIPs {
 		if n.Is4() && !a.HairpinV4.IsValid() {
 			a.HairpinV4 = n
 		}
 	}
-	rec, _ := json.Marshal(map[string]any{"v": 1, "openflow": r.target, "dnatZone": 64000, "snatZone": 64001,
-		"cookie": a.Cookie.String(), "ofport": a.OFPort, "mac": contMAC.String(), "ipv4": ctrIP, "hairpinV4": a.HairpinV4,
-		"snat": true, "masqAll": false, "rules": a.Rules})
-	claims := make([]string, 0, len(a.Rules))
-	for _, rule := range a.Rules {
-		claims = append(claims, fmt.Sprintf("ovsflow.io/claim/%s/%s", rule.Protocol, netip.AddrPortFrom(rule.NodeIP, rule.HostPort)))
-	}
-	if err := cli.Record(ctx, ports[0].Port.UUID, nil, map[string]string{ovsdb.KeyPortmap: string(rec)}, claims); err != nil {
+	pl := flows.DefaultPipeline()
+	if err := hostport.Publish(ctx, cli, ports[0], r.target, pl, a); err != nil {
 		return err
 	}
-	t.mark(phRecord)
-	if err := of.ApplyBundle(ctx, flows.DefaultPipeline().Bundle(a)); err != nil {
-		return err
-	}
-	t.mark(phBundle)
+	t.mark(phPublish)
 	start := time.Now()
-	if err := of.ApplyBundle(ctx, flows.DefaultPipeline().Bundle(a)); err != nil {
+	if err := of.ApplyBundle(ctx, pl.Bundle(a)); err != nil {
 		return err
 	}
 	res.extra[bundleAgain] = append(res.extra[bundleAgain], time.Since(start))
-	t.last = time.Now()
-	if err := hostport.ApplyNodeLocal(ctx, a.Rules, false); err != nil {
-		return err
-	}
-	t.mark(phNft)
 	cli.Close()
 
 	// ---- DEL, ovs-portmap then ovs-bridge (libcni runs a DEL in reverse) ----
@@ -385,18 +370,10 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return fmt.Errorf("replay port: %d, %v", len(ports), err)
 	}
 	t.mark(phDPmSelect)
-	if err := of.DeleteCookie(ctx, a.Cookie); err != nil {
+	if err := hostport.Withdraw(ctx, cli, ports[0]); err != nil {
 		return err
 	}
-	t.mark(phDelFlows)
-	if err := hostport.ApplyNodeLocal(ctx, a.Rules, true); err != nil {
-		return err
-	}
-	t.mark(phDNft)
-	if err := cli.Record(ctx, ports[0].Port.UUID, append(claims, ovsdb.KeyPortmap), nil, nil); err != nil {
-		return err
-	}
-	t.mark(phUnrecord)
+	t.mark(phWithdraw)
 	cli.Close()
 	t.last = time.Now()
 	cli, err = ovsdb.Dial(ctx, r.ovsdbEP)

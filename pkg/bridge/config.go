@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"net"
 	"regexp"
-	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
-	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
 // NetConf is the network configuration of ovs-bridge. The JSON keys are the
@@ -86,7 +86,7 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	}
 	// Defaults.
 	if n.OVSDB == "" {
-		n.OVSDB = ovsdb.DefaultEndpoint
+		n.OVSDB = endpoint.DefaultOVSDB
 	}
 	if n.PortSecurity == nil {
 		on := true
@@ -113,16 +113,8 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if !bridgeName.MatchString(n.Bridge) {
 		return nil, invalid(`"bridge" %q: want 1-15 characters of letters, digits, '_', '.', '-'`, n.Bridge)
 	}
-	if err := ovsdb.ValidateEndpoint(n.OVSDB); err != nil {
-		return nil, invalid(`"ovsdb": %v`, err)
-	}
-	if n.OpenFlow != "" && (!strings.HasPrefix(n.OpenFlow, "unix:/") && !strings.HasPrefix(n.OpenFlow, "tcp:") || strings.ContainsAny(n.OpenFlow, " \t\n,;'\"")) {
-		return nil, invalid(`"openflow" %q: want unix:/PATH or tcp:HOST:PORT`, n.OpenFlow)
-	}
-	if tcp, ok := strings.CutPrefix(n.OpenFlow, "tcp:"); ok {
-		if err := ovsdb.ValidateHostPort(n.OpenFlow, tcp); err != nil {
-			return nil, invalid(`"openflow": %v`, err)
-		}
+	if err := cnicmd.ValidateEndpoints(n.OVSDB, n.OpenFlow); err != nil {
+		return nil, err
 	}
 	switch n.DatapathType {
 	case "", "system", "netdev":

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -16,34 +15,29 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ip"
 	"github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/portsec"
+	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
-const (
-	// opTimeout bounds a whole command's OVSDB work.
-	opTimeout = 30 * time.Second
-	// ofportTimeout bounds the wait for ovs-vswitchd to attach a new port.
-	ofportTimeout = 10 * time.Second
-)
+// ofportTimeout bounds the wait for ovs-vswitchd to attach a new port.
+const ofportTimeout = 10 * time.Second
 
-func dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
-	return hostport.Dial(ctx, endpoint)
-}
-
-// asCNIError gives OVSDB unreachability and host port conflicts their CNI codes.
-func asCNIError(err error) error { return hostport.CNIError(err) }
+// asCNIError gives OVS unreachable or unresponsive their CNI codes.
+func asCNIError(err error) error { return cnicmd.Error(err) }
 
 func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[string]string {
 	return map[string]string{
@@ -116,13 +110,11 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if err := notOwnNetNS(args.Netns); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	cli, err := dial(ctx, conf.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer done()
 	br, err := lookupBridge(ctx, cli, conf)
 	if err != nil {
 		return err
@@ -191,7 +183,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	// breaks mid-commit its outcome is unknown, and the port may be there.
 	defer func() {
 		if retErr != nil {
-			hostport.Rollback(func(ctx context.Context) {
+			cnicmd.Rollback(func(ctx context.Context) {
 				ports, err := cli.FindPorts(ctx, att)
 				if err == nil {
 					err = cli.DetachPorts(ctx, portUUIDs(ports)...)
@@ -210,8 +202,8 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	defer func() {
 		if retErr != nil {
-			hostport.Rollback(func(ctx context.Context) {
-				_ = ofctl.Bridge{Target: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge)}.
+			cnicmd.Rollback(func(ctx context.Context) {
+				_ = ofctl.Bridge{Target: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge)}.
 					DeleteAttachment(ctx, flows.AttachmentCookie(args.ContainerID, args.IfName))
 			})
 		}
@@ -314,11 +306,10 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 	var err error
 	if len(previous) > 0 {
 		// The old port's host ports and flows go with it (their record is on the row).
-		swept, err := cutOff(ctx, conf, previous)
-		if err != nil {
+		if err := cutOff(ctx, conf, previous); err != nil {
 			return err
 		}
-		if err := withdrawHostPorts(ctx, cli, previous, swept); err != nil {
+		if err := withdrawHostPorts(ctx, cli, previous); err != nil {
 			return err
 		}
 		err = cli.DetachPortsAndSync(ctx, ofportTimeout, portUUIDs(previous)...)
@@ -339,81 +330,40 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 // their flows, in one bundle per bridge: a tombstone flow per port
 // (flows.TombstoneBundle) outlives the port by a few seconds, so that nothing
 // passes between its flows going and ovs-vswitchd removing it, and DEL need
-// not wait for that. It returns, by port UUID, the OpenFlow target it swept.
-// Without ovs-vswitchd (no OpenFlow socket) nothing is forwarded anyway.
-func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) (map[string]string, error) {
-	type bundle struct {
-		lines strings.Builder
-		ports []string
-	}
-	byTarget := map[string]*bundle{}
+// not wait for that. Without ovs-vswitchd (no OpenFlow socket) nothing is forwarded anyway.
+func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
+	byTarget := map[string]*strings.Builder{}
 	for _, p := range ports {
 		br := p.Port.ExternalIDs[ovsdb.KeyBridge]
 		if br == "" {
 			br = conf.Bridge
 		}
-		target := hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, br)
-		if rec, ok := hostport.PortSecRecordOf(p); ok {
-			target = rec.OpenFlow
-		}
+		target := portsec.Target(p, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, br))
 		b := byTarget[target]
 		if b == nil {
-			b = &bundle{}
+			b = &strings.Builder{}
 			byTarget[target] = b
 		}
 		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
-			b.lines.WriteString(flows.TombstoneBundle(uint32(*p.Interface.OFPort)))
+			b.WriteString(flows.TombstoneBundle(uint32(*p.Interface.OFPort)))
 		}
 		a := p.Attachment()
-		b.lines.WriteString("delete " + flows.AttachmentCookie(a.ContainerID, a.IfName).AttachmentMatch() + "\n")
-		b.ports = append(b.ports, p.Port.UUID)
+		b.WriteString("delete " + flows.AttachmentCookie(a.ContainerID, a.IfName).AttachmentMatch() + "\n")
 	}
-	swept := map[string]string{}
 	for target, b := range byTarget {
-		err := ofctl.Bridge{Target: target}.ApplyBundle(ctx, b.lines.String())
-		switch {
-		case err == nil:
-			for _, u := range b.ports {
-				swept[u] = target
-			}
-		case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
-		default:
-			return nil, asCNIError(err)
-		}
-	}
-	return swept, nil
-}
-
-// securePort installs the port's table-0 flows (port security, VLAN
-// isolation, and table 0's NORMAL on a fail_mode=secure bridge) in one
-// bundle, and, given portUUID, first records them on the port for reconcile.
-// Unlike ovs-portmap's host ports it does not wait for the datapath's flow
-// cache to follow (openflow.StartRevalidation): the flows match the new
-// port's own ingress, which no megaflow cached before the port existed can
-// carry.
-func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, portUUID string, ofport int) error {
-	rec := portSecRecord(conf, result, contIndex)
-	var base []flows.Flow
-	if br.Secure() {
-		base = flows.BaseFlows()
-	}
-	if rec.Disabled && rec.VLAN == flows.Untagged && base == nil {
-		return nil // no flows of ours on this port
-	}
-	if portUUID != "" && (!rec.Disabled || rec.VLAN != flows.Untagged) {
-		raw, err := json.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		if err := cli.SetPortExternalIDs(ctx, portUUID, map[string]string{ovsdb.KeyPortSec: string(raw)}); err != nil {
+		err := ofctl.Bridge{Target: target}.ApplyBundle(ctx, b.String())
+		if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
 			return asCNIError(err)
 		}
 	}
-	ps, err := rec.PortSecurity(flows.AttachmentCookie(args.ContainerID, args.IfName), uint32(ofport))
-	if err != nil {
-		return err
-	}
-	return asCNIError(ofctl.Bridge{Target: rec.OpenFlow}.ApplyBundle(ctx, flows.PortSecurityBundle(ps, base...)))
+	return nil
+}
+
+// securePort installs the port's table-0 flows (pkg/portsec) and, given
+// portUUID, first records them on the port for reconcile.
+func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, portUUID string, ofport int) error {
+	return asCNIError(portsec.Apply(ctx, cli, portSecRecord(conf, result, contIndex), br.Secure(),
+		flows.AttachmentCookie(args.ContainerID, args.IfName), portUUID, ofport))
 }
 
 // publishMesos publishes the port mappings Apache Mesos passes in args: Mesos
@@ -442,8 +392,8 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 
 // portSecRecord lists what the port security flows allow: the container
 // interface's MAC and addresses (MAC only without IPAM).
-func portSecRecord(conf *NetConf, result *current.Result, contIndex int) *hostport.PortSecRecord {
-	rec := &hostport.PortSecRecord{OpenFlow: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+func portSecRecord(conf *NetConf, result *current.Result, contIndex int) record.PortSecurity {
+	rec := record.PortSecurity{OpenFlow: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
 		MAC: result.Interfaces[contIndex].Mac, L2Only: conf.IPAM.Type == "",
 		AllowRouter: conf.AllowRouter, AllowDHCPServer: conf.AllowDHCPServer,
 		VLAN: portVLAN(conf), Disabled: !*conf.PortSecurity}
@@ -527,15 +477,15 @@ func configureAddresses(ifname string, result *current.Result) error {
 func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, result *current.Result) error {
 	bridge := br.Name
 	var want []*netlink.Addr
-	record := map[string]string{}
+	recorded := map[string]string{}
 	for _, ipc := range result.IPs {
 		if ipc.Gateway == nil {
 			continue
 		}
 		addr := &netlink.Addr{IPNet: &net.IPNet{IP: ipc.Gateway, Mask: ipc.Address.Mask}}
 		want = append(want, addr)
-		if key := hostport.KeyGatewayPrefix + addr.IPNet.String(); br.ExternalIDs[key] == "" {
-			record[key] = ovsdb.ClaimValue
+		if key := record.KeyGatewayPrefix + addr.IPNet.String(); br.ExternalIDs[key] == "" {
+			recorded[key] = ovsdb.ClaimValue
 		}
 	}
 	l, err := netlink.LinkByName(bridge)
@@ -551,7 +501,7 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 	// Usually every container of the network has the same gateway: when the
 	// interface is up with the addresses and they are recorded, there is
 	// nothing to do.
-	if len(record) > 0 || l.Attrs().Flags&net.FlagUp == 0 || !hasAddrs(l, want) {
+	if len(recorded) > 0 || l.Attrs().Flags&net.FlagUp == 0 || !hasAddrs(l, want) {
 		_ = link.SetSysctl("net/ipv6/conf/"+bridge+"/accept_dad", "0")
 		for _, addr := range want {
 			if err := netlink.AddrReplace(l, addr); err != nil {
@@ -564,8 +514,8 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 	}
 	// Recorded so that a reconcile can restore them after ovs-vswitchd
 	// re-creates the interface.
-	if len(record) > 0 {
-		if err := cli.SetBridgeExternalIDs(ctx, br.UUID, record); err != nil {
+	if len(recorded) > 0 {
+		if err := cli.SetBridgeExternalIDs(ctx, br.UUID, recorded); err != nil {
 			return asCNIError(err)
 		}
 	}
@@ -600,23 +550,19 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
-
-	cli, err := dial(ctx, conf.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	switch {
 	case err == nil:
-		defer cli.Close()
+		defer done()
 		ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 		if err != nil {
 			return asCNIError(err)
 		}
-		swept, err := cutOff(ctx, conf, ports)
-		if err != nil {
+		if err := cutOff(ctx, conf, ports); err != nil {
 			return err
 		}
-		if err := withdrawHostPorts(ctx, cli, ports, swept); err != nil {
+		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
 			return err
 		}
 		if err := cli.DetachPorts(ctx, portUUIDs(ports)...); err != nil {
@@ -640,9 +586,9 @@ func CmdDel(args *skel.CmdArgs) error {
 // withdrawHostPorts removes the host ports recorded on ports (by ovs-portmap,
 // or by ovs-bridge itself for Mesos), so that nothing outlives the port even
 // when the chained plugin's DEL was never called.
-func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort, swept map[string]string) error {
+func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
 	for _, p := range ports {
-		if err := hostport.Withdraw(ctx, cli, p, swept[p.Port.UUID]); err != nil {
+		if err := hostport.Withdraw(ctx, cli, p); err != nil {
 			return asCNIError(err)
 		}
 	}
@@ -655,17 +601,8 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if conf.RawPrevResult == nil {
-		return invalid("CHECK needs a prevResult")
-	}
-	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
-	}
-	prev, err := current.NewResultFromResult(conf.PrevResult)
+	prev, err := cnicmd.PrevResult(&conf.PluginConf, "CHECK needs a prevResult")
 	if err != nil {
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
-	}
-	if err := hostport.CheckResult(prev); err != nil {
 		return err
 	}
 	if conf.IPAM.Type != "" {
@@ -673,13 +610,11 @@ func CmdCheck(args *skel.CmdArgs) error {
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	cli, err := dial(ctx, conf.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer done()
 
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
 	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
@@ -768,22 +703,19 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	cli, err := dial(ctx, conf.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	stale, err := hostport.Stale(ctx, cli, conf.Name, conf.Bridge, conf.ValidAttachments)
+	defer done()
+	stale, err := cnicmd.Stale(ctx, cli, conf.Name, conf.Bridge, conf.ValidAttachments)
 	if err != nil {
 		return err
 	}
-	swept, err := cutOff(ctx, conf, stale)
-	if err != nil {
+	if err := cutOff(ctx, conf, stale); err != nil {
 		return err
 	}
-	if err := withdrawHostPorts(ctx, cli, stale, swept); err != nil {
+	if err := withdrawHostPorts(ctx, cli, stale); err != nil {
 		return err
 	}
 	if err := cli.DetachPorts(ctx, portUUIDs(stale)...); err != nil {
@@ -818,13 +750,11 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cli, err := ovsdb.Dial(ctx, conf.OVSDB)
+	ctx, cli, done, err := cnicmd.Status(conf.OVSDB)
 	if err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unreachable", err.Error())
+		return err
 	}
-	defer cli.Close()
+	defer done()
 	br, err := cli.Bridge(ctx, conf.Bridge)
 	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unusable", err.Error())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
 // FuzzParseMappings decodes arbitrary JSON as runtimeConfig.portMappings
@@ -116,7 +117,7 @@ func FuzzContainerFacts(f *testing.F) {
 // the record: it may hold anything another client wrote) and renders what a
 // DEL or reconcile would do with it, without panicking.
 func FuzzRecordOf(f *testing.F) {
-	rec, _ := json.Marshal(Record{Version: 1, OpenFlow: "unix:/run/openvswitch/br0.mgmt", DNATZone: 64000, SNATZone: 64001,
+	rec, _ := json.Marshal(record.HostPorts{Version: 1, OpenFlow: "unix:/run/openvswitch/br0.mgmt", DNATZone: 64000, SNATZone: 64001,
 		Cookie: flows.AttachmentCookie("c", "eth0").String(), OFPort: 3, MAC: "02:00:00:00:00:01", SNAT: true,
 		Rules: []flows.Rule{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}}})
 	for _, s := range []string{string(rec), `{}`, `{"cookie":"0x"}`, `{"cookie":"0xffffffffffffffffff","mac":"x"}`,
@@ -125,8 +126,8 @@ func FuzzRecordOf(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf0", ExternalIDs: map[string]string{ovsdb.KeyPortmap: raw}}}
-		r, ok, err := RecordOf(p)
+		p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf0", ExternalIDs: map[string]string{record.KeyHostPorts: raw}}}
+		r, ok, err := record.HostPortsOf(p)
 		if !ok || err != nil {
 			return
 		}
@@ -138,42 +139,6 @@ func FuzzRecordOf(f *testing.F) {
 		_ = nftScript(a.Rules, true, false)
 		if a.Validate() == nil {
 			_ = pl.Bundle(a)
-		}
-	})
-}
-
-// FuzzPortSecRecordOf does the same for ovs-bridge's port security record.
-func FuzzPortSecRecordOf(f *testing.F) {
-	for _, s := range []string{`{"openflow":"unix:/run/openvswitch/br0.mgmt","mac":"02:00:00:00:00:01","ips":["192.0.2.2","2001:db8:c::2"]}`,
-		`{"mac":"02:00:00:00:00:01","l2only":true}`, `{"mac":"","ips":["::ffff:192.0.2.2"]}`, `{"ips":[""]}`, `[]`} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, raw string) {
-		p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf0", ExternalIDs: map[string]string{ovsdb.KeyPortSec: raw}}}
-		r, ok := PortSecRecordOf(p)
-		if !ok {
-			return
-		}
-		ps, err := r.PortSecurity(flows.AttachmentCookie("c", "eth0"), 3)
-		if err != nil {
-			return
-		}
-		_ = flows.PortSecurityBundle(ps)
-	})
-}
-
-// FuzzCookiesOf parses arbitrary ovs-ofctl dump output: only cookies with
-// the suite tag come out.
-func FuzzCookiesOf(f *testing.F) {
-	for _, s := range []string{" cookie=0xfc5010000000001, duration=1.0s, table=0, priority=200,tcp actions=drop",
-		"cookie=0x1234, table=40", "cookie=0x", "cookie=0x0fc5ffffffffffffffff,", "OFPST_FLOW reply (OF1.4) (xid=0x2):"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, dump string) {
-		for c := range cookiesOf(strings.Split(dump, "\n")) {
-			if !c.IsOurs() {
-				t.Fatalf("cookie %s is not ours", c)
-			}
 		}
 	})
 }

@@ -1,16 +1,12 @@
 package hostport
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
-	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
 func invalid(format string, a ...any) error {
@@ -97,50 +93,4 @@ func ParseMappings(entries []Entry, field string) ([]flows.Mapping, error) {
 		out = append(out, m)
 	}
 	return out, nil
-}
-
-// CNIError gives OVSDB unreachability (code 11, try again later) and host port
-// conflicts (code 7) their CNI codes, and leaves other errors as they are.
-func CNIError(err error) error {
-	var claimed *ovsdb.ClaimedError
-	switch {
-	case errors.Is(err, ovsdb.ErrUnreachable):
-		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
-	case errors.Is(err, ofctl.ErrTimeout), errors.Is(err, ovsdb.ErrVswitchdTimeout):
-		return types.NewError(types.ErrTryAgainLater, "ovs-vswitchd unresponsive", err.Error())
-	case errors.As(err, &claimed):
-		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")
-	}
-	return err
-}
-
-// Dial connects to OVSDB for a plugin command; an unreachable server is CNI
-// code 11 (try again later).
-func Dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
-	c, err := ovsdb.Dial(ctx, endpoint)
-	if err != nil {
-		return nil, CNIError(err)
-	}
-	return c, nil
-}
-
-// Stale returns our ports of network (and bridge, unless empty) whose
-// attachment is not in valid: what GC removes.
-func Stale(ctx context.Context, cli *ovsdb.Client, network, bridge string, valid []types.GCAttachment) ([]ovsdb.OwnedPort, error) {
-	keep := make(map[ovsdb.Attachment]bool, len(valid))
-	for _, a := range valid {
-		keep[ovsdb.Attachment{ContainerID: a.ContainerID, IfName: a.IfName}] = true
-	}
-	ports, err := cli.OwnedPorts(ctx)
-	if err != nil {
-		return nil, CNIError(err)
-	}
-	var stale []ovsdb.OwnedPort
-	for _, p := range ports {
-		ids := p.Port.ExternalIDs
-		if ids[ovsdb.KeyNetwork] == network && (bridge == "" || ids[ovsdb.KeyBridge] == bridge) && !keep[p.Attachment()] {
-			stale = append(stale, p)
-		}
-	}
-	return stale, nil
 }

@@ -75,16 +75,15 @@ func nftElements(rules []flows.Rule, remove bool) string {
 	return b.String()
 }
 
-// ApplyNodeLocal adds (or removes) the elements of rules (exported for the
-// benchmark's step-by-step replay, hack/bench). opts select the netlink
-// connection (the tests' netns); the plugin uses the current netns.
+// applyNodeLocal adds (or removes) the elements of rules. opts select the
+// netlink connection (the tests' netns); the plugin uses the current netns.
 //
 // The elements alone are sent first, as one netlink batch (an add costs a
 // tenth of an nft exec, BenchmarkNodeLocal); the tables are declared, in the
 // same batch as the elements, only when they are missing (first use on the
 // node, or after a flush), since declaring the hooked base chain again costs
 // the kernel about 10 ms.
-func ApplyNodeLocal(ctx context.Context, rules []flows.Rule, remove bool, opts ...nftables.ConnOption) error {
+func applyNodeLocal(ctx context.Context, rules []flows.Rule, remove bool, opts ...nftables.ConnOption) error {
 	if len(rules) == 0 {
 		return nil
 	}
@@ -98,9 +97,9 @@ func ApplyNodeLocal(ctx context.Context, rules []flows.Rule, remove bool, opts .
 	return nil
 }
 
-// rebuildNodeLocal declares both families' tables and replaces the elements
+// RebuildNodeLocal declares both families' tables and replaces the elements
 // of both maps with those of rules, in one netlink batch (reconcile).
-func rebuildNodeLocal(ctx context.Context, rules []flows.Rule, opts ...nftables.ConnOption) error {
+func RebuildNodeLocal(ctx context.Context, rules []flows.Rule, opts ...nftables.ConnOption) error {
 	if err := sendElements(rules, false, true, true, opts...); err != nil {
 		return fmt.Errorf("nft (node-local host ports): %w", err)
 	}

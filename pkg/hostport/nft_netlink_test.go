@@ -104,11 +104,11 @@ func inNetNS(fd int, fn func() error) error {
 	return <-errc
 }
 
-// nodeLocal is ApplyNodeLocal in netns fd, with the netlink connection
+// nodeLocal is applyNodeLocal in netns fd, with the netlink connection
 // pointed at fd explicitly.
 func nodeLocal(fd int, rules []flows.Rule, remove bool) error {
 	return inNetNS(fd, func() error {
-		return ApplyNodeLocal(context.Background(), rules, remove, nftables.WithNetNSFd(fd))
+		return applyNodeLocal(context.Background(), rules, remove, nftables.WithNetNSFd(fd))
 	})
 }
 
@@ -131,7 +131,7 @@ func execElements(fd int, rules []flows.Rule, remove bool) error {
 // (over netlink).
 func coldPath(tb testing.TB, fd int) {
 	tb.Helper()
-	if err := inNetNS(fd, func() error { return rebuildNodeLocal(context.Background(), nil) }); err != nil {
+	if err := inNetNS(fd, func() error { return RebuildNodeLocal(context.Background(), nil) }); err != nil {
 		tb.Fatalf("cold path: %v", err)
 	}
 }
@@ -400,7 +400,7 @@ func BenchmarkNodeLocal(b *testing.B) {
 		apply func(remove bool) error
 	}{
 		// The plugin's path: the current netns, no WithNetNSFd.
-		{"netlink", func(remove bool) error { return ApplyNodeLocal(context.Background(), rules, remove) }},
+		{"netlink", func(remove bool) error { return applyNodeLocal(context.Background(), rules, remove) }},
 		{"nft-exec", func(remove bool) error { return runNft(nftElements(rules, remove)) }},
 	}
 	for _, p := range paths {

@@ -6,34 +6,14 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
-
-// CheckResult rejects a prevResult with null entries (code 6, naming them).
-func CheckResult(r *current.Result) error {
-	for i, iface := range r.Interfaces {
-		if iface == nil {
-			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: interfaces[%d] is null", i), "")
-		}
-	}
-	for i, ipc := range r.IPs {
-		if ipc == nil {
-			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: ips[%d] is null", i), "")
-		}
-	}
-	for i, rt := range r.Routes {
-		if rt == nil {
-			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: routes[%d] is null", i), "")
-		}
-	}
-	return nil
-}
 
 // ContainerFacts picks, from a result, the first IPv4 and IPv6 address of the
 // interface ifname that has a sandbox (or of IPs with no interface), and that
@@ -152,5 +132,5 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 	if !a.HairpinV6.IsValid() {
 		a.IPv6 = netip.Addr{}
 	}
-	return &Plan{Port: port, Target: OpenFlowTarget(conf.OpenFlow, conf.OVSDB, bridge), Attachment: a}, nil
+	return &Plan{Port: port, Target: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, bridge), Attachment: a}, nil
 }

@@ -12,23 +12,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
-	"github.com/ovsflow/ovs-cni/pkg/dial"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
-// Conn is one JSON-RPC connection; endpoints are "unix:PATH" or "tcp:HOST:PORT".
+// Conn is one JSON-RPC connection.
 type Conn struct {
 	conn net.Conn
 	dec  *json.Decoder
 	id   int
 }
 
-// Dial connects to endpoint.
-func Dial(ctx context.Context, endpoint string) (*Conn, error) {
-	network, addr, _ := strings.Cut(endpoint, ":")
-	conn, err := dial.Dial(ctx, network, addr)
+// Dial connects to e.
+func Dial(ctx context.Context, e endpoint.Endpoint) (*Conn, error) {
+	conn, err := e.Dial(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 // Package openflow is a small native OpenFlow 1.4 client for the plugins' hot
 // path: it applies the add-flows bundles of pkg/flows and deletes flows by
 // cookie without executing ovs-ofctl (about 0.5 ms instead of 4-5 ms). It
-// uses the standard library only, and pkg/dial.
+// uses the standard library only, and pkg/endpoint.
 //
 // Apply compiles exactly the subset of ovs-ofctl syntax that pkg/flows emits
 // into the messages ovs-ofctl would send, and returns ErrUnsupported for
@@ -47,10 +47,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/ovsflow/ovs-cni/pkg/dial"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // Timeout bounds every call, like pkg/ofctl.Timeout: ovs-vswitchd answers no
@@ -59,8 +58,8 @@ const Timeout = 10 * time.Second
 
 var (
 	// ErrTimeout says that ovs-vswitchd did not answer within the context's
-	// deadline or Timeout.
-	ErrTimeout = errors.New("ovs-vswitchd did not answer on OpenFlow")
+	// deadline or Timeout: the suite's one timeout sentinel.
+	ErrTimeout = endpoint.ErrTimeout
 	// ErrUnsupported says that the bundle uses syntax this package does not
 	// compile; ovs-ofctl may still know it.
 	ErrUnsupported = errors.New("syntax not supported by the native OpenFlow client")
@@ -194,11 +193,11 @@ func session(ctx context.Context, target, what string, fn func(*conn) error) (er
 			err = fmt.Errorf("%s on %s: %w", what, target, err)
 		}
 	}()
-	network, addr, ok := strings.Cut(target, ":")
-	if !ok || network != "unix" && network != "tcp" {
+	e, err := endpoint.Parse(target)
+	if err != nil {
 		return fmt.Errorf("target %q: %w", target, ErrUnsupported)
 	}
-	c, err := dial.Dial(ctx, network, addr)
+	c, err := e.Dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/ovsflow/ovs-cni/pkg/dial"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // A barrier reply means that the flow table has changed, not that the
@@ -57,7 +57,7 @@ func StartRevalidation(ctx context.Context, target string) (*Revalidation, error
 		return nil, fmt.Errorf("reading the ovs-vswitchd pidfile: %w", err)
 	}
 	ctl := filepath.Join(dir, "ovs-vswitchd."+strings.TrimSpace(string(pid))+".ctl")
-	c, err := dial.Dial(ctx, "unix", ctl)
+	c, err := endpoint.Dial(ctx, "unix", ctl)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", ctl, err)
 	}
@@ -83,7 +83,7 @@ func unixctlRequest(method string) []byte {
 
 // unixctlCall runs one control command and reads its reply.
 func unixctlCall(ctx context.Context, ctl, method string) error {
-	c, err := dial.Dial(ctx, "unix", ctl)
+	c, err := endpoint.Dial(ctx, "unix", ctl)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", ctl, err)
 	}

@@ -76,7 +76,8 @@ func DatabaseModel() (model.ClientDBModel, error) {
 	})
 }
 
-// external_ids keys on the Port and Interface rows the plugins create.
+// external_ids keys on the Port and Interface rows the plugins create: the
+// identity of an attachment (its records are pkg/record's).
 const (
 	KeyOwner       = "ovsflow.io/owner"        // OwnerValue: the row is ours
 	KeyContainerID = "ovsflow.io/container-id" // CNI_CONTAINERID
@@ -84,8 +85,6 @@ const (
 	KeyNetNS       = "ovsflow.io/netns"        // CNI_NETNS at ADD time
 	KeyNetwork     = "ovsflow.io/network"      // network name from the config
 	KeyBridge      = "ovsflow.io/bridge"       // bridge the port was attached to
-	KeyPortmap     = "ovsflow.io/portmap"      // ovs-portmap's record of the attachment (JSON)
-	KeyPortSec     = "ovsflow.io/portsec"      // ovs-bridge's port security record (JSON)
 	KeyMAC         = "ovsflow.io/mac"          // the container interface's MAC, lower case
 
 	// OwnerValue marks rows created by this suite.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
 )
 
@@ -22,11 +23,12 @@ type VswitchdWatch struct {
 const vswitchdLock = "ovs_vswitchd"
 
 // WatchVswitchd connects to the OVSDB endpoint for watching.
-func WatchVswitchd(ctx context.Context, endpoint string) (*VswitchdWatch, error) {
-	if err := ValidateEndpoint(endpoint); err != nil {
+func WatchVswitchd(ctx context.Context, ep string) (*VswitchdWatch, error) {
+	e, err := endpoint.Parse(ep)
+	if err != nil {
 		return nil, err
 	}
-	c, err := jsonrpc.Dial(ctx, endpoint)
+	c, err := jsonrpc.Dial(ctx, e)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}

@@ -8,13 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
-	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
 // Conf is the network configuration of ovs-portmap.
@@ -62,7 +62,7 @@ func LoadConf(stdin []byte) (*Conf, error) {
 	}
 	// Defaults.
 	if c.OVSDB == "" {
-		c.OVSDB = ovsdb.DefaultEndpoint
+		c.OVSDB = endpoint.DefaultOVSDB
 	}
 	if c.SNAT == nil {
 		t := true
@@ -79,19 +79,8 @@ func LoadConf(stdin []byte) (*Conf, error) {
 			return nil, invalid("%q is an iptables portmap option and does not apply to ovs-portmap", key)
 		}
 	}
-	if err := ovsdb.ValidateEndpoint(c.OVSDB); err != nil {
-		return nil, invalid(`"ovsdb": %v`, err)
-	}
-	if c.OpenFlow != "" && !strings.HasPrefix(c.OpenFlow, "unix:/") && !strings.HasPrefix(c.OpenFlow, "tcp:") {
-		return nil, invalid(`"openflow" %q: want unix:/PATH or tcp:HOST:PORT`, c.OpenFlow)
-	}
-	if c.OpenFlow != "" && strings.ContainsAny(c.OpenFlow, " \t\n,;'\"") {
-		return nil, invalid(`"openflow" %q: unexpected characters`, c.OpenFlow)
-	}
-	if tcp, ok := strings.CutPrefix(c.OpenFlow, "tcp:"); ok {
-		if err := ovsdb.ValidateHostPort(c.OpenFlow, tcp); err != nil {
-			return nil, invalid(`"openflow": %v`, err)
-		}
+	if err := cnicmd.ValidateEndpoints(c.OVSDB, c.OpenFlow); err != nil {
+		return nil, err
 	}
 	for _, z := range []struct {
 		key string

@@ -3,47 +3,28 @@ package portmap
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/record"
 )
-
-const opTimeout = 30 * time.Second
-
-func dial(ctx context.Context, endpoint string) (*ovsdb.Client, error) {
-	return hostport.Dial(ctx, endpoint)
-}
-
-func asCNIError(err error) error { return hostport.CNIError(err) }
 
 // prevResult parses the prevResult, which ADD and CHECK require.
 func prevResult(conf *Conf) (*current.Result, error) {
-	if conf.RawPrevResult == nil {
-		return nil, types.NewError(types.ErrInvalidNetworkConfig, "must be called as chained plugin (no prevResult)", "")
-	}
-	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
-	}
-	r, err := current.NewResultFromResult(conf.PrevResult)
-	if err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
-	}
-	return r, hostport.CheckResult(r)
+	return cnicmd.PrevResult(&conf.PluginConf, "must be called as chained plugin (no prevResult)")
 }
 
 // findPort returns the ovs-bridge port of the attachment.
@@ -51,7 +32,7 @@ func findPort(ctx context.Context, cli *ovsdb.Client, containerID, ifname string
 	att := ovsdb.Attachment{ContainerID: containerID, IfName: ifname}
 	ports, err := cli.FindPorts(ctx, att)
 	if err != nil {
-		return ovsdb.OwnedPort{}, asCNIError(err)
+		return ovsdb.OwnedPort{}, cnicmd.Error(err)
 	}
 	if len(ports) != 1 {
 		return ovsdb.OwnedPort{}, fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (ovs-portmap must follow ovs-bridge in the conflist)", att, len(ports))
@@ -76,13 +57,11 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if !v4.IsValid() && !v6.IsValid() {
 		return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	cli, err := dial(ctx, conf.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer done()
 	port, err := findPort(ctx, cli, args.ContainerID, args.IfName)
 	if err != nil {
 		return err
@@ -92,7 +71,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, conf.Pipeline, plan.Attachment); err != nil {
-		return asCNIError(err)
+		return cnicmd.Error(err)
 	}
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 }
@@ -103,23 +82,21 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	cli, err := dial(ctx, conf.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	if err != nil {
 		if link.Exists(link.HostVethName(args.ContainerID, args.IfName)) {
 			return err // the attachment is still here and OVSDB cannot be reached
 		}
 		return nil
 	}
-	defer cli.Close()
+	defer done()
 	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 	if err != nil {
-		return asCNIError(err)
+		return cnicmd.Error(err)
 	}
 	for _, p := range ports {
-		if err := hostport.Withdraw(ctx, cli, p, ""); err != nil {
-			return asCNIError(err)
+		if err := hostport.Withdraw(ctx, cli, p); err != nil {
+			return cnicmd.Error(err)
 		}
 	}
 	return nil
@@ -137,23 +114,21 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	cli, err := dial(ctx, conf.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer done()
 	port, err := findPort(ctx, cli, args.ContainerID, args.IfName)
 	if err != nil {
 		return err
 	}
 	var want []flows.Flow
-	target := hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, port.Port.ExternalIDs[ovsdb.KeyBridge])
+	target := endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, port.Port.ExternalIDs[ovsdb.KeyBridge])
 	cookie := flows.AttachmentCookie(args.ContainerID, args.IfName)
 	v4, v6, mac := hostport.ContainerFacts(prev, args.IfName)
 	if len(conf.Mappings) > 0 && (v4.IsValid() || v6.IsValid()) {
-		rec, ok, err := hostport.RecordOf(port)
+		rec, ok, err := record.HostPortsOf(port)
 		if err != nil {
 			return err
 		}
@@ -162,7 +137,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 		}
 		opts := conf.options()
 		if opts.NodeIPs == nil {
-			opts.NodeIPs = recordNodeIPs(rec) // the node addresses ADD resolved
+			opts.NodeIPs = rec.NodeIPs() // the node addresses ADD resolved
 		}
 		plan, err := hostport.Resolve(opts, args.ContainerID, args.IfName, port, v4, v6, mac)
 		if err != nil {
@@ -176,22 +151,6 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	return compareFlows(ctx, want, got)
-}
-
-// recordNodeIPs lists the node addresses the recorded rules use.
-func recordNodeIPs(r hostport.Record) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range []netip.Addr{r.HairpinV4, r.HairpinV6} {
-		if a.IsValid() {
-			out = append(out, a)
-		}
-	}
-	for _, rule := range r.Rules {
-		if !slices.Contains(out, rule.NodeIP) {
-			out = append(out, rule.NodeIP)
-		}
-	}
-	return out
 }
 
 // compareFlows lets ovs-ofctl parse both sides, so that OVS's own
@@ -227,20 +186,18 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	cli, err := dial(ctx, conf.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
-	stale, err := hostport.Stale(ctx, cli, conf.Name, "", conf.ValidAttachments)
+	defer done()
+	stale, err := cnicmd.Stale(ctx, cli, conf.Name, "", conf.ValidAttachments)
 	if err != nil {
 		return err
 	}
 	for _, p := range stale {
-		if err := hostport.Withdraw(ctx, cli, p, ""); err != nil {
-			return asCNIError(err)
+		if err := hostport.Withdraw(ctx, cli, p); err != nil {
+			return cnicmd.Error(err)
 		}
 	}
 	return nil
@@ -252,12 +209,10 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cli, err := ovsdb.Dial(ctx, conf.OVSDB)
+	_, _, done, err := cnicmd.Status(conf.OVSDB)
 	if err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unreachable", err.Error())
+		return err
 	}
-	cli.Close()
+	done()
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
 )
 
@@ -24,11 +25,11 @@ var ErrNoSocket = fmt.Errorf("no ovs-vswitchd control socket")
 // Socket returns the control socket of the ovs-vswitchd whose OpenFlow
 // management socket (unix:<run dir>/<bridge>.mgmt) is target.
 func Socket(target string) (string, error) {
-	path, ok := strings.CutPrefix(target, "unix:")
-	if !ok {
+	e, err := endpoint.Parse(target)
+	if err != nil || e.Network != "unix" {
 		return "", fmt.Errorf("%w for %s", ErrNoSocket, target)
 	}
-	dir := filepath.Dir(path)
+	dir := filepath.Dir(e.Address)
 	b, err := os.ReadFile(filepath.Join(dir, "ovs-vswitchd.pid"))
 	if err != nil {
 		return "", fmt.Errorf("%w in %s: %v", ErrNoSocket, dir, err)
@@ -42,7 +43,7 @@ func Socket(target string) (string, error) {
 
 // call runs one unixctl command and returns its output.
 func call(ctx context.Context, sock, command string, args ...string) (string, error) {
-	c, err := jsonrpc.Dial(ctx, "unix:"+sock)
+	c, err := jsonrpc.Dial(ctx, endpoint.Endpoint{Network: "unix", Address: sock})
 	if err != nil {
 		return "", fmt.Errorf("ovs-vswitchd control socket %s: %w", sock, err)
 	}

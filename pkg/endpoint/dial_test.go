@@ -1,4 +1,4 @@
-package dial
+package endpoint
 
 import (
 	"context"

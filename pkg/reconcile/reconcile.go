@@ -1,28 +1,30 @@
-package hostport
+// Package reconcile rebuilds, from OVSDB alone, what ovs-vswitchd forgets
+// when it restarts: the flows of every live attachment (port security from
+// pkg/portsec, host ports from pkg/hostport), the node-local nft elements and
+// the gateway addresses of the bridges; it removes the flows of attachments
+// that are gone. `ovs-portmap reconcile` runs it once, or on every
+// ovs-vswitchd start (Run).
+package reconcile
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/portsec"
+	"github.com/ovsflow/ovs-cni/pkg/record"
 )
-
-// KeyGatewayPrefix starts the Bridge external_ids keys that record the
-// gateway addresses ovs-bridge put on the bridge's internal interface
-// ("ovsflow.io/gateway/192.0.2.1/24" = "1"), so that reconcile can restore
-// them when ovs-vswitchd re-creates the interface.
-const KeyGatewayPrefix = "ovsflow.io/gateway/"
 
 // Stats counts what one reconcile pass did.
 type Stats struct {
@@ -41,7 +43,7 @@ func (s Stats) String() string {
 // holds now), removes the flows of attachments that no longer exist, and
 // restores recorded gateway addresses. It is idempotent: each bridge gets one
 // atomic bundle that replaces what is there.
-func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, error) {
+func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (Stats, error) {
 	var st Stats
 	bridges, err := cli.Bridges(ctx)
 	if err != nil {
@@ -74,28 +76,14 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 	}
 	var rules []flows.Rule
 	for _, p := range ports {
-		ofport := uint32(0)
-		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
-			ofport = uint32(*p.Interface.OFPort)
+		if target, c, fl, ok := portsec.Rebuild(p); ok {
+			addFlows(get(target), c, fl)
 		}
-		if ps, ok := PortSecRecordOf(p); ok && ofport > 0 {
-			c := flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
-			if f, err := ps.PortSecurity(c, ofport); err == nil {
-				addFlows(get(ps.OpenFlow), c.WithKind(flows.CookieKindPortSecurity), flows.PortSecurityFlows(f))
-			}
-		}
-		rec, ok, err := RecordOf(p)
-		if err != nil || !ok {
+		target, pl, a, ok := hostport.Rebuild(p)
+		if !ok {
 			continue
 		}
-		pl, a, err := rec.Attachment()
-		if err != nil {
-			continue
-		}
-		if ofport > 0 {
-			a.OFPort = ofport
-		}
-		t := get(rec.OpenFlow)
+		t := get(target)
 		t.shared = pl.SharedFlows()
 		t.pl = &pl
 		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
@@ -103,7 +91,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 		st.Attachments++
 	}
 	for _, br := range bridges {
-		t := get(OpenFlowTarget("", endpoint, br.Name))
+		t := get(endpoint.OpenFlow("", ovsdbEndpoint, br.Name))
 		if br.Secure() && t.live != nil && (len(t.live) > 0 || br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue) {
 			// Ours to restore: the bridge carries our ports or we created it.
 			t.base = flows.BaseFlows()
@@ -111,7 +99,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 		st.Gateways += restoreGateways(br)
 	}
 	for name, t := range byTarget {
-		if !reachable(name) {
+		if !endpoint.Listening(name) {
 			// ovs-vswitchd is down or has not re-created the bridge yet.
 			return st, fmt.Errorf("OpenFlow endpoint %s is not there", name)
 		}
@@ -139,13 +127,13 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 			return st, err
 		}
 		if t.pl != nil {
-			if err := setZoneLimits(ctx, name, *t.pl); err != nil {
+			if err := hostport.SetZoneLimits(ctx, name, *t.pl); err != nil {
 				return st, err
 			}
 		}
 		st.Bridges++
 	}
-	return st, rebuildNodeLocal(ctx, rules)
+	return st, hostport.RebuildNodeLocal(ctx, rules)
 }
 
 // cookiesOf parses the cookies of dumped flows.
@@ -169,12 +157,7 @@ func cookiesOf(dumped []string) map[flows.Cookie]bool {
 // internal interface (ovs-vswitchd re-creates it without them on the
 // userspace datapath).
 func restoreGateways(br ovsdb.Bridge) int {
-	var addrs []netip.Prefix
-	for k := range br.ExternalIDs {
-		if p, err := netip.ParsePrefix(strings.TrimPrefix(k, KeyGatewayPrefix)); err == nil && strings.HasPrefix(k, KeyGatewayPrefix) {
-			addrs = append(addrs, p)
-		}
-	}
+	addrs := record.Gateways(br.ExternalIDs)
 	if len(addrs) == 0 {
 		return 0
 	}
@@ -194,25 +177,20 @@ func restoreGateways(br ovsdb.Bridge) int {
 	return n
 }
 
-// ReconcileMain is `ovs-portmap reconcile -ovsdb ENDPOINT [-watch]`.
-func ReconcileMain(args []string, out io.Writer) int {
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	fs.SetOutput(out)
-	endpoint := fs.String("ovsdb", ovsdb.DefaultEndpoint, "OVSDB endpoint")
-	watch := fs.Bool("watch", false, "keep running: reconcile whenever ovs-vswitchd (re)starts")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
+// Run reconciles the node of the OVSDB at ovsdbEndpoint once, or, with
+// watch, whenever an ovs-vswitchd (re)starts, never returning. It logs each
+// pass to out and returns the exit code of `ovs-portmap reconcile`.
+func Run(ovsdbEndpoint string, watch bool, out io.Writer) int {
 	once := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cli, err := ovsdb.Dial(ctx, *endpoint)
+		cli, err := ovsdb.Dial(ctx, ovsdbEndpoint)
 		if err != nil {
 			fmt.Fprintf(out, "%s reconcile: error: %v\n", time.Now().UTC().Format(time.RFC3339), err)
 			return err
 		}
 		defer cli.Close()
-		st, err := Reconcile(ctx, cli, *endpoint)
+		st, err := Reconcile(ctx, cli, ovsdbEndpoint)
 		fmt.Fprintf(out, "%s reconcile: %s", time.Now().UTC().Format(time.RFC3339), st)
 		if err != nil {
 			fmt.Fprintf(out, " error: %v", err)
@@ -220,14 +198,14 @@ func ReconcileMain(args []string, out io.Writer) int {
 		fmt.Fprintln(out)
 		return err
 	}
-	if !*watch {
+	if !watch {
 		if err := once(); err != nil {
 			return 1
 		}
 		return 0
 	}
 	for {
-		if err := watchLoop(*endpoint, once); err != nil {
+		if err := watchLoop(ovsdbEndpoint, once); err != nil {
 			fmt.Fprintf(out, "%s watch: %v; retrying\n", time.Now().UTC().Format(time.RFC3339), err)
 			time.Sleep(time.Second)
 		}
@@ -236,9 +214,9 @@ func ReconcileMain(args []string, out io.Writer) int {
 
 // watchLoop reconciles whenever an ovs-vswitchd (re)starts. It learns of
 // that through OVSDB: see ovsdb.VswitchdWatch.
-func watchLoop(endpoint string, once func() error) error {
+func watchLoop(ovsdbEndpoint string, once func() error) error {
 	ctx := context.Background()
-	w, err := ovsdb.WatchVswitchd(ctx, endpoint)
+	w, err := ovsdb.WatchVswitchd(ctx, ovsdbEndpoint)
 	if err != nil {
 		return err
 	}

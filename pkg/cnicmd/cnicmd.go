@@ -1,0 +1,148 @@
+// Package cnicmd is what every CNI command of both plugins does first and
+// last: a context bounded by Timeout, the OVSDB connection, prevResult
+// parsing, the CNI codes of errors (OVS unreachable or unresponsive: 11, try
+// again later; a host port conflict: 7), and the bounded clean-up of a
+// failed ADD.
+package cnicmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+const (
+	// Timeout bounds a whole command's work.
+	Timeout = 30 * time.Second
+	// StatusTimeout bounds a STATUS: the runtime asks it often.
+	StatusTimeout = 5 * time.Second
+)
+
+// Open starts a command: a context bounded by Timeout and a connection to
+// OVSDB at ep (unreachable: CNI code 11). done closes both.
+func Open(ep string) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	return open(ep, Timeout, Error)
+}
+
+// Status opens a STATUS: a connection within StatusTimeout, OVSDB
+// unreachable being CNI code 50 (plugin not available).
+func Status(ep string) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	return open(ep, StatusTimeout, func(err error) error {
+		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unreachable", err.Error())
+	})
+}
+
+func open(ep string, timeout time.Duration, cniError func(error) error) (context.Context, *ovsdb.Client, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	cli, err := ovsdb.Dial(ctx, ep)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, cniError(err)
+	}
+	return ctx, cli, func() { cli.Close(); cancel() }, nil
+}
+
+// Error gives OVSDB unreachability and every timeout of ovs-vswitchd (code
+// 11, try again later) and host port conflicts (code 7) their CNI codes, and
+// leaves other errors as they are.
+func Error(err error) error {
+	var claimed *ovsdb.ClaimedError
+	switch {
+	case errors.Is(err, ovsdb.ErrUnreachable):
+		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
+	case errors.Is(err, endpoint.ErrTimeout), errors.Is(err, ofctl.ErrTimeout):
+		return types.NewError(types.ErrTryAgainLater, "ovs-vswitchd unresponsive", err.Error())
+	case errors.As(err, &claimed):
+		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")
+	}
+	return err
+}
+
+// Rollback runs the clean-up of a failed ADD with a bounded context of its
+// own: the command's context may have expired, and clean-up must not hang.
+func Rollback(f func(context.Context)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f(ctx)
+}
+
+// PrevResult parses the prevResult of conf; missing is the error when there
+// is none. A prevResult that does not decode, or has null entries, is code 6.
+func PrevResult(conf *types.PluginConf, missing string) (*current.Result, error) {
+	if conf.RawPrevResult == nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, missing, "")
+	}
+	if err := version.ParsePrevResult(conf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
+	}
+	r, err := current.NewResultFromResult(conf.PrevResult)
+	if err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
+	}
+	return r, CheckResult(r)
+}
+
+// CheckResult rejects a prevResult with null entries (code 6, naming them).
+func CheckResult(r *current.Result) error {
+	for i, iface := range r.Interfaces {
+		if iface == nil {
+			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: interfaces[%d] is null", i), "")
+		}
+	}
+	for i, ipc := range r.IPs {
+		if ipc == nil {
+			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: ips[%d] is null", i), "")
+		}
+	}
+	for i, rt := range r.Routes {
+		if rt == nil {
+			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: routes[%d] is null", i), "")
+		}
+	}
+	return nil
+}
+
+// Stale returns our ports of network (and bridge, unless empty) whose
+// attachment is not in valid: what GC removes.
+func Stale(ctx context.Context, cli *ovsdb.Client, network, bridge string, valid []types.GCAttachment) ([]ovsdb.OwnedPort, error) {
+	keep := make(map[ovsdb.Attachment]bool, len(valid))
+	for _, a := range valid {
+		keep[ovsdb.Attachment{ContainerID: a.ContainerID, IfName: a.IfName}] = true
+	}
+	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return nil, Error(err)
+	}
+	var stale []ovsdb.OwnedPort
+	for _, p := range ports {
+		ids := p.Port.ExternalIDs
+		if ids[ovsdb.KeyNetwork] == network && (bridge == "" || ids[ovsdb.KeyBridge] == bridge) && !keep[p.Attachment()] {
+			stale = append(stale, p)
+		}
+	}
+	return stale, nil
+}
+
+// ValidateEndpoints checks the "ovsdb" and "openflow" (optional) keys of a
+// network config: code 7 naming the key.
+func ValidateEndpoints(ovsdb, openflow string) error {
+	if _, err := endpoint.Parse(ovsdb); err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(`"ovsdb": %v`, err), "")
+	}
+	if openflow == "" {
+		return nil
+	}
+	if _, err := endpoint.ParseOpenFlow(openflow); err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(`"openflow": %v`, err), "")
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+// Package endpoint parses, validates and dials the endpoints of the Open
+// vSwitch daemons ("unix:PATH", "tcp:HOST:PORT"), for OVSDB and OpenFlow
+// alike, and declares the one timeout sentinel of the suite (ErrTimeout).
+//
+// Dialing does one job beyond net.Dialer: a unix socket whose listen backlog
+// is full (ovs-vswitchd or ovsdb-server busy while many plugins connect at
+// once) makes connect(2) fail at once with EAGAIN, where a TCP connect would
+// wait; Dial waits too, retrying with a short backoff until ctx ends, as the
+// OVS tools do.
+package endpoint
+
+import (
+	"context"
+	"errors"
+	"net"
+	"syscall"
+	"time"
+)
+
+// Dial connects to addr on network ("unix" or "tcp") within ctx.
+func Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	backoff := 500 * time.Microsecond
+	for {
+		c, err := d.DialContext(ctx, network, addr)
+		if err == nil || network != "unix" || !errors.Is(err, syscall.EAGAIN) {
+			return c, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 20*time.Millisecond)
+	}
+}

@@ -1,0 +1,102 @@
+package ovsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+)
+
+// Bridge returns the bridge called name, or nil when there is none, without
+// its ports (on a busy node the row carries hundreds of port UUIDs).
+func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
+	op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name))
+	op.Columns = []string{"_uuid", "name", "datapath_type", "fail_mode", "external_ids"}
+	res, err := c.transact(ctx, op)
+	if err != nil {
+		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)
+	}
+	brs, err := decode[Bridge](c, tableBridge, res[0].Rows)
+	if err != nil || len(brs) == 0 {
+		return nil, err
+	}
+	return &brs[0], nil
+}
+
+// BridgeHasPort reports whether bridge name holds the port.
+func (c *Client) BridgeHasPort(ctx context.Context, name, portUUID string) (bool, error) {
+	op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name),
+		ovsdb.NewCondition("ports", ovsdb.ConditionIncludes, uuidSet(portUUID)))
+	op.Columns = []string{"_uuid"}
+	res, err := c.transact(ctx, op)
+	if err != nil {
+		return false, fmt.Errorf("looking up bridge %q: %w", name, err)
+	}
+	return len(res[0].Rows) == 1, nil
+}
+
+// EnsureBridge creates bridge name (with its internal port) unless it exists.
+// Concurrent callers are safe: the bridge name is a unique index, so a losing
+// insert fails and the bridge is looked up again.
+func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*Bridge, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		br, err := c.Bridge(ctx, name)
+		if err != nil || br != nil {
+			return br, err
+		}
+		ids := strMap(map[string]string{KeyOwner: OwnerValue})
+		ops := []ovsdb.Operation{
+			{Op: ovsdb.OperationInsert, Table: tableInterface, UUIDName: "newiface",
+				Row: ovsdb.Row{"name": name, "type": "internal"}},
+			{Op: ovsdb.OperationInsert, Table: tablePort, UUIDName: "newport",
+				Row: ovsdb.Row{"name": name, "interfaces": uuidSet("newiface")}},
+			{Op: ovsdb.OperationInsert, Table: tableBridge, UUIDName: "newbridge",
+				Row: ovsdb.Row{"name": name, "ports": uuidSet("newport"), "datapath_type": datapathType, "external_ids": ids,
+					// Nothing is forwarded after an ovs-vswitchd restart
+					// until reconcile has put the port security flows back.
+					"fail_mode": "secure"}},
+			{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
+				Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("bridges", ovsdb.MutateOperationInsert, uuidSet("newbridge"))}},
+		}
+		if _, err := c.transact(ctx, ops...); err != nil {
+			if errors.Is(err, ErrUnreachable) {
+				return nil, err
+			}
+			lastErr = err // most likely a concurrent creator won; look again
+		}
+	}
+	br, err := c.Bridge(ctx, name)
+	if err == nil && br == nil {
+		err = fmt.Errorf("creating bridge %q: %w", name, lastErr)
+	}
+	return br, err
+}
+
+// Bridges returns every bridge.
+func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
+	res, err := c.transact(ctx, selectOp(tableBridge))
+	if err != nil {
+		return nil, fmt.Errorf("listing bridges: %w", err)
+	}
+	return decode[Bridge](c, tableBridge, res[0].Rows)
+}
+
+// SetBridgeExternalIDs adds keys to a bridge's external_ids; existing keys
+// keep their value (an OVSDB map insert does not overwrite).
+func (c *Client) SetBridgeExternalIDs(ctx context.Context, bridgeUUID string, set map[string]string) error {
+	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: bridgeUUID})}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	// A map insert keeps a key that is already there: delete the keys first.
+	_, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableBridge, Where: where,
+		Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, strSet(keys...)),
+			*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(set))}})
+	if err != nil {
+		return fmt.Errorf("recording on bridge %s: %w", bridgeUUID, err)
+	}
+	return nil
+}

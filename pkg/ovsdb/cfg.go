@@ -1,0 +1,86 @@
+package ovsdb
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+)
+
+// bumpCfg asks ovs-vswitchd to report, through cur_cfg, when it has applied
+// the transaction; SyncPending waits on that.
+var bumpCfg = ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
+	Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("next_cfg", ovsdb.MutateOperationAdd, 1)}}
+
+// SyncPending waits, only if a change is pending (cur_cfg < next_cfg), until
+// ovs-vswitchd has applied it. ADD calls it before creating a device whose
+// name a just-removed port may still hold inside ovs-vswitchd (a DEL quickly
+// followed by an ADD of the same attachment).
+func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
+	res, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableRoot, Where: allRows, Columns: []string{"next_cfg", "cur_cfg"}})
+	if err != nil {
+		return fmt.Errorf("reading next_cfg: %w", err)
+	}
+	roots, err := decode[OpenvSwitch](c, tableRoot, res[0].Rows)
+	if err != nil || len(roots) != 1 {
+		return fmt.Errorf("reading next_cfg: %v", err)
+	}
+	if roots[0].CurCfg >= roots[0].NextCfg {
+		return nil
+	}
+	return c.waitCfg(ctx, roots[0].NextCfg, timeout)
+}
+
+// DetachPortsAndSync removes ports like DetachPorts, then waits until
+// ovs-vswitchd has applied the change. A retried ADD needs this before it
+// re-creates a device of the same name: if ovs-vswitchd saw the old and the
+// new port in one reconfiguration, it would keep reading the deleted device.
+func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, portUUIDs ...string) error {
+	ops := append(detachOps(portUUIDs), bumpCfg,
+		ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableRoot, Where: allRows, Columns: []string{"next_cfg"}})
+	res, err := c.transact(ctx, ops...)
+	if err != nil {
+		return fmt.Errorf("detaching %d port(s): %w", len(portUUIDs), err)
+	}
+	roots, err := decode[OpenvSwitch](c, tableRoot, res[len(res)-1].Rows)
+	if err != nil || len(roots) != 1 {
+		return fmt.Errorf("reading next_cfg: %v", err)
+	}
+	return c.waitCfg(ctx, roots[0].NextCfg, timeout)
+}
+
+// waitCfg blocks until ovs-vswitchd's cur_cfg reaches n. Each round is an
+// OVSDB wait for cur_cfg to change, so there is no polling; it loops because
+// other clients may bump next_cfg too, and cur_cfg can skip n.
+func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		res, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableRoot, Where: allRows, Columns: []string{"cur_cfg"}})
+		if err != nil {
+			return fmt.Errorf("reading cur_cfg: %w", err)
+		}
+		roots, err := decode[OpenvSwitch](c, tableRoot, res[0].Rows)
+		if err != nil || len(roots) != 1 {
+			return fmt.Errorf("reading cur_cfg: %v", err)
+		}
+		cur := roots[0].CurCfg
+		if cur >= n {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("%w: configuration %d not applied within %s (at %d)", endpoint.ErrTimeout, n, timeout, cur)
+		}
+		ms := int(left / time.Millisecond)
+		wctx, cancel := context.WithTimeout(ctx, left+2*time.Second)
+		_, err = c.transact(wctx, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tableRoot, Where: allRows, Timeout: &ms,
+			Columns: []string{"cur_cfg"}, Until: string(ovsdb.WaitConditionNotEqual), Rows: []ovsdb.Row{{"cur_cfg": cur}}})
+		cancel()
+		if err != nil && !waitTimedOut(err) {
+			return fmt.Errorf("waiting for cur_cfg: %w", err)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package ovsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+)
+
+// ErrPortGone says that the port a change was for no longer exists.
+var ErrPortGone = errors.New("the port is gone")
+
+// ClaimedError says that a claim key is held by another port.
+type ClaimedError struct {
+	Key    string
+	Holder Attachment
+	Port   string
+}
+
+func (e *ClaimedError) Error() string {
+	return fmt.Sprintf("%s is already held by attachment %s (port %q)", e.Key, e.Holder, e.Port)
+}
+
+// ClaimValue is the value of a held claim key.
+const ClaimValue = "1"
+
+// Record updates our port's external_ids in one transaction: removes the keys
+// in unset, sets the keys in set, and takes every key in claims exclusively.
+// A claim is a key that at most one Port row may hold; the transaction waits
+// (with timeout 0, so it fails at once) for each claim to be held by this port
+// alone, so two concurrent claimers cannot both win. A lost claim is a
+// *ClaimedError naming the holder.
+func (c *Client) Record(ctx context.Context, portUUID string, unset []string, set map[string]string, claims []string) error {
+	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: portUUID})}
+	ins := make(map[string]string, len(set)+len(claims))
+	for k, v := range set {
+		ins[k] = v
+	}
+	for _, k := range claims {
+		ins[k] = ClaimValue
+	}
+	ops := []ovsdb.Operation{}
+	if len(unset) > 0 {
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where,
+			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, strSet(unset...))}})
+	}
+	if len(ins) > 0 {
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where,
+			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(ins))}})
+	}
+	zero := 0
+	for _, k := range claims {
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tablePort, Timeout: &zero,
+			Where:   []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{k: ClaimValue}))},
+			Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual),
+			Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: portUUID}}}})
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	res, err := c.transact(ctx, ops...)
+	if err == nil {
+		if res[0].Count != 1 {
+			return fmt.Errorf("recording on port %s: %w", portUUID, ErrPortGone)
+		}
+		return nil
+	}
+	if errors.Is(err, ErrUnreachable) {
+		return err
+	}
+	// Find who holds what we could not claim.
+	for _, k := range claims {
+		sel := selectOp(tablePort,
+			ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{k: ClaimValue})),
+			ovsdb.NewCondition("_uuid", ovsdb.ConditionNotEqual, ovsdb.UUID{GoUUID: portUUID}))
+		r, serr := c.transact(ctx, sel)
+		if serr != nil {
+			break
+		}
+		if ports, derr := decode[Port](c, tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
+			p := OwnedPort{Port: ports[0]}
+			return &ClaimedError{Key: k, Holder: p.Attachment(), Port: p.Port.Name}
+		}
+	}
+	return fmt.Errorf("recording on port %s: %w", portUUID, err)
+}

@@ -1,0 +1,155 @@
+package ovsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
+)
+
+// ErrUnreachable wraps every failure to reach ovsdb-server, so that callers can
+// tell "try again later" from other errors.
+var ErrUnreachable = errors.New("ovsdb unreachable")
+
+// Client is a connection to ovsdb-server without cache or monitor.
+type Client struct {
+	c  *jsonrpc.Conn
+	db model.DatabaseModel
+}
+
+// Dial connects to the database at endpoint ep. Failures wrap ErrUnreachable.
+func Dial(ctx context.Context, ep string) (*Client, error) {
+	e, err := endpoint.Parse(ep)
+	if err != nil {
+		return nil, err
+	}
+	dbModel, err := DatabaseModel()
+	if err != nil {
+		return nil, fmt.Errorf("ovsdb model: %w", err)
+	}
+	schema, err := schemaOnce()
+	if err != nil {
+		return nil, err
+	}
+	full, errs := model.NewDatabaseModel(schema, dbModel)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("ovsdb model does not match the embedded schema: %v", errs)
+	}
+	c, err := jsonrpc.Dial(ctx, e)
+	if err != nil {
+		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, ep, err)
+	}
+	return &Client{c: c, db: full}, nil
+}
+
+const dbName = "Open_vSwitch"
+
+// Close ends the connection.
+func (c *Client) Close() { c.c.Close() }
+
+// transact runs ops as one transaction and checks every per-operation result.
+func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.OperationResult, error) {
+	if !c.db.Schema.ValidateOperations(ops...) {
+		return nil, fmt.Errorf("ovsdb operations do not fit the schema: %v", ops)
+	}
+	var res []ovsdb.OperationResult
+	err := c.c.Call(ctx, "transact", ovsdb.NewTransactArgs(dbName, ops...), &res)
+	if err != nil {
+		if lostConnection(err) {
+			return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
+		}
+		return nil, err
+	}
+	if opErrs, err := ovsdb.CheckOperationResults(res, ops); err != nil {
+		// Each operation's error stays matchable (errors.As), e.g. the
+		// *ovsdb.TimedOut of a wait that did not hold.
+		errs := []error{err}
+		for _, e := range opErrs {
+			errs = append(errs, e)
+		}
+		return nil, errors.Join(errs...)
+	}
+	return res, nil
+}
+
+// waitTimedOut reports whether err is a wait operation that did not hold
+// within its timeout.
+func waitTimedOut(err error) bool {
+	var to *ovsdb.TimedOut
+	return errors.As(err, &to)
+}
+
+// lostConnection reports errors that mean ovsdb-server went away or did not
+// answer in time: the caller may try again later.
+func lostConnection(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// decode turns the rows of a select result into models of table.
+func decode[T any](c *Client, table string, rows []ovsdb.Row) ([]T, error) {
+	out := make([]T, 0, len(rows))
+	for i := range rows {
+		uuid := ""
+		if u, ok := rows[i]["_uuid"].(ovsdb.UUID); ok {
+			uuid = u.GoUUID
+		}
+		m, err := model.CreateModel(c.db, table, &rows[i], uuid)
+		if err != nil {
+			return nil, fmt.Errorf("decoding %s row: %w", table, err)
+		}
+		out = append(out, *(m.(any).(*T)))
+	}
+	return out, nil
+}
+
+// allRows is a condition every row meets: libovsdb drops an empty "where"
+// from non-select operations, and RFC 7047 requires the member.
+var allRows = []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionNotEqual,
+	ovsdb.UUID{GoUUID: "00000000-0000-0000-0000-000000000000"})}
+
+func selectOp(table string, where ...ovsdb.Condition) ovsdb.Operation {
+	return ovsdb.Operation{Op: ovsdb.OperationSelect, Table: table, Where: where}
+}
+
+func strMap(m map[string]string) ovsdb.OvsMap {
+	g := make(map[any]any, len(m))
+	for k, v := range m {
+		g[k] = v
+	}
+	return ovsdb.OvsMap{GoMap: g}
+}
+
+func uuidSet(uuids ...string) ovsdb.OvsSet {
+	s := make([]any, len(uuids))
+	for i, u := range uuids {
+		s[i] = ovsdb.UUID{GoUUID: u}
+	}
+	return ovsdb.OvsSet{GoSet: s}
+}
+
+func intSet(vals ...int) ovsdb.OvsSet {
+	s := make([]any, len(vals))
+	for i, v := range vals {
+		s[i] = v
+	}
+	return ovsdb.OvsSet{GoSet: s}
+}
+
+func strSet(vals ...string) ovsdb.OvsSet {
+	s := make([]any, len(vals))
+	for i, v := range vals {
+		s[i] = v
+	}
+	return ovsdb.OvsSet{GoSet: s}
+}

@@ -1,0 +1,71 @@
+// Package portsec applies the table-0 flows of one ovs-bridge port (port
+// security and VLAN isolation, built by pkg/flows from the port's
+// record.PortSecurity) and rebuilds them from that record for reconcile.
+package portsec
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/record"
+)
+
+// Apply installs the port's table-0 flows for rec (and table 0's NORMAL on
+// a fail_mode=secure bridge) in one bundle under cookie c, and, given
+// portUUID, first records them on the port for reconcile.
+//
+// Unlike ovs-portmap's host ports it does not wait for the datapath's flow
+// cache to follow (openflow.StartRevalidation): the flows match the new
+// port's own ingress, which no megaflow cached before the port existed can
+// carry.
+func Apply(ctx context.Context, cli *ovsdb.Client, rec record.PortSecurity, secure bool, c flows.Cookie, portUUID string, ofport int) error {
+	var base []flows.Flow
+	if secure {
+		base = flows.BaseFlows()
+	}
+	if rec.Disabled && rec.VLAN == flows.Untagged && base == nil {
+		return nil // no flows of ours on this port
+	}
+	if portUUID != "" && (!rec.Disabled || rec.VLAN != flows.Untagged) {
+		raw, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if err := cli.SetPortExternalIDs(ctx, portUUID, map[string]string{record.KeyPortSecurity: string(raw)}); err != nil {
+			return err
+		}
+	}
+	ps, err := rec.Facts(c, uint32(ofport))
+	if err != nil {
+		return err
+	}
+	return ofctl.Bridge{Target: rec.OpenFlow}.ApplyBundle(ctx, flows.PortSecurityBundle(ps, base...))
+}
+
+// Rebuild returns the port security flows recorded for port p, with the
+// ofport OVSDB holds now, their cookie and the OpenFlow target; ok is false
+// when p has no record or no ofport.
+func Rebuild(p ovsdb.OwnedPort) (target string, c flows.Cookie, fl []flows.Flow, ok bool) {
+	rec, ok := record.PortSecurityOf(p)
+	if !ok || p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
+		return "", 0, nil, false
+	}
+	c = flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
+	f, err := rec.Facts(c, uint32(*p.Interface.OFPort))
+	if err != nil {
+		return "", 0, nil, false
+	}
+	return rec.OpenFlow, c.WithKind(flows.CookieKindPortSecurity), flows.PortSecurityFlows(f), true
+}
+
+// Target is the OpenFlow target recorded for port p's flows, or fallback
+// when it has no record.
+func Target(p ovsdb.OwnedPort, fallback string) string {
+	if rec, ok := record.PortSecurityOf(p); ok {
+		return rec.OpenFlow
+	}
+	return fallback
+}

@@ -1,0 +1,198 @@
+// Package record is the OVSDB schema of an attachment beyond its identity:
+// the external_ids keys the plugins write on their Port rows (the host port
+// record, its exclusive claims, the port security record) and on Bridge rows
+// (the gateway addresses, the zone limits set), with the JSON records they
+// hold. The identity keys (owner, container ID, ifname, netns, network,
+// bridge, MAC), by which pkg/ovsdb finds the rows, are declared there.
+//
+// The records are what survives an ovs-vswitchd restart: the flows of every
+// attachment can be rebuilt from OVSDB alone (pkg/reconcile).
+package record
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// Keys of the Port rows.
+const (
+	// KeyHostPorts holds the HostPorts record (JSON) of ovs-portmap, or of
+	// ovs-bridge for Apache Mesos port mappings.
+	KeyHostPorts = "ovsflow.io/portmap"
+	// KeyPortSecurity holds ovs-bridge's PortSecurity record (JSON).
+	KeyPortSecurity = "ovsflow.io/portsec"
+	// KeyClaimPrefix starts the key of every claimed (protocol, node IP,
+	// host port): "ovsflow.io/claim/tcp/198.51.100.1:8080". At most one Port
+	// row holds a given key (ovsdb.Client.Record).
+	KeyClaimPrefix = "ovsflow.io/claim/"
+)
+
+// Keys of the Bridge rows.
+const (
+	// KeyGatewayPrefix starts the keys that record the gateway addresses
+	// ovs-bridge put on the bridge's internal interface
+	// ("ovsflow.io/gateway/192.0.2.1/24" = "1"), so that reconcile can
+	// restore them when ovs-vswitchd re-creates the interface.
+	KeyGatewayPrefix = "ovsflow.io/gateway/"
+	// KeyZoneLimits records the zone limits last set for the bridge's
+	// ovs-vswitchd: "<its control socket>/<zone=limit,...>".
+	KeyZoneLimits = "ovsflow.io/zone-limits"
+)
+
+// ClaimKey is the claim of one rule.
+func ClaimKey(r flows.Rule) string {
+	return KeyClaimPrefix + r.Protocol.String() + "/" + netip.AddrPortFrom(r.NodeIP, r.HostPort).String()
+}
+
+// HostPorts is what ADD resolved for the host ports of an attachment, stored
+// as JSON in the port's external_ids[KeyHostPorts].
+type HostPorts struct {
+	Version  int    `json:"v"`
+	OpenFlow string `json:"openflow"` // the bridge's OpenFlow target
+	DNATZone uint16 `json:"dnatZone"`
+	SNATZone uint16 `json:"snatZone"`
+	// ContainerZone and the limits: 0 in records written before they existed.
+	ContainerZone  uint16 `json:"containerZone,omitempty"`
+	Limit          uint32 `json:"conntrackLimit,omitempty"`
+	ContainerLimit uint32 `json:"containerConntrackLimit,omitempty"`
+	Cookie         string `json:"cookie"`
+	OFPort         uint32 `json:"ofport"`
+	MAC            string `json:"mac"`
+
+	IPv4      netip.Addr   `json:"ipv4,omitzero"`
+	IPv6      netip.Addr   `json:"ipv6,omitzero"`
+	HairpinV4 netip.Addr   `json:"hairpinV4,omitzero"`
+	HairpinV6 netip.Addr   `json:"hairpinV6,omitzero"`
+	SNAT      bool         `json:"snat"`
+	MasqAll   bool         `json:"masqAll"`
+	Rules     []flows.Rule `json:"rules"`
+}
+
+// NewHostPorts is the record of attachment a on the bridge at target.
+func NewHostPorts(target string, pl flows.Pipeline, a flows.Attachment) HostPorts {
+	return HostPorts{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
+		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
+		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), IPv4: a.IPv4, IPv6: a.IPv6,
+		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules}
+}
+
+// Attachment rebuilds the flow facts from the record.
+func (r HostPorts) Attachment() (flows.Pipeline, flows.Attachment, error) {
+	var c uint64
+	if _, err := fmt.Sscanf(r.Cookie, "0x%x", &c); err != nil {
+		return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record cookie %q: %w", r.Cookie, err)
+	}
+	mac, err := net.ParseMAC(r.MAC)
+	if err != nil {
+		return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record MAC %q: %w", r.MAC, err)
+	}
+	pl := flows.Pipeline{DNATZone: r.DNATZone, SNATZone: r.SNATZone, ContainerZone: r.ContainerZone,
+		Limit: r.Limit, ContainerLimit: r.ContainerLimit}
+	return pl, flows.Attachment{
+		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, IPv4: r.IPv4, IPv6: r.IPv6,
+		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, SNAT: r.SNAT, MasqAll: r.MasqAll,
+	}, nil
+}
+
+// NodeIPs lists the node addresses the recorded rules use.
+func (r HostPorts) NodeIPs() []netip.Addr {
+	var out []netip.Addr
+	for _, a := range []netip.Addr{r.HairpinV4, r.HairpinV6} {
+		if a.IsValid() {
+			out = append(out, a)
+		}
+	}
+	for _, rule := range r.Rules {
+		if !slices.Contains(out, rule.NodeIP) {
+			out = append(out, rule.NodeIP)
+		}
+	}
+	return out
+}
+
+// HostPortsOf reads the host port record of a port; ok is false when it has
+// none.
+func HostPortsOf(p ovsdb.OwnedPort) (HostPorts, bool, error) {
+	raw, ok := p.Port.ExternalIDs[KeyHostPorts]
+	if !ok {
+		return HostPorts{}, false, nil
+	}
+	var r HostPorts
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return HostPorts{}, true, fmt.Errorf("portmap record of port %q: %w", p.Port.Name, err)
+	}
+	return r, true, nil
+}
+
+// HostPortKeys lists the host port record and claim keys on the port.
+func HostPortKeys(p ovsdb.OwnedPort) []string {
+	var keys []string
+	for k := range p.Port.ExternalIDs {
+		if k == KeyHostPorts || strings.HasPrefix(k, KeyClaimPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// PortSecurity is ovs-bridge's record of a port's table-0 flows (port
+// security and VLAN isolation), stored as JSON in the port's
+// external_ids[KeyPortSecurity]: what the flows need besides the ofport,
+// which reconcile reads from OVSDB.
+type PortSecurity struct {
+	OpenFlow string       `json:"openflow"`
+	MAC      string       `json:"mac"`
+	IPs      []netip.Addr `json:"ips,omitempty"`
+	L2Only   bool         `json:"l2only,omitempty"`
+	// AllowRouter and AllowDHCPServer are the network's allowRouter and
+	// allowDHCPServer.
+	AllowRouter     bool `json:"allowRouter,omitempty"`
+	AllowDHCPServer bool `json:"allowDHCPServer,omitempty"`
+	// VLAN is how the port's VLAN is configured (flows.PortVLAN).
+	VLAN flows.PortVLAN `json:"vlan,omitempty"`
+	// Disabled: portSecurity is off, only VLAN isolation is recorded.
+	Disabled bool `json:"disabled,omitempty"`
+}
+
+// Facts returns the flow facts of the record for ofport and cookie c. The
+// link-local address is the EUI-64 one of the MAC, which ovs-bridge pins on
+// the container interface.
+func (r PortSecurity) Facts(c flows.Cookie, ofport uint32) (flows.PortSecurity, error) {
+	mac, err := net.ParseMAC(r.MAC)
+	if err != nil {
+		return flows.PortSecurity{}, fmt.Errorf("port security record MAC %q: %w", r.MAC, err)
+	}
+	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: mac, IPs: r.IPs, LinkLocal: flows.LinkLocalOf(mac),
+		L2Only: r.L2Only, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled}, nil
+}
+
+// PortSecurityOf reads the port security record of a port.
+func PortSecurityOf(p ovsdb.OwnedPort) (PortSecurity, bool) {
+	var r PortSecurity
+	raw, ok := p.Port.ExternalIDs[KeyPortSecurity]
+	if !ok || json.Unmarshal([]byte(raw), &r) != nil {
+		return r, false
+	}
+	return r, true
+}
+
+// Gateways lists the gateway addresses recorded in a bridge's external_ids.
+func Gateways(ids map[string]string) []netip.Prefix {
+	var addrs []netip.Prefix
+	for k := range ids {
+		if s, ok := strings.CutPrefix(k, KeyGatewayPrefix); ok {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				addrs = append(addrs, p)
+			}
+		}
+	}
+	return addrs
+}

@@ -5,7 +5,7 @@
 #   sudo hack/bench.sh            N = 1, 10, 50, 110, 200, 500; 9-16 minutes on 2 loaded cores
 #   sudo hack/bench.sh -quick     N = 1 and 50; about 2 minutes (CI: no time is asserted;
 #                                 it fails when an ADD or DEL fails or a host port check fails)
-#   sudo hack/bench.sh ARGS...    any other flags go to the driver (go run ./hack/bench -h)
+#   sudo hack/bench.sh ARGS...    any other flags go to the driver (cd hack/bench && go run . -h)
 #
 # Chain A: ovs-bridge + host-local + ovs-portmap on a private Open vSwitch
 # (hack/ovs-sandbox.sh, userspace netdev datapath). Chains B and C: the
@@ -52,8 +52,8 @@ CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/bin" ./cmd/... \
 	github.com/containernetworking/plugins/plugins/ipam/host-local \
 	github.com/containernetworking/plugins/plugins/main/bridge \
 	github.com/containernetworking/plugins/plugins/meta/portmap
-go build -o "$work/bench" ./hack/bench
-go build -o "$work/rssshim" ./hack/bench/rssshim
+# The driver is a module of its own (hack/bench/go.mod), on this checkout.
+(cd hack/bench && go build -o "$work/bench" . && go build -o "$work/rssshim" ./rssshim)
 if [ -n "${BENCH_OURS_DIR:-}" ]; then
 	cp "$BENCH_OURS_DIR/ovs-bridge" "$BENCH_OURS_DIR/ovs-portmap" "$work/bin/"
 fi

@@ -15,6 +15,7 @@ fi
 
 echo "== go vet"
 go vet ./...
+(cd hack/bench && go vet ./...) # the benchmark is a module of its own
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi

@@ -4,15 +4,14 @@
 package bridge
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"regexp"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
-	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 )
@@ -81,13 +80,10 @@ func invalid(format string, a ...any) error {
 // LoadConf decodes stdin, applies defaults, then validates, in that order.
 func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	n := &NetConf{}
-	if err := json.Unmarshal(stdin, n); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network config: %v", err), "")
+	if err := cnicmd.Decode(stdin, n, &n.OVSDB); err != nil {
+		return nil, err
 	}
 	// Defaults.
-	if n.OVSDB == "" {
-		n.OVSDB = endpoint.DefaultOVSDB
-	}
 	if n.PortSecurity == nil {
 		on := true
 		n.PortSecurity = &on
@@ -150,6 +146,11 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	}
 	return n, nil
 }
+
+// OVSDBEndpoint is where the commands find OVSDB.
+func (n *NetConf) OVSDBEndpoint() string { return n.OVSDB }
+
+func loadConf(args *skel.CmdArgs) (*NetConf, error) { return LoadConf(args.StdinData, args.Args) }
 
 func expandTrunks(ts []Trunk) ([]int, error) {
 	var seen [4095]bool

@@ -587,12 +587,7 @@ func CmdDel(args *skel.CmdArgs) error {
 // or by ovs-bridge itself for Mesos), so that nothing outlives the port even
 // when the chained plugin's DEL was never called.
 func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
-	for _, p := range ports {
-		if err := hostport.Withdraw(ctx, cli, p); err != nil {
-			return asCNIError(err)
-		}
-	}
-	return nil
+	return asCNIError(hostport.WithdrawAll(ctx, cli, ports))
 }
 
 // CmdCheck verifies that what ADD built is still there, naming what drifted.
@@ -699,11 +694,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 // CmdGC removes our ports on this bridge and network whose attachment is not
 // in cni.dev/valid-attachments, then delegates GC to IPAM.
 func CmdGC(args *skel.CmdArgs) error {
-	conf, err := LoadConf(args.StdinData, args.Args)
-	if err != nil {
-		return err
-	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	conf, ctx, cli, done, err := cnicmd.Load(args, loadConf)
 	if err != nil {
 		return err
 	}

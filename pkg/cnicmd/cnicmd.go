@@ -7,10 +7,12 @@ package cnicmd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
@@ -26,6 +28,21 @@ const (
 	// StatusTimeout bounds a STATUS: the runtime asks it often.
 	StatusTimeout = 5 * time.Second
 )
+
+// Conf is a plugin's network config, as far as the opening needs it.
+type Conf interface {
+	OVSDBEndpoint() string
+}
+
+// Load starts a command whose network config load decodes from args (a
+// code 6 or 7 when it does not), then opens it like Open.
+func Load[C Conf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (conf C, ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	if conf, err = load(args); err != nil {
+		return conf, nil, nil, nil, err
+	}
+	ctx, cli, done, err = Open(conf.OVSDBEndpoint())
+	return conf, ctx, cli, done, err
+}
 
 // Open starts a command: a context bounded by Timeout and a connection to
 // OVSDB at ep (unreachable: CNI code 11). done closes both.
@@ -130,6 +147,19 @@ func Stale(ctx context.Context, cli *ovsdb.Client, network, bridge string, valid
 		}
 	}
 	return stale, nil
+}
+
+// Decode decodes a network config from stdin into conf (code 6 when it is
+// not JSON of conf's shape) and gives it the default OVSDB endpoint: the
+// first step of either plugin's LoadConf.
+func Decode(stdin []byte, conf any, ovsdb *string) error {
+	if err := json.Unmarshal(stdin, conf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network config: %v", err), "")
+	}
+	if *ovsdb == "" {
+		*ovsdb = endpoint.DefaultOVSDB
+	}
+	return nil
 }
 
 // ValidateEndpoints checks the "ovsdb" and "openflow" (optional) keys of a

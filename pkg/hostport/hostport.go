@@ -172,6 +172,16 @@ func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rul
 	return nil
 }
 
+// WithdrawAll withdraws the host ports of every port in ports.
+func WithdrawAll(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+	for _, p := range ports {
+		if err := Withdraw(ctx, cli, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Withdraw removes everything Publish made for port p: flows by cookie,
 // conntrack entries, node-local nft elements, then the record and claims. A
 // port without a record is a no-op; an OpenFlow socket that is gone

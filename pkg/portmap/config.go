@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
-	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 )
@@ -57,13 +57,10 @@ type Conf struct {
 // LoadConf decodes stdin, applies defaults, then validates.
 func LoadConf(stdin []byte) (*Conf, error) {
 	c := &Conf{}
-	if err := json.Unmarshal(stdin, c); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network config: %v", err), "")
+	if err := cnicmd.Decode(stdin, c, &c.OVSDB); err != nil {
+		return nil, err
 	}
 	// Defaults.
-	if c.OVSDB == "" {
-		c.OVSDB = endpoint.DefaultOVSDB
-	}
 	if c.SNAT == nil {
 		t := true
 		c.SNAT = &t
@@ -130,6 +127,11 @@ func LoadConf(stdin []byte) (*Conf, error) {
 	c.Mappings = m
 	return c, nil
 }
+
+// OVSDBEndpoint is where the commands find OVSDB.
+func (c *Conf) OVSDBEndpoint() string { return c.OVSDB }
+
+func loadConf(args *skel.CmdArgs) (*Conf, error) { return LoadConf(args.StdinData) }
 
 func (c *Conf) options() hostport.Options {
 	return hostport.Options{Mappings: c.Mappings, NodeIPs: c.NodeIPs, SNAT: *c.SNAT, MasqAll: c.MasqAll,

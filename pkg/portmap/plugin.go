@@ -22,31 +22,46 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
-// prevResult parses the prevResult, which ADD and CHECK require.
+// loadChained loads the config and its prevResult, which ADD and CHECK
+// require.
+func loadChained(args *skel.CmdArgs) (*Conf, *current.Result, error) {
+	conf, err := LoadConf(args.StdinData)
+	if err != nil {
+		return nil, nil, err
+	}
+	prev, err := prevResult(conf)
+	return conf, prev, err
+}
+
+// prevResult parses the prevResult.
 func prevResult(conf *Conf) (*current.Result, error) {
 	return cnicmd.PrevResult(&conf.PluginConf, "must be called as chained plugin (no prevResult)")
 }
 
-// findPort returns the ovs-bridge port of the attachment.
-func findPort(ctx context.Context, cli *ovsdb.Client, containerID, ifname string) (ovsdb.OwnedPort, error) {
-	att := ovsdb.Attachment{ContainerID: containerID, IfName: ifname}
-	ports, err := cli.FindPorts(ctx, att)
+// openPort opens the command and finds the ovs-bridge port of the
+// attachment.
+func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, func(), error) {
+	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	if err != nil {
-		return ovsdb.OwnedPort{}, cnicmd.Error(err)
+		return nil, nil, ovsdb.OwnedPort{}, nil, err
 	}
-	if len(ports) != 1 {
-		return ovsdb.OwnedPort{}, fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (ovs-portmap must follow ovs-bridge in the conflist)", att, len(ports))
+	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+	ports, err := cli.FindPorts(ctx, att)
+	switch {
+	case err != nil:
+		err = cnicmd.Error(err)
+	case len(ports) != 1:
+		err = fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (ovs-portmap must follow ovs-bridge in the conflist)", att, len(ports))
+	default:
+		return ctx, cli, ports[0], done, nil
 	}
-	return ports[0], nil
+	done()
+	return nil, nil, ovsdb.OwnedPort{}, nil, err
 }
 
 // CmdAdd publishes the mappings and prints prevResult unchanged.
 func CmdAdd(args *skel.CmdArgs) error {
-	conf, err := LoadConf(args.StdinData)
-	if err != nil {
-		return err
-	}
-	prev, err := prevResult(conf)
+	conf, prev, err := loadChained(args)
 	if err != nil {
 		return err
 	}
@@ -57,15 +72,11 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if !v4.IsValid() && !v6.IsValid() {
 		return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, cli, port, done, err := openPort(conf, args)
 	if err != nil {
 		return err
 	}
 	defer done()
-	port, err := findPort(ctx, cli, args.ContainerID, args.IfName)
-	if err != nil {
-		return err
-	}
 	plan, err := hostport.Resolve(conf.options(), args.ContainerID, args.IfName, port, v4, v6, mac)
 	if err != nil {
 		return err
@@ -94,35 +105,22 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return cnicmd.Error(err)
 	}
-	for _, p := range ports {
-		if err := hostport.Withdraw(ctx, cli, p); err != nil {
-			return cnicmd.Error(err)
-		}
-	}
-	return nil
+	return cnicmd.Error(hostport.WithdrawAll(ctx, cli, ports))
 }
 
 // CmdCheck verifies that the bridge holds exactly the flows the attachment
 // needs: it renders them again from the config and prevResult and lets
 // ovs-ofctl compare them with what is installed under the attachment's cookie.
 func CmdCheck(args *skel.CmdArgs) error {
-	conf, err := LoadConf(args.StdinData)
+	conf, prev, err := loadChained(args)
 	if err != nil {
 		return err
 	}
-	prev, err := prevResult(conf)
-	if err != nil {
-		return err
-	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, _, port, done, err := openPort(conf, args)
 	if err != nil {
 		return err
 	}
 	defer done()
-	port, err := findPort(ctx, cli, args.ContainerID, args.IfName)
-	if err != nil {
-		return err
-	}
 	var want []flows.Flow
 	target := endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, port.Port.ExternalIDs[ovsdb.KeyBridge])
 	cookie := flows.AttachmentCookie(args.ContainerID, args.IfName)
@@ -182,11 +180,7 @@ func compareFlows(ctx context.Context, want []flows.Flow, got []string) error {
 // CmdGC withdraws the host ports of our attachments not in
 // cni.dev/valid-attachments.
 func CmdGC(args *skel.CmdArgs) error {
-	conf, err := LoadConf(args.StdinData)
-	if err != nil {
-		return err
-	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	conf, ctx, cli, done, err := cnicmd.Load(args, loadConf)
 	if err != nil {
 		return err
 	}
@@ -195,12 +189,7 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range stale {
-		if err := hostport.Withdraw(ctx, cli, p); err != nil {
-			return cnicmd.Error(err)
-		}
-	}
-	return nil
+	return cnicmd.Error(hostport.WithdrawAll(ctx, cli, stale))
 }
 
 // CmdStatus reports OVSDB unreachable as code 50.

@@ -78,11 +78,11 @@ func nftElements(rules []flows.Rule, remove bool) string {
 // applyNodeLocal adds (or removes) the elements of rules. opts select the
 // netlink connection (the tests' netns); the plugin uses the current netns.
 //
-// The elements alone are sent first, as one netlink batch (an add costs a
-// tenth of an nft exec, BenchmarkNodeLocal); the tables are declared, in the
-// same batch as the elements, only when they are missing (first use on the
-// node, or after a flush), since declaring the hooked base chain again costs
-// the kernel about 10 ms.
+// The elements alone are sent first, as one netlink batch (far cheaper than
+// an nft exec, BenchmarkNodeLocal); the tables are declared, in the same
+// batch as the elements, only when they are missing (first use on the node,
+// or after a flush), since declaring the hooked base chain again makes the
+// kernel wait (docs/performance.md, "Design costs").
 func applyNodeLocal(ctx context.Context, rules []flows.Rule, remove bool, opts ...nftables.ConnOption) error {
 	if len(rules) == 0 {
 		return nil

@@ -3,8 +3,8 @@
 // socket of ovs-vswitchd. The plugins need a handful of methods (get_schema,
 // transact, lock/unlock; dpctl commands); libovsdb's client package, built for
 // long-running controllers with caches and monitors, pulls in about 200
-// packages (prometheus, validator, protobuf) that cost a short-lived plugin
-// about 2.3 ms of start-up and 7 MB of binary per invocation.
+// packages (prometheus, validator, protobuf) that a short-lived plugin pays
+// for at every start-up (docs/performance.md, "Design costs").
 package jsonrpc
 
 import (

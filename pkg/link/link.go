@@ -1,7 +1,8 @@
 // Package link creates and removes the veth pairs that connect containers to
 // the bridge. The container end is created directly inside the container's
-// network namespace: creating a pair locally and then moving one end costs
-// about 20 ms (a kernel RCU synchronisation), creating it in place about 0.6 ms.
+// network namespace: creating a pair locally and then moving one end waits
+// for a kernel RCU synchronisation, creating it in place does not
+// (docs/performance.md, "Design costs").
 package link
 
 import (

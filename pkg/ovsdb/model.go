@@ -2,7 +2,7 @@
 // columns the plugins use. It speaks OVSDB (RFC 7047) through libovsdb but keeps
 // no cache and starts no monitor: a short-lived plugin process sends a handful
 // of transactions and exits, so downloading whole tables would only cost time
-// (tens of milliseconds on a node with hundreds of ports).
+// (docs/performance.md, "Design costs").
 //
 // Every Port and Interface row the plugins create carries namespaced
 // external_ids (see the Key* constants); the plugins find their own state there

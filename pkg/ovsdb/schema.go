@@ -13,8 +13,9 @@ import (
 )
 
 // The schema a plugin validates its operations against is embedded, not
-// downloaded: get_schema is a round trip and decoding the whole Open_vSwitch
-// schema (15 KB) costs about 0.9 ms, twice per chain ADD and DEL. The file
+// downloaded: get_schema is a round trip, and decoding the whole
+// Open_vSwitch schema costs more than the transactions of a command
+// (docs/performance.md, "Design costs"). The file
 // holds only the tables and columns the models and operations use, cut from
 // the schema Open vSwitch ships (TestEmbeddedSchema keeps it equal to the
 // installed one's subset; go test ./pkg/ovsdb -update rewrites it). The

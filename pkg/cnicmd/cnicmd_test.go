@@ -1,0 +1,119 @@
+package cnicmd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+func code(err error) uint {
+	var e *types.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}
+
+func TestError(t *testing.T) {
+	plain := errors.New("boom")
+	for _, tt := range []struct {
+		name string
+		err  error
+		want uint
+	}{
+		{"ovsdb unreachable", fmt.Errorf("listing ports: %w", ovsdb.ErrUnreachable), types.ErrTryAgainLater},
+		{"the timeout sentinel", fmt.Errorf("waiting for ofport: %w", endpoint.ErrTimeout), types.ErrTryAgainLater},
+		{"an OpenFlow timeout", fmt.Errorf("bundle on unix:/x: %w", openflow.ErrTimeout), types.ErrTryAgainLater},
+		{"an ovs-ofctl timeout", fmt.Errorf("dump: %w", ofctl.ErrTimeout), types.ErrTryAgainLater},
+		{"a claim held", &ovsdb.ClaimedError{Key: "ovsflow.io/claim/tcp/198.51.100.1:80"}, types.ErrInvalidNetworkConfig},
+		{"anything else", plain, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Error(tt.err)
+			if c := code(got); c != tt.want {
+				t.Errorf("code %d, want %d (%v)", c, tt.want, got)
+			}
+			if tt.want == 0 && got != plain {
+				t.Errorf("got %v, want the error unchanged", got)
+			}
+		})
+	}
+}
+
+func TestValidateEndpoints(t *testing.T) {
+	for _, tt := range []struct {
+		ovsdb, openflow, field string
+	}{
+		{"unix:/run/openvswitch/db.sock", "", ""},
+		{"tcp:127.0.0.1:6640", "tcp:[::1]:6653", ""},
+		{"unix:/run/openvswitch/db.sock", "unix:/run/openvswitch/br0.mgmt", ""},
+		{"/run/openvswitch/db.sock", "", `"ovsdb"`},
+		{"tcp:127.0.0.1", "", `"ovsdb"`},
+		{"unix:/run/openvswitch/db.sock", "br0", `"openflow"`},
+		{"unix:/run/openvswitch/db.sock", "unix:br0.mgmt", `"openflow"`},
+		{"unix:/run/openvswitch/db.sock", "unix:/run/a b", `"openflow"`},
+		{"unix:/run/openvswitch/db.sock", "tcp:host:0", `"openflow"`},
+	} {
+		err := ValidateEndpoints(tt.ovsdb, tt.openflow)
+		switch {
+		case tt.field == "" && err != nil:
+			t.Errorf("(%q, %q): %v, want nil", tt.ovsdb, tt.openflow, err)
+		case tt.field != "" && (code(err) != types.ErrInvalidNetworkConfig || !strings.HasPrefix(err.(*types.Error).Msg, tt.field)):
+			t.Errorf("(%q, %q): %v, want code 7 naming %s", tt.ovsdb, tt.openflow, err, tt.field)
+		}
+	}
+}
+
+func TestDecode(t *testing.T) {
+	var c struct {
+		types.PluginConf
+		OVSDB string `json:"ovsdb"`
+	}
+	if err := Decode([]byte(`{"cniVersion":"1.1.0","name":"n"}`), &c, &c.OVSDB); err != nil || c.OVSDB != endpoint.DefaultOVSDB {
+		t.Errorf("got %v, ovsdb %q; want nil, %q", err, c.OVSDB, endpoint.DefaultOVSDB)
+	}
+	c.OVSDB = ""
+	if err := Decode([]byte(`{"ovsdb":"tcp:127.0.0.1:6640"}`), &c, &c.OVSDB); err != nil || c.OVSDB != "tcp:127.0.0.1:6640" {
+		t.Errorf("got %v, ovsdb %q; want the configured endpoint kept", err, c.OVSDB)
+	}
+	if err := Decode([]byte(`{"ovsdb":1}`), &c, &c.OVSDB); code(err) != types.ErrDecodingFailure {
+		t.Errorf("got %v, want code 6", err)
+	}
+}
+
+func TestPrevResult(t *testing.T) {
+	conf := func(prev string) *types.PluginConf {
+		c := &types.PluginConf{CNIVersion: "1.1.0"}
+		if prev != "" {
+			c.RawPrevResult = map[string]any{}
+			if err := jsonUnmarshal(prev, &c.RawPrevResult); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c
+	}
+	if _, err := PrevResult(conf(""), "no prevResult"); code(err) != types.ErrInvalidNetworkConfig {
+		t.Errorf("missing: %v, want code 7", err)
+	}
+	r, err := PrevResult(conf(`{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/x"}],"ips":[{"address":"192.0.2.2/24","interface":0}]}`), "x")
+	if err != nil || len(r.IPs) != 1 || r.Interfaces[0].Name != "eth0" {
+		t.Errorf("got %+v, %v; want the parsed result", r, err)
+	}
+	for _, bad := range []string{`{"cniVersion":"1.1.0","ips":[null]}`, `{"cniVersion":"1.1.0","interfaces":[null]}`,
+		`{"cniVersion":"1.1.0","routes":[null]}`, `{"cniVersion":"1.1.0","ips":[{"address":"bogus"}]}`} {
+		if _, err := PrevResult(conf(bad), "x"); code(err) != types.ErrDecodingFailure {
+			t.Errorf("%s: %v, want code 6", bad, err)
+		}
+	}
+}
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }

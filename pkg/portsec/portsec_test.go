@@ -1,0 +1,50 @@
+package portsec
+
+import (
+	"encoding/json"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/record"
+)
+
+// Reconcile's share: the flows rebuilt from the record, with the ofport
+// OVSDB holds now, are the flows ADD installed for that ofport.
+func TestRebuild(t *testing.T) {
+	mac, _ := net.ParseMAC("02:00:00:00:00:01")
+	rec := record.PortSecurity{OpenFlow: "unix:/run/ovs/br0.mgmt", MAC: mac.String(),
+		IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}, VLAN: flows.Access}
+	raw, _ := json.Marshal(rec)
+	ofport := 9
+	p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{
+		ovsdb.KeyContainerID: "ctr", ovsdb.KeyIfName: "eth0", record.KeyPortSecurity: string(raw)}},
+		Interface: ovsdb.Interface{OFPort: &ofport}}
+	target, c, got, ok := Rebuild(p)
+	if !ok {
+		t.Fatal("Rebuild: not ok")
+	}
+	cookie := flows.AttachmentCookie("ctr", "eth0")
+	want := flows.PortSecurityFlows(flows.PortSecurity{Cookie: cookie, OFPort: 9, MAC: mac, IPs: rec.IPs,
+		LinkLocal: flows.LinkLocalOf(mac), VLAN: flows.Access})
+	if target != rec.OpenFlow || c != cookie.WithKind(flows.CookieKindPortSecurity) {
+		t.Errorf("target %q, cookie %s; want %q, %s", target, c, rec.OpenFlow, cookie.WithKind(flows.CookieKindPortSecurity))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("flows\n%v\nwant\n%v", got, want)
+	}
+	if Target(p, "unix:/other") != rec.OpenFlow || Target(ovsdb.OwnedPort{}, "unix:/other") != "unix:/other" {
+		t.Error("Target: want the recorded target, else the fallback")
+	}
+	for name, q := range map[string]ovsdb.OwnedPort{
+		"no record": {Port: ovsdb.Port{ExternalIDs: map[string]string{}}, Interface: p.Interface},
+		"no ofport": {Port: p.Port},
+	} {
+		if _, _, _, ok := Rebuild(q); ok {
+			t.Errorf("%s: Rebuild ok, want nothing to rebuild", name)
+		}
+	}
+}

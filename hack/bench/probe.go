@@ -370,7 +370,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return fmt.Errorf("replay port: %d, %v", len(ports), err)
 	}
 	t.mark(phDPmSelect)
-	if err := hostport.Withdraw(ctx, cli, ports[0]); err != nil {
+	if err := hostport.Withdraw(ctx, cli, ports[:1]); err != nil {
 		return err
 	}
 	t.mark(phWithdraw)

@@ -150,6 +150,11 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 // OVSDBEndpoint is where the commands find OVSDB.
 func (n *NetConf) OVSDBEndpoint() string { return n.OVSDB }
 
+// GCScope: ovs-bridge's GC considers the network's ports on its bridge.
+func (n *NetConf) GCScope() (string, string, []types.GCAttachment) {
+	return n.Name, n.Bridge, n.ValidAttachments
+}
+
 func loadConf(args *skel.CmdArgs) (*NetConf, error) { return LoadConf(args.StdinData, args.Args) }
 
 func expandTrunks(ts []Trunk) ([]int, error) {

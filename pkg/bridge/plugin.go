@@ -587,7 +587,7 @@ func CmdDel(args *skel.CmdArgs) error {
 // or by ovs-bridge itself for Mesos), so that nothing outlives the port even
 // when the chained plugin's DEL was never called.
 func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
-	return asCNIError(hostport.WithdrawAll(ctx, cli, ports))
+	return asCNIError(hostport.Withdraw(ctx, cli, ports))
 }
 
 // CmdCheck verifies that what ADD built is still there, naming what drifted.
@@ -694,15 +694,12 @@ func CmdCheck(args *skel.CmdArgs) error {
 // CmdGC removes our ports on this bridge and network whose attachment is not
 // in cni.dev/valid-attachments, then delegates GC to IPAM.
 func CmdGC(args *skel.CmdArgs) error {
-	conf, ctx, cli, done, err := cnicmd.Load(args, loadConf)
+	gc, err := cnicmd.OpenGC(args, loadConf)
 	if err != nil {
 		return err
 	}
-	defer done()
-	stale, err := cnicmd.Stale(ctx, cli, conf.Name, conf.Bridge, conf.ValidAttachments)
-	if err != nil {
-		return err
-	}
+	defer gc.Close()
+	ctx, cli, conf, stale := gc.Ctx, gc.OVSDB, gc.Conf, gc.Stale
 	if err := cutOff(ctx, conf, stale); err != nil {
 		return err
 	}

@@ -34,14 +34,45 @@ type Conf interface {
 	OVSDBEndpoint() string
 }
 
-// Load starts a command whose network config load decodes from args (a
-// code 6 or 7 when it does not), then opens it like Open.
-func Load[C Conf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (conf C, ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	if conf, err = load(args); err != nil {
-		return conf, nil, nil, nil, err
+// GCConf is a plugin's network config, as far as a GC needs it.
+type GCConf interface {
+	Conf
+	// GCScope is the network whose ports the plugin's GC considers, its
+	// bridge ("": any) and the attachments that stay.
+	GCScope() (network, bridge string, valid []types.GCAttachment)
+}
+
+// GC is an opened CNI GC.
+type GC[C GCConf] struct {
+	Conf  C
+	Ctx   context.Context
+	OVSDB *ovsdb.Client
+	// Stale are our ports in the config's GCScope whose attachment is not
+	// valid: what the GC removes.
+	Stale []ovsdb.OwnedPort
+	// Close ends the connection and the context.
+	Close func()
+}
+
+// OpenGC starts a GC whose network config load decodes from args (a code 6
+// or 7 when it does not): the config, Open on its OVSDB endpoint, and the
+// stale ports.
+func OpenGC[C GCConf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (*GC[C], error) {
+	conf, err := load(args)
+	if err != nil {
+		return nil, err
 	}
-	ctx, cli, done, err = Open(conf.OVSDBEndpoint())
-	return conf, ctx, cli, done, err
+	ctx, cli, done, err := Open(conf.OVSDBEndpoint())
+	if err != nil {
+		return nil, err
+	}
+	network, bridge, valid := conf.GCScope()
+	stale, err := Stale(ctx, cli, network, bridge, valid)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	return &GC[C]{Conf: conf, Ctx: ctx, OVSDB: cli, Stale: stale, Close: done}, nil
 }
 
 // Open starts a command: a context bounded by Timeout and a connection to

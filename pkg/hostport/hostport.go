@@ -172,21 +172,22 @@ func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rul
 	return nil
 }
 
-// WithdrawAll withdraws the host ports of every port in ports.
-func WithdrawAll(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+// Withdraw removes, for every port in ports, everything Publish made for it:
+// flows by cookie, conntrack entries, node-local nft elements, then the
+// record and claims. A port without a record is a no-op; an OpenFlow socket
+// that is gone (ovs-vswitchd stopped, taking its flows with it) is not an
+// error.
+func Withdraw(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
 	for _, p := range ports {
-		if err := Withdraw(ctx, cli, p); err != nil {
+		if err := withdraw(ctx, cli, p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Withdraw removes everything Publish made for port p: flows by cookie,
-// conntrack entries, node-local nft elements, then the record and claims. A
-// port without a record is a no-op; an OpenFlow socket that is gone
-// (ovs-vswitchd stopped, taking its flows with it) is not an error.
-func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
+// withdraw withdraws the host ports of port p.
+func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 	rec, ok, err := record.HostPortsOf(p)
 	keys := record.HostPortKeys(p)
 	if err == nil && ok {

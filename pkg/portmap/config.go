@@ -131,6 +131,11 @@ func LoadConf(stdin []byte) (*Conf, error) {
 // OVSDBEndpoint is where the commands find OVSDB.
 func (c *Conf) OVSDBEndpoint() string { return c.OVSDB }
 
+// GCScope: ovs-portmap's GC considers the network's ports on any bridge.
+func (c *Conf) GCScope() (string, string, []types.GCAttachment) {
+	return c.Name, "", c.ValidAttachments
+}
+
 func loadConf(args *skel.CmdArgs) (*Conf, error) { return LoadConf(args.StdinData) }
 
 func (c *Conf) options() hostport.Options {

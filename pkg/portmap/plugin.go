@@ -105,7 +105,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return cnicmd.Error(err)
 	}
-	return cnicmd.Error(hostport.WithdrawAll(ctx, cli, ports))
+	return cnicmd.Error(hostport.Withdraw(ctx, cli, ports))
 }
 
 // CmdCheck verifies that the bridge holds exactly the flows the attachment
@@ -180,16 +180,12 @@ func compareFlows(ctx context.Context, want []flows.Flow, got []string) error {
 // CmdGC withdraws the host ports of our attachments not in
 // cni.dev/valid-attachments.
 func CmdGC(args *skel.CmdArgs) error {
-	conf, ctx, cli, done, err := cnicmd.Load(args, loadConf)
+	gc, err := cnicmd.OpenGC(args, loadConf)
 	if err != nil {
 		return err
 	}
-	defer done()
-	stale, err := cnicmd.Stale(ctx, cli, conf.Name, "", conf.ValidAttachments)
-	if err != nil {
-		return err
-	}
-	return cnicmd.Error(hostport.WithdrawAll(ctx, cli, stale))
+	defer gc.Close()
+	return cnicmd.Error(hostport.Withdraw(gc.Ctx, gc.OVSDB, gc.Stale))
 }
 
 // CmdStatus reports OVSDB unreachable as code 50.

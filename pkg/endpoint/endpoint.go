@@ -105,10 +105,10 @@ func OpenFlow(override, ovsdb, bridge string) string {
 		return override
 	}
 	dir := "/var/run/openvswitch"
-	if p, ok := strings.CutPrefix(ovsdb, "unix:"); ok {
-		dir = filepath.Dir(p)
+	if e, err := Parse(ovsdb); err == nil && e.Network == "unix" {
+		dir = filepath.Dir(e.Address)
 	}
-	return "unix:" + filepath.Join(dir, bridge+".mgmt")
+	return Endpoint{Network: "unix", Address: filepath.Join(dir, bridge+".mgmt")}.String()
 }
 
 // Listening reports whether a daemon listens on target. A socket file it

@@ -1,6 +1,8 @@
 package endpoint
 
 import (
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -24,6 +26,62 @@ func TestParse(t *testing.T) {
 	} {
 		if _, err := Parse(ep); (err == nil) != ok {
 			t.Errorf("Parse(%q) = %v, want ok=%v", ep, err, ok)
+		}
+	}
+}
+
+func TestParseOpenFlow(t *testing.T) {
+	for s, ok := range map[string]bool{
+		"unix:/run/openvswitch/br0.mgmt": true,
+		"tcp:127.0.0.1:6653":             true,
+		"unix:br0.mgmt":                  false, // ovs-ofctl wants an absolute path
+		"unix:/run/a,b":                  false,
+		"br0":                            false,
+		"tcp:host:0":                     false,
+	} {
+		if _, err := ParseOpenFlow(s); (err == nil) != ok {
+			t.Errorf("ParseOpenFlow(%q) = %v, want ok=%v", s, err, ok)
+		}
+	}
+}
+
+func TestOpenFlow(t *testing.T) {
+	for _, tt := range []struct{ override, ovsdb, want string }{
+		{"", "unix:/run/ovs/db.sock", "unix:/run/ovs/br0.mgmt"},
+		{"", "tcp:127.0.0.1:6640", "unix:/var/run/openvswitch/br0.mgmt"},
+		{"tcp:192.0.2.1:6653", "unix:/run/ovs/db.sock", "tcp:192.0.2.1:6653"},
+	} {
+		if got := OpenFlow(tt.override, tt.ovsdb, "br0"); got != tt.want {
+			t.Errorf("OpenFlow(%q, %q) = %q, want %q", tt.override, tt.ovsdb, got, tt.want)
+		}
+	}
+}
+
+// Listening tells a live socket from a dead daemon's socket file and from a
+// missing one; a tcp: target counts as listening (the real call reports).
+func TestListening(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.sock")
+	l, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(dir, "dead.sock")
+	d, err := net.Listen("unix", dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.(*net.UnixListener).SetUnlinkOnClose(false)
+	d.Close() // the file stays, nobody listens: ECONNREFUSED
+	defer l.Close()
+	for target, want := range map[string]bool{
+		"unix:" + live:                       true,
+		"unix:" + dead:                       false,
+		"unix:" + filepath.Join(dir, "gone"): false,
+		"tcp:127.0.0.1:1":                    true,
+	} {
+		if got := Listening(target); got != want {
+			t.Errorf("Listening(%q) = %v, want %v", target, got, want)
 		}
 	}
 }

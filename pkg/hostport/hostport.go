@@ -118,7 +118,7 @@ func waitRevalidation(ctx context.Context, reval *openflow.Revalidation) error {
 // ovs-vswitchd elsewhere) they are the operator's to set.
 func SetZoneLimits(ctx context.Context, target string, pl flows.Pipeline) error {
 	err := unixctl.SetZoneLimits(ctx, target, pl.ZoneLimits())
-	if errors.Is(err, unixctl.ErrNoSocket) && strings.HasPrefix(target, "tcp:") {
+	if e, perr := endpoint.Parse(target); errors.Is(err, unixctl.ErrNoSocket) && perr == nil && e.Network == "tcp" {
 		return nil
 	}
 	return err

@@ -1,7 +1,8 @@
 // Package portmap implements the ovs-portmap CNI plugin: the reference
 // portmap plugin's contract (capability "portMappings", prevResult passed
 // through) with the translation done by OpenFlow conntrack-NAT flows inside
-// Open vSwitch (see pkg/flows for the pipeline, pkg/hostport for the record).
+// Open vSwitch (see pkg/flows for the pipeline, pkg/hostport for publishing
+// them, pkg/record for what OVSDB records).
 package portmap
 
 import (

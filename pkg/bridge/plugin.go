@@ -330,7 +330,8 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 // their flows, in one bundle per bridge: a tombstone flow per port
 // (flows.TombstoneBundle) outlives the port by a few seconds, so that nothing
 // passes between its flows going and ovs-vswitchd removing it, and DEL need
-// not wait for that. Without ovs-vswitchd (no OpenFlow socket) nothing is forwarded anyway.
+// not wait for that. Without ovs-vswitchd (no OpenFlow socket) nothing is
+// forwarded anyway.
 func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 	byTarget := map[string]*strings.Builder{}
 	for _, p := range ports {

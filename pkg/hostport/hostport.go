@@ -8,7 +8,6 @@ package hostport
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -33,15 +32,11 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("host ports of port %q: %w", p.Port.Name, err)
 	}
-	raw, err := json.Marshal(record.NewHostPorts(target, pl, a))
+	unset, set, claims, err := record.PublishHostPorts(p, target, pl, a)
 	if err != nil {
 		return err
 	}
-	claims := make([]string, 0, len(a.Rules))
-	for _, r := range a.Rules {
-		claims = append(claims, record.ClaimKey(r))
-	}
-	if err := cli.Record(ctx, p.Port.UUID, record.HostPortKeys(p), map[string]string{record.KeyHostPorts: string(raw)}, claims); err != nil {
+	if err := cli.Record(ctx, p.Port.UUID, unset, set, claims); err != nil {
 		return err
 	}
 	defer func() {

@@ -75,8 +75,24 @@ type HostPorts struct {
 	Rules     []flows.Rule `json:"rules"`
 }
 
-// NewHostPorts is the record of attachment a on the bridge at target.
-func NewHostPorts(target string, pl flows.Pipeline, a flows.Attachment) HostPorts {
+// PublishHostPorts is the change of port p's external_ids that records the
+// host ports of attachment a on the bridge at target (ovsdb.Client.Record's
+// arguments): the keys of an earlier record and its claims to remove, the
+// record to set, and the claims to take.
+func PublishHostPorts(p ovsdb.OwnedPort, target string, pl flows.Pipeline, a flows.Attachment) (unset []string, set map[string]string, claims []string, err error) {
+	raw, err := json.Marshal(newHostPorts(target, pl, a))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("host port record of port %q: %w", p.Port.Name, err)
+	}
+	claims = make([]string, 0, len(a.Rules))
+	for _, r := range a.Rules {
+		claims = append(claims, ClaimKey(r))
+	}
+	return HostPortKeys(p), map[string]string{KeyHostPorts: string(raw)}, claims, nil
+}
+
+// newHostPorts is the record of attachment a on the bridge at target.
+func newHostPorts(target string, pl flows.Pipeline, a flows.Attachment) HostPorts {
 	return HostPorts{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
 		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
 		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), IPv4: a.IPv4, IPv6: a.IPv6,

@@ -1,7 +1,6 @@
 package record
 
 import (
-	"encoding/json"
 	"net"
 	"net/netip"
 	"reflect"
@@ -22,12 +21,23 @@ func TestHostPortsRoundTrip(t *testing.T) {
 		IPv4: netip.MustParseAddr("192.0.2.10"), HairpinV4: node, SNAT: true,
 		Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80},
 			{Protocol: flows.UDP, HostPort: 53, ContainerPort: 53}}, []netip.Addr{node}, netip.MustParseAddr("192.0.2.10"), netip.Addr{})}
-	raw, err := json.Marshal(NewHostPorts("unix:/run/ovs/br0.mgmt", pl, a))
+	// An earlier ADD's record and claim are on the port: they are replaced.
+	before := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{
+		KeyHostPorts: "{}", KeyClaimPrefix + "tcp/198.51.100.1:9090": ovsdb.ClaimValue, KeyPortSecurity: "{}"}}}
+	unset, set, claims, err := PublishHostPorts(before, "unix:/run/ovs/br0.mgmt", pl, a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims := []string{ClaimKey(a.Rules[0]), ClaimKey(a.Rules[1])}
-	ids := map[string]string{KeyHostPorts: string(raw), claims[0]: ovsdb.ClaimValue, claims[1]: ovsdb.ClaimValue, KeyPortSecurity: "{}"}
+	if want := []string{KeyClaimPrefix + "tcp/198.51.100.1:9090", KeyHostPorts}; !slices.Equal(unset, want) {
+		t.Errorf("unset %v, want %v (the earlier record and claim, not the port security record)", unset, want)
+	}
+	ids := map[string]string{KeyPortSecurity: "{}"}
+	for k, v := range set {
+		ids[k] = v
+	}
+	for _, k := range claims {
+		ids[k] = ovsdb.ClaimValue
+	}
 	p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: ids}}
 	rec, ok, err := HostPortsOf(p)
 	if !ok || err != nil {
@@ -54,7 +64,7 @@ func TestHostPortsRoundTrip(t *testing.T) {
 	if got := HostPortKeys(p); !slices.Equal(got, wantKeys) {
 		t.Errorf("HostPortKeys %v, want %v (not the port security record)", got, wantKeys)
 	}
-	if want := "ovsflow.io/claim/tcp/198.51.100.1:8080"; claims[0] != want {
+	if want := "ovsflow.io/claim/tcp/198.51.100.1:8080"; len(claims) != 2 || claims[0] != want {
 		t.Errorf("claim %q, want %q", claims[0], want)
 	}
 }

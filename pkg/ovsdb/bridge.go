@@ -93,7 +93,7 @@ func (c *Client) SetBridgeExternalIDs(ctx context.Context, bridgeUUID string, se
 	}
 	// A map insert keeps a key that is already there: delete the keys first.
 	_, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableBridge, Where: where,
-		Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, strSet(keys...)),
+		Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, ovsSet(keys...)),
 			*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(set))}})
 	if err != nil {
 		return fmt.Errorf("recording on bridge %s: %w", bridgeUUID, err)

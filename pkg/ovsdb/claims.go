@@ -43,7 +43,7 @@ func (c *Client) Record(ctx context.Context, portUUID string, unset []string, se
 	ops := []ovsdb.Operation{}
 	if len(unset) > 0 {
 		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where,
-			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, strSet(unset...))}})
+			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, ovsSet(unset...))}})
 	}
 	if len(ins) > 0 {
 		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where,

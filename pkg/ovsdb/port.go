@@ -52,7 +52,7 @@ func (e *MACInUseError) Error() string {
 func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) error {
 	ports := selectOp(tablePort, ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{KeyMAC: mac})))
 	ports.Columns = []string{"_uuid", "name", "external_ids"}
-	ifaces := selectOp(tableInterface, ovsdb.NewCondition("mac_in_use", ovsdb.ConditionEqual, strSet(mac)))
+	ifaces := selectOp(tableInterface, ovsdb.NewCondition("mac_in_use", ovsdb.ConditionEqual, ovsSet(mac)))
 	ifaces.Columns = []string{"_uuid", "name"}
 	res, err := c.transact(ctx, ports, ifaces)
 	if err != nil {
@@ -86,7 +86,7 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 		portRow["tag"] = spec.Tag
 	}
 	if len(spec.Trunks) > 0 {
-		portRow["trunks"] = intSet(spec.Trunks...)
+		portRow["trunks"] = ovsSet(spec.Trunks...)
 		portRow["vlan_mode"] = "trunk"
 	}
 	ops := []ovsdb.Operation{
@@ -239,7 +239,7 @@ func (c *Client) SetPortExternalIDs(ctx context.Context, portUUID string, set ma
 		keys = append(keys, k)
 	}
 	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: portUUID})}
-	muts := []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, strSet(keys...))}
+	muts := []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, ovsSet(keys...))}
 	if len(set) > 0 {
 		muts = append(muts, *ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(set)))
 	}

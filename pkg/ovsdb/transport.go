@@ -130,26 +130,19 @@ func strMap(m map[string]string) ovsdb.OvsMap {
 	return ovsdb.OvsMap{GoMap: g}
 }
 
+// ovsSet is an OVSDB set of vals (strings, integers, UUIDs).
+func ovsSet[T any](vals ...T) ovsdb.OvsSet {
+	s := make([]any, len(vals))
+	for i, v := range vals {
+		s[i] = v
+	}
+	return ovsdb.OvsSet{GoSet: s}
+}
+
 func uuidSet(uuids ...string) ovsdb.OvsSet {
-	s := make([]any, len(uuids))
+	us := make([]ovsdb.UUID, len(uuids))
 	for i, u := range uuids {
-		s[i] = ovsdb.UUID{GoUUID: u}
+		us[i] = ovsdb.UUID{GoUUID: u}
 	}
-	return ovsdb.OvsSet{GoSet: s}
-}
-
-func intSet(vals ...int) ovsdb.OvsSet {
-	s := make([]any, len(vals))
-	for i, v := range vals {
-		s[i] = v
-	}
-	return ovsdb.OvsSet{GoSet: s}
-}
-
-func strSet(vals ...string) ovsdb.OvsSet {
-	s := make([]any, len(vals))
-	for i, v := range vals {
-		s[i] = v
-	}
-	return ovsdb.OvsSet{GoSet: s}
+	return ovsSet(us...)
 }

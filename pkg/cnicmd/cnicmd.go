@@ -1,8 +1,9 @@
 // Package cnicmd is what every CNI command of both plugins does first and
-// last: a context bounded by Timeout, the OVSDB connection, prevResult
-// parsing, the CNI codes of errors (OVS unreachable or unresponsive: 11, try
-// again later; a host port conflict: 7), and the bounded clean-up of a
-// failed ADD.
+// last: decoding the network config (Decode, ValidateEndpoints), a context
+// bounded by Timeout with the OVSDB connection (Open, Status; OpenGC adds the
+// stale ports), prevResult parsing, the CNI codes of errors (OVS unreachable
+// or unresponsive: 11, try again later; a host port conflict: 7), and the
+// bounded clean-up of a failed ADD (Rollback).
 package cnicmd
 
 import (

@@ -10,8 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -112,11 +110,10 @@ func waitRevalidation(ctx context.Context, reval *openflow.Revalidation) error {
 // it is found next to a unix: OpenFlow target; with a tcp: target (an
 // ovs-vswitchd elsewhere) they are the operator's to set.
 func SetZoneLimits(ctx context.Context, target string, pl flows.Pipeline) error {
-	err := unixctl.SetZoneLimits(ctx, target, pl.ZoneLimits())
-	if e, perr := endpoint.Parse(target); errors.Is(err, unixctl.ErrNoSocket) && perr == nil && e.Network == "tcp" {
+	if e, err := endpoint.Parse(target); err == nil && e.Network == "tcp" {
 		return nil
 	}
-	return err
+	return unixctl.SetZoneLimits(ctx, target, pl.ZoneLimits())
 }
 
 // ensureZoneLimits sets the zone limits unless the bridge records that this
@@ -127,7 +124,7 @@ func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, bridge, target str
 	if err != nil {
 		return SetZoneLimits(ctx, target, pl) // a tcp: target, or the error
 	}
-	want := sock + "/" + zoneLimitsString(pl)
+	want := sock + "/" + strings.Join(unixctl.ZoneLimitArgs(pl.ZoneLimits()), " ")
 	br, err := cli.Bridge(ctx, bridge)
 	if err != nil {
 		return err
@@ -142,16 +139,6 @@ func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, bridge, target str
 		return nil
 	}
 	return cli.SetBridgeExternalIDs(ctx, br.UUID, map[string]string{record.KeyZoneLimits: want})
-}
-
-func zoneLimitsString(pl flows.Pipeline) string {
-	l := pl.ZoneLimits()
-	zones := slices.Sorted(maps.Keys(l))
-	parts := make([]string, len(zones))
-	for i, z := range zones {
-		parts[i] = fmt.Sprintf("zone=%d,limit=%d", z, l[z])
-	}
-	return strings.Join(parts, " ")
 }
 
 // flushConntrack drops the entries of the rules' UDP/SCTP host ports, so that

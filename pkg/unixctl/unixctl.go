@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,17 +70,17 @@ func SetZoneLimits(ctx context.Context, target string, limits map[uint16]uint32)
 	if err != nil {
 		return err
 	}
+	return onEachDatapath(ctx, sock, "dpctl/ct-set-limits", ZoneLimitArgs(limits)...)
+}
+
+// ZoneLimitArgs renders limits as dpctl/ct-set-limits takes them, by zone:
+// "zone=64000,limit=100".
+func ZoneLimitArgs(limits map[uint16]uint32) []string {
 	args := make([]string, 0, len(limits))
-	for _, z := range slices.Sorted(func(yield func(uint16) bool) {
-		for z := range limits {
-			if !yield(z) {
-				return
-			}
-		}
-	}) {
+	for _, z := range slices.Sorted(maps.Keys(limits)) {
 		args = append(args, fmt.Sprintf("zone=%d,limit=%d", z, limits[z]))
 	}
-	return onEachDatapath(ctx, sock, "dpctl/ct-set-limits", args...)
+	return args
 }
 
 // onEachDatapath runs a dpctl command. Without a datapath name dpctl takes

@@ -66,3 +66,10 @@ func TestSetZoneLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestZoneLimitArgs(t *testing.T) {
+	got := strings.Join(ZoneLimitArgs(map[uint16]uint32{64002: 0, 64000: 100, 64001: 100}), " ")
+	if want := "zone=64000,limit=100 zone=64001,limit=100 zone=64002,limit=0"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

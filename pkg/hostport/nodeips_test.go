@@ -12,6 +12,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/internal/linkchurn"
 )
 
 // TestNodeIPsUnderLinkChurn reads the node addresses while links come and
@@ -81,28 +83,7 @@ func TestNodeIPsUnderLinkChurn(t *testing.T) {
 	}
 
 	// Churn: a veth created and deleted over and over, as by other ADDs and DELs.
-	stop := make(chan struct{})
-	done := make(chan int)
-	go func() {
-		churned := 0
-		_ = n.Do(func(ns.NetNS) error {
-			la := netlink.NewLinkAttrs()
-			la.Name = "i14churn"
-			v := &netlink.Veth{LinkAttrs: la, PeerName: "i14churnp"}
-			for {
-				select {
-				case <-stop:
-					return nil
-				default:
-				}
-				if netlink.LinkAdd(v) == nil {
-					churned++
-				}
-				_ = netlink.LinkDel(v)
-			}
-		})
-		done <- churned
-	}()
+	stop := linkchurn.Start(n, "i14churn")
 
 	var fails []error
 	deadline := time.Now().Add(2 * time.Second)
@@ -121,8 +102,7 @@ func TestNodeIPsUnderLinkChurn(t *testing.T) {
 		}
 		return nil
 	})
-	close(stop)
-	churned := <-done
+	churned := stop()
 	if err != nil {
 		t.Fatal(err)
 	}

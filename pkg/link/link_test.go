@@ -10,6 +10,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/internal/linkchurn"
 )
 
 func TestHostVethName(t *testing.T) {
@@ -128,28 +130,7 @@ func TestDeleteOrphansUnderLinkChurn(t *testing.T) {
 		keep[fmt.Sprintf("%sovfi14k%d", prefix, i)] = true
 	}
 
-	stop := make(chan struct{})
-	done := make(chan int)
-	go func() {
-		churned := 0
-		_ = host.Do(func(ns.NetNS) error {
-			la := netlink.NewLinkAttrs()
-			la.Name = "i14churn"
-			v := &netlink.Veth{LinkAttrs: la, PeerName: "i14churnp"}
-			for {
-				select {
-				case <-stop:
-					return nil
-				default:
-				}
-				if netlink.LinkAdd(v) == nil {
-					churned++
-				}
-				_ = netlink.LinkDel(v)
-			}
-		})
-		done <- churned
-	}()
+	stop := linkchurn.Start(host, "i14churn")
 	calls, failed := 0, 0
 	var first error
 	err = host.Do(func(ns.NetNS) error {
@@ -171,8 +152,7 @@ func TestDeleteOrphansUnderLinkChurn(t *testing.T) {
 		}
 		return nil
 	})
-	close(stop)
-	churned := <-done
+	churned := stop()
 	if err != nil {
 		t.Fatal(err)
 	}

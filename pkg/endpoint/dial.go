@@ -1,12 +1,9 @@
-// Package endpoint parses, validates and dials the endpoints of the Open
-// vSwitch daemons ("unix:PATH", "tcp:HOST:PORT"), for OVSDB and OpenFlow
-// alike, and declares the one timeout sentinel of the suite (ErrTimeout).
-//
-// Dialing does one job beyond net.Dialer: a unix socket whose listen backlog
-// is full (ovs-vswitchd or ovsdb-server busy while many plugins connect at
-// once) makes connect(2) fail at once with EAGAIN, where a TCP connect would
-// wait; Dial waits too, retrying with a short backoff until ctx ends, as the
-// OVS tools do.
+// Dial makes every connection to the daemons. Its one job
+// beyond net.Dialer: a unix socket whose listen backlog is full (ovs-vswitchd
+// or ovsdb-server busy while many plugins connect at once) makes connect(2)
+// fail at once with EAGAIN, where a TCP connect would wait; Dial waits too,
+// retrying with a short backoff until ctx ends, as the OVS tools do.
+
 package endpoint
 
 import (

@@ -1,3 +1,7 @@
+// Package endpoint parses, validates and dials the endpoints of the Open
+// vSwitch daemons ("unix:PATH", "tcp:HOST:PORT"), for OVSDB and OpenFlow
+// alike (Endpoint, Dial), and declares the one timeout sentinel of the suite
+// (ErrTimeout).
 package endpoint
 
 import (

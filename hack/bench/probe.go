@@ -23,7 +23,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -292,8 +292,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	}
 	t.mark(phPortSecRec)
 	cookie := flows.AttachmentCookie(id, "eth0")
-	of := ofctl.Bridge{Target: r.target}
-	if err := of.ApplyBundle(ctx, flows.PortSecurityBundle(flows.PortSecurity{Cookie: cookie, OFPort: uint32(ofport),
+	if err := openflow.Apply(ctx, r.target, flows.PortSecurityBundle(flows.PortSecurity{Cookie: cookie, OFPort: uint32(ofport),
 		MAC: contMAC, IPs: []netip.Addr{ctrIP}})); err != nil {
 		return err
 	}
@@ -357,12 +356,12 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return err
 	}
 	t.mark(phRecord)
-	if err := of.ApplyBundle(ctx, flows.DefaultPipeline().Bundle(a)); err != nil {
+	if err := openflow.Apply(ctx, r.target, flows.DefaultPipeline().Bundle(a)); err != nil {
 		return err
 	}
 	t.mark(phBundle)
 	start := time.Now()
-	if err := of.ApplyBundle(ctx, flows.DefaultPipeline().Bundle(a)); err != nil {
+	if err := openflow.Apply(ctx, r.target, flows.DefaultPipeline().Bundle(a)); err != nil {
 		return err
 	}
 	res.extra[bundleAgain] = append(res.extra[bundleAgain], time.Since(start))
@@ -385,7 +384,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return fmt.Errorf("replay port: %d, %v", len(ports), err)
 	}
 	t.mark(phDPmSelect)
-	if err := of.DeleteCookie(ctx, a.Cookie); err != nil {
+	if err := openflow.DeleteFlows(ctx, r.target, a.Cookie.Delete()); err != nil {
 		return err
 	}
 	t.mark(phDelFlows)
@@ -410,7 +409,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return fmt.Errorf("replay port: %d, %v", len(ports), err)
 	}
 	t.mark(phDBrSelect)
-	if err := of.DeleteAttachment(ctx, cookie); err != nil {
+	if err := openflow.DeleteFlows(ctx, r.target, cookie.AttachmentDelete()); err != nil {
 		return err
 	}
 	t.mark(phDPortSec)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -27,7 +26,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -211,8 +210,8 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	defer func() {
 		if retErr != nil {
 			hostport.Rollback(func(ctx context.Context) {
-				_ = ofctl.Bridge{Target: hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge)}.
-					DeleteAttachment(ctx, flows.AttachmentCookie(args.ContainerID, args.IfName))
+				_ = openflow.DeleteFlows(ctx, hostport.OpenFlowTarget(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+					flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
 			})
 		}
 	}()
@@ -343,7 +342,7 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 // Without ovs-vswitchd (no OpenFlow socket) nothing is forwarded anyway.
 func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) (map[string]string, error) {
 	type bundle struct {
-		lines strings.Builder
+		mods  openflow.Bundle
 		ports []string
 	}
 	byTarget := map[string]*bundle{}
@@ -362,15 +361,15 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) (map[st
 			byTarget[target] = b
 		}
 		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
-			b.lines.WriteString(flows.TombstoneBundle(uint32(*p.Interface.OFPort)))
+			b.mods = append(b.mods, flows.TombstoneBundle(uint32(*p.Interface.OFPort))...)
 		}
 		a := p.Attachment()
-		b.lines.WriteString("delete " + flows.AttachmentCookie(a.ContainerID, a.IfName).AttachmentMatch() + "\n")
+		b.mods = append(b.mods, flows.AttachmentCookie(a.ContainerID, a.IfName).AttachmentDelete())
 		b.ports = append(b.ports, p.Port.UUID)
 	}
 	swept := map[string]string{}
 	for target, b := range byTarget {
-		err := ofctl.Bridge{Target: target}.ApplyBundle(ctx, b.lines.String())
+		err := openflow.Apply(ctx, target, b.mods)
 		switch {
 		case err == nil:
 			for _, u := range b.ports {
@@ -413,7 +412,7 @@ func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb
 	if err != nil {
 		return err
 	}
-	return asCNIError(ofctl.Bridge{Target: rec.OpenFlow}.ApplyBundle(ctx, flows.PortSecurityBundle(ps, base...)))
+	return asCNIError(openflow.Apply(ctx, rec.OpenFlow, flows.PortSecurityBundle(ps, base...)))
 }
 
 // publishMesos publishes the port mappings Apache Mesos passes in args: Mesos

@@ -25,7 +25,6 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/dial"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
@@ -152,16 +151,15 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 			})
 		}
 	}()
-	br := ofctl.Bridge{Target: target}
 	// Effective on return: wait until the datapath's flow cache follows the
 	// new flows (openflow.StartRevalidation), registered before the change
 	// and collected last, so that the wait overlaps the nft and conntrack work.
-	reval, err := br.StartRevalidation(ctx)
+	reval, err := openflow.StartRevalidation(ctx, target)
 	if err != nil {
 		return err
 	}
 	defer reval.Close()
-	if err := br.ApplyBundle(ctx, pl.Bundle(a)); err != nil {
+	if err := openflow.Apply(ctx, target, pl.Bundle(a)); err != nil {
 		return err
 	}
 	if err := ensureZoneLimits(ctx, cli, p.Port.ExternalIDs[ovsdb.KeyBridge], target, pl); err != nil {
@@ -169,7 +167,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	}
 	defer func() {
 		if retErr != nil {
-			Rollback(func(ctx context.Context) { _ = br.DeleteCookie(ctx, a.Cookie) })
+			Rollback(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
 		}
 	}()
 	if err := ApplyNodeLocal(ctx, a.Rules, false); err != nil {
@@ -180,7 +178,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 			Rollback(func(ctx context.Context) { _ = ApplyNodeLocal(ctx, a.Rules, true) })
 		}
 	}()
-	if err := flushConntrack(ctx, br, pl, a.Rules); err != nil {
+	if err := openflow.FlushConntrack(ctx, target, flows.ConntrackFlushes(pl, a.Rules)...); err != nil {
 		return err
 	}
 	return waitRevalidation(ctx, reval)
@@ -201,7 +199,7 @@ func waitRevalidation(ctx context.Context, reval *openflow.Revalidation) error {
 	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 		return nil
 	}
-	return ofctl.Native(err)
+	return err
 }
 
 // setZoneLimits bounds the conntrack entries of the pipeline's zones. The
@@ -255,19 +253,6 @@ func zoneLimitsString(pl flows.Pipeline) string {
 	return strings.Join(parts, " ")
 }
 
-// flushConntrack drops the entries of the rules' UDP/SCTP host ports, so that
-// datagrams of a flow that outlived its container reach the new one.
-func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rules []flows.Rule) error {
-	for _, t := range flows.ConntrackFlushTuples(pl, rules) {
-		for _, zone := range pl.Zones() {
-			if err := br.FlushConntrack(ctx, zone, t); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // Withdraw removes everything Publish made for port p: flows by cookie,
 // conntrack entries, node-local nft elements, then the record and claims. A port without a record is
 // a no-op; an OpenFlow socket that is gone (ovs-vswitchd stopped, taking its
@@ -284,14 +269,13 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, swept s
 		if aerr != nil {
 			return aerr
 		}
-		br := ofctl.Bridge{Target: rec.OpenFlow}
 		if rec.OpenFlow == swept || reachable(rec.OpenFlow) {
 			if rec.OpenFlow != swept {
-				if err := br.DeleteCookie(ctx, a.Cookie); err != nil {
+				if err := openflow.DeleteFlows(ctx, rec.OpenFlow, a.Cookie.Delete()); err != nil {
 					return err
 				}
 			}
-			_ = flushConntrack(ctx, br, pl, a.Rules)
+			_ = openflow.FlushConntrack(ctx, rec.OpenFlow, flows.ConntrackFlushes(pl, a.Rules)...)
 		}
 		if err := ApplyNodeLocal(ctx, a.Rules, true); err != nil {
 			return err

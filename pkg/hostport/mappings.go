@@ -9,7 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -106,7 +106,7 @@ func CNIError(err error) error {
 	switch {
 	case errors.Is(err, ovsdb.ErrUnreachable):
 		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
-	case errors.Is(err, ofctl.ErrTimeout), errors.Is(err, ovsdb.ErrVswitchdTimeout):
+	case errors.Is(err, openflow.ErrTimeout), errors.Is(err, ovsdb.ErrVswitchdTimeout):
 		return types.NewError(types.ErrTryAgainLater, "ovs-vswitchd unresponsive", err.Error())
 	case errors.As(err, &claimed):
 		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -55,7 +55,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 		shared []flows.Flow // once per bridge
 		base   []flows.Flow // table 0's NORMAL on a fail_mode=secure bridge
 		pl     *flows.Pipeline
-		lines  strings.Builder
+		mods   openflow.Bundle
 		live   map[flows.Cookie]bool
 	}
 	byTarget := map[string]*target{}
@@ -67,9 +67,9 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 	}
 	addFlows := func(t *target, c flows.Cookie, fl []flows.Flow) {
 		t.live[c] = true
-		t.lines.WriteString("delete " + c.Match() + "\n")
+		t.mods = append(t.mods, c.Delete())
 		for _, f := range fl {
-			t.lines.WriteString("add " + f.String() + "\n")
+			t.mods = append(t.mods, f)
 		}
 	}
 	var rules []flows.Rule
@@ -115,27 +115,27 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 			// ovs-vswitchd is down or has not re-created the bridge yet.
 			return st, fmt.Errorf("OpenFlow endpoint %s is not there", name)
 		}
-		of := ofctl.Bridge{Target: name}
-		present, err := of.DumpOurs(ctx)
+		suite := flows.SuiteDelete()
+		present, err := openflow.Dump(ctx, name, suite.Cookie, suite.Mask)
 		if err != nil {
 			return st, err
 		}
-		var b strings.Builder
+		var b openflow.Bundle
 		for _, f := range append(t.base, t.shared...) {
-			b.WriteString("add " + f.String() + "\n")
+			b = append(b, f)
 		}
-		b.WriteString(t.lines.String())
-		for c := range cookiesOf(present) {
+		b = append(b, t.mods...)
+		for _, c := range cookiesOf(present) {
 			// Tombstones go by their hard timeout.
 			if c.Kind() != flows.CookieKindShared && c.Kind() != flows.CookieKindTombstone && !t.live[c] {
-				b.WriteString("delete " + c.Match() + "\n")
+				b = append(b, c.Delete())
 				st.Stale++
 			}
 		}
-		if b.Len() == 0 {
+		if len(b) == 0 {
 			continue
 		}
-		if err := of.ApplyBundle(ctx, b.String()); err != nil {
+		if err := openflow.Apply(ctx, name, b); err != nil {
 			return st, err
 		}
 		if t.pl != nil {
@@ -148,18 +148,15 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 	return st, rebuildNodeLocal(ctx, rules)
 }
 
-// cookiesOf parses the cookies of dumped flows.
-func cookiesOf(dumped []string) map[flows.Cookie]bool {
-	out := map[flows.Cookie]bool{}
-	for _, l := range dumped {
-		v, ok := strings.CutPrefix(strings.TrimSpace(l), "cookie=")
-		if !ok {
-			continue
-		}
-		v, _, _ = strings.Cut(v, ",")
-		var c uint64
-		if _, err := fmt.Sscanf(v, "0x%x", &c); err == nil && flows.Cookie(c).IsOurs() {
-			out[flows.Cookie(c)] = true
+// cookiesOf returns the distinct cookies of dumped flows that carry the
+// suite tag, in the order first seen.
+func cookiesOf(dumped []openflow.Flow) []flows.Cookie {
+	var out []flows.Cookie
+	seen := map[flows.Cookie]bool{}
+	for _, f := range dumped {
+		if c := flows.Cookie(f.Cookie); c.IsOurs() && !seen[c] {
+			seen[c] = true
+			out = append(out, c)
 		}
 	}
 	return out

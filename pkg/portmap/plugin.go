@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -19,7 +15,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -171,11 +167,12 @@ func CmdCheck(args *skel.CmdArgs) error {
 		want = conf.Pipeline.AttachmentFlows(plan.Attachment)
 		target = plan.Target
 	}
-	got, err := ofctl.Bridge{Target: target}.DumpCookie(ctx, cookie)
+	got, err := openflow.Dump(ctx, target, uint64(cookie), ^uint64(0))
 	if err != nil {
 		return err
 	}
-	return compareFlows(ctx, want, got)
+	// As strict as ovs-ofctl diff-flows: see openflow.Diff.
+	return openflow.Diff(want, got)
 }
 
 // recordNodeIPs lists the node addresses the recorded rules use.
@@ -192,32 +189,6 @@ func recordNodeIPs(r hostport.Record) []netip.Addr {
 		}
 	}
 	return out
-}
-
-// compareFlows lets ovs-ofctl parse both sides, so that OVS's own
-// normalisation (field order, defaults) does not count as a difference.
-func compareFlows(ctx context.Context, want []flows.Flow, got []string) error {
-	dir, err := os.MkdirTemp("", "ovs-portmap-check-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	var w strings.Builder
-	for _, f := range want {
-		w.WriteString(f.String() + "\n")
-	}
-	wantFile, gotFile := filepath.Join(dir, "want"), filepath.Join(dir, "got")
-	if err := os.WriteFile(wantFile, []byte(w.String()), 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(gotFile, []byte(strings.Join(got, "\n")+"\n"), 0o600); err != nil {
-		return err
-	}
-	out, err := exec.CommandContext(ctx, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "diff-flows", wantFile, gotFile).CombinedOutput()
-	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
-		return fmt.Errorf("installed flows differ from the expected ones (- expected, + installed):\n%s", strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // CmdGC withdraws the host ports of our attachments not in

@@ -50,31 +50,33 @@ type flowKey struct {
 // actions compare by their rendering, which is a function of their decoded
 // value. It returns nil or a *DiffError.
 func Diff(want, got []Flow) error {
-	index := func(fl []Flow) map[flowKey]Flow {
-		m := make(map[flowKey]Flow, len(fl))
-		for _, f := range fl {
-			m[flowKey{f.Table, f.Priority, f.Match}] = f
-		}
-		return m
-	}
-	w, g := index(want), index(got)
-	e := &DiffError{}
+	// A later flow with the same key replaces an earlier one, as in a bundle.
+	w := make(map[flowKey]Flow, len(want))
+	var order []flowKey
 	for _, f := range want {
 		k := flowKey{f.Table, f.Priority, f.Match}
+		if _, ok := w[k]; !ok {
+			order = append(order, k)
+		}
+		w[k] = f
+	}
+	g := make(map[flowKey]Flow, len(got))
+	e := &DiffError{}
+	for _, f := range got {
+		k := flowKey{f.Table, f.Priority, f.Match}
+		g[k] = f
+		if _, ok := w[k]; !ok {
+			e.Extra = append(e.Extra, f)
+		}
+	}
+	for _, k := range order {
+		f := w[k]
 		h, ok := g[k]
 		switch {
 		case !ok:
 			e.Missing = append(e.Missing, f)
 		case h.Cookie != f.Cookie || h.HardTimeout != f.HardTimeout || h.Actions.String() != f.Actions.String():
 			e.Changed = append(e.Changed, [2]Flow{f, h})
-		}
-		delete(g, k)
-	}
-	for _, f := range got {
-		if _, ok := g[flowKey{f.Table, f.Priority, f.Match}]; ok {
-			if _, wanted := w[flowKey{f.Table, f.Priority, f.Match}]; !wanted {
-				e.Extra = append(e.Extra, f)
-			}
 		}
 	}
 	if len(e.Missing)+len(e.Extra)+len(e.Changed) == 0 {

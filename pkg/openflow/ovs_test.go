@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -502,4 +504,188 @@ func TestApplyLarge(t *testing.T) {
 	}
 	t.Logf("3000 rejected entries reported in %v", time.Since(start))
 	sameFlows(t, "after the rejected bundle", a, b)
+}
+
+// TestDumpDecodesWhatWasApplied applies each bundle of the corpus to a new
+// bridge and dumps it back: the flows decoded are the flows applied, value
+// for value (Diff finds nothing), whatever OVS normalised on the way.
+func TestDumpDecodesWhatWasApplied(t *testing.T) {
+	requireOVS(t)
+	for _, c := range ordered(t) {
+		t.Run(c.name, func(t *testing.T) {
+			target := newBridge(t)
+			if err := Apply(context.Background(), target, c.bundle); err != nil {
+				t.Fatal(err)
+			}
+			all, err := Dump(context.Background(), target, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, want []Flow
+			for _, f := range all {
+				if f.Cookie != 0 { // the bridge's own NORMAL flow
+					got = append(got, f)
+				}
+			}
+			for _, m := range c.bundle {
+				if f, ok := m.(Flow); ok {
+					want = append(want, f)
+				}
+			}
+			if len(got) == 0 {
+				t.Fatal("dumped nothing")
+			}
+			if err := Diff(want, got); err != nil {
+				t.Fatalf("%v\nby ovs-ofctl:\n%s", err, strings.Join(dump(t, target), "\n"))
+			}
+		})
+	}
+}
+
+// TestDiffIsAsStrictAsDiffFlows changes installed flows behind the plugin's
+// back with ovs-ofctl, one way at a time, and checks that Diff reports each
+// change as ovs-ofctl diff-flows does: a flow removed, a flow added with the
+// attachment's cookie, a flow whose actions or cookie differ.
+func TestDiffIsAsStrictAsDiffFlows(t *testing.T) {
+	requireOVS(t)
+	a := goldenAttachments(t)["bundle_snat.golden"]
+	p := flows.DefaultPipeline()
+	want := p.AttachmentFlows(a)
+	cookie := fmt.Sprintf("cookie=%s/-1", a.Cookie)
+	tests := []struct {
+		name    string
+		change  func(target string)
+		missing int
+		extra   int
+		changed int
+	}{
+		{"untouched", func(string) {}, 0, 0, 0},
+		{"flow removed", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "del-flows", target, "table=41,"+cookie)
+		}, 2, 0, 0},
+		{"extra flow with our cookie", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "add-flow", target, fmt.Sprintf("cookie=%s,table=40,priority=7,ip,actions=drop", a.Cookie))
+		}, 0, 1, 0},
+		{"actions changed", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "mod-flows", target, "table=41,"+cookie+",ip,nw_dst=192.0.2.10,actions=drop")
+		}, 0, 0, 1},
+		{"vlan_tci match widened", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "add-flow", target,
+				fmt.Sprintf("cookie=%s,table=0,priority=200,tcp,nw_dst=198.51.100.1,tp_dst=8080,actions=drop", a.Cookie))
+		}, 0, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := newBridge(t)
+			if err := Apply(context.Background(), target, p.Bundle(a)); err != nil {
+				t.Fatal(err)
+			}
+			tt.change(target)
+			got, err := Dump(context.Background(), target, uint64(a.Cookie), ^uint64(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = Diff(want, got)
+			var d *DiffError
+			if tt.missing+tt.extra+tt.changed == 0 {
+				if err != nil {
+					t.Fatalf("got %v, want no difference", err)
+				}
+				return
+			}
+			if !errors.As(err, &d) {
+				t.Fatalf("got %v, want a *DiffError", err)
+			}
+			if len(d.Missing) != tt.missing || len(d.Extra) != tt.extra || len(d.Changed) != tt.changed {
+				t.Errorf("got %d missing, %d extra, %d changed; want %d, %d, %d:\n%v",
+					len(d.Missing), len(d.Extra), len(d.Changed), tt.missing, tt.extra, tt.changed, err)
+			}
+			t.Logf("%v", err)
+		})
+	}
+}
+
+// TestFlushConntrack commits UDP and TCP conntrack entries with packet-outs
+// and flushes the UDP entries of one host port in one zone with
+// FlushConntrack: those go, the others (another port, another protocol,
+// another zone) stay.
+func TestFlushConntrack(t *testing.T) {
+	requireOVS(t)
+	target := newBridge(t)
+	ctl, err := filepath.Glob(filepath.Join(ovs.rundir, "ovs-vswitchd.*.ctl"))
+	if err != nil || len(ctl) != 1 {
+		t.Fatalf("control socket: %v %v", ctl, err)
+	}
+	commit := func(proto uint8, dport uint16, zone uint16) {
+		t.Helper()
+		run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "packet-out", target,
+			fmt.Sprintf("in_port=LOCAL packet=%s actions=ct(commit,zone=%d)", packet(proto, dport), zone))
+	}
+	entries := func() []string {
+		t.Helper()
+		var out []string
+		for _, l := range strings.Split(run(t, "", "ovs-appctl", "-t", ctl[0], "dpctl/dump-conntrack"), "\n") {
+			if strings.Contains(l, "198.51.100.1") {
+				out = append(out, strings.TrimSpace(l))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	commit(17, 5353, 64000) // to flush
+	commit(17, 5354, 64000) // another port
+	commit(6, 5353, 64000)  // another protocol
+	commit(17, 5353, 64002) // another zone
+	before := entries()
+	if len(before) != 4 {
+		t.Fatalf("got %d conntrack entries, want 4:\n%s", len(before), strings.Join(before, "\n"))
+	}
+	if err := FlushConntrack(context.Background(), target, CTFlush{Zone: 64000, Proto: 17, Dst: node4, DstPort: 5353}); err != nil {
+		t.Fatal(err)
+	}
+	after := entries()
+	var gone []string
+	for _, e := range before {
+		if !slices.Contains(after, e) {
+			gone = append(gone, e)
+		}
+	}
+	if len(after) != 3 || len(gone) != 1 || !strings.Contains(gone[0], "dport=5353") || !strings.Contains(gone[0], "zone=64000") || !strings.HasPrefix(gone[0], "udp") {
+		t.Fatalf("flushed %q, left\n%s", gone, strings.Join(after, "\n"))
+	}
+}
+
+// packet returns an Ethernet frame from 10.0.0.1:1234 to
+// 198.51.100.1:dport, UDP or TCP (a SYN), in hexadecimal.
+func packet(proto uint8, dport uint16) string {
+	var l4 []byte
+	if proto == 17 {
+		l4 = binary.BigEndian.AppendUint16(nil, 1234)
+		l4 = binary.BigEndian.AppendUint16(l4, dport)
+		l4 = append(l4, 0, 12, 0, 0, 'a', 'b', 'c', 'd')
+	} else {
+		l4 = binary.BigEndian.AppendUint16(nil, 1234)
+		l4 = binary.BigEndian.AppendUint16(l4, dport)
+		l4 = append(l4, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0)
+		// The checksum over the pseudo header: conntrack drops a bad one.
+		pseudo := append([]byte{10, 0, 0, 1, 198, 51, 100, 1, 0, 6, 0, byte(len(l4))}, l4...)
+		binary.BigEndian.PutUint16(l4[16:], checksum(pseudo))
+	}
+	ip := []byte{0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0, 10, 0, 0, 1, 198, 51, 100, 1}
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(l4)))
+	binary.BigEndian.PutUint16(ip[10:], checksum(ip))
+	eth := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0}
+	return hex.EncodeToString(append(append(eth, ip...), l4...))
+}
+
+// checksum is the Internet checksum of b (of even length).
+func checksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
 }

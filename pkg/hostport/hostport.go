@@ -1,8 +1,8 @@
 // Package hostport publishes and withdraws the host ports of one attachment:
 // the record in OVSDB (the exclusive claims and the resolved facts, on the
 // attachment's own Port row), the OpenFlow flows (pkg/flows, applied by
-// pkg/ofctl as one bundle under the attachment's cookie), and stale conntrack
-// entries. Both ovs-portmap and ovs-bridge (for Apache Mesos port mappings) go
+// pkg/openflow as one bundle under the attachment's cookie), and stale
+// conntrack entries. Both ovs-portmap and ovs-bridge (for Apache Mesos port mappings) go
 // through here, so there is one pipeline and one cookie per attachment.
 //
 // The record is what survives an ovs-vswitchd restart: flows can be rebuilt

@@ -39,8 +39,9 @@ func (s Stats) String() string {
 // Reconcile rebuilds, from OVSDB alone, the flows and node-local rules of
 // every live attachment (from the records ADD wrote, with the ofport OVSDB
 // holds now), removes the flows of attachments that no longer exist, and
-// restores recorded gateway addresses. It is idempotent: each bridge gets one
-// atomic bundle that replaces what is there.
+// restores recorded gateway addresses. It is idempotent: each bridge whose
+// flows differ from what the records want gets one atomic bundle that
+// replaces what is there (see inSync).
 func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, error) {
 	var st Stats
 	bridges, err := cli.Bridges(ctx)
@@ -135,17 +136,39 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, endpoint string) (Stats, 
 		if len(b) == 0 {
 			continue
 		}
-		if err := openflow.Apply(ctx, name, b); err != nil {
-			return st, err
+		if !inSync(b, present) {
+			if err := openflow.Apply(ctx, name, b); err != nil {
+				return st, err
+			}
+			st.Bridges++
 		}
 		if t.pl != nil {
 			if err := setZoneLimits(ctx, name, *t.pl); err != nil {
 				return st, err
 			}
 		}
-		st.Bridges++
 	}
 	return st, rebuildNodeLocal(ctx, rules)
+}
+
+// inSync reports whether the bridge's flows of ours (present, tombstones
+// aside) are exactly the flows of bundle b, compared as openflow.Diff does
+// (what ovs-ofctl diff-flows would find): no flow missing, none extra (a
+// stale attachment's flows are extra) and none with other actions or
+// cookie. Then the bundle would change nothing and is not sent.
+func inSync(b openflow.Bundle, present []openflow.Flow) bool {
+	var want, ours []openflow.Flow
+	for _, m := range b {
+		if f, ok := m.(openflow.Flow); ok {
+			want = append(want, f)
+		}
+	}
+	for _, f := range present {
+		if flows.Cookie(f.Cookie).Kind() != flows.CookieKindTombstone {
+			ours = append(ours, f)
+		}
+	}
+	return openflow.Diff(want, ours) == nil
 }
 
 // cookiesOf returns the distinct cookies of dumped flows that carry the

@@ -11,6 +11,15 @@ import (
 // package does not decode (a field or action the pipeline never writes).
 var ErrDecode = errors.New("cannot decode")
 
+// Undecodable stands for the match and actions of a dumped flow that this
+// package does not decode (ErrDecode): Dump still returns the flow, with its
+// cookie, table and priority, so that a dump never fails on a flow someone
+// else wrote; it renders as "undecodable(REASON)" and does not encode.
+type Undecodable struct{ Reason string }
+
+func (u Undecodable) String() string       { return "undecodable(" + u.Reason + ")" }
+func (Undecodable) encode(b []byte) []byte { return b }
+
 func decodeErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrDecode, fmt.Sprintf(format, a...))
 }
@@ -36,12 +45,15 @@ func decodeFlowStats(body []byte) ([]Flow, error) {
 			Cookie:      binary.BigEndian.Uint64(e[24:]),
 		}
 		m, rest, err := decodeMatch(e[48:])
-		if err != nil {
-			return nil, fmt.Errorf("flow in table %d priority %d: %w", f.Table, f.Priority, err)
+		if err == nil {
+			f.Match = m
+			f.Actions, err = decodeInstructions(rest)
 		}
-		f.Match = m
-		if f.Actions, err = decodeInstructions(rest); err != nil {
-			return nil, fmt.Errorf("flow %s: %w", f, err)
+		if err != nil {
+			// Not written by this package (someone else used the cookie):
+			// kept, so that its cookie counts and it differs from any flow
+			// that can be wanted.
+			f.Match, f.Actions = Match{}, Actions{Undecodable{err.Error()}}
 		}
 		out = append(out, f)
 	}

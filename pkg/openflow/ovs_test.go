@@ -569,6 +569,9 @@ func TestDiffIsAsStrictAsDiffFlows(t *testing.T) {
 		{"actions changed", func(target string) {
 			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "mod-flows", target, "table=41,"+cookie+",ip,nw_dst=192.0.2.10,actions=drop")
 		}, 0, 0, 1},
+		{"extra flow with our cookie that the binding cannot decode", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "add-flow", target, fmt.Sprintf("cookie=%s,table=40,priority=8,tun_id=0x5,actions=drop", a.Cookie))
+		}, 0, 1, 0},
 		{"vlan_tci match widened", func(target string) {
 			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "add-flow", target,
 				fmt.Sprintf("cookie=%s,table=0,priority=200,tcp,nw_dst=198.51.100.1,tp_dst=8080,actions=drop", a.Cookie))

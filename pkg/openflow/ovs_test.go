@@ -356,6 +356,23 @@ func BenchmarkApply(b *testing.B) {
 			}
 		}
 	})
+	flush := []CTFlush{{Zone: 64000, Proto: 17, Dst: node4, DstPort: 5353}, {Zone: 64002, Proto: 17, Dst: node4, DstPort: 5353}}
+	b.Run("ct-flush-native", func(b *testing.B) {
+		for b.Loop() {
+			if err := FlushConntrack(context.Background(), target, flush...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(flush)), "flushes/op")
+	})
+	b.Run("ct-flush-ovs-ofctl", func(b *testing.B) {
+		for b.Loop() {
+			for _, f := range flush {
+				run(b, "", "ovs-ofctl", "-O", "OpenFlow14", "ct-flush", target, fmt.Sprintf("zone=%d", f.Zone), f.Tuple())
+			}
+		}
+		b.ReportMetric(float64(len(flush)), "flushes/op")
+	})
 	b.Run("delete-native", func(b *testing.B) {
 		for b.Loop() {
 			if err := DeleteFlows(context.Background(), target, Delete{Cookie: 1, Mask: ^uint64(0)}); err != nil {

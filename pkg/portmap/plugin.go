@@ -122,8 +122,12 @@ func CmdDel(args *skel.CmdArgs) error {
 }
 
 // CmdCheck verifies that the bridge holds exactly the flows the attachment
-// needs: it renders them again from the config and prevResult and lets
-// ovs-ofctl compare them with what is installed under the attachment's cookie.
+// needs: it builds them again from the config and prevResult, dumps the
+// flows installed under the attachment's cookie on the same OpenFlow
+// connection the plugins use (decoded into the same typed values), and
+// compares the two sets with openflow.Diff: keyed by table, priority and
+// match like ovs-ofctl diff-flows, a flow missing, an extra one with the
+// cookie, and one whose actions or cookie differ are all errors.
 func CmdCheck(args *skel.CmdArgs) error {
 	conf, err := LoadConf(args.StdinData)
 	if err != nil {
@@ -171,7 +175,6 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	// As strict as ovs-ofctl diff-flows: see openflow.Diff.
 	return openflow.Diff(want, got)
 }
 

@@ -1,6 +1,7 @@
 package openflow_test
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"net"
@@ -310,3 +311,18 @@ func TestCTFlushAsOvsOfctl(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestApplyRejectsBeforeConnecting(t *testing.T) {
+	bad := of.Bundle{of.Flow{Priority: 1}, of.Flow{Priority: 2, Match: of.Match{}.TPDst(80)}}
+	if err := of.Apply(context.Background(), "unix:/nonexistent/br0.mgmt", bad); !errors.Is(err, of.ErrPrerequisite) {
+		t.Errorf("got %v, want ErrPrerequisite", err)
+	}
+	for _, target := range []string{"ssl:127.0.0.1:6653", "br0", "punix:/x"} {
+		if err := of.Apply(context.Background(), target, nil); !errors.Is(err, of.ErrUnsupported) {
+			t.Errorf("target %q: got %v, want ErrUnsupported", target, err)
+		}
+	}
+	if err := of.DeleteFlows(context.Background(), "unix:/nonexistent/br0.mgmt", of.Delete{Cookie: 1, Mask: 1}); err == nil || errors.Is(err, of.ErrTimeout) {
+		t.Errorf("got %v, want a connection error", err)
+	}
+}

@@ -138,11 +138,8 @@ const (
 	nxNATSrc         = 1
 	nxNATDst         = 2
 	nxNATIPv4Min     = 1
-	nxNATIPv4Max     = 2
 	nxNATIPv6Min     = 4
-	nxNATIPv6Max     = 8
 	nxNATProtoMin    = 16
-	nxNATProtoMax    = 32
 
 	ofp10InPort = 0xfff8 // OFPP_IN_PORT in NXAST_RESUBMIT_TABLE: "this packet's in_port"
 )

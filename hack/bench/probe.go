@@ -23,7 +23,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
@@ -291,8 +291,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	}
 	t.mark(phPortSecRec)
 	cookie := flows.AttachmentCookie(id, "eth0")
-	of := ofctl.Bridge{Target: r.target}
-	if err := of.ApplyBundle(ctx, flows.PortSecurityBundle(flows.PortSecurity{Cookie: cookie, OFPort: uint32(ofport),
+	if err := openflow.Apply(ctx, r.target, flows.PortSecurityBundle(flows.PortSecurity{Cookie: cookie, OFPort: uint32(ofport),
 		MAC: contMAC, IPs: []netip.Addr{ctrIP}})); err != nil {
 		return err
 	}
@@ -352,7 +351,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	}
 	t.mark(phPublish)
 	start := time.Now()
-	if err := of.ApplyBundle(ctx, pl.Bundle(a)); err != nil {
+	if err := openflow.Apply(ctx, r.target, pl.Bundle(a)); err != nil {
 		return err
 	}
 	res.extra[bundleAgain] = append(res.extra[bundleAgain], time.Since(start))
@@ -387,7 +386,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return fmt.Errorf("replay port: %d, %v", len(ports), err)
 	}
 	t.mark(phDBrSelect)
-	if err := of.DeleteAttachment(ctx, cookie); err != nil {
+	if err := openflow.DeleteFlows(ctx, r.target, cookie.AttachmentDelete()); err != nil {
 		return err
 	}
 	t.mark(phDPortSec)

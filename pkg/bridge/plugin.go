@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -27,7 +26,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
 	"github.com/ovsflow/ovs-cni/pkg/record"
@@ -203,8 +202,8 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	defer func() {
 		if retErr != nil {
 			cnicmd.Rollback(func(ctx context.Context) {
-				_ = ofctl.Bridge{Target: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge)}.
-					DeleteAttachment(ctx, flows.AttachmentCookie(args.ContainerID, args.IfName))
+				_ = openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+					flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
 			})
 		}
 	}()
@@ -333,26 +332,21 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 // not wait for that. Without ovs-vswitchd (no OpenFlow socket) nothing is
 // forwarded anyway.
 func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
-	byTarget := map[string]*strings.Builder{}
+	byTarget := map[string]openflow.Bundle{}
 	for _, p := range ports {
 		br := p.Port.ExternalIDs[ovsdb.KeyBridge]
 		if br == "" {
 			br = conf.Bridge
 		}
 		target := portsec.Target(p, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, br))
-		b := byTarget[target]
-		if b == nil {
-			b = &strings.Builder{}
-			byTarget[target] = b
-		}
 		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
-			b.WriteString(flows.TombstoneBundle(uint32(*p.Interface.OFPort)))
+			byTarget[target] = append(byTarget[target], flows.TombstoneBundle(uint32(*p.Interface.OFPort))...)
 		}
 		a := p.Attachment()
-		b.WriteString("delete " + flows.AttachmentCookie(a.ContainerID, a.IfName).AttachmentMatch() + "\n")
+		byTarget[target] = append(byTarget[target], flows.AttachmentCookie(a.ContainerID, a.IfName).AttachmentDelete())
 	}
 	for target, b := range byTarget {
-		err := ofctl.Bridge{Target: target}.ApplyBundle(ctx, b.String())
+		err := openflow.Apply(ctx, target, b)
 		if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
 			return asCNIError(err)
 		}

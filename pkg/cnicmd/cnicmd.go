@@ -19,7 +19,6 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -108,7 +107,7 @@ func Error(err error) error {
 	switch {
 	case errors.Is(err, ovsdb.ErrUnreachable):
 		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
-	case errors.Is(err, endpoint.ErrTimeout), errors.Is(err, ofctl.ErrTimeout):
+	case errors.Is(err, endpoint.ErrTimeout):
 		return types.NewError(types.ErrTryAgainLater, "ovs-vswitchd unresponsive", err.Error())
 	case errors.As(err, &claimed):
 		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")

@@ -10,7 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
@@ -33,7 +32,6 @@ func TestError(t *testing.T) {
 		{"ovsdb unreachable", fmt.Errorf("listing ports: %w", ovsdb.ErrUnreachable), types.ErrTryAgainLater},
 		{"the timeout sentinel", fmt.Errorf("waiting for ofport: %w", endpoint.ErrTimeout), types.ErrTryAgainLater},
 		{"an OpenFlow timeout", fmt.Errorf("bundle on unix:/x: %w", openflow.ErrTimeout), types.ErrTryAgainLater},
-		{"an ovs-ofctl timeout", fmt.Errorf("dump: %w", ofctl.ErrTimeout), types.ErrTryAgainLater},
 		{"a claim held", &ovsdb.ClaimedError{Key: "ovsflow.io/claim/tcp/198.51.100.1:80"}, types.ErrInvalidNetworkConfig},
 		{"anything else", plain, 0},
 	} {

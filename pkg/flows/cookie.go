@@ -3,6 +3,8 @@ package flows
 import (
 	"fmt"
 	"hash/fnv"
+
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 // Cookie is an OpenFlow cookie laid out as declared in pipeline.go.
@@ -30,14 +32,20 @@ func (c Cookie) Kind() uint8 { return uint8(c >> CookieKindShift) }
 // String renders the cookie as ovs-ofctl prints it: 0x%016x.
 func (c Cookie) String() string { return fmt.Sprintf("0x%016x", uint64(c)) }
 
-// Match renders an exact cookie match for del-flows and dump-flows.
-func (c Cookie) Match() string { return "cookie=" + c.String() + "/-1" }
+// Delete selects every flow with exactly this cookie, in every table.
+func (c Cookie) Delete() openflow.Delete { return openflow.Delete{Cookie: uint64(c), Mask: ^uint64(0)} }
 
-// SuiteMatch renders a cookie match selecting every flow of this pipeline,
-// shared and per attachment, for dump-flows.
-func SuiteMatch() string {
-	return "cookie=" + CookieSuite.String() + "/" + SuiteMask.String()
+// Match renders Delete's cookie match, as del-flows and dump-flows read it.
+func (c Cookie) Match() string { return c.Delete().String() }
+
+// SuiteDelete selects every flow of this pipeline, shared and per
+// attachment.
+func SuiteDelete() openflow.Delete {
+	return openflow.Delete{Cookie: uint64(CookieSuite), Mask: uint64(SuiteMask)}
 }
+
+// SuiteMatch renders SuiteDelete's cookie match.
+func SuiteMatch() string { return SuiteDelete().String() }
 
 // WithKind returns the cookie with another kind and the same attachment hash.
 func (c Cookie) WithKind(k uint8) Cookie {
@@ -50,8 +58,11 @@ func (c Cookie) Attachment() (value, mask Cookie) {
 	return c &^ (Cookie(0xff) << CookieKindShift), AttachmentMask
 }
 
-// AttachmentMatch renders Attachment as a del-flows and dump-flows match.
-func (c Cookie) AttachmentMatch() string {
+// AttachmentDelete selects every flow of the attachment of c, any kind.
+func (c Cookie) AttachmentDelete() openflow.Delete {
 	v, m := c.Attachment()
-	return "cookie=" + v.String() + "/" + m.String()
+	return openflow.Delete{Cookie: uint64(v), Mask: uint64(m)}
 }
+
+// AttachmentMatch renders AttachmentDelete's cookie match.
+func (c Cookie) AttachmentMatch() string { return c.AttachmentDelete().String() }

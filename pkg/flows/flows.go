@@ -5,33 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
+
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
-// Flow is one OpenFlow flow in ovs-ofctl syntax.
-type Flow struct {
-	Cookie   Cookie
-	Table    uint8
-	Priority uint16
-	// Match is the comma-separated match without priority and cookie; empty
-	// matches everything.
-	Match   string
-	Actions string
-}
-
-// String renders the flow as one line of an ovs-ofctl add-flows file:
-// "cookie=0x...,table=N,priority=P,MATCH,actions=ACTIONS".
-func (f Flow) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "cookie=%s,table=%d,priority=%d,", f.Cookie, f.Table, f.Priority)
-	if f.Match != "" {
-		b.WriteString(f.Match)
-		b.WriteByte(',')
-	}
-	b.WriteString("actions=")
-	b.WriteString(f.Actions)
-	return b.String()
-}
+// Flow is one OpenFlow flow: a typed value that renders ovs-ofctl text
+// (String) and encodes itself (pkg/openflow).
+type Flow = openflow.Flow
 
 // Attachment is everything the flows of one container interface depend on.
 type Attachment struct {
@@ -106,52 +86,53 @@ func (a Attachment) hairpinIP(family netip.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
-// ipMatch renders the ethertype keyword and the field name prefix of a's family.
-func ipMatch(a netip.Addr) (ethertype, field string) {
+// ethOf returns the ethertype of a's family.
+func ethOf(a netip.Addr) uint16 {
 	if a.Is4() {
-		return "ip", "nw"
+		return openflow.EthIPv4
 	}
-	return "ipv6", "ipv6"
+	return openflow.EthIPv6
 }
 
-// natAddr renders an address for nat(): IPv6 in brackets.
-func natAddr(a netip.Addr) string {
-	if a.Is6() {
-		return "[" + a.String() + "]"
-	}
-	return a.String()
+// flow builds a flow of the pipeline.
+func flow(c Cookie, table uint8, prio uint16, m openflow.Match, as ...openflow.Action) Flow {
+	return Flow{Cookie: uint64(c), Table: table, Priority: prio, Match: m, Actions: as}
 }
 
 // BaseFlows returns table 0's NORMAL flow, which the suite owns (with the
 // shared cookie) on a bridge with fail_mode=secure only; on any other bridge
 // ovs-vswitchd keeps its own.
 func BaseFlows() []Flow {
-	return []Flow{{SharedCookie(), TableClassifier, PriorityBase, "", "NORMAL"}}
+	return []Flow{flow(SharedCookie(), TableClassifier, PriorityBase, openflow.Match{}, openflow.Normal)}
 }
 
 // SharedFlows returns the reply flows shared by all attachments (tables 42 and
 // 43). Installing them again is harmless.
 func (p Pipeline) SharedFlows() []Flow {
 	c := SharedCookie()
-	unDNAT := fmt.Sprintf("ct(zone=%d,nat,table=%d)", p.DNATZone, TablePortmapReplyRestore)
-	restore := "move:" + LabelOrigEthSrc + "->NXM_OF_ETH_DST[]," +
-		"move:" + LabelOrigEthDst + "->NXM_OF_ETH_SRC[]," +
-		"move:" + LabelOrigInPort + "->" + RegOutPort + "," +
-		"load:0->NXM_OF_IN_PORT[]," +
-		"output:" + RegOutPort
+	unDNAT := func(zone uint16) openflow.CT {
+		return openflow.CT{Zone: zone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplyRestore)}
+	}
+	restore := []openflow.Action{
+		openflow.Move{Src: LabelOrigEthSrc, Dst: openflow.FieldEthDst.All()},
+		openflow.Move{Src: LabelOrigEthDst, Dst: openflow.FieldEthSrc.All()},
+		openflow.Move{Src: LabelOrigInPort, Dst: RegOutPort},
+		openflow.Load{Value: 0, Dst: openflow.FieldInPort.All()},
+		openflow.OutputReg{Src: RegOutPort},
+	}
+	ip, ip6 := openflow.Match{}.EthType(openflow.EthIPv4), openflow.Match{}.EthType(openflow.EthIPv6)
+	reply := openflow.CTTrk | openflow.CTRpl
 	out := []Flow{
-		{c, TablePortmapReplySNAT, PriorityReplyNAT, "ip", unDNAT},
-		{c, TablePortmapReplySNAT, PriorityReplyNAT, "ipv6", unDNAT},
-		{c, TablePortmapReplySNAT, PriorityMiss, "", "NORMAL"},
-		{c, TablePortmapReplyRestore, PriorityReplyNAT, "ct_state=+trk+rpl", restore},
-		{c, TablePortmapReplyRestore, PriorityMiss, "", "NORMAL"},
+		flow(c, TablePortmapReplySNAT, PriorityReplyNAT, ip, unDNAT(p.DNATZone)),
+		flow(c, TablePortmapReplySNAT, PriorityReplyNAT, ip6, unDNAT(p.DNATZone)),
+		flow(c, TablePortmapReplySNAT, PriorityMiss, openflow.Match{}, openflow.Normal),
+		flow(c, TablePortmapReplyRestore, PriorityReplyNAT, openflow.Match{}.CTState(reply, reply), restore...),
+		flow(c, TablePortmapReplyRestore, PriorityMiss, openflow.Match{}, openflow.Normal),
 	}
 	if p.ContainerZone != 0 {
-		unDNAT := fmt.Sprintf("ct(zone=%d,nat,table=%d)", p.ContainerZone, TablePortmapReplyRestore)
-		zone := fmt.Sprintf("ct_zone=%d", p.DNATZone)
 		out = append(out,
-			Flow{c, TablePortmapReplyRestore, PriorityReplyContainer, "ip," + zone, unDNAT},
-			Flow{c, TablePortmapReplyRestore, PriorityReplyContainer, "ipv6," + zone, unDNAT})
+			flow(c, TablePortmapReplyRestore, PriorityReplyContainer, ip.CTZone(p.DNATZone), unDNAT(p.ContainerZone)),
+			flow(c, TablePortmapReplyRestore, PriorityReplyContainer, ip6.CTZone(p.DNATZone), unDNAT(p.ContainerZone)))
 	}
 	return out
 }
@@ -169,33 +150,37 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 	}
 	var (
 		flows    = make([]Flow, 0, len(a.Rules)+8)
-		requests = make(map[string]bool, len(a.Rules))
+		requests = make(map[openflow.Match]bool, len(a.Rules))
 		replies  []Flow
 		seen     = make(map[replyKey]bool)
 		has4     bool
 		has6     bool
 	)
-	label := "exec(move:NXM_OF_ETH_SRC[]->" + LabelOrigEthSrc +
-		",move:NXM_OF_ETH_DST[]->" + LabelOrigEthDst +
-		",move:NXM_OF_IN_PORT[]->" + LabelOrigInPort + ")"
+	label := openflow.Actions{
+		openflow.Move{Src: openflow.FieldEthSrc.All(), Dst: LabelOrigEthSrc},
+		openflow.Move{Src: openflow.FieldEthDst.All(), Dst: LabelOrigEthDst},
+		openflow.Move{Src: openflow.FieldInPort.All(), Dst: LabelOrigInPort},
+	}
+	mac, _ := openflow.MACFrom(a.MAC)
 	for _, r := range a.Rules {
-		_, field := ipMatch(r.NodeIP)
 		// Untagged only: a tagged frame has no path to the node's addresses.
-		match := fmt.Sprintf("%s,vlan_tci=0x0000/0x1000,%s_dst=%s,tp_dst=%d", r.Protocol.match(r.NodeIP), field, r.NodeIP, r.HostPort)
+		match := openflow.Match{}.Proto(ethOf(r.NodeIP), uint8(r.Protocol)).VLANTCI(0, 0x1000).
+			IPDst(openflow.Host(r.NodeIP)).TPDst(r.HostPort)
 		if requests[match] {
 			continue
 		}
 		requests[match] = true
 		has4 = has4 || r.ContainerIP.Is4()
 		has6 = has6 || r.ContainerIP.Is6()
-		dnat := func(zone uint16) string {
-			return fmt.Sprintf("ct(commit,zone=%d,nat(dst=%s:%d),%s,table=%d)",
-				zone, natAddr(r.ContainerIP), r.ContainerPort, label, TablePortmapDNAT)
+		dnat := func(zone uint16) openflow.CT {
+			return openflow.CT{Commit: true, Zone: zone,
+				NAT:  &openflow.NAT{Dst: true, Addr: r.ContainerIP, Port: r.ContainerPort},
+				Exec: label, Table: openflow.Table(TablePortmapDNAT)}
 		}
-		flows = append(flows, Flow{a.Cookie, TableClassifier, PriorityRequest, match, dnat(p.DNATZone)})
+		flows = append(flows, flow(a.Cookie, TableClassifier, PriorityRequest, match, dnat(p.DNATZone)))
 		if p.ContainerZone != 0 {
-			flows = append(flows, Flow{a.Cookie, TableClassifier, PriorityRequestContainer,
-				strings.Replace(match, ",", ",reg1=0x1/0x1,", 1), dnat(p.ContainerZone)})
+			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityRequestContainer,
+				match.RegBits(RegPortSecurityChecked, 1), dnat(p.ContainerZone)))
 		}
 
 		k := replyKey{r.ContainerIP, r.Protocol, r.ContainerPort}
@@ -203,10 +188,10 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 			continue
 		}
 		seen[k] = true
-		_, field = ipMatch(r.ContainerIP)
-		replies = append(replies, Flow{a.Cookie, TableClassifier, PriorityReply,
-			fmt.Sprintf("%s,in_port=%d,%s_src=%s,tp_src=%d", r.Protocol.match(r.ContainerIP), a.OFPort, field, r.ContainerIP, r.ContainerPort),
-			fmt.Sprintf("ct(zone=%d,nat,table=%d)", p.SNATZone, TablePortmapReplySNAT)})
+		replies = append(replies, flow(a.Cookie, TableClassifier, PriorityReply,
+			openflow.Match{}.Proto(ethOf(r.ContainerIP), uint8(r.Protocol)).InPort(a.OFPort).
+				IPSrc(openflow.Host(r.ContainerIP)).TPSrc(r.ContainerPort),
+			openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
 	}
 	flows = append(flows, replies...)
 
@@ -218,84 +203,78 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 		families = append(families, a.IPv6)
 	}
 	for _, cip := range families {
-		eth, field := ipMatch(cip)
-		toContainer := fmt.Sprintf("%s,%s_dst=%s", eth, field, cip)
-		snat := func(src netip.Addr) string {
-			return fmt.Sprintf("ct(commit,zone=%d,nat(src=%s),table=%d)", p.SNATZone, natAddr(src), TablePortmapOutput)
+		toContainer := openflow.Match{}.EthType(ethOf(cip)).IPDst(openflow.Host(cip))
+		snat := func(src netip.Addr) openflow.CT {
+			return openflow.CT{Commit: true, Zone: p.SNATZone, NAT: &openflow.NAT{Src: true, Addr: src},
+				Table: openflow.Table(TablePortmapOutput)}
 		}
 		if h := a.hairpinIP(cip); h.IsValid() {
 			if a.SNAT {
-				flows = append(flows, Flow{a.Cookie, TablePortmapDNAT, PriorityHairpin,
-					fmt.Sprintf("%s,%s_src=%s,%s_dst=%s", eth, field, cip, field, cip), snat(h)})
+				flows = append(flows, flow(a.Cookie, TablePortmapDNAT, PriorityHairpin,
+					openflow.Match{}.EthType(ethOf(cip)).IPSrc(openflow.Host(cip)).IPDst(openflow.Host(cip)), snat(h)))
 			}
 			if a.MasqAll {
-				flows = append(flows, Flow{a.Cookie, TablePortmapDNAT, PriorityMasquerade, toContainer, snat(h)})
+				flows = append(flows, flow(a.Cookie, TablePortmapDNAT, PriorityMasquerade, toContainer, snat(h)))
 			}
 		}
-		flows = append(flows, Flow{a.Cookie, TablePortmapDNAT, PriorityPass, toContainer,
-			fmt.Sprintf("goto_table:%d", TablePortmapOutput)})
+		flows = append(flows, flow(a.Cookie, TablePortmapDNAT, PriorityPass, toContainer,
+			openflow.GotoTable{Table: TablePortmapOutput}))
 	}
 	for _, cip := range families {
-		eth, field := ipMatch(cip)
-		flows = append(flows, Flow{a.Cookie, TablePortmapOutput, PriorityOutput,
-			fmt.Sprintf("%s,%s_dst=%s", eth, field, cip),
-			fmt.Sprintf("move:NXM_OF_ETH_DST[]->NXM_OF_ETH_SRC[],set_field:%s->eth_dst,load:0->NXM_OF_IN_PORT[],output:%d", a.MAC, a.OFPort)})
+		flows = append(flows, flow(a.Cookie, TablePortmapOutput, PriorityOutput,
+			openflow.Match{}.EthType(ethOf(cip)).IPDst(openflow.Host(cip)),
+			openflow.Move{Src: openflow.FieldEthDst.All(), Dst: openflow.FieldEthSrc.All()},
+			openflow.SetField{Field: openflow.FieldEthDst, MAC: mac},
+			openflow.Load{Value: 0, Dst: openflow.FieldInPort.All()},
+			openflow.Output{Port: a.OFPort}))
 	}
 	return flows
 }
 
-// Bundle renders the input of `ovs-ofctl --bundle add-flows BRIDGE -`: a
-// "delete" of every flow with a.Cookie in every table, then "add" lines for
-// the shared flows and the attachment's flows. OVS 3.1 applies such a
-// mixed-verb bundle as one transaction (all or nothing), so a retried ADD
-// replaces the attachment's flows atomically and a bad line changes nothing.
-// Bundles need OpenFlow 1.4 or later on the bridge.
-func (p Pipeline) Bundle(a Attachment) string {
-	var b strings.Builder
-	b.WriteString("delete " + a.Cookie.Match() + "\n")
-	for _, flows := range [][]Flow{p.SharedFlows(), p.AttachmentFlows(a)} {
-		for _, f := range flows {
-			b.WriteString("add ")
-			b.WriteString(f.String())
-			b.WriteByte('\n')
-		}
+// Bundle returns the bundle that replaces the attachment's flows: a delete
+// of every flow with a.Cookie in every table, then the shared flows and the
+// attachment's flows. OVS 3.1 applies such a mixed bundle as one
+// transaction (all or nothing), so a retried ADD replaces the attachment's
+// flows atomically and a bad entry changes nothing. Bundles need OpenFlow
+// 1.4 or later on the bridge.
+func (p Pipeline) Bundle(a Attachment) openflow.Bundle {
+	shared, own := p.SharedFlows(), p.AttachmentFlows(a)
+	b := make(openflow.Bundle, 0, 1+len(shared)+len(own))
+	b = append(b, a.Cookie.Delete())
+	for _, f := range shared {
+		b = append(b, f)
 	}
-	return b.String()
+	for _, f := range own {
+		b = append(b, f)
+	}
+	return b
 }
 
-// ConntrackFlushTuples returns, for the UDP and SCTP rules, the original
-// tuple of their connections in the DNAT zone (node IP, protocol, host port),
-// each to be flushed with
-//
-//	ovs-ofctl ct-flush BRIDGE zone=<p.DNATZone> TUPLE
-//
-// e.g. TUPLE "ct_nw_dst=198.51.100.1,ct_nw_proto=17,ct_tp_dst=5353" or
-// "ct_ipv6_dst=2001:db8:100::1,ct_nw_proto=17,ct_tp_dst=5353". The zone must
-// be its own argument: "zone=N,TUPLE" flushes the whole zone. The userspace
-// conntrack matches partial tuples but only on the original (pre-NAT)
-// direction, and needs ct_nw_proto whenever a port is given.
+// ConntrackFlushes returns, for the UDP and SCTP rules, the original tuple
+// of their connections (node IP, protocol, host port) in each of the
+// pipeline's DNAT zones (Zones), for openflow.FlushConntrack. The
+// userspace conntrack matches partial tuples but only on the original
+// (pre-NAT) direction, and needs the protocol whenever a port is given.
 //
 // Flushing them on ADD stops stale entries (of an earlier container, or an
 // earlier ADD) from steering datagrams of a still-active flow to the old
 // destination: ct(nat) keeps the binding of an existing connection. TCP is
 // left alone, as its connections end. Duplicates are dropped; the order is
-// that of rules.
-func ConntrackFlushTuples(p Pipeline, rules []Rule) []string {
-	var tuples []string
-	seen := make(map[string]bool)
+// that of rules, then of zones.
+func ConntrackFlushes(p Pipeline, rules []Rule) []openflow.CTFlush {
+	var out []openflow.CTFlush
+	seen := make(map[openflow.CTFlush]bool)
 	for _, r := range rules {
 		if r.Protocol != UDP && r.Protocol != SCTP {
 			continue
 		}
-		dst := "ct_nw_dst"
-		if r.NodeIP.Is6() {
-			dst = "ct_ipv6_dst"
-		}
-		t := fmt.Sprintf("%s=%s,ct_nw_proto=%d,ct_tp_dst=%d", dst, r.NodeIP, uint8(r.Protocol), r.HostPort)
-		if !seen[t] {
-			seen[t] = true
-			tuples = append(tuples, t)
+		for _, z := range p.Zones() {
+			f := openflow.CTFlush{Zone: z, Proto: uint8(r.Protocol), Dst: r.NodeIP, DstPort: r.HostPort}
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
 		}
 	}
-	return tuples
+	return out
 }

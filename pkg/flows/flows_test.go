@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -83,7 +85,7 @@ func TestBundleGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			golden(t, tt.name, DefaultPipeline().Bundle(tt.a))
+			golden(t, tt.name, DefaultPipeline().Bundle(tt.a).String())
 		})
 	}
 }
@@ -98,8 +100,8 @@ func TestAttachmentFlows(t *testing.T) {
 	}
 	count := map[uint8]int{}
 	for _, f := range flows {
-		if f.Cookie != a.Cookie {
-			t.Errorf("flow %q: got cookie %s, want %s", f, f.Cookie, a.Cookie)
+		if Cookie(f.Cookie) != a.Cookie {
+			t.Errorf("flow %q: got cookie %s, want %s", f, Cookie(f.Cookie), a.Cookie)
 		}
 		count[f.Table]++
 	}
@@ -116,7 +118,7 @@ func TestAttachmentFlows(t *testing.T) {
 		if got := p.AttachmentFlows(b); len(got) != 0 {
 			t.Errorf("got %d flows, want none: %v", len(got), got)
 		}
-		if got, want := p.Bundle(b), "delete "+a.Cookie.Match()+"\n"; !strings.HasPrefix(got, want) {
+		if got, want := p.Bundle(b).String(), "delete "+a.Cookie.Match()+"\n"; !strings.HasPrefix(got, want) {
 			t.Errorf("bundle starts %q, want %q", got, want)
 		}
 	})
@@ -129,7 +131,7 @@ func TestAttachmentFlows(t *testing.T) {
 		var requests []string
 		for _, f := range p.AttachmentFlows(b) {
 			if f.Table == TableClassifier && f.Priority == PriorityRequest {
-				requests = append(requests, f.Actions)
+				requests = append(requests, f.Actions.String())
 			}
 		}
 		if len(requests) != 1 || !strings.Contains(requests[0], "nat(dst=192.0.2.10:80)") {
@@ -138,7 +140,7 @@ func TestAttachmentFlows(t *testing.T) {
 	})
 	t.Run("custom zones", func(t *testing.T) {
 		q := Pipeline{DNATZone: 7, SNATZone: 8}
-		got := q.AttachmentFlows(a)[0].Actions
+		got := q.AttachmentFlows(a)[0].Actions.String()
 		if !strings.HasPrefix(got, "ct(commit,zone=7,") {
 			t.Errorf("got %q, want zone 7", got)
 		}
@@ -150,8 +152,8 @@ func TestFlowString(t *testing.T) {
 		f    Flow
 		want string
 	}{
-		{Flow{SharedCookie(), 42, 0, "", "NORMAL"}, "cookie=0x0fc5000000000000,table=42,priority=0,actions=NORMAL"},
-		{Flow{Cookie(1), 0, 200, "tcp,tp_dst=1", "drop"}, "cookie=0x0000000000000001,table=0,priority=200,tcp,tp_dst=1,actions=drop"},
+		{flow(SharedCookie(), 42, 0, openflow.Match{}, openflow.Normal), "cookie=0x0fc5000000000000,table=42,priority=0,actions=NORMAL"},
+		{flow(Cookie(1), 0, 200, openflow.Match{}.Proto(openflow.EthIPv4, openflow.ProtoTCP).TPDst(1)), "cookie=0x0000000000000001,table=0,priority=200,tcp,tp_dst=1,actions=drop"},
 	}
 	for _, tt := range tests {
 		if got := tt.f.String(); got != tt.want {
@@ -305,14 +307,23 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-func TestConntrackFlushTuples(t *testing.T) {
+func TestConntrackFlushes(t *testing.T) {
 	a := sample(t)
 	rules := append(a.Rules, Rule{SCTP, node4, 3868, ctr4, 3868}, a.Rules[0])
-	got := ConntrackFlushTuples(DefaultPipeline(), rules)
-	want := []string{
+	p := DefaultPipeline()
+	var got []string
+	for _, f := range ConntrackFlushes(p, rules) {
+		got = append(got, f.String())
+	}
+	var want []string
+	for _, tuple := range []string{
 		"ct_nw_dst=198.51.100.1,ct_nw_proto=17,ct_tp_dst=5353",
 		"ct_ipv6_dst=2001:db8:100::1,ct_nw_proto=17,ct_tp_dst=5353",
 		"ct_nw_dst=198.51.100.1,ct_nw_proto=132,ct_tp_dst=3868",
+	} {
+		for _, z := range p.Zones() {
+			want = append(want, fmt.Sprintf("zone=%d %s", z, tuple))
+		}
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

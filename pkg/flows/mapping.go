@@ -46,14 +46,6 @@ func (p Protocol) String() string {
 	return fmt.Sprintf("Protocol(%d)", uint8(p))
 }
 
-// match returns the ovs-ofctl protocol keyword for the family of a.
-func (p Protocol) match(a netip.Addr) string {
-	if a.Is6() {
-		return p.String() + "6"
-	}
-	return p.String()
-}
-
 // Mapping is one requested host port, as the runtime passes it.
 type Mapping struct {
 	Protocol Protocol

@@ -1,7 +1,8 @@
 // Package flows turns the facts of one container attachment (ofport, MAC,
 // addresses, resolved port mappings, cookie) into the OpenFlow flows that
 // publish its host ports with conntrack NAT on an Open vSwitch bridge. It is
-// pure: no I/O, no logging, deterministic output in ovs-ofctl syntax.
+// pure: no I/O, no logging, deterministic output (typed flows that render
+// ovs-ofctl syntax).
 //
 // The whole pipeline is declared in this file:
 //
@@ -80,7 +81,13 @@
 //     in other containers need no SNAT: their replies are steered by label.
 //   - One bundle may mix verbs: "delete cookie=C/-1" (no table: all tables)
 //     followed by "add" lines is applied atomically.
+//
+// Flows are pkg/openflow values: they render the ovs-ofctl text of the
+// golden files and encode themselves for the wire; nothing here writes text
+// for a machine to read back.
 package flows
+
+import "github.com/ovsflow/ovs-cni/pkg/openflow"
 
 // Tables. Table 0 is shared with everything else on the bridge; the others
 // belong to this pipeline.
@@ -160,8 +167,6 @@ const (
 	// hour (ofproto's alloc_ofp_port).
 	PriorityTombstone uint16 = 65000
 	TombstoneTimeout         = 10 // seconds
-	// RegPortSecurityChecked is set once a frame passed port security.
-	RegPortSecurityChecked = "NXM_NX_REG1[0]"
 )
 
 // Conntrack zones. Zone 0 is the default zone of every other ct() user and is
@@ -177,18 +182,21 @@ const (
 	DefaultContainerZone uint16 = 64002
 )
 
-// Registers and ct_label fields, as NXM field references.
-const (
+// Registers and ct_label fields, as typed subfields (rendered
+// NXM_NX_CT_LABEL[0..47] and so on).
+var (
 	// LabelOrigEthSrc keeps the request's source MAC: the reply's eth_dst.
-	LabelOrigEthSrc = "NXM_NX_CT_LABEL[0..47]"
+	LabelOrigEthSrc = openflow.FieldCTLabel.Bits(0, 47)
 	// LabelOrigEthDst keeps the request's destination MAC (the node's): the
 	// reply's eth_src.
-	LabelOrigEthDst = "NXM_NX_CT_LABEL[48..95]"
+	LabelOrigEthDst = openflow.FieldCTLabel.Bits(48, 95)
 	// LabelOrigInPort keeps the request's ingress port: the reply's output.
-	LabelOrigInPort = "NXM_NX_CT_LABEL[96..111]"
+	LabelOrigInPort = openflow.FieldCTLabel.Bits(96, 111)
 	// RegOutPort carries LabelOrigInPort to output:, which cannot read
 	// ct_label directly. Only used within table 43.
-	RegOutPort = "NXM_NX_REG0[0..15]"
+	RegOutPort = openflow.Reg(0).Bits(0, 15)
+	// RegPortSecurityChecked is set once a frame passed port security.
+	RegPortSecurityChecked = openflow.Reg(1).Bit(0)
 )
 
 // Cookie layout: suite tag | kind | attachment hash.

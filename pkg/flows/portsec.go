@@ -1,10 +1,10 @@
 package flows
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
-	"strings"
+
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 // PortVLAN is how ovs-bridge configured the VLAN of a container port.
@@ -55,64 +55,78 @@ func LinkLocalOf(mac net.HardwareAddr) netip.Addr {
 	return netip.AddrFrom16(a)
 }
 
-// PortSecurityFlows renders the table-0 flows of ps (see the Port security
+// PortSecurityFlows returns the table-0 flows of ps (see the Port security
 // declarations in pipeline.go). Without Disabled, every frame from the port
 // is either dropped or passes an allow flow that marks it checked and
 // resubmits it to table 0.
 func PortSecurityFlows(ps PortSecurity) []Flow {
 	c := ps.Cookie.WithKind(CookieKindPortSecurity)
-	f := func(prio uint16, match, actions string) Flow {
-		return Flow{c, TableClassifier, prio, match, actions}
-	}
+	drop := func(prio uint16, m openflow.Match) Flow { return flow(c, TableClassifier, prio, m) }
+	allowed := openflow.Actions{openflow.Load{Value: 1, Dst: RegPortSecurityChecked}, openflow.Resubmit{Table: TableClassifier}}
+	allow := func(prio uint16, m openflow.Match) Flow { return flow(c, TableClassifier, prio, m, allowed...) }
 	var out []Flow
 	if ps.VLAN != Untagged {
-		out = append(out, f(PriorityVLANIsolation, fmt.Sprintf("in_port=%d", ps.OFPort), "NORMAL"))
+		out = append(out, flow(c, TableClassifier, PriorityVLANIsolation, openflow.Match{}.InPort(ps.OFPort), openflow.Normal))
 	}
 	if ps.Disabled {
 		return out
 	}
-	// port: unchecked frames from the container's port; on an access port
-	// they carry no 802.1Q header at all (neither a VLAN nor a priority tag
-	// hiding another tag).
-	port := fmt.Sprintf("in_port=%d,reg1=0/0x1", ps.OFPort)
-	if ps.VLAN != Trunk {
-		port += ",vlan_tci=0x0000/0x1000"
+	mymac, _ := openflow.MACFrom(ps.MAC)
+	// raw: unchecked frames from the container's port; port: on an access
+	// port they carry no 802.1Q header at all (neither a VLAN nor a
+	// priority tag hiding another tag).
+	raw := func(eth uint16, proto uint8) openflow.Match {
+		m := openflow.Match{}
+		if eth != 0 {
+			m = m.Proto(eth, proto)
+		}
+		return m.InPort(ps.OFPort).RegBits(RegPortSecurityChecked, 0)
 	}
-	allow := "load:1->" + RegPortSecurityChecked + ",resubmit(,0)"
-	mac := "dl_src=" + ps.MAC.String()
-	raw := fmt.Sprintf("in_port=%d,reg1=0/0x1", ps.OFPort)
+	port := func(eth uint16, proto uint8) openflow.Match {
+		m := raw(eth, proto)
+		if ps.VLAN != Trunk {
+			m = m.VLANTCI(0, 0x1000)
+		}
+		return m
+	}
+	// mac: port, from the container's own MAC.
+	mac := func(eth uint16, proto uint8) openflow.Match { return port(eth, proto).EthSrc(mymac) }
+	const v4, v6, arp = openflow.EthIPv4, openflow.EthIPv6, openflow.EthARP
+	const icmp, icmp6, udp = openflow.ProtoICMP, openflow.ProtoICMPv6, openflow.ProtoUDP
 	if ps.VLAN == Trunk {
 		// A second tag would be payload (vlan-limit 1) that a switch
 		// behind the uplink may read as a VLAN of its own.
-		for _, tpid := range []string{"0x8100", "0x88a8"} {
-			out = append(out, f(PriorityPortSecGuard, raw+",vlan_tci=0x1000/0x1000,dl_type="+tpid, "drop"))
+		for _, tpid := range []uint16{0x8100, 0x88a8} {
+			out = append(out, drop(PriorityPortSecGuard, raw(0, 0).VLANTCI(0x1000, 0x1000).EthType(tpid)))
 		}
 	}
 	if !ps.AllowRouter {
 		out = append(out,
-			f(PriorityPortSecGuard, "icmp6,"+raw+",icmp_type=134", "drop"), // router advertisement
-			f(PriorityPortSecGuard, "icmp6,"+raw+",icmp_type=137", "drop"), // redirect
-			f(PriorityPortSecGuard, "icmp,"+raw+",icmp_type=5", "drop"))    // IPv4 redirect
+			drop(PriorityPortSecGuard, raw(v6, icmp6).ICMPType(134)), // router advertisement
+			drop(PriorityPortSecGuard, raw(v6, icmp6).ICMPType(137)), // redirect
+			drop(PriorityPortSecGuard, raw(v4, icmp).ICMPType(5)))    // IPv4 redirect
 	}
 	if !ps.AllowDHCPServer {
 		out = append(out,
-			f(PriorityPortSecGuard, "udp,"+raw+",tp_src=67", "drop"),   // DHCPv4 server
-			f(PriorityPortSecGuard, "udp6,"+raw+",tp_src=547", "drop")) // DHCPv6 server or relay
+			drop(PriorityPortSecGuard, raw(v4, udp).TPSrc(67)),  // DHCPv4 server
+			drop(PriorityPortSecGuard, raw(v6, udp).TPSrc(547))) // DHCPv6 server or relay
 	}
 	if ps.L2Only {
 		return append(out,
-			f(PriorityPortSecAllow, port+","+mac, allow),
-			f(PriorityPortSecDrop, raw, "drop"))
+			allow(PriorityPortSecAllow, mac(0, 0)),
+			drop(PriorityPortSecDrop, raw(0, 0)))
 	}
 	for _, ip := range ps.IPs {
 		if ip.Is4() {
 			out = append(out,
-				f(PriorityPortSecAllow, fmt.Sprintf("arp,%s,%s,arp_sha=%s,arp_spa=%s", port, mac, ps.MAC, ip), allow),
-				f(PriorityPortSecAllow, fmt.Sprintf("ip,%s,%s,nw_src=%s", port, mac, ip), allow))
+				allow(PriorityPortSecAllow, mac(arp, 0).ARPSHA(mymac).ARPSPA(openflow.Host(ip))),
+				allow(PriorityPortSecAllow, mac(v4, 0).IPSrc(openflow.Host(ip))))
 		}
 	}
 	// DHCP before the address is known: a broadcast DISCOVER or REQUEST.
-	out = append(out, f(PriorityPortSecAllow, fmt.Sprintf("udp,%s,dl_dst=ff:ff:ff:ff:ff:ff,%s,nw_src=0.0.0.0,nw_dst=255.255.255.255,tp_src=68,tp_dst=67", port, mac), allow))
+	out = append(out, allow(PriorityPortSecAllow, mac(v4, udp).EthDst(openflow.MAC{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}).
+		IPSrc(openflow.Host(netip.IPv4Unspecified())).IPDst(openflow.Host(netip.AddrFrom4([4]byte{255, 255, 255, 255}))).
+		TPSrc(68).TPDst(67)))
 	var own []netip.Addr
 	for _, ip := range ps.IPs {
 		if ip.Is6() {
@@ -123,49 +137,50 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 		own = append(own, ps.LinkLocal)
 	}
 	for _, ip := range own {
-		out = append(out, f(PriorityPortSecAllow, fmt.Sprintf("ipv6,%s,%s,ipv6_src=%s", port, mac, ip), allow))
+		out = append(out, allow(PriorityPortSecAllow, mac(v6, 0).IPSrc(openflow.Host(ip))))
 	}
 	// MLD reports of duplicate address detection come from ::.
-	out = append(out, f(PriorityPortSecAllow, fmt.Sprintf("icmp6,%s,%s,ipv6_src=::,icmp_type=143", port, mac), allow))
+	unspec := openflow.Host(netip.IPv6Unspecified())
+	out = append(out, allow(PriorityPortSecAllow, mac(v6, icmp6).IPSrc(unspec).ICMPType(143)))
 	// Neighbour discovery: advertisements only for its own addresses,
 	// solicitations only from them (or from :: for duplicate address
 	// detection, which carries no link-layer option), and a link-layer
 	// option, when there is one, only with its own MAC.
-	none := "00:00:00:00:00:00"
+	var none openflow.MAC
 	for _, ip := range own {
-		for _, ll := range []string{ps.MAC.String(), none} {
+		for _, ll := range []openflow.MAC{mymac, none} {
 			out = append(out,
-				f(PriorityPortSecND, fmt.Sprintf("icmp6,%s,%s,ipv6_src=%s,icmp_type=135,icmp_code=0,nd_sll=%s", port, mac, ip, ll), allow),
-				f(PriorityPortSecND, fmt.Sprintf("icmp6,%s,%s,icmp_type=136,icmp_code=0,nd_target=%s,nd_tll=%s", port, mac, ip, ll), allow))
+				allow(PriorityPortSecND, mac(v6, icmp6).IPSrc(openflow.Host(ip)).ICMPType(135).ICMPCode(0).NDSLL(ll)),
+				allow(PriorityPortSecND, mac(v6, icmp6).ICMPType(136).ICMPCode(0).NDTarget(ip).NDTLL(ll)))
 		}
 	}
 	out = append(out,
-		f(PriorityPortSecND, fmt.Sprintf("icmp6,%s,%s,ipv6_src=::,icmp_type=135,icmp_code=0,nd_sll=%s", port, mac, none), allow),
-		f(PriorityPortSecNDDrop, "icmp6,"+raw+",icmp_type=135", "drop"),
-		f(PriorityPortSecNDDrop, "icmp6,"+raw+",icmp_type=136", "drop"),
-		f(PriorityPortSecDrop, raw, "drop"))
+		allow(PriorityPortSecND, mac(v6, icmp6).IPSrc(unspec).ICMPType(135).ICMPCode(0).NDSLL(none)),
+		drop(PriorityPortSecNDDrop, raw(v6, icmp6).ICMPType(135)),
+		drop(PriorityPortSecNDDrop, raw(v6, icmp6).ICMPType(136)),
+		drop(PriorityPortSecDrop, raw(0, 0)))
 	return out
 }
 
-// TombstoneBundle renders the add-flows bundle that makes the ports with
-// these ofports drop everything for TombstoneTimeout seconds.
-func TombstoneBundle(ofports ...uint32) string {
-	var b strings.Builder
+// TombstoneBundle returns the bundle that makes the ports with these
+// ofports drop everything for TombstoneTimeout seconds.
+func TombstoneBundle(ofports ...uint32) openflow.Bundle {
 	c := CookieSuite | Cookie(CookieKindTombstone)<<CookieKindShift
+	b := make(openflow.Bundle, 0, len(ofports))
 	for _, p := range ofports {
-		f := Flow{c, TableClassifier, PriorityTombstone, fmt.Sprintf("hard_timeout=%d,in_port=%d", TombstoneTimeout, p), "drop"}
-		b.WriteString("add " + f.String() + "\n")
+		f := flow(c, TableClassifier, PriorityTombstone, openflow.Match{}.InPort(p))
+		f.HardTimeout = TombstoneTimeout
+		b = append(b, f)
 	}
-	return b.String()
+	return b
 }
 
-// PortSecurityBundle renders the add-flows bundle that replaces the port
-// flows of ps; extra flows (the base flow of a secure bridge) go in with them.
-func PortSecurityBundle(ps PortSecurity, extra ...Flow) string {
-	var b strings.Builder
-	b.WriteString("delete " + ps.Cookie.WithKind(CookieKindPortSecurity).Match() + "\n")
+// PortSecurityBundle returns the bundle that replaces the port flows of ps;
+// extra flows (the base flow of a secure bridge) go in with them.
+func PortSecurityBundle(ps PortSecurity, extra ...Flow) openflow.Bundle {
+	b := openflow.Bundle{ps.Cookie.WithKind(CookieKindPortSecurity).Delete()}
 	for _, f := range append(PortSecurityFlows(ps), extra...) {
-		b.WriteString("add " + f.String() + "\n")
+		b = append(b, f)
 	}
-	return b.String()
+	return b
 }

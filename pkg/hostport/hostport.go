@@ -1,7 +1,7 @@
 // Package hostport publishes and withdraws the host ports of one attachment:
 // the record in OVSDB (pkg/record: the exclusive claims and the resolved
 // facts, on the attachment's own Port row), the OpenFlow flows (pkg/flows,
-// applied by pkg/ofctl as one bundle under the attachment's cookie), and
+// applied by pkg/openflow as one bundle under the attachment's cookie), and
 // stale conntrack entries. Both ovs-portmap and ovs-bridge (for Apache Mesos port mappings) go
 // through here, so there is one pipeline and one cookie per attachment.
 package hostport
@@ -15,7 +15,6 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
@@ -44,16 +43,15 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 			})
 		}
 	}()
-	br := ofctl.Bridge{Target: target}
 	// Effective on return: wait until the datapath's flow cache follows the
 	// new flows (openflow.StartRevalidation), registered before the change
 	// and collected last, so that the wait overlaps the nft and conntrack work.
-	reval, err := br.StartRevalidation(ctx)
+	reval, err := openflow.StartRevalidation(ctx, target)
 	if err != nil {
 		return err
 	}
 	defer reval.Close()
-	if err := br.ApplyBundle(ctx, pl.Bundle(a)); err != nil {
+	if err := openflow.Apply(ctx, target, pl.Bundle(a)); err != nil {
 		return err
 	}
 	if err := ensureZoneLimits(ctx, cli, p.Port.ExternalIDs[ovsdb.KeyBridge], target, pl); err != nil {
@@ -61,7 +59,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	}
 	defer func() {
 		if retErr != nil {
-			undo(func(ctx context.Context) { _ = br.DeleteCookie(ctx, a.Cookie) })
+			undo(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
 		}
 	}()
 	if err := applyNodeLocal(ctx, a.Rules, false); err != nil {
@@ -72,7 +70,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 			undo(func(ctx context.Context) { _ = applyNodeLocal(ctx, a.Rules, true) })
 		}
 	}()
-	if err := flushConntrack(ctx, br, pl, a.Rules); err != nil {
+	if err := openflow.FlushConntrack(ctx, target, flows.ConntrackFlushes(pl, a.Rules)...); err != nil {
 		return err
 	}
 	return waitRevalidation(ctx, reval)
@@ -102,7 +100,7 @@ func waitRevalidation(ctx context.Context, reval *openflow.Revalidation) error {
 	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 		return nil
 	}
-	return ofctl.Native(err)
+	return err
 }
 
 // SetZoneLimits bounds the conntrack entries of the pipeline's zones. The
@@ -141,19 +139,6 @@ func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, bridge, target str
 	return cli.SetBridgeExternalIDs(ctx, br.UUID, map[string]string{record.KeyZoneLimits: want})
 }
 
-// flushConntrack drops the entries of the rules' UDP/SCTP host ports, so that
-// datagrams of a flow that outlived its container reach the new one.
-func flushConntrack(ctx context.Context, br ofctl.Bridge, pl flows.Pipeline, rules []flows.Rule) error {
-	for _, t := range flows.ConntrackFlushTuples(pl, rules) {
-		for _, zone := range pl.Zones() {
-			if err := br.FlushConntrack(ctx, zone, t); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // Withdraw removes, for every port in ports, everything Publish made for it:
 // flows by cookie, conntrack entries, node-local nft elements, then the
 // record and claims. A port without a record is a no-op; an OpenFlow socket
@@ -177,12 +162,11 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 		if aerr != nil {
 			return aerr
 		}
-		br := ofctl.Bridge{Target: rec.OpenFlow}
 		if endpoint.Listening(rec.OpenFlow) {
-			if err := br.DeleteCookie(ctx, a.Cookie); err != nil {
+			if err := openflow.DeleteFlows(ctx, rec.OpenFlow, a.Cookie.Delete()); err != nil {
 				return err
 			}
-			_ = flushConntrack(ctx, br, pl, a.Rules)
+			_ = openflow.FlushConntrack(ctx, rec.OpenFlow, flows.ConntrackFlushes(pl, a.Rules)...)
 		}
 		if err := applyNodeLocal(ctx, a.Rules, true); err != nil {
 			return err

@@ -135,7 +135,7 @@ func FuzzRecordOf(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_ = flows.ConntrackFlushTuples(pl, a.Rules)
+		_ = flows.ConntrackFlushes(pl, a.Rules)
 		_ = nftScript(a.Rules, true, false)
 		if a.Validate() == nil {
 			_ = pl.Bundle(a)

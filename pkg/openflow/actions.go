@@ -7,386 +7,484 @@ import (
 	"strings"
 )
 
-// compileInstructions renders the text after "actions=" as ovs-ofctl does for
-// OpenFlow 1.4: one apply_actions instruction with every action but
-// goto_table, then goto_table (which must come last). "drop" is no
-// instruction at all.
-func compileInstructions(s string) ([]byte, error) {
-	if s == "drop" {
-		return nil, nil
-	}
-	items, err := splitTop(s)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		acts []byte
-		out  []byte
-	)
-	for i, it := range items {
-		if t, ok := strings.CutPrefix(it, "goto_table:"); ok {
-			if i != len(items)-1 {
-				return nil, unsupported("goto_table before other actions")
-			}
-			n, err := parseNum(t, 8)
-			if err != nil {
-				return nil, fmt.Errorf("goto_table: %w", err)
-			}
-			out = binary.BigEndian.AppendUint16(nil, ofpitGotoTable)
-			out = append(binary.BigEndian.AppendUint16(out, 8), uint8(n), 0, 0, 0)
-			continue
-		}
-		a, err := compileAction(it, false)
-		if err != nil {
-			return nil, err
-		}
-		acts = append(acts, a...)
-	}
-	if len(acts) > 0 {
-		apply := binary.BigEndian.AppendUint16(nil, ofpitApply)
-		apply = binary.BigEndian.AppendUint16(apply, uint16(8+len(acts)))
-		out = append(append(append(apply, 0, 0, 0, 0), acts...), out...)
-	}
-	return out, nil
+// Field is an NXM field that move, load and output can address.
+type Field struct {
+	name  string // NXM name, e.g. NXM_NX_REG0
+	class uint16
+	field uint8
+	bytes uint8
 }
 
-// compileAction renders one action; inCT restricts it to what ct(exec(...))
-// may hold (OVS itself checks that they write ct_mark or ct_label).
-func compileAction(s string, inCT bool) ([]byte, error) {
-	name, arg, _ := strings.Cut(s, ":")
+// The fields of the pipeline.
+var (
+	FieldInPort  = Field{"NXM_OF_IN_PORT", classNXM0, 0, 2}
+	FieldEthDst  = Field{"NXM_OF_ETH_DST", classNXM0, 1, 6}
+	FieldEthSrc  = Field{"NXM_OF_ETH_SRC", classNXM0, 2, 6}
+	FieldCTMark  = Field{"NXM_NX_CT_MARK", classNXM1, nxmCTMark, 4}
+	FieldCTLabel = Field{"NXM_NX_CT_LABEL", classNXM1, nxmCTLabel, 16}
+)
+
+var fixedFields = []Field{FieldInPort, FieldEthDst, FieldEthSrc, FieldCTMark, FieldCTLabel}
+
+// Reg returns register n (0-15), NXM_NX_REGn.
+func Reg(n int) Field {
+	return Field{fmt.Sprintf("NXM_NX_REG%d", n), classNXM1, uint8(n), 4}
+}
+
+// reg returns the register number of f, or -1.
+func (f Field) reg() int {
+	if f.class == classNXM1 && f.field < 16 && f.bytes == 4 {
+		return int(f.field)
+	}
+	return -1
+}
+
+// header is the field's NXM header (without mask).
+func (f Field) header() uint32 {
+	return uint32(f.class)<<16 | uint32(f.field)<<9 | uint32(f.bytes)
+}
+
+// fieldOf finds the field of an NXM header (the mask bit and length
+// ignored), for the decoder.
+func fieldOf(hdr uint32) (Field, bool) {
+	class, field := uint16(hdr>>16), uint8(hdr>>9&0x7f)
+	for _, f := range fixedFields {
+		if f.class == class && f.field == field {
+			return f, true
+		}
+	}
+	if class == classNXM1 && field < 16 {
+		return Reg(int(field)), true
+	}
+	return Field{}, false
+}
+
+// Bits returns bits lo to hi (inclusive) of f.
+func (f Field) Bits(lo, hi uint16) Subfield { return Subfield{f, lo, hi - lo + 1} }
+
+// Bit returns bit n of f.
+func (f Field) Bit(n uint16) Subfield { return Subfield{f, n, 1} }
+
+// All returns the whole field.
+func (f Field) All() Subfield { return Subfield{f, 0, uint16(f.bytes) * 8} }
+
+// Subfield is a bit range of a field: NXM_NX_REG0[0..15].
+type Subfield struct {
+	Field        Field
+	Offset, Bits uint16
+}
+
+// String renders FIELD[] for the whole field, FIELD[N] for one bit and
+// FIELD[A..B] otherwise.
+func (s Subfield) String() string {
 	switch {
-	case name == "move":
-		return compileMove(arg)
-	case name == "load":
-		return compileLoad(arg)
-	case name == "set_field":
-		return compileSetField(arg)
-	case inCT:
-		return nil, unsupported("action %q inside ct(exec(...))", s)
-	case s == "NORMAL":
-		return output(ofppNormal), nil
-	case name == "output" && strings.HasSuffix(arg, "]"):
-		hdr, ofs, nbits, err := parseSubfield(arg)
-		if err != nil {
-			return nil, err
-		}
-		b := nxAction(nxastOutputReg, 24)
-		b = binary.BigEndian.AppendUint16(b, ofs<<6|(nbits-1))
-		b = binary.BigEndian.AppendUint32(b, hdr)
-		b = binary.BigEndian.AppendUint16(b, 0xffff) // max_len, as ovs-ofctl sets it
-		return append(b, 0, 0, 0, 0, 0, 0), nil
-	case name == "output":
-		n, err := parsePortNum(arg)
-		if err != nil {
-			return nil, fmt.Errorf("output: %w", err)
-		}
-		return output(n), nil
-	case strings.HasPrefix(s, "resubmit(,") && strings.HasSuffix(s, ")"):
-		n, err := parseNum(s[len("resubmit(,"):len(s)-1], 8)
-		if err != nil {
-			return nil, fmt.Errorf("resubmit: %w", err)
-		}
-		if n == ofpttAll {
-			return nil, unsupported("resubmit to table 255")
-		}
-		b := nxAction(nxastResubmitTbl, 16)
-		b = binary.BigEndian.AppendUint16(b, ofp10InPort)
-		return append(b, uint8(n), 0, 0, 0), nil
-	case strings.HasPrefix(s, "ct(") && strings.HasSuffix(s, ")"):
-		return compileCT(s[3 : len(s)-1])
+	case s.Offset == 0 && s.Bits == uint16(s.Field.bytes)*8:
+		return s.Field.name + "[]"
+	case s.Bits == 1:
+		return fmt.Sprintf("%s[%d]", s.Field.name, s.Offset)
 	}
-	return nil, unsupported("action %q", s)
+	return fmt.Sprintf("%s[%d..%d]", s.Field.name, s.Offset, s.Offset+s.Bits-1)
 }
 
-// output renders OFPAT_OUTPUT with max_len 0, as ovs-ofctl does for ports
+func (s Subfield) valid() bool {
+	return s.Field.bytes != 0 && s.Bits > 0 && int(s.Offset)+int(s.Bits) <= int(s.Field.bytes)*8
+}
+
+// ofsNbits packs offset and width as NXAST_REG_LOAD and NXAST_OUTPUT_REG do.
+func (s Subfield) ofsNbits() uint16 { return s.Offset<<6 | (s.Bits - 1) }
+
+// Action is one OpenFlow action: NORMAL, Output, OutputReg, Move, Load,
+// SetField, Resubmit, CT. String renders it in ovs-ofctl syntax; encode
+// appends its OpenFlow 1.4 encoding (Nicira extensions where OpenFlow has
+// none).
+type Action interface {
+	String() string
+	encode(b []byte) []byte
+}
+
+// Actions are the actions of a flow. A GotoTable last becomes the
+// goto_table instruction; none at all is "drop".
+type Actions []Action
+
+// String renders the actions as after "actions=".
+func (as Actions) String() string {
+	if len(as) == 0 {
+		return "drop"
+	}
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// OpenFlow 1.4 and Nicira action and instruction codes.
+const (
+	ofpitGotoTable = 1
+	ofpitApply     = 4
+	ofpatOutput    = 0
+	ofpatSetField  = 25
+	ofpatExp       = 0xffff
+
+	nxVendor         = 0x00002320
+	nxastRegMove     = 6
+	nxastRegLoad     = 7
+	nxastResubmitTbl = 14
+	nxastOutputReg   = 15
+	nxastCT          = 35
+	nxastNAT         = 36
+	nxCTCommit       = 1
+	nxCTRecircNone   = 0xff
+	nxNATSrc         = 1
+	nxNATDst         = 2
+	nxNATIPv4Min     = 1
+	nxNATIPv6Min     = 4
+	nxNATProtoMin    = 16
+
+	ofp10InPort = 0xfff8 // OFPP_IN_PORT in NXAST_RESUBMIT_TABLE: "this packet's in_port"
+)
+
+// Reserved ports.
+const (
+	PortNormal uint32 = 0xfffffffa
+	// PortMax is the first reserved port number in OpenFlow 1.0 numbering,
+	// which ovs-ofctl reads ports in.
+	PortMax uint32 = 0xff00
+)
+
+// Output sends the packet to Port (PortNormal: the NORMAL action).
+type Output struct{ Port uint32 }
+
+// Normal is the NORMAL action.
+var Normal = Output{PortNormal}
+
+func (o Output) String() string {
+	if o.Port == PortNormal {
+		return "NORMAL"
+	}
+	return fmt.Sprintf("output:%d", o.Port)
+}
+
+// encode renders OFPAT_OUTPUT with max_len 0, as ovs-ofctl does for ports
 // other than CONTROLLER.
-func output(port uint32) []byte {
-	b := binary.BigEndian.AppendUint16(nil, ofpatOutput)
+func (o Output) encode(b []byte) []byte {
+	b = binary.BigEndian.AppendUint16(b, ofpatOutput)
 	b = binary.BigEndian.AppendUint16(b, 16)
-	b = binary.BigEndian.AppendUint32(b, port)
+	b = binary.BigEndian.AppendUint32(b, o.Port)
 	return append(b, 0, 0, 0, 0, 0, 0, 0, 0)
 }
 
-// nxAction starts a Nicira extension action of length n (a multiple of 8).
-func nxAction(subtype, n uint16) []byte {
-	b := make([]byte, 0, n)
-	b = binary.BigEndian.AppendUint16(b, ofpatExperimentr)
+// OutputReg sends the packet to the port number held in Src.
+type OutputReg struct{ Src Subfield }
+
+func (o OutputReg) String() string { return "output:" + o.Src.String() }
+
+func (o OutputReg) encode(b []byte) []byte {
+	b = nxAction(b, nxastOutputReg, 24)
+	b = binary.BigEndian.AppendUint16(b, o.Src.ofsNbits())
+	b = binary.BigEndian.AppendUint32(b, o.Src.Field.header())
+	b = binary.BigEndian.AppendUint16(b, 0xffff) // max_len, as ovs-ofctl sets it
+	return append(b, 0, 0, 0, 0, 0, 0)
+}
+
+// Move copies Src to Dst (of the same width).
+type Move struct{ Src, Dst Subfield }
+
+func (m Move) String() string { return "move:" + m.Src.String() + "->" + m.Dst.String() }
+
+func (m Move) encode(b []byte) []byte {
+	b = nxAction(b, nxastRegMove, 24)
+	b = binary.BigEndian.AppendUint16(b, m.Src.Bits)
+	b = binary.BigEndian.AppendUint16(b, m.Src.Offset)
+	b = binary.BigEndian.AppendUint16(b, m.Dst.Offset)
+	b = binary.BigEndian.AppendUint32(b, m.Src.Field.header())
+	return binary.BigEndian.AppendUint32(b, m.Dst.Field.header())
+}
+
+// Load writes Value to Dst (at most 64 bits wide).
+type Load struct {
+	Value uint64
+	Dst   Subfield
+}
+
+func (l Load) String() string { return fmt.Sprintf("load:%d->%s", l.Value, l.Dst) }
+
+// encode renders NXAST_REG_LOAD, which is what ovs-ofctl sends for load:
+// (and what makes OVS print it back as load:).
+func (l Load) encode(b []byte) []byte {
+	b = nxAction(b, nxastRegLoad, 24)
+	b = binary.BigEndian.AppendUint16(b, l.Dst.ofsNbits())
+	b = binary.BigEndian.AppendUint32(b, l.Dst.Field.header())
+	return binary.BigEndian.AppendUint64(b, l.Value)
+}
+
+// SetField sets eth_dst or eth_src (Field FieldEthDst or FieldEthSrc) to MAC.
+type SetField struct {
+	Field Field
+	MAC   MAC
+}
+
+func (s SetField) oxmName() string {
+	if s.Field == FieldEthSrc {
+		return "eth_src"
+	}
+	return "eth_dst"
+}
+
+func (s SetField) String() string { return "set_field:" + s.MAC.String() + "->" + s.oxmName() }
+
+func (s SetField) encode(b []byte) []byte {
+	f := uint8(oxmEthDst)
+	if s.Field == FieldEthSrc {
+		f = oxmEthSrc
+	}
+	b = binary.BigEndian.AppendUint16(b, ofpatSetField)
+	b = binary.BigEndian.AppendUint16(b, 16)
+	b = oxm(b, classBasic, f, s.MAC[:], nil)
+	return append(b, 0, 0) // 4+4+6 = 14, padded to 16
+}
+
+// Resubmit looks the packet up again in Table.
+type Resubmit struct{ Table uint8 }
+
+func (r Resubmit) String() string { return fmt.Sprintf("resubmit(,%d)", r.Table) }
+
+func (r Resubmit) encode(b []byte) []byte {
+	b = nxAction(b, nxastResubmitTbl, 16)
+	b = binary.BigEndian.AppendUint16(b, ofp10InPort)
+	return append(b, r.Table, 0, 0, 0)
+}
+
+// GotoTable continues in Table; it must be the last action (it becomes the
+// goto_table instruction).
+type GotoTable struct{ Table uint8 }
+
+func (g GotoTable) String() string { return fmt.Sprintf("goto_table:%d", g.Table) }
+
+func (g GotoTable) encode(b []byte) []byte { return b } // an instruction, see encodeInstructions
+
+// CT sends the packet through conntrack: ct(commit,zone=Z,nat(...),exec(...),table=T).
+type CT struct {
+	Commit bool
+	Zone   uint16
+	// Table recirculates the packet to that table; nil: no recirculation.
+	Table *uint8
+	// NAT, when not nil, is nat or nat(src|dst=...).
+	NAT *NAT
+	// Exec are the actions on the connection (move and load to ct_mark or
+	// ct_label).
+	Exec Actions
+}
+
+// Table is a helper for CT.Table.
+func Table(t uint8) *uint8 { return &t }
+
+func (c CT) String() string {
+	var args []string
+	if c.Commit {
+		args = append(args, "commit")
+	}
+	args = append(args, fmt.Sprintf("zone=%d", c.Zone))
+	if c.NAT != nil {
+		args = append(args, c.NAT.String())
+	}
+	if len(c.Exec) > 0 {
+		args = append(args, "exec("+c.Exec.String()+")")
+	}
+	if c.Table != nil {
+		args = append(args, fmt.Sprintf("table=%d", *c.Table))
+	}
+	return "ct(" + strings.Join(args, ",") + ")"
+}
+
+func (c CT) encode(b []byte) []byte {
+	start := len(b)
+	b = nxAction(b, nxastCT, 0)
+	flags := uint16(0)
+	if c.Commit {
+		flags |= nxCTCommit
+	}
+	b = binary.BigEndian.AppendUint16(b, flags)
+	b = binary.BigEndian.AppendUint32(b, 0) // zone_src: immediate zone
+	b = binary.BigEndian.AppendUint16(b, c.Zone)
+	table := uint8(nxCTRecircNone)
+	if c.Table != nil {
+		table = *c.Table
+	}
+	b = append(b, table, 0, 0, 0, 0, 0) // recirc_table, pad, alg 0
+	if c.NAT != nil {
+		b = c.NAT.encode(b)
+	}
+	for _, a := range c.Exec {
+		b = a.encode(b)
+	}
+	binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
+	return b
+}
+
+// NAT is the nat argument of ct: plain "nat" (un-NAT an existing
+// connection) without Src or Dst, else nat(src=ADDR[:PORT]) or
+// nat(dst=ADDR[:PORT]).
+type NAT struct {
+	Src, Dst bool
+	Addr     netip.Addr // invalid or unspecified: none
+	Port     uint16     // 0: none
+}
+
+func (n NAT) String() string {
+	if !n.Src && !n.Dst {
+		return "nat"
+	}
+	dir := "dst"
+	if n.Src {
+		dir = "src"
+	}
+	addr := n.Addr.String()
+	if n.Addr.Is6() {
+		addr = "[" + addr + "]"
+	}
+	if !n.Addr.IsValid() {
+		addr = "0.0.0.0"
+	}
+	if n.Port != 0 {
+		addr += fmt.Sprintf(":%d", n.Port)
+	}
+	return "nat(" + dir + "=" + addr + ")"
+}
+
+// encode renders NXAST_NAT; like ovs-ofctl it leaves out a zero address or
+// port.
+func (n NAT) encode(b []byte) []byte {
+	start := len(b)
+	var flags, present uint16
+	switch {
+	case n.Src:
+		flags = nxNATSrc
+	case n.Dst:
+		flags = nxNATDst
+	}
+	var params []byte
+	if n.Src || n.Dst {
+		switch {
+		case n.Addr.Is4() && !n.Addr.IsUnspecified():
+			present |= nxNATIPv4Min
+			params = n.Addr.AsSlice()
+		case n.Addr.Is6() && !n.Addr.IsUnspecified():
+			present |= nxNATIPv6Min
+			params = n.Addr.AsSlice()
+		}
+		if n.Port != 0 {
+			present |= nxNATProtoMin
+			params = binary.BigEndian.AppendUint16(params, n.Port)
+		}
+	}
+	b = nxAction(b, nxastNAT, 0)
+	b = append(b, 0, 0)
+	b = binary.BigEndian.AppendUint16(b, flags)
+	b = binary.BigEndian.AppendUint16(b, present)
+	b = pad8(append(b, params...), start)
+	binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
+	return b
+}
+
+// nxAction starts a Nicira extension action of length n (a multiple of 8;
+// 0 when the caller patches it).
+func nxAction(b []byte, subtype, n uint16) []byte {
+	b = binary.BigEndian.AppendUint16(b, ofpatExp)
 	b = binary.BigEndian.AppendUint16(b, n)
 	b = binary.BigEndian.AppendUint32(b, nxVendor)
 	return binary.BigEndian.AppendUint16(b, subtype)
 }
 
-// compileMove renders "SRC[..]->DST[..]" as NXAST_REG_MOVE.
-func compileMove(arg string) ([]byte, error) {
-	src, dst, ok := strings.Cut(arg, "->")
-	if !ok {
-		return nil, unsupported("move %q", arg)
+// pad8 pads b with zeros to a multiple of 8 bytes from start.
+func pad8(b []byte, start int) []byte {
+	for (len(b)-start)%8 != 0 {
+		b = append(b, 0)
 	}
-	sh, sofs, sbits, err := parseSubfield(src)
-	if err != nil {
-		return nil, err
-	}
-	dh, dofs, dbits, err := parseSubfield(dst)
-	if err != nil {
-		return nil, err
-	}
-	if sbits != dbits {
-		return nil, fmt.Errorf("move %q: source is %d bits wide, destination %d", arg, sbits, dbits)
-	}
-	b := nxAction(nxastRegMove, 24)
-	b = binary.BigEndian.AppendUint16(b, sbits)
-	b = binary.BigEndian.AppendUint16(b, sofs)
-	b = binary.BigEndian.AppendUint16(b, dofs)
-	b = binary.BigEndian.AppendUint32(b, sh)
-	return binary.BigEndian.AppendUint32(b, dh), nil
+	return b
 }
 
-// compileLoad renders "VALUE->DST[..]" as NXAST_REG_LOAD, which is what
-// ovs-ofctl sends for load: (and what makes OVS print it back as load:).
-func compileLoad(arg string) ([]byte, error) {
-	v, dst, ok := strings.Cut(arg, "->")
-	if !ok {
-		return nil, unsupported("load %q", arg)
+// encodeInstructions renders the actions as ovs-ofctl does for OpenFlow 1.4:
+// one apply_actions instruction with every action but a final GotoTable,
+// then goto_table. No actions is no instruction at all (drop).
+func encodeInstructions(b []byte, as Actions) []byte {
+	var gotoTable *GotoTable
+	if n := len(as); n > 0 {
+		if g, ok := as[n-1].(GotoTable); ok {
+			gotoTable, as = &g, as[:n-1]
+		}
 	}
-	hdr, ofs, nbits, err := parseSubfield(dst)
-	if err != nil {
-		return nil, err
+	if len(as) > 0 {
+		start := len(b)
+		b = binary.BigEndian.AppendUint16(b, ofpitApply)
+		b = append(b, 0, 0, 0, 0, 0, 0)
+		for _, a := range as {
+			b = a.encode(b)
+		}
+		binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
 	}
-	if nbits > 64 {
-		return nil, unsupported("load into %d bits", nbits)
+	if gotoTable != nil {
+		b = binary.BigEndian.AppendUint16(b, ofpitGotoTable)
+		b = binary.BigEndian.AppendUint16(b, 8)
+		b = append(b, gotoTable.Table, 0, 0, 0)
 	}
-	n, err := parseNum(v, 64)
-	if err != nil {
-		return nil, fmt.Errorf("load: %w", err)
-	}
-	if nbits < 64 && n>>nbits != 0 {
-		return nil, fmt.Errorf("load: value %s does not fit into %d bits", v, nbits)
-	}
-	b := nxAction(nxastRegLoad, 24)
-	b = binary.BigEndian.AppendUint16(b, ofs<<6|(nbits-1))
-	b = binary.BigEndian.AppendUint32(b, hdr)
-	return binary.BigEndian.AppendUint64(b, n), nil
+	return b
 }
 
-// compileSetField renders "MAC->eth_dst" or "MAC->eth_src" as OFPAT_SET_FIELD.
-func compileSetField(arg string) ([]byte, error) {
-	v, dst, _ := strings.Cut(arg, "->")
-	field := map[string]uint8{"eth_dst": 3, "eth_src": 4}[dst] // OXM_OF_ETH_*
-	if field == 0 {
-		return nil, unsupported("set_field to %q", dst)
-	}
-	mac, err := parseMAC(v)
-	if err != nil {
-		return nil, fmt.Errorf("set_field: %w", err)
-	}
-	b := binary.BigEndian.AppendUint16(nil, ofpatSetField)
-	b = binary.BigEndian.AppendUint16(b, 16)
-	return pad8(append(b, oxm(classBasic, field, mac, nil)...)), nil
-}
-
-// parseSubfield reads "NXM_..[]", "NXM_..[N]" or "NXM_..[A..B]" and returns
-// the field's NXM header, the offset and the number of bits.
-func parseSubfield(s string) (hdr uint32, ofs, nbits uint16, err error) {
-	name, rng, ok := strings.Cut(s, "[")
-	f, known := nxmFields[name]
-	if !ok || !known || !strings.HasSuffix(rng, "]") {
-		return 0, 0, 0, unsupported("field %q", s)
-	}
-	width := uint64(f.bytes * 8)
-	lo, hi := uint64(0), width-1
-	if rng = rng[:len(rng)-1]; rng != "" {
-		a, b, isRange := strings.Cut(rng, "..")
-		if !isRange {
-			b = a
-		}
-		if lo, err = parseNum(a, 8); err == nil {
-			hi, err = parseNum(b, 8)
-		}
-		if err != nil || lo > hi || hi >= width {
-			return 0, 0, 0, fmt.Errorf("malformed bit range %q", s)
-		}
-	}
-	hdr = uint32(f.class)<<16 | uint32(f.field)<<9 | uint32(f.bytes)
-	return hdr, uint16(lo), uint16(hi - lo + 1), nil
-}
-
-// compileCT renders the arguments of ct(...) as NXAST_CT with its nested
-// nat and exec actions, in the order written (as ovs-ofctl nests them).
-func compileCT(s string) ([]byte, error) {
-	args, err := splitTop(s)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		flags  uint16
-		zone   uint64
-		table  uint64 = nxCTRecircNone
-		nested []byte
-		seen   = map[string]bool{}
-	)
-	for _, a := range args {
-		k, v, _ := strings.Cut(a, "=")
-		if strings.HasPrefix(a, "nat(") || strings.HasPrefix(a, "exec(") {
-			k, _, _ = strings.Cut(a, "(")
-		}
-		if seen[k] {
-			return nil, unsupported("ct argument %q given twice", k)
-		}
-		seen[k] = true
-		switch {
-		case a == "commit":
-			flags |= nxCTCommit
-		case k == "zone" && (v == "" || v[0] < '0' || v[0] > '9'):
-			return nil, unsupported("ct zone from a field %q", v)
-		case k == "zone":
-			if zone, err = parseNum(v, 16); err != nil {
-				return nil, fmt.Errorf("ct zone: %w", err)
-			}
-		case k == "table":
-			if table, err = parseNum(v, 8); err != nil {
-				return nil, fmt.Errorf("ct table: %w", err)
-			}
-		case a == "nat" || strings.HasPrefix(a, "nat(") && strings.HasSuffix(a, ")"):
-			nat, err := compileNAT(strings.TrimSuffix(strings.TrimPrefix(a, "nat("), ")"))
-			if err != nil {
-				return nil, err
-			}
-			nested = append(nested, nat...)
-		case strings.HasPrefix(a, "exec(") && strings.HasSuffix(a, ")"):
-			acts, err := splitTop(a[5 : len(a)-1])
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range acts {
-				b, err := compileAction(e, true)
-				if err != nil {
-					return nil, err
+// Validate reports actions that OVS would reject or that do not encode:
+// subfields out of their field, widths that differ, a load that does not
+// fit, reserved ports, a GotoTable other than last, exec actions other
+// than move and load.
+func (as Actions) Validate() error {
+	var errs []string
+	var check func(as Actions, inCT bool)
+	check = func(as Actions, inCT bool) {
+		for i, a := range as {
+			switch a := a.(type) {
+			case Output:
+				if inCT || a.Port >= PortMax && a.Port != PortNormal {
+					errs = append(errs, a.String())
 				}
-				nested = append(nested, b...)
-			}
-		default:
-			return nil, unsupported("ct argument %q", a)
-		}
-	}
-	b := nxAction(nxastCT, uint16(24+len(nested)))
-	b = binary.BigEndian.AppendUint16(b, flags)
-	b = binary.BigEndian.AppendUint32(b, 0) // zone_src: immediate zone
-	b = binary.BigEndian.AppendUint16(b, uint16(zone))
-	b = append(b, uint8(table), 0, 0, 0, 0, 0) // recirc_table, pad, alg 0
-	return append(b, nested...), nil
-}
-
-// compileNAT renders "" (nat), "src=A", "dst=A", "src=A:P" or "dst=A:P" (A an
-// IPv4 address or a bracketed IPv6 address) as NXAST_NAT. Like ovs-ofctl it
-// leaves out a zero address or port.
-func compileNAT(s string) ([]byte, error) {
-	var (
-		flags, present uint16
-		params         []byte
-	)
-	if s == "nat" {
-		s = ""
-	}
-	if s != "" {
-		dir, addr, _ := strings.Cut(s, "=")
-		switch dir {
-		case "src":
-			flags = nxNATSrc
-		case "dst":
-			flags = nxNATDst
-		default:
-			return nil, unsupported("nat(%s)", s)
-		}
-		if addr == "" || strings.ContainsAny(addr, "-,") {
-			return nil, unsupported("nat(%s)", s)
-		}
-		var (
-			ip   netip.Addr
-			port uint64
-			err  error
-		)
-		if strings.HasPrefix(addr, "[") {
-			host, p, _ := strings.Cut(addr[1:], "]")
-			if ip, err = netip.ParseAddr(host); err == nil && !ip.Is6() {
-				err = fmt.Errorf("not IPv6")
-			}
-			if err == nil && p != "" {
-				port, err = parsePort(p)
-			}
-		} else {
-			host, p, hasPort := strings.Cut(addr, ":")
-			if ip, err = netip.ParseAddr(host); err == nil && !ip.Is4() {
-				err = fmt.Errorf("not IPv4")
-			}
-			if err == nil && hasPort {
-				port, err = parsePort(":" + p)
-			}
-		}
-		if err != nil || ip.Zone() != "" {
-			return nil, fmt.Errorf("malformed nat address %q", addr)
-		}
-		switch {
-		case ip.Is4() && !ip.IsUnspecified():
-			present |= nxNATIPv4Min
-		case ip.Is6() && !ip.IsUnspecified():
-			present |= nxNATIPv6Min
-		}
-		if present != 0 {
-			params = ip.AsSlice()
-		}
-		if port != 0 {
-			present |= nxNATProtoMin
-			params = binary.BigEndian.AppendUint16(params, uint16(port))
-		}
-	}
-	b := nxAction(nxastNAT, 0)
-	b = append(b, 0, 0)
-	b = binary.BigEndian.AppendUint16(b, flags)
-	b = binary.BigEndian.AppendUint16(b, present)
-	b = pad8(append(b, params...))
-	binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
-	return b, nil
-}
-
-// parsePort reads ":PORT".
-func parsePort(s string) (uint64, error) {
-	p, ok := strings.CutPrefix(s, ":")
-	if !ok {
-		return 0, fmt.Errorf("malformed port %q", s)
-	}
-	return parseNum(p, 16)
-}
-
-// splitTop splits s at the commas outside parentheses.
-func splitTop(s string) ([]string, error) {
-	var (
-		out   []string
-		depth int
-		start int
-	)
-	for i, c := range s {
-		switch c {
-		case '(':
-			depth++
-		case ')':
-			if depth--; depth < 0 {
-				return nil, unsupported("unbalanced parentheses in %q", s)
-			}
-		case ',':
-			if depth == 0 {
-				out = append(out, s[start:i])
-				start = i + 1
+			case OutputReg:
+				if inCT || !a.Src.valid() {
+					errs = append(errs, a.String())
+				}
+			case Move:
+				if !a.Src.valid() || !a.Dst.valid() || a.Src.Bits != a.Dst.Bits {
+					errs = append(errs, a.String())
+				}
+			case Load:
+				if !a.Dst.valid() || a.Dst.Bits > 64 || a.Dst.Bits < 64 && a.Value>>a.Dst.Bits != 0 {
+					errs = append(errs, a.String())
+				}
+			case SetField:
+				if a.Field != FieldEthDst && a.Field != FieldEthSrc {
+					errs = append(errs, a.String())
+				}
+			case Resubmit:
+				if inCT || a.Table == 0xff {
+					errs = append(errs, a.String())
+				}
+			case GotoTable:
+				if inCT || i != len(as)-1 || a.Table == 0xff {
+					errs = append(errs, a.String())
+				}
+			case CT:
+				if inCT {
+					errs = append(errs, a.String())
+				}
+				if a.NAT != nil && a.NAT.Src && a.NAT.Dst {
+					errs = append(errs, a.String())
+				}
+				check(a.Exec, true)
+			default:
+				errs = append(errs, fmt.Sprintf("%T", a))
 			}
 		}
 	}
-	if depth != 0 {
-		return nil, unsupported("unbalanced parentheses in %q", s)
+	check(as, false)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidAction, strings.Join(errs, ", "))
 	}
-	out = append(out, s[start:])
-	for _, it := range out {
-		if it == "" {
-			return nil, unsupported("empty item in %q", s)
-		}
-	}
-	return out, nil
+	return nil
 }

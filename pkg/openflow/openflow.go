@@ -1,41 +1,32 @@
-// Package openflow is a small native OpenFlow 1.4 client for the plugins' hot
-// path: it applies the add-flows bundles of pkg/flows and deletes flows by
-// cookie without executing ovs-ofctl (about 0.5 ms instead of 4-5 ms). It
-// uses the standard library only, and pkg/endpoint.
-//
-// Apply compiles exactly the subset of ovs-ofctl syntax that pkg/flows emits
-// into the messages ovs-ofctl would send, and returns ErrUnsupported for
-// anything else, so the caller can fall back to ovs-ofctl:
-//
-//	lines     add FLOW | delete cookie=V/M   (blank lines and # comments skipped)
-//	FLOW      cookie=V,table=N,priority=N,MATCH...,actions=ACTIONS
-//	MATCH     ip ipv6 arp icmp icmp6 tcp udp sctp tcp6 udp6 sctp6
-//	          in_port=N  regN=V[/M]  ct_state=+flag-flag..  ct_mark=V[/M]
-//	          dl_src dl_dst eth_src eth_dst=MAC  arp_sha arp_tha=MAC
-//	          nw_src nw_dst arp_spa arp_tpa=IPv4[/LEN]  ipv6_src ipv6_dst nd_target=IPv6[/LEN]
-//	          tp_src tp_dst=N  icmp_type icmp_code=N
-//	ACTIONS   drop | ACTION,...[,goto_table:N]
-//	ACTION    NORMAL  output:N  output:FIELD[A..B]  resubmit(,N)
-//	          move:FIELD[A..B]->FIELD[C..D]  load:V->FIELD[A..B]  set_field:MAC->eth_dst|eth_src
-//	          ct(commit,zone=N,nat|nat(src|dst=ADDR[:PORT]),exec(move|load|set_field...),table=N), any subset, any order
-//	FIELD     NXM_OF_IN_PORT NXM_OF_ETH_SRC NXM_OF_ETH_DST NXM_NX_REG0..15 NXM_NX_CT_MARK NXM_NX_CT_LABEL
-//	numbers   decimal or 0x hexadecimal (ports decimal only); a cookie mask may be -1; ADDR is IPv4 or [IPv6]
+// Package openflow is the plugins' OpenFlow 1.4 binding, standard library
+// only (and pkg/endpoint): flows are values (Flow, Match, Actions) that render
+// ovs-ofctl text for people (golden files, CHECK, error messages) and encode
+// themselves for the wire; Apply installs a Bundle of them atomically,
+// DeleteFlows removes flows by cookie, Dump reads flows back by cookie into
+// the same values, and FlushConntrack drops conntrack entries, all over the
+// bridge's management socket without executing ovs-ofctl. Nothing here
+// parses text.
 //
 // Matches are sent as OXM (OpenFlow basic class, NXM1 for registers and
-// conntrack fields) in prerequisite order; actions as an apply_actions
-// instruction (Nicira extensions for ct, nat, move, load, output from a
-// field and resubmit) followed by goto_table.
+// conntrack fields, NXM0 for vlan_tci) in prerequisite order; actions as an
+// apply_actions instruction (Nicira extensions for ct, nat, move, load,
+// output from a field and resubmit) followed by goto_table: the messages
+// ovs-ofctl sends for the same text (the tests compare both through
+// `ovs-ofctl ofp-print`).
 //
 // Message sequence of Apply, on one connection:
 //
-//	-> HELLO (1.4), BUNDLE_CONTROL open (ATOMIC|ORDERED), BUNDLE_ADD_MESSAGE(FLOW_MOD) per line, BARRIER
+//	-> HELLO (1.4), BUNDLE_CONTROL open (ATOMIC|ORDERED), BUNDLE_ADD_MESSAGE(FLOW_MOD) per entry, BARRIER
 //	<- HELLO, open reply, any ERROR of a rejected flow_mod, barrier reply
 //	-> BUNDLE_CONTROL commit (or discard after an ERROR)
 //	<- commit reply (or ERRORs: nothing applied)
 //
 // The barrier makes every add-time ERROR arrive before the commit is sent, so
-// a rejected line discards the whole bundle. DeleteCookie sends HELLO,
-// FLOW_MOD (OFPFC_DELETE, all tables, cookie/mask) and BARRIER at once.
+// a rejected entry discards the whole bundle. DeleteFlows sends HELLO,
+// FLOW_MOD (OFPFC_DELETE, all tables, cookie/mask) and BARRIER at once; Dump
+// HELLO and one OFPMP_FLOW request, read until the reply without
+// OFPMPF_REPLY_MORE; FlushConntrack HELLO, one NXT_CT_FLUSH per entry and
+// BARRIER.
 package openflow
 
 import (
@@ -52,7 +43,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
-// Timeout bounds every call, like pkg/ofctl.Timeout: ovs-vswitchd answers no
+// Timeout bounds every call: ovs-vswitchd answers no
 // OpenFlow request while ovsdb-server is down, and a plugin must not hang.
 const Timeout = 10 * time.Second
 
@@ -60,23 +51,28 @@ var (
 	// ErrTimeout says that ovs-vswitchd did not answer within the context's
 	// deadline or Timeout: the suite's one timeout sentinel.
 	ErrTimeout = endpoint.ErrTimeout
-	// ErrUnsupported says that the bundle uses syntax this package does not
-	// compile; ovs-ofctl may still know it.
-	ErrUnsupported = errors.New("syntax not supported by the native OpenFlow client")
+	// ErrUnsupported says that the target is not a unix: or tcp: endpoint.
+	ErrUnsupported = errors.New("OpenFlow endpoint not supported")
 )
 
 // Message types and bundle control types of OpenFlow 1.4.
 const (
-	version           = 0x05
-	ofptHello         = 0
-	ofptError         = 1
-	ofptEchoRequest   = 2
-	ofptEchoReply     = 3
-	ofptFlowMod       = 14
-	ofptBarrierReq    = 20
-	ofptBarrierReply  = 21
-	ofptBundleControl = 33
-	ofptBundleAdd     = 34
+	version            = 0x05
+	ofptHello          = 0
+	ofptError          = 1
+	ofptEchoRequest    = 2
+	ofptEchoReply      = 3
+	ofptFlowMod        = 14
+	ofptExperimenter   = 4
+	ofptMultipartReq   = 18
+	ofptMultipartReply = 19
+	ofptBarrierReq     = 20
+	ofptBarrierReply   = 21
+	ofptBundleControl  = 33
+	ofptBundleAdd      = 34
+
+	ofpmpFlow       = 1
+	ofpmpfReplyMore = 1
 
 	bundleOpen    = 0
 	bundleCommit  = 4
@@ -85,26 +81,32 @@ const (
 	bundleFlags = 3
 )
 
-// Apply applies the text of an add-flows file (what `ovs-ofctl --no-names -O
-// OpenFlow14 --bundle add-flows TARGET -` reads on stdin) as one atomic
-// bundle. target is "unix:PATH" or "tcp:HOST:PORT".
-func Apply(ctx context.Context, target string, bundle string) error {
-	mods, err := compile(bundle)
-	if err != nil {
-		return fmt.Errorf("compiling bundle for %s: %w", target, err)
+// Apply applies the bundle as one atomic transaction: all of it or, when
+// OVS rejects any entry, none. target is "unix:PATH" or "tcp:HOST:PORT". An
+// entry that would not encode (see Flow.Validate) fails before connecting.
+func Apply(ctx context.Context, target string, bundle Bundle) error {
+	for _, m := range bundle {
+		if f, ok := m.(Flow); ok {
+			if err := f.Validate(); err != nil {
+				return fmt.Errorf("bundle for %s: %w", target, err)
+			}
+		}
 	}
 	return session(ctx, target, "applying bundle", func(s *conn) error {
-		// xids: 1 open, 2.. one per line, then barrier, then commit or discard.
+		// xids: 1 open, 2.. one per entry, then barrier, then commit or discard.
 		b := hello()
 		b = append(b, bundleControl(1, bundleOpen)...)
-		for i, m := range mods {
+		for i, m := range bundle {
 			xid := uint32(2 + i)
-			binary.BigEndian.PutUint32(m.msg[4:], xid) // the inner xid must be the outer one
-			b = append(b, header(ofptBundleAdd, xid, 16+len(m.msg))...)
+			start := len(b)
+			b = append(b, header(ofptBundleAdd, xid, 0)...)
 			b = append(b, 0, 0, 0, 0, 0, 0, 0, bundleFlags) // bundle_id 0, pad, flags
-			b = append(b, m.msg...)
+			inner := len(b)
+			b = m.flowMod(b)
+			binary.BigEndian.PutUint32(b[inner+4:], xid) // the inner xid must be the outer one
+			binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
 		}
-		barrier := uint32(2 + len(mods))
+		barrier := uint32(2 + len(bundle))
 		b = append(b, header(ofptBarrierReq, barrier, 8)...)
 		// Written while the replies are read: ovs-vswitchd stops reading
 		// while its replies (errors of a large bad bundle) are not read.
@@ -118,8 +120,7 @@ func Apply(ctx context.Context, target string, bundle string) error {
 			case xid == 1:
 				return "bundle open"
 			case xid >= 2 && xid < barrier:
-				m := mods[xid-2]
-				return fmt.Sprintf("line %d %q", m.line, m.text)
+				return fmt.Sprintf("entry %d %q", xid-1, bundle[xid-2].Line())
 			case xid == barrier+1:
 				return "bundle commit"
 			}
@@ -153,29 +154,83 @@ func Apply(ctx context.Context, target string, bundle string) error {
 // maxErrors is how many OpenFlow errors of one bundle Apply reports.
 const maxErrors = 5
 
-// DeleteCookie removes the flows whose cookie matches cookie under mask in
-// every table, like `ovs-ofctl del-flows TARGET cookie=C/M`, and waits for a
-// barrier so that they are gone when it returns.
-func DeleteCookie(ctx context.Context, target string, cookie, mask uint64) error {
+// DeleteFlows removes the flows d selects (like `ovs-ofctl del-flows TARGET
+// cookie=C/M`) and waits for a barrier so that they are gone when it
+// returns.
+func DeleteFlows(ctx context.Context, target string, d Delete) error {
 	return session(ctx, target, "deleting flows", func(s *conn) error {
 		b := hello()
-		del := flowModMsg(cookie, mask, ofpttAll, ofpfcDelete, 0, ofpDefaultPrio, nil, nil)
-		binary.BigEndian.PutUint32(del[4:], 1)
-		b = append(append(b, del...), header(ofptBarrierReq, 2, 8)...)
+		start := len(b)
+		b = d.flowMod(b)
+		binary.BigEndian.PutUint32(b[start+4:], 1)
+		b = append(b, header(ofptBarrierReq, 2, 8)...)
 		if err := s.send(b); err != nil {
 			return err
 		}
 		if err := s.hello(); err != nil {
 			return err
 		}
-		errs, err := s.until(2, ofptBarrierReply, func(uint32) string {
-			return fmt.Sprintf("delete cookie=%#x/%#x", cookie, mask)
-		})
+		errs, err := s.until(2, ofptBarrierReply, func(uint32) string { return d.Line() })
 		if err != nil {
 			return err
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// Dump returns the flows, in every table, whose cookie matches cookie under
+// mask (like `ovs-ofctl dump-flows TARGET cookie=C/M`), decoded into the
+// values Apply takes (see Diff for how they compare).
+func Dump(ctx context.Context, target string, cookie, mask uint64) ([]Flow, error) {
+	var out []Flow
+	err := session(ctx, target, "dumping flows", func(s *conn) error {
+		b := hello()
+		start := len(b)
+		b = append(b, header(ofptMultipartReq, 1, 0)...)
+		b = binary.BigEndian.AppendUint16(b, ofpmpFlow)
+		b = append(b, 0, 0, 0, 0, 0, 0)               // flags, pad
+		b = append(b, ofpttAll, 0, 0, 0)              // table_id, pad
+		b = binary.BigEndian.AppendUint32(b, ofppAny) // out_port
+		b = binary.BigEndian.AppendUint32(b, ofpgAny) // out_group
+		b = append(b, 0, 0, 0, 0)                     // pad
+		b = binary.BigEndian.AppendUint64(b, cookie)
+		b = binary.BigEndian.AppendUint64(b, mask)
+		b = appendMatch(b, Match{})
+		binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
+		if err := s.send(b); err != nil {
+			return err
+		}
+		if err := s.hello(); err != nil {
+			return err
+		}
+		for {
+			typ, xid, body, err := s.recv()
+			if err != nil {
+				return err
+			}
+			switch {
+			case typ == ofptError:
+				return decodeError(body, "flow stats request")
+			case typ == ofptEchoRequest:
+				if err := s.send(append(header(ofptEchoReply, xid, 8+len(body)), body...)); err != nil {
+					return err
+				}
+			case typ == ofptMultipartReply && xid == 1:
+				if len(body) < 8 || binary.BigEndian.Uint16(body) != ofpmpFlow {
+					return decodeErr("multipart reply of %d bytes", len(body))
+				}
+				flows, err := decodeFlowStats(body[8:])
+				if err != nil {
+					return err
+				}
+				out = append(out, flows...)
+				if binary.BigEndian.Uint16(body[2:])&ofpmpfReplyMore == 0 {
+					return nil
+				}
+			}
+		}
+	})
+	return out, err
 }
 
 // session connects to target and runs fn under the deadline of ctx, bounded

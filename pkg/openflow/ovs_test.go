@@ -1,11 +1,14 @@
-package openflow
+package openflow_test
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	. "github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 // The tests against a real Open vSwitch share one private sandbox
@@ -120,9 +124,9 @@ func dump(t testing.TB, target string) []string {
 	return lines
 }
 
-func ofctlApply(t testing.TB, target, bundle string) {
+func ofctlApply(t testing.TB, target string, bundle Bundle) {
 	t.Helper()
-	run(t, bundle, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--bundle", "add-flows", target, "-")
+	run(t, bundle.String(), "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--bundle", "add-flows", target, "-")
 }
 
 func sameFlows(t *testing.T, what string, byOfctl, byApply string) {
@@ -136,22 +140,22 @@ func sameFlows(t *testing.T, what string, byOfctl, byApply string) {
 
 // ordered returns the corpus in a fixed order, with a reconcile-style
 // bundle (shared flows, several attachments, a stale delete) at the end.
-func ordered(t testing.TB) [][2]string {
+func ordered(t testing.TB) []namedBundle {
 	t.Helper()
 	c := corpus(t)
-	var out [][2]string
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range c {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		out = append(out, [2]string{k, c[k]})
+	var out []namedBundle
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		out = append(out, namedBundle{k, c[k]})
 	}
 	stale := flows.AttachmentCookie("gone", "eth0")
-	out = append(out, [2]string{"reconcile", c["shared"] + c["portsec_dual"] + c["bundle_v6_snat"] + "delete " + stale.Match() + "\n"})
-	return out
+	var rec Bundle
+	rec = append(append(append(append(rec, c["shared"]...), c["portsec_dual"]...), c["bundle_v6_snat"]...), stale.Delete())
+	return append(out, namedBundle{"reconcile", rec})
+}
+
+type namedBundle struct {
+	name   string
+	bundle Bundle
 }
 
 // TestApplyEquivalence applies every bundle of the corpus, in turn and then
@@ -162,14 +166,14 @@ func TestApplyEquivalence(t *testing.T) {
 	a, b := newBridge(t), newBridge(t)
 	for round := 1; round <= 2; round++ {
 		for _, c := range ordered(t) {
-			ofctlApply(t, a, c[1])
-			if err := Apply(context.Background(), b, c[1]); err != nil {
-				t.Fatalf("round %d, %s: %v", round, c[0], err)
+			ofctlApply(t, a, c.bundle)
+			if err := Apply(context.Background(), b, c.bundle); err != nil {
+				t.Fatalf("round %d, %s: %v", round, c.name, err)
 			}
-			sameFlows(t, fmt.Sprintf("round %d, %s", round, c[0]), a, b)
+			sameFlows(t, fmt.Sprintf("round %d, %s", round, c.name), a, b)
 		}
 	}
-	if err := Apply(context.Background(), b, ""); err != nil {
+	if err := Apply(context.Background(), b, nil); err != nil {
 		t.Errorf("empty bundle: %v", err)
 	}
 	if n := len(dump(t, b)); n < 30 {
@@ -181,13 +185,13 @@ func TestApplyEquivalence(t *testing.T) {
 func TestApplyEachOnFreshBridge(t *testing.T) {
 	requireOVS(t)
 	for _, c := range ordered(t) {
-		t.Run(c[0], func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			a, b := newBridge(t), newBridge(t)
-			ofctlApply(t, a, c[1])
-			if err := Apply(context.Background(), b, c[1]); err != nil {
+			ofctlApply(t, a, c.bundle)
+			if err := Apply(context.Background(), b, c.bundle); err != nil {
 				t.Fatal(err)
 			}
-			sameFlows(t, c[0], a, b)
+			sameFlows(t, c.name, a, b)
 		})
 	}
 }
@@ -208,14 +212,14 @@ func TestDeleteCookieEquivalence(t *testing.T) {
 	}
 	a, b := newBridge(t), newBridge(t)
 	for _, c := range ordered(t) {
-		ofctlApply(t, a, c[1])
-		ofctlApply(t, b, c[1])
+		ofctlApply(t, a, c.bundle)
+		ofctlApply(t, b, c.bundle)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := len(dump(t, b))
 			run(t, "", "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "del-flows", a, fmt.Sprintf("cookie=%#x/%#x", tt.cookie, tt.mask))
-			if err := DeleteCookie(context.Background(), b, tt.cookie, tt.mask); err != nil {
+			if err := DeleteFlows(context.Background(), b, Delete{Cookie: tt.cookie, Mask: tt.mask}); err != nil {
 				t.Fatal(err)
 			}
 			sameFlows(t, tt.name, a, b)
@@ -234,18 +238,20 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 	tests := []struct {
 		name  string
 		setup func(t *testing.T, target string)
-		bad   string
+		bad   Flow
 		want  []string
 	}{
 		{
 			name: "goto_table to a lower table (rejected on add)",
-			bad:  "add cookie=0x0fc50139c16eb78e,table=41,priority=1,ip,actions=goto_table:40\n",
-			want: []string{"line 27", "goto_table:40", "OFPET_BAD_INSTRUCTION code 2"},
+			bad: Flow{Cookie: 0x0fc50139c16eb78e, Table: 41, Priority: 1, Match: Match{}.EthType(EthIPv4),
+				Actions: Actions{GotoTable{Table: 40}}},
+			want: []string{"entry 27", "goto_table:40", "OFPET_BAD_INSTRUCTION code 2"},
 		},
 		{
 			name: "ct(nat) without an ip match (rejected on add)",
-			bad:  "add cookie=0x0fc50139c16eb78e,table=42,priority=7,actions=ct(zone=1,nat,table=43)\n",
-			want: []string{"line 27", "OFPT_ERROR"},
+			bad: Flow{Cookie: 0x0fc50139c16eb78e, Table: 42, Priority: 7,
+				Actions: Actions{CT{Zone: 1, NAT: &NAT{}, Table: Table(43)}}},
+			want: []string{"entry 27", "OFPT_ERROR"},
 		},
 		{
 			name: "table 41 full (rejected on commit)",
@@ -254,7 +260,8 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 				run(t, "", "ovs-vsctl", "--db="+ovs.db, "--timeout=10", "--", "--id=@ft", "create", "Flow_Table", "flow_limit=1", "overflow_policy=refuse",
 					"--", "set", "Bridge", br, "flow_tables:41=@ft")
 			},
-			want: []string{"OFPET_FLOW_MOD_FAILED code 1", "line", "table=41", "bundle commit: OFPT_ERROR OFPET_BUNDLE_FAILED"},
+			bad:  Flow{Cookie: 0x0fc50139c16eb78e, Table: 3, Priority: 1},
+			want: []string{"OFPET_FLOW_MOD_FAILED code 1", "entry", "table=41", "bundle commit: OFPT_ERROR OFPET_BUNDLE_FAILED"},
 		},
 	}
 	for _, tt := range tests {
@@ -264,13 +271,13 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 				tt.setup(t, target)
 			}
 			// Some flows of ours to keep, then a bundle that would replace them.
-			first := c["portsec_dual"] + "add cookie=0x0fc50139c16eb78e,table=0,priority=1,actions=drop\n"
+			first := append(slices.Clone(c["portsec_dual"]), Flow{Cookie: 0x0fc50139c16eb78e, Priority: 1})
 			if err := Apply(context.Background(), target, first); err != nil {
 				t.Fatal(err)
 			}
 			before := dump(t, target)
-			bundle := c["bundle_snat.golden"] + tt.bad
-			if !strings.HasPrefix(bundle, "delete "+cookie.Match()) {
+			bundle := append(slices.Clone(c["bundle_snat.golden"]), tt.bad)
+			if !strings.HasPrefix(bundle.String(), "delete "+cookie.Match()) {
 				t.Fatalf("bundle_snat.golden does not start by deleting %s", cookie)
 			}
 			err := Apply(context.Background(), target, bundle)
@@ -287,7 +294,7 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 			}
 			// ovs-ofctl agrees that the bundle is bad.
 			cmd := exec.Command("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--bundle", "add-flows", target, "-")
-			cmd.Stdin = strings.NewReader(bundle)
+			cmd.Stdin = strings.NewReader(bundle.String())
 			if out, err := cmd.CombinedOutput(); err == nil {
 				t.Errorf("ovs-ofctl applied the bad bundle: %s", out)
 			}
@@ -301,7 +308,7 @@ func TestApplyBridgeWithoutOpenFlow14(t *testing.T) {
 	target := newBridge(t)
 	br := strings.TrimSuffix(filepath.Base(target), ".mgmt")
 	run(t, "", "ovs-vsctl", "--db="+ovs.db, "--timeout=10", "set", "bridge", br, "protocols=OpenFlow10")
-	err := Apply(context.Background(), target, "add table=0,priority=1,actions=drop\n")
+	err := Apply(context.Background(), target, Bundle{Flow{Priority: 1}})
 	if err == nil || errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "OpenFlow 1.4") {
 		t.Fatalf("got %v, want a version negotiation error", err)
 	}
@@ -309,27 +316,24 @@ func TestApplyBridgeWithoutOpenFlow14(t *testing.T) {
 }
 
 // BenchmarkApply compares Apply with an exec of ovs-ofctl for
-// bundle_snat.golden (one delete and 19 adds).
+// bundle_snat.golden (one delete and 25 adds).
 func BenchmarkApply(b *testing.B) {
 	requireOVS(b)
-	bundle, err := os.ReadFile("../flows/testdata/bundle_snat.golden")
-	if err != nil {
-		b.Fatal(err)
-	}
+	bundle := corpus(b)["bundle_snat.golden"]
 	target := newBridge(b)
 	b.Run("native", func(b *testing.B) {
 		for b.Loop() {
-			if err := Apply(context.Background(), target, string(bundle)); err != nil {
+			if err := Apply(context.Background(), target, bundle); err != nil {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64(strings.Count(string(bundle), "\n")), "lines/op")
+		b.ReportMetric(float64(len(bundle)), "entries/op")
 	})
 	b.Run("ovs-ofctl", func(b *testing.B) {
 		for b.Loop() {
-			ofctlApply(b, target, string(bundle))
+			ofctlApply(b, target, bundle)
 		}
-		b.ReportMetric(float64(strings.Count(string(bundle), "\n")), "lines/op")
+		b.ReportMetric(float64(len(bundle)), "entries/op")
 	})
 	b.Run("native+revalidation", func(b *testing.B) {
 		for b.Loop() {
@@ -337,7 +341,7 @@ func BenchmarkApply(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := Apply(context.Background(), target, string(bundle)); err != nil {
+			if err := Apply(context.Background(), target, bundle); err != nil {
 				b.Fatal(err)
 			}
 			if err := w.Wait(context.Background()); err != nil {
@@ -345,9 +349,33 @@ func BenchmarkApply(b *testing.B) {
 			}
 		}
 	})
+	b.Run("dump-native", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Dump(context.Background(), target, 0, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	flush := []CTFlush{{Zone: 64000, Proto: 17, Dst: node4, DstPort: 5353}, {Zone: 64002, Proto: 17, Dst: node4, DstPort: 5353}}
+	b.Run("ct-flush-native", func(b *testing.B) {
+		for b.Loop() {
+			if err := FlushConntrack(context.Background(), target, flush...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(flush)), "flushes/op")
+	})
+	b.Run("ct-flush-ovs-ofctl", func(b *testing.B) {
+		for b.Loop() {
+			for _, f := range flush {
+				run(b, "", "ovs-ofctl", "-O", "OpenFlow14", "ct-flush", target, fmt.Sprintf("zone=%d", f.Zone), f.Tuple())
+			}
+		}
+		b.ReportMetric(float64(len(flush)), "flushes/op")
+	})
 	b.Run("delete-native", func(b *testing.B) {
 		for b.Loop() {
-			if err := DeleteCookie(context.Background(), target, 1, ^uint64(0)); err != nil {
+			if err := DeleteFlows(context.Background(), target, Delete{Cookie: 1, Mask: ^uint64(0)}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -370,7 +398,7 @@ func TestRevalidation(t *testing.T) {
 	if err != nil || w == nil {
 		t.Fatalf("beside %s: %v, %v", target, w, err)
 	}
-	if err := Apply(ctx, target, "add cookie=0x1,table=0,priority=1,tcp,tp_dst=1,actions=drop\n"); err != nil {
+	if err := Apply(ctx, target, Bundle{Flow{Cookie: 1, Priority: 1, Match: Match{}.Proto(EthIPv4, ProtoTCP).TPDst(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Wait(ctx); err != nil {
@@ -400,8 +428,12 @@ func TestTimeout(t *testing.T) {
 	defer l.Close()
 	target := "unix:" + sock
 	calls := map[string]func(ctx context.Context) error{
-		"Apply":        func(ctx context.Context) error { return Apply(ctx, target, "add table=0,priority=1,actions=drop\n") },
-		"DeleteCookie": func(ctx context.Context) error { return DeleteCookie(ctx, target, 1, ^uint64(0)) },
+		"Apply":       func(ctx context.Context) error { return Apply(ctx, target, Bundle{Flow{Priority: 1}}) },
+		"DeleteFlows": func(ctx context.Context) error { return DeleteFlows(ctx, target, Delete{Cookie: 1, Mask: ^uint64(0)}) },
+		"Dump":        func(ctx context.Context) error { _, err := Dump(ctx, target, 1, ^uint64(0)); return err },
+		"FlushConntrack": func(ctx context.Context) error {
+			return FlushConntrack(ctx, target, CTFlush{Zone: 1, Proto: 17, DstPort: 53})
+		},
 	}
 	for name, call := range calls {
 		t.Run(name+" deadline", func(t *testing.T) {
@@ -452,33 +484,228 @@ func netListenUnix(sock string) (net.Listener, error) {
 }
 
 // TestApplyLarge applies a bundle of a few thousand flows, and one whose
-// every line is rejected (thousands of ERRORs while the bundle is still
+// every entry is rejected (thousands of ERRORs while the bundle is still
 // being written), which must fail promptly rather than deadlock.
 func TestApplyLarge(t *testing.T) {
 	requireOVS(t)
-	var good, bad strings.Builder
-	good.WriteString("delete cookie=0x0fc5000000000000/0xffff000000000000\n")
+	good := Bundle{Delete{Cookie: 0x0fc5000000000000, Mask: 0xffff000000000000}}
+	var bad Bundle
 	for i := range 3000 {
-		fmt.Fprintf(&good, "add cookie=0x0fc5010000000001,table=0,priority=200,tcp,nw_dst=198.51.100.1,tp_dst=%d,actions=ct(commit,zone=64000,nat(dst=192.0.2.10:%d),table=40)\n", 10000+i, i+1)
-		fmt.Fprintf(&bad, "add cookie=0x1,table=41,priority=%d,ip,actions=goto_table:40\n", i)
+		good = append(good, Flow{Cookie: 0x0fc5010000000001, Priority: 200,
+			Match:   Match{}.Proto(EthIPv4, ProtoTCP).IPDst(Host(node4)).TPDst(uint16(10000 + i)),
+			Actions: Actions{CT{Commit: true, Zone: 64000, NAT: &NAT{Dst: true, Addr: ctr4, Port: uint16(i + 1)}, Table: Table(40)}}})
+		bad = append(bad, Flow{Cookie: 1, Table: 41, Priority: uint16(i), Match: Match{}.EthType(EthIPv4), Actions: Actions{GotoTable{Table: 40}}})
 	}
 	a, b := newBridge(t), newBridge(t)
-	ofctlApply(t, a, good.String())
+	ofctlApply(t, a, good)
 	start := time.Now()
-	if err := Apply(context.Background(), b, good.String()); err != nil {
+	if err := Apply(context.Background(), b, good); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("3000 flows applied in %v", time.Since(start))
 	sameFlows(t, "3000 flows", a, b)
+	start = time.Now()
+	got, err := Dump(context.Background(), b, 0x0fc5010000000001, ^uint64(0))
+	if err != nil || len(got) != 3000 {
+		t.Fatalf("dump: got %d flows, %v; want 3000 (several multipart replies)", len(got), err)
+	}
+	t.Logf("3000 flows dumped in %v", time.Since(start))
 
 	start = time.Now()
-	err := Apply(context.Background(), b, bad.String())
+	err = Apply(context.Background(), b, bad)
 	if err == nil || errors.Is(err, ErrTimeout) {
 		t.Fatalf("got %v, want 3000 OpenFlow errors", err)
 	}
-	if n := strings.Count(err.Error(), "OFPET_BAD_INSTRUCTION"); n != maxErrors || !strings.Contains(err.Error(), "and 2995 more") {
-		t.Errorf("got %d errors reported, want %d and 2995 more: %v", n, maxErrors, err)
+	if n := strings.Count(err.Error(), "OFPET_BAD_INSTRUCTION"); n != MaxErrors || !strings.Contains(err.Error(), "and 2995 more") {
+		t.Errorf("got %d errors reported, want %d and 2995 more: %v", n, MaxErrors, err)
 	}
-	t.Logf("3000 rejected lines reported in %v", time.Since(start))
+	t.Logf("3000 rejected entries reported in %v", time.Since(start))
 	sameFlows(t, "after the rejected bundle", a, b)
+}
+
+// TestDumpDecodesWhatWasApplied applies each bundle of the corpus to a new
+// bridge and dumps it back: the flows decoded are the flows applied, value
+// for value (Diff finds nothing), whatever OVS normalised on the way.
+func TestDumpDecodesWhatWasApplied(t *testing.T) {
+	requireOVS(t)
+	for _, c := range ordered(t) {
+		t.Run(c.name, func(t *testing.T) {
+			target := newBridge(t)
+			if err := Apply(context.Background(), target, c.bundle); err != nil {
+				t.Fatal(err)
+			}
+			all, err := Dump(context.Background(), target, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, want []Flow
+			for _, f := range all {
+				if f.Cookie != 0 { // the bridge's own NORMAL flow
+					got = append(got, f)
+				}
+			}
+			for _, m := range c.bundle {
+				if f, ok := m.(Flow); ok {
+					want = append(want, f)
+				}
+			}
+			if len(got) == 0 {
+				t.Fatal("dumped nothing")
+			}
+			if err := Diff(want, got); err != nil {
+				t.Fatalf("%v\nby ovs-ofctl:\n%s", err, strings.Join(dump(t, target), "\n"))
+			}
+		})
+	}
+}
+
+// TestDiffIsAsStrictAsDiffFlows changes installed flows behind the plugin's
+// back with ovs-ofctl, one way at a time, and checks that Diff reports each
+// change as ovs-ofctl diff-flows does: a flow removed, a flow added with the
+// attachment's cookie, a flow whose actions or cookie differ.
+func TestDiffIsAsStrictAsDiffFlows(t *testing.T) {
+	requireOVS(t)
+	a := goldenAttachments(t)["bundle_snat.golden"]
+	p := flows.DefaultPipeline()
+	want := p.AttachmentFlows(a)
+	cookie := fmt.Sprintf("cookie=%s/-1", a.Cookie)
+	tests := []struct {
+		name    string
+		change  func(target string)
+		missing int
+		extra   int
+		changed int
+	}{
+		{"untouched", func(string) {}, 0, 0, 0},
+		{"flow removed", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "del-flows", target, "table=41,"+cookie)
+		}, 2, 0, 0},
+		{"extra flow with our cookie", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "add-flow", target, fmt.Sprintf("cookie=%s,table=40,priority=7,ip,actions=drop", a.Cookie))
+		}, 0, 1, 0},
+		{"actions changed", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "mod-flows", target, "table=41,"+cookie+",ip,nw_dst=192.0.2.10,actions=drop")
+		}, 0, 0, 1},
+		{"extra flow with our cookie that the binding cannot decode", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "add-flow", target, fmt.Sprintf("cookie=%s,table=40,priority=8,tun_id=0x5,actions=drop", a.Cookie))
+		}, 0, 1, 0},
+		{"vlan_tci match widened", func(target string) {
+			run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "add-flow", target,
+				fmt.Sprintf("cookie=%s,table=0,priority=200,tcp,nw_dst=198.51.100.1,tp_dst=8080,actions=drop", a.Cookie))
+		}, 0, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := newBridge(t)
+			if err := Apply(context.Background(), target, p.Bundle(a)); err != nil {
+				t.Fatal(err)
+			}
+			tt.change(target)
+			got, err := Dump(context.Background(), target, uint64(a.Cookie), ^uint64(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = Diff(want, got)
+			var d *DiffError
+			if tt.missing+tt.extra+tt.changed == 0 {
+				if err != nil {
+					t.Fatalf("got %v, want no difference", err)
+				}
+				return
+			}
+			if !errors.As(err, &d) {
+				t.Fatalf("got %v, want a *DiffError", err)
+			}
+			if len(d.Missing) != tt.missing || len(d.Extra) != tt.extra || len(d.Changed) != tt.changed {
+				t.Errorf("got %d missing, %d extra, %d changed; want %d, %d, %d:\n%v",
+					len(d.Missing), len(d.Extra), len(d.Changed), tt.missing, tt.extra, tt.changed, err)
+			}
+			t.Logf("%v", err)
+		})
+	}
+}
+
+// TestFlushConntrack commits UDP and TCP conntrack entries with packet-outs
+// and flushes the UDP entries of one host port in one zone with
+// FlushConntrack: those go, the others (another port, another protocol,
+// another zone) stay.
+func TestFlushConntrack(t *testing.T) {
+	requireOVS(t)
+	target := newBridge(t)
+	ctl, err := filepath.Glob(filepath.Join(ovs.rundir, "ovs-vswitchd.*.ctl"))
+	if err != nil || len(ctl) != 1 {
+		t.Fatalf("control socket: %v %v", ctl, err)
+	}
+	commit := func(proto uint8, dport uint16, zone uint16) {
+		t.Helper()
+		run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "packet-out", target,
+			fmt.Sprintf("in_port=LOCAL packet=%s actions=ct(commit,zone=%d)", packet(proto, dport), zone))
+	}
+	entries := func() []string {
+		t.Helper()
+		var out []string
+		for _, l := range strings.Split(run(t, "", "ovs-appctl", "-t", ctl[0], "dpctl/dump-conntrack"), "\n") {
+			if strings.Contains(l, "198.51.100.1") {
+				out = append(out, strings.TrimSpace(l))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	commit(17, 5353, 64000) // to flush
+	commit(17, 5354, 64000) // another port
+	commit(6, 5353, 64000)  // another protocol
+	commit(17, 5353, 64002) // another zone
+	before := entries()
+	if len(before) != 4 {
+		t.Fatalf("got %d conntrack entries, want 4:\n%s", len(before), strings.Join(before, "\n"))
+	}
+	if err := FlushConntrack(context.Background(), target, CTFlush{Zone: 64000, Proto: 17, Dst: node4, DstPort: 5353}); err != nil {
+		t.Fatal(err)
+	}
+	after := entries()
+	var gone []string
+	for _, e := range before {
+		if !slices.Contains(after, e) {
+			gone = append(gone, e)
+		}
+	}
+	if len(after) != 3 || len(gone) != 1 || !strings.Contains(gone[0], "dport=5353") || !strings.Contains(gone[0], "zone=64000") || !strings.HasPrefix(gone[0], "udp") {
+		t.Fatalf("flushed %q, left\n%s", gone, strings.Join(after, "\n"))
+	}
+}
+
+// packet returns an Ethernet frame from 10.0.0.1:1234 to
+// 198.51.100.1:dport, UDP or TCP (a SYN), in hexadecimal.
+func packet(proto uint8, dport uint16) string {
+	var l4 []byte
+	if proto == 17 {
+		l4 = binary.BigEndian.AppendUint16(nil, 1234)
+		l4 = binary.BigEndian.AppendUint16(l4, dport)
+		l4 = append(l4, 0, 12, 0, 0, 'a', 'b', 'c', 'd')
+	} else {
+		l4 = binary.BigEndian.AppendUint16(nil, 1234)
+		l4 = binary.BigEndian.AppendUint16(l4, dport)
+		l4 = append(l4, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0)
+		// The checksum over the pseudo header: conntrack drops a bad one.
+		pseudo := append([]byte{10, 0, 0, 1, 198, 51, 100, 1, 0, 6, 0, byte(len(l4))}, l4...)
+		binary.BigEndian.PutUint16(l4[16:], checksum(pseudo))
+	}
+	ip := []byte{0x45, 0, 0, 0, 0, 1, 0, 0, 64, proto, 0, 0, 10, 0, 0, 1, 198, 51, 100, 1}
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+len(l4)))
+	binary.BigEndian.PutUint16(ip[10:], checksum(ip))
+	eth := []byte{2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 8, 0}
+	return hex.EncodeToString(append(append(eth, ip...), l4...))
+}
+
+// checksum is the Internet checksum of b (of even length).
+func checksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
 }

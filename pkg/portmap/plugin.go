@@ -3,10 +3,6 @@ package portmap
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -17,7 +13,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
@@ -109,8 +105,12 @@ func CmdDel(args *skel.CmdArgs) error {
 }
 
 // CmdCheck verifies that the bridge holds exactly the flows the attachment
-// needs: it renders them again from the config and prevResult and lets
-// ovs-ofctl compare them with what is installed under the attachment's cookie.
+// needs: it builds them again from the config and prevResult, dumps the
+// flows installed under the attachment's cookie on the same OpenFlow
+// connection the plugins use (decoded into the same typed values), and
+// compares the two sets with openflow.Diff: keyed by table, priority and
+// match like ovs-ofctl diff-flows, a flow missing, an extra one with the
+// cookie, and one whose actions or cookie differ are all errors.
 func CmdCheck(args *skel.CmdArgs) error {
 	conf, prev, err := loadChained(args)
 	if err != nil {
@@ -144,37 +144,11 @@ func CmdCheck(args *skel.CmdArgs) error {
 		want = conf.Pipeline.AttachmentFlows(plan.Attachment)
 		target = plan.Target
 	}
-	got, err := ofctl.Bridge{Target: target}.DumpCookie(ctx, cookie)
+	got, err := openflow.Dump(ctx, target, uint64(cookie), ^uint64(0))
 	if err != nil {
 		return err
 	}
-	return compareFlows(ctx, want, got)
-}
-
-// compareFlows lets ovs-ofctl parse both sides, so that OVS's own
-// normalisation (field order, defaults) does not count as a difference.
-func compareFlows(ctx context.Context, want []flows.Flow, got []string) error {
-	dir, err := os.MkdirTemp("", "ovs-portmap-check-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	var w strings.Builder
-	for _, f := range want {
-		w.WriteString(f.String() + "\n")
-	}
-	wantFile, gotFile := filepath.Join(dir, "want"), filepath.Join(dir, "got")
-	if err := os.WriteFile(wantFile, []byte(w.String()), 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(gotFile, []byte(strings.Join(got, "\n")+"\n"), 0o600); err != nil {
-		return err
-	}
-	out, err := exec.CommandContext(ctx, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "diff-flows", wantFile, gotFile).CombinedOutput()
-	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
-		return fmt.Errorf("installed flows differ from the expected ones (- expected, + installed):\n%s", strings.TrimSpace(string(out)))
-	}
-	return nil
+	return openflow.Diff(want, got)
 }
 
 // CmdGC withdraws the host ports of our attachments not in

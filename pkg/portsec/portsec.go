@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
@@ -42,7 +42,7 @@ func Apply(ctx context.Context, cli *ovsdb.Client, rec record.PortSecurity, secu
 	if err != nil {
 		return err
 	}
-	return ofctl.Bridge{Target: rec.OpenFlow}.ApplyBundle(ctx, flows.PortSecurityBundle(ps, base...))
+	return openflow.Apply(ctx, rec.OpenFlow, flows.PortSecurityBundle(ps, base...))
 }
 
 // Rebuild returns the port security flows recorded for port p, with the

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/netip"
-	"slices"
+	"reflect"
 	"testing"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
@@ -33,7 +33,7 @@ func TestRebuild(t *testing.T) {
 	if target != rec.OpenFlow || c != cookie.WithKind(flows.CookieKindPortSecurity) {
 		t.Errorf("target %q, cookie %s; want %q, %s", target, c, rec.OpenFlow, cookie.WithKind(flows.CookieKindPortSecurity))
 	}
-	if !slices.Equal(got, want) {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("flows\n%v\nwant\n%v", got, want)
 	}
 	if Target(p, "unix:/other") != rec.OpenFlow || Target(ovsdb.OwnedPort{}, "unix:/other") != "unix:/other" {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -20,7 +19,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/pkg/ofctl"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
 	"github.com/ovsflow/ovs-cni/pkg/record"
@@ -41,8 +40,9 @@ func (s Stats) String() string {
 // Reconcile rebuilds, from OVSDB alone, the flows and node-local rules of
 // every live attachment (from the records ADD wrote, with the ofport OVSDB
 // holds now), removes the flows of attachments that no longer exist, and
-// restores recorded gateway addresses. It is idempotent: each bridge gets one
-// atomic bundle that replaces what is there.
+// restores recorded gateway addresses. It is idempotent: each bridge whose
+// flows differ from what the records want gets one atomic bundle that
+// replaces what is there (see inSync).
 func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (Stats, error) {
 	var st Stats
 	bridges, err := cli.Bridges(ctx)
@@ -57,7 +57,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (St
 		shared []flows.Flow // once per bridge
 		base   []flows.Flow // table 0's NORMAL on a fail_mode=secure bridge
 		pl     *flows.Pipeline
-		lines  strings.Builder
+		mods   openflow.Bundle
 		live   map[flows.Cookie]bool
 	}
 	byTarget := map[string]*target{}
@@ -69,9 +69,9 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (St
 	}
 	addFlows := func(t *target, c flows.Cookie, fl []flows.Flow) {
 		t.live[c] = true
-		t.lines.WriteString("delete " + c.Match() + "\n")
+		t.mods = append(t.mods, c.Delete())
 		for _, f := range fl {
-			t.lines.WriteString("add " + f.String() + "\n")
+			t.mods = append(t.mods, f)
 		}
 	}
 	var rules []flows.Rule
@@ -103,51 +103,70 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (St
 			// ovs-vswitchd is down or has not re-created the bridge yet.
 			return st, fmt.Errorf("OpenFlow endpoint %s is not there", name)
 		}
-		of := ofctl.Bridge{Target: name}
-		present, err := of.DumpOurs(ctx)
+		suite := flows.SuiteDelete()
+		present, err := openflow.Dump(ctx, name, suite.Cookie, suite.Mask)
 		if err != nil {
 			return st, err
 		}
-		var b strings.Builder
+		var b openflow.Bundle
 		for _, f := range append(t.base, t.shared...) {
-			b.WriteString("add " + f.String() + "\n")
+			b = append(b, f)
 		}
-		b.WriteString(t.lines.String())
-		for c := range cookiesOf(present) {
+		b = append(b, t.mods...)
+		for _, c := range cookiesOf(present) {
 			// Tombstones go by their hard timeout.
 			if c.Kind() != flows.CookieKindShared && c.Kind() != flows.CookieKindTombstone && !t.live[c] {
-				b.WriteString("delete " + c.Match() + "\n")
+				b = append(b, c.Delete())
 				st.Stale++
 			}
 		}
-		if b.Len() == 0 {
+		if len(b) == 0 {
 			continue
 		}
-		if err := of.ApplyBundle(ctx, b.String()); err != nil {
-			return st, err
+		if !inSync(b, present) {
+			if err := openflow.Apply(ctx, name, b); err != nil {
+				return st, err
+			}
+			st.Bridges++
 		}
 		if t.pl != nil {
 			if err := hostport.SetZoneLimits(ctx, name, *t.pl); err != nil {
 				return st, err
 			}
 		}
-		st.Bridges++
 	}
 	return st, hostport.RebuildNodeLocal(ctx, rules)
 }
 
-// cookiesOf parses the cookies of dumped flows.
-func cookiesOf(dumped []string) map[flows.Cookie]bool {
-	out := map[flows.Cookie]bool{}
-	for _, l := range dumped {
-		v, ok := strings.CutPrefix(strings.TrimSpace(l), "cookie=")
-		if !ok {
-			continue
+// inSync reports whether the bridge's flows of ours (present, tombstones
+// aside) are exactly the flows of bundle b, compared as openflow.Diff does
+// (what ovs-ofctl diff-flows would find): no flow missing, none extra (a
+// stale attachment's flows are extra) and none with other actions or
+// cookie. Then the bundle would change nothing and is not sent.
+func inSync(b openflow.Bundle, present []openflow.Flow) bool {
+	var want, ours []openflow.Flow
+	for _, m := range b {
+		if f, ok := m.(openflow.Flow); ok {
+			want = append(want, f)
 		}
-		v, _, _ = strings.Cut(v, ",")
-		var c uint64
-		if _, err := fmt.Sscanf(v, "0x%x", &c); err == nil && flows.Cookie(c).IsOurs() {
-			out[flows.Cookie(c)] = true
+	}
+	for _, f := range present {
+		if flows.Cookie(f.Cookie).Kind() != flows.CookieKindTombstone {
+			ours = append(ours, f)
+		}
+	}
+	return openflow.Diff(want, ours) == nil
+}
+
+// cookiesOf returns the distinct cookies of dumped flows that carry the
+// suite tag, in the order first seen.
+func cookiesOf(dumped []openflow.Flow) []flows.Cookie {
+	var out []flows.Cookie
+	seen := map[flows.Cookie]bool{}
+	for _, f := range dumped {
+		if c := flows.Cookie(f.Cookie); c.IsOurs() && !seen[c] {
+			seen[c] = true
+			out = append(out, c)
 		}
 	}
 	return out

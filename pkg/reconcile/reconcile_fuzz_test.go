@@ -1,22 +1,29 @@
 package reconcile
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
-// FuzzCookiesOf parses arbitrary ovs-ofctl dump output: only cookies with
-// the suite tag come out.
+// FuzzCookiesOf feeds arbitrary dumped cookies: only cookies with the suite
+// tag come out, each once.
 func FuzzCookiesOf(f *testing.F) {
-	for _, s := range []string{" cookie=0xfc5010000000001, duration=1.0s, table=0, priority=200,tcp actions=drop",
-		"cookie=0x1234, table=40", "cookie=0x", "cookie=0x0fc5ffffffffffffffff,", "OFPST_FLOW reply (OF1.4) (xid=0x2):"} {
-		f.Add(s)
+	for _, c := range [][2]uint64{{0x0fc5010000000001, 0x1234}, {0x0fc5ffffffffffff, 0x0fc5ffffffffffff}, {0, 0}} {
+		f.Add(c[0], c[1])
 	}
-	f.Fuzz(func(t *testing.T, dump string) {
-		for c := range cookiesOf(strings.Split(dump, "\n")) {
-			if !c.IsOurs() {
-				t.Fatalf("cookie %s is not ours", c)
+	f.Fuzz(func(t *testing.T, c1, c2 uint64) {
+		got := cookiesOf([]openflow.Flow{{Cookie: c1}, {Cookie: c2}, {Cookie: c1}})
+		seen := map[flows.Cookie]bool{}
+		for _, c := range got {
+			if !c.IsOurs() || seen[c] {
+				t.Fatalf("cookie %s is not ours or repeated: %v", c, got)
 			}
+			seen[c] = true
+		}
+		if want := flows.Cookie(c1).IsOurs(); seen[flows.Cookie(c1)] != want {
+			t.Fatalf("cookie %#x: got %v, want %v", c1, seen[flows.Cookie(c1)], want)
 		}
 	})
 }

@@ -1,7 +1,6 @@
 // Package unixctl talks to ovs-vswitchd's control socket (the one
 // ovs-appctl uses: <run dir>/ovs-vswitchd.<pid>.ctl, JSON-RPC 1.0) for the
-// datapaths' conntrack: zone limits, which neither OpenFlow nor OVSDB sets,
-// and flushes (ovs-ofctl ct-flush without the exec).
+// datapaths' conntrack zone limits, which neither OpenFlow nor OVSDB sets.
 package unixctl
 
 import (
@@ -101,16 +100,4 @@ func onEachDatapath(ctx context.Context, sock, command string, args ...string) e
 		}
 	}
 	return nil
-}
-
-// FlushConntrack removes, on every datapath of the ovs-vswitchd behind
-// target, the conntrack entries of zone whose original direction matches
-// tuple (ovs-ofctl ct-flush syntax, e.g.
-// "ct_nw_dst=198.51.100.1,ct_nw_proto=17,ct_tp_dst=5353").
-func FlushConntrack(ctx context.Context, target string, zone uint16, tuple string) error {
-	sock, err := Socket(target)
-	if err != nil {
-		return err
-	}
-	return onEachDatapath(ctx, sock, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", zone), tuple)
 }

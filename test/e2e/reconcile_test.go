@@ -181,8 +181,14 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
+		out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
+		if err != nil {
 			t.Fatalf("reconcile: %v: %s", err, out)
+		}
+		// The second finds every flow as the records want it (compared
+		// structurally with a dump) and sends no bundle.
+		if want := []string{" stale=1 ", " bridges=0 stale=0 "}[i]; !strings.Contains(out, want) {
+			t.Errorf("reconcile %d said %q, want %q", i+1, out, want)
 		}
 	}
 	if out, _ := run("ovs-ofctl", "-O", "OpenFlow14", "dump-flows", h.ofTarget(), "cookie=0x0fc501deadbeef01/-1"); strings.Contains(out, "cookie=") {

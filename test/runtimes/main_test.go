@@ -38,6 +38,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
 // Environment handed from the outer process to the re-executed one.
@@ -153,6 +155,15 @@ func runInSandbox(m *testing.M) int {
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return fail("building plugins: %v", err)
+	}
+	confined, err := sandbox.Confine(bin)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if confined != bin {
+		defer os.RemoveAll(confined)
+		bin = confined
+		fmt.Fprintln(os.Stderr, "test/runtimes: plugins run with an empty PATH (OVSFLOW_PLUGIN_PATH=inherit to give them yours)")
 	}
 
 	name := fmt.Sprintf("ovsflow-rt-%d", os.Getpid())

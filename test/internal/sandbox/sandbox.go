@@ -155,6 +155,13 @@ func reexec(o Options) int {
 		}
 		defer os.RemoveAll(bin)
 	}
+	if confined, err := Confine(bin); err != nil {
+		return fail(o, "%v", err)
+	} else if confined != bin {
+		defer os.RemoveAll(confined)
+		bin = confined
+		fmt.Fprintf(os.Stderr, "%s: plugins run with an empty PATH (%s=inherit to give them yours)\n", o.Suite, envPluginPath)
+	}
 	fmt.Fprintf(os.Stderr, "%s: bridges on the %s datapath\n", o.Suite, Datapath)
 
 	name := fmt.Sprintf("ovsflow-%s-%d", o.Suite, os.Getpid())

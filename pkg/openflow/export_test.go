@@ -1,0 +1,30 @@
+package openflow
+
+// Internals for the tests of package openflow_test, which import pkg/flows
+// (itself importing this package) to build the pipeline's corpus.
+
+// FlowMod returns the OFPT_FLOW_MOD of m, with xid 1 as ovs-ofctl
+// parse-flow prints it.
+func FlowMod(m Mod) []byte {
+	b := m.flowMod(nil)
+	b[7] = 1
+	return b
+}
+
+// CTFlushMsg returns the NXT_CT_FLUSH of c with xid 1.
+func CTFlushMsg(c CTFlush) []byte { return c.encode(nil, 1) }
+
+// RoundTrip encodes f's match and actions and decodes them again.
+func RoundTrip(f Flow) (Match, Actions, error) {
+	m, rest, err := decodeMatch(appendMatch(nil, f.Match))
+	if err != nil {
+		return m, nil, err
+	}
+	if len(rest) != 0 {
+		return m, nil, decodeErr("%d bytes after the match", len(rest))
+	}
+	as, err := decodeInstructions(encodeInstructions(nil, f.Actions))
+	return m, as, err
+}
+
+const MaxErrors = maxErrors

@@ -16,14 +16,16 @@ import (
 // podman's VERSION probes, libcni's GC.
 const shimScript = `#!/bin/sh
 # Records one CNI plugin call, then runs the real plugin of the same name.
+# Programs by absolute path: a plugin may call its IPAM plugin (a shim too)
+# with an empty PATH (OVSFLOW_PLUGIN_PATH=empty).
 name=${0##*/}
-log=%[2]s/$(date +%%s.%%N)-$$-$name-$CNI_COMMAND
-in=$(cat)
-{ echo "=== $name"; env | sort; echo "--- stdin"; printf '%%s\n' "$in"; } >"$log.tmp"
+log=%[2]s/$(/bin/date +%%s.%%N)-$$-$name-$CNI_COMMAND
+in=$(/bin/cat)
+{ echo "=== $name"; /usr/bin/env | /usr/bin/sort; echo "--- stdin"; printf '%%s\n' "$in"; } >"$log.tmp"
 out=$(printf '%%s' "$in" | %[1]s/"$name")
 rc=$?
 { echo "--- stdout rc=$rc"; printf '%%s\n' "$out"; } >>"$log.tmp"
-mv "$log.tmp" "$log"
+/bin/mv "$log.tmp" "$log"
 printf '%%s' "$out"
 exit $rc
 `

@@ -7,12 +7,12 @@ import (
 	"strings"
 )
 
-// envPluginPath chooses the PATH the suite's plugins run with: "empty" or
-// "inherit" (the caller's, the default until the plugins need no program).
+// envPluginPath chooses the PATH the suite's plugins run with: "empty" (the
+// default) or "inherit" (the caller's, to debug a plugin by hand).
 const envPluginPath = "OVSFLOW_PLUGIN_PATH"
 
 // Confined reports whether the plugins run with an empty PATH.
-func Confined() bool { return os.Getenv(envPluginPath) == "empty" }
+func Confined() bool { return os.Getenv(envPluginPath) != "inherit" }
 
 // confinedPlugins are the suite's own plugins: the ones that must need no
 // program on the node (ovs-vsctl, ovs-ofctl, nft, ip...) but the IPAM plugin,

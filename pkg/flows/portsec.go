@@ -159,6 +159,14 @@ func TombstoneBundle(ofports ...uint32) string {
 	return b.String()
 }
 
+// TombstoneRemoval renders the bundle line that removes the tombstone on
+// ofport, if there is one: a new port that requested the number of a port
+// deleted less than TombstoneTimeout ago must not drop everything.
+func TombstoneRemoval(ofport uint32) string {
+	c := CookieSuite | Cookie(CookieKindTombstone)<<CookieKindShift
+	return fmt.Sprintf("delete_strict cookie=%#x/-1,table=%d,priority=%d,in_port=%d\n", uint64(c), TableClassifier, PriorityTombstone, ofport)
+}
+
 // PortSecurityBundle renders the add-flows bundle that replaces the port
 // flows of ps; extra flows (the base flow of a secure bridge) go in with them.
 func PortSecurityBundle(ps PortSecurity, extra ...Flow) string {

@@ -19,8 +19,9 @@ type flowMod struct {
 
 // OpenFlow 1.4 constants used by the compiler (openflow-1.4.h).
 const (
-	ofpfcAdd    = 0
-	ofpfcDelete = 3
+	ofpfcAdd          = 0
+	ofpfcDelete       = 3
+	ofpfcDeleteStrict = 4
 
 	ofpttAll         = 0xff
 	ofppAny          = 0xffffffff
@@ -158,6 +159,8 @@ func compileLine(text string) ([]byte, error) {
 		return compileAdd(flow)
 	case "delete":
 		return compileDelete(flow)
+	case "delete_strict":
+		return compileDeleteStrict(flow)
 	}
 	return nil, unsupported("verb %q", verb)
 }
@@ -185,6 +188,46 @@ func compileDelete(flow string) ([]byte, error) {
 		return nil, fmt.Errorf("cookie mask: %w", err)
 	}
 	return flowModMsg(cookie, mask, ofpttAll, ofpfcDelete, 0, ofpDefaultPrio, nil, nil), nil
+}
+
+// compileDeleteStrict accepts exactly
+// "cookie=V/M,table=N,priority=N,in_port=N": the one flow of that table,
+// priority and in_port match (and nothing else), if its cookie matches.
+func compileDeleteStrict(flow string) ([]byte, error) {
+	parts := strings.Split(flow, ",")
+	if len(parts) != 4 {
+		return nil, unsupported("delete_strict other than cookie=V/M,table=N,priority=N,in_port=N")
+	}
+	var vals [4]string
+	for i, key := range []string{"cookie=", "table=", "priority=", "in_port="} {
+		v, ok := strings.CutPrefix(parts[i], key)
+		if !ok {
+			return nil, unsupported("delete_strict other than cookie=V/M,table=N,priority=N,in_port=N")
+		}
+		vals[i] = v
+	}
+	del, err := compileDelete("cookie=" + vals[0])
+	if err != nil {
+		return nil, err
+	}
+	table, err := parseNum(vals[1], 8)
+	if err == nil && table == ofpttAll {
+		err = unsupported("table=255")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("table: %w", err)
+	}
+	prio, err := parseNum(vals[2], 16)
+	if err != nil {
+		return nil, fmt.Errorf("priority: %w", err)
+	}
+	port, err := parsePortNum(vals[3])
+	if err != nil {
+		return nil, fmt.Errorf("in_port: %w", err)
+	}
+	cookie, mask := binary.BigEndian.Uint64(del[8:]), binary.BigEndian.Uint64(del[16:])
+	return flowModMsg(cookie, mask, uint8(table), ofpfcDeleteStrict, 0, uint16(prio),
+		oxm(classBasic, 0, binary.BigEndian.AppendUint32(nil, port), nil), nil), nil
 }
 
 // flowModMsg renders an OFPT_FLOW_MOD (OpenFlow 1.4 section 7.3.4.1) with

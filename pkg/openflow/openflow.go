@@ -7,7 +7,8 @@
 // into the messages ovs-ofctl would send, and returns ErrUnsupported for
 // anything else, so the caller can fall back to ovs-ofctl:
 //
-//	lines     add FLOW | delete cookie=V/M   (blank lines and # comments skipped)
+//	lines     add FLOW | delete cookie=V/M | delete_strict cookie=V/M,table=N,priority=N,in_port=N
+//	          (blank lines and # comments skipped)
 //	FLOW      cookie=V,table=N,priority=N,MATCH...,actions=ACTIONS
 //	MATCH     ip ipv6 arp icmp icmp6 tcp udp sctp tcp6 udp6 sctp6
 //	          in_port=N  regN=V[/M]  ct_state=+flag-flag..  ct_mark=V[/M]

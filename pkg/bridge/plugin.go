@@ -158,52 +158,13 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		return err
 	}
 
-	// The veth, its container end created in place and prepared, the host
-	// end in its final state (promiscuous, as the datapath makes it).
 	netdev := br.DatapathType == "netdev"
 	dhcp := conf.IPAM.Type == "dhcp"
-	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName, HostDown: dhcp, Promisc: true,
-		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: conf.MAC, Alias: link.Alias(conf.Name, args.ContainerID, args.IfName)})
-	if err != nil {
-		return err
-	}
-	portLeft := false // the port could not be rolled back: keep the veth, so DEL knows (code 11)
-	defer func() {
-		if retErr != nil && !portLeft {
-			_ = link.Delete(hostName)
-		}
-	}()
-	if netdev {
-		// The userspace datapath reads the host end through a packet socket, so
-		// the node's kernel sees every frame too: keep it from answering ARP
-		// (with the veth's MAC) or running IPv6 on that end.
-		if err := link.Isolate(hostName); err != nil {
-			return err
-		}
-	}
-	var contMAC string
-	if err := netns.Do(func(ns.NetNS) error {
-		contMAC, err = prepareContainer(args.IfName, netdev, dhcp, conf.IPAM.Type != "" && !conf.AllowRouter)
-		return err
-	}); err != nil {
-		return err
-	}
-
-	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf, contMAC)}
-	if conf.VLAN != nil {
-		spec.Tag = *conf.VLAN
-	}
-	if conf.MAC != nil {
-		spec.UniqueMAC = contMAC
-	}
 	contIndex := 1
 	result := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS,
-		Interfaces: []*current.Interface{
-			{Name: hostName, Mac: hostLink.Attrs().HardwareAddr.String()},
-			{Name: args.IfName, Mac: contMAC, Sandbox: args.Netns},
-		}}
-	// A failed ADD releases the addresses (after they were allocated) and,
-	// from the first bundle on, removes the attachment's flows.
+		Interfaces: []*current.Interface{{Name: hostName}, {Name: args.IfName, Sandbox: args.Netns}}}
+	// A failed ADD releases the addresses (once allocated) and, from the
+	// first bundle on, removes the attachment's flows.
 	allocated := false
 	defer func() {
 		if retErr != nil && allocated {
@@ -218,17 +179,80 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			})
 		}
 	}()
+	contMAC := conf.MAC
+	var ofport int
 	if !dhcp {
+		// Addresses, MAC and ofport are known before the veth exists: the
+		// flows go in while ovs-vswitchd is idle, and the veth's link
+		// changes and the insert then reach it close together, to be
+		// folded into as few reconfigurations as it can.
 		if allocated, err = addresses(conf, args, result, contIndex); err != nil {
 			return err
 		}
-		if netdev {
-			if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
+		if contMAC == nil {
+			if contMAC, err = link.RandomMAC(); err != nil {
 				return err
 			}
 		}
+		result.Interfaces[contIndex].Mac = contMAC.String()
+		if ofport, err = cli.ChooseOFPort(ctx, ovsdb.HomeOFPort(att)); err != nil {
+			return asCNIError(err)
+		}
+		err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport)
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			// A bridge just created (createBridge) has no OpenFlow socket
+			// until ovs-vswitchd has applied it, with its interface.
+			if _, err := cli.WaitOFPort(ctx, br.Name, ofportTimeout); err != nil {
+				return asCNIError(err)
+			}
+			err = securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport)
+		}
+		if err != nil {
+			return err
+		}
 	}
 
+	// The veth, its container end created in place and prepared, the host
+	// end in its final state (promiscuous, as the datapath makes it; down
+	// for dhcp, see above).
+	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName, HostDown: dhcp, Promisc: true,
+		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: contMAC, Alias: link.Alias(conf.Name, args.ContainerID, args.IfName)})
+	if err != nil {
+		return err
+	}
+	portLeft := false // the port could not be rolled back: keep the veth, so DEL knows (code 11)
+	defer func() {
+		if retErr != nil && !portLeft {
+			_ = link.Delete(hostName)
+		}
+	}()
+	result.Interfaces[0].Mac = hostLink.Attrs().HardwareAddr.String()
+	if netdev {
+		// The userspace datapath reads the host end through a packet socket, so
+		// the node's kernel sees every frame too: keep it from answering ARP
+		// (with the veth's MAC) or running IPv6 on that end.
+		if err := link.Isolate(hostName); err != nil {
+			return err
+		}
+	}
+	if err := netns.Do(func(ns.NetNS) error {
+		mac, err := prepareContainer(args.IfName, netdev, dhcp, conf.IPAM.Type != "" && !conf.AllowRouter)
+		result.Interfaces[contIndex].Mac = mac
+		if err == nil && netdev && !dhcp {
+			err = configureAddresses(args.IfName, result)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+
+	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf, result.Interfaces[contIndex].Mac)}
+	if conf.VLAN != nil {
+		spec.Tag = *conf.VLAN
+	}
+	if conf.MAC != nil {
+		spec.UniqueMAC = result.Interfaces[contIndex].Mac
+	}
 	// The port, in one transaction, and its ofport. The rollback is armed
 	// before the transaction: when the connection breaks mid-commit its
 	// outcome is unknown, and the port may be there.
@@ -244,7 +268,6 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		}
 	}()
 	var portUUID string
-	var ofport int
 	if dhcp {
 		portUUID, err = cli.AttachPort(ctx, br.UUID, spec)
 		if err != nil {
@@ -268,8 +291,15 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return err
 		}
 	} else {
-		if portUUID, ofport, err = attachSecured(ctx, cli, conf, br, args, result, contIndex, spec); err != nil {
+		if portUUID, ofport, err = attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, ofport); err != nil {
 			return err
+		}
+		if netdev && len(result.IPs) > 0 {
+			// The container end came up before its port existed: its
+			// gratuitous ARP and unsolicited NA reached no one.
+			if err := netns.Do(func(ns.NetNS) error { return link.Announce(args.IfName) }); err != nil {
+				return err
+			}
 		}
 	}
 	if !netdev || dhcp {
@@ -319,32 +349,30 @@ func addresses(conf *NetConf, args *skel.CmdArgs, result *current.Result, contIn
 	return true, nil
 }
 
-// attachSecured installs the port's flows for the ofport it will request,
-// then inserts the port requesting it, with the port security record, and
-// waits for ovs-vswitchd to attach it. So the bundle does not wait behind
-// the insert's reconfiguration of the bridge, and the port has its flows
-// from its first frame. Should ovs-vswitchd give the port another number
-// (one it still held for a port removed meanwhile), the flows follow it.
-func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, spec ovsdb.PortSpec) (string, int, error) {
+// attachSecured inserts the port requesting ofport want, whose flows are
+// already in, with the port security record, and waits for ovs-vswitchd to
+// attach it. So no bundle waits behind the insert's reconfiguration of the
+// bridge, and the port has its flows from its first frame. When a
+// concurrent ADD requested want first, or ovs-vswitchd gives the port
+// another number (one it still held for a port removed meanwhile), the
+// flows follow.
+func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, spec ovsdb.PortSpec, want int) (string, int, error) {
 	if raw, ok, err := portSecRecordJSON(conf, result, contIndex); err != nil {
 		return "", 0, err
 	} else if ok {
 		spec.ExternalIDs[ovsdb.KeyPortSec] = raw
 	}
-	from := ovsdb.HomeOFPort(ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 	for attempt := 0; ; attempt++ {
-		want, err := cli.ChooseOFPort(ctx, from)
-		if err != nil {
-			return "", 0, asCNIError(err)
-		}
-		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", want); err != nil {
-			return "", 0, err
-		}
 		spec.OFPort = want
 		portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
 		var taken *ovsdb.OFPortTakenError
 		if errors.As(err, &taken) && attempt < 8 {
-			from = want + 1 // a concurrent ADD took it since ChooseOFPort
+			if want, err = cli.ChooseOFPort(ctx, want+1); err != nil {
+				return "", 0, asCNIError(err)
+			}
+			if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", want); err != nil {
+				return "", 0, err
+			}
 			continue
 		}
 		if err != nil {

@@ -5,6 +5,7 @@
 package link
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -124,6 +125,34 @@ func CreateVeth(s VethSpec) (netlink.Link, error) {
 		}
 	}
 	return host, nil
+}
+
+// RandomMAC returns a random unicast, locally administered MAC, as the
+// kernel gives a veth end created without one.
+func RandomMAC() (net.HardwareAddr, error) {
+	mac := make(net.HardwareAddr, 6)
+	if _, err := rand.Read(mac); err != nil {
+		return nil, fmt.Errorf("choosing a MAC: %w", err)
+	}
+	mac[0] = mac[0]&^0x01 | 0x02
+	return mac, nil
+}
+
+// Announce makes the kernel announce the addresses of link name again
+// (gratuitous ARP with arp_notify, unsolicited neighbour advertisements with
+// ndisc_notify), as it does when the link comes up: it sets the link's MAC
+// to itself, which notifies NETDEV_CHANGEADDR. For a link that came up
+// before its frames could reach anyone; it is a change in the link's netns
+// only.
+func Announce(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("looking up %q: %w", name, err)
+	}
+	if err := netlink.LinkSetHardwareAddr(l, l.Attrs().HardwareAddr); err != nil {
+		return fmt.Errorf("announcing the addresses of %q: %w", name, err)
+	}
+	return nil
 }
 
 // SetUp brings a link up.

@@ -185,3 +185,20 @@ func TestDeleteOrphansUnderLinkChurn(t *testing.T) {
 		t.Errorf("%d of %d DeleteOrphans calls failed; first: %v", failed, calls, first)
 	}
 }
+
+func TestRandomMAC(t *testing.T) {
+	seen := map[string]bool{}
+	for range 64 {
+		mac, err := RandomMAC()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mac) != 6 || mac[0]&0x01 != 0 || mac[0]&0x02 == 0 {
+			t.Fatalf("got %s, want a unicast, locally administered MAC", mac)
+		}
+		seen[mac.String()] = true
+	}
+	if len(seen) < 60 {
+		t.Errorf("got %d distinct MACs of 64", len(seen))
+	}
+}

@@ -297,7 +297,13 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		if netdev && len(result.IPs) > 0 {
 			// The container end came up before its port existed: its
 			// gratuitous ARP and unsolicited NA reached no one.
-			if err := netns.Do(func(ns.NetNS) error { return link.Announce(args.IfName) }); err != nil {
+			var addrs []netip.Addr
+			for _, ipc := range result.IPs {
+				if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
+					addrs = append(addrs, a.Unmap())
+				}
+			}
+			if err := netns.Do(func(ns.NetNS) error { return link.Announce(args.IfName, contMAC, addrs) }); err != nil {
 				return err
 			}
 		}

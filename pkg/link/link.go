@@ -138,23 +138,6 @@ func RandomMAC() (net.HardwareAddr, error) {
 	return mac, nil
 }
 
-// Announce makes the kernel announce the addresses of link name again
-// (gratuitous ARP with arp_notify, unsolicited neighbour advertisements with
-// ndisc_notify), as it does when the link comes up: it sets the link's MAC
-// to itself, which notifies NETDEV_CHANGEADDR. For a link that came up
-// before its frames could reach anyone; it is a change in the link's netns
-// only.
-func Announce(name string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("looking up %q: %w", name, err)
-	}
-	if err := netlink.LinkSetHardwareAddr(l, l.Attrs().HardwareAddr); err != nil {
-		return fmt.Errorf("announcing the addresses of %q: %w", name, err)
-	}
-	return nil
-}
-
 // SetUp brings a link up.
 func SetUp(l netlink.Link) error {
 	if err := netlink.LinkSetUp(l); err != nil {

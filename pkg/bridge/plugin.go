@@ -294,16 +294,16 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		if portUUID, ofport, err = attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, ofport); err != nil {
 			return err
 		}
-		if netdev && len(result.IPs) > 0 {
+		var gateways []netip.Addr
+		for _, ipc := range result.IPs {
+			if a, ok := netip.AddrFromSlice(ipc.Gateway); ok && netdev {
+				gateways = append(gateways, a.Unmap())
+			}
+		}
+		if len(gateways) > 0 {
 			// The container end came up before its port existed: its
 			// gratuitous ARP and unsolicited NA reached no one.
-			var addrs []netip.Addr
-			for _, ipc := range result.IPs {
-				if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
-					addrs = append(addrs, a.Unmap())
-				}
-			}
-			if err := netns.Do(func(ns.NetNS) error { return link.Announce(args.IfName, contMAC, addrs) }); err != nil {
+			if err := netns.Do(func(ns.NetNS) error { return link.Announce(args.IfName, gateways) }); err != nil {
 				return err
 			}
 		}

@@ -344,8 +344,9 @@ func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
 		end := min(p+ofportProbe, RequestedOFPortMax+1)
 		var ops []ovsdb.Operation
 		for _, col := range []string{"ofport", "ofport_request"} {
+			// (The bounds must be in the column's range, 1-65279.)
 			op := selectOp(tableInterface, ovsdb.NewCondition(col, ovsdb.ConditionGreaterThanOrEqual, p),
-				ovsdb.NewCondition(col, ovsdb.ConditionLessThan, end))
+				ovsdb.NewCondition(col, ovsdb.ConditionLessThanOrEqual, end-1))
 			op.Columns = []string{col}
 			ops = append(ops, op)
 		}
@@ -356,14 +357,17 @@ func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
 		taken := map[int]bool{}
 		for i, col := range []string{"ofport", "ofport_request"} {
 			for _, row := range res[i].Rows {
+				vals := []any{row[col]}
 				if set, ok := row[col].(ovsdb.OvsSet); ok {
-					for _, v := range set.GoSet {
-						if n, ok := v.(int); ok {
-							taken[n] = true
-						}
+					vals = set.GoSet
+				}
+				for _, v := range vals {
+					switch n := v.(type) { // JSON numbers decode as float64
+					case float64:
+						taken[int(n)] = true
+					case int:
+						taken[n] = true
 					}
-				} else if n, ok := row[col].(int); ok {
-					taken[n] = true
 				}
 			}
 		}

@@ -17,13 +17,16 @@
 # DATAPATH=netdev (default) or system (the kernel datapath: needs the
 # openvswitch module; hack/ovs-vm.sh test events runs it in a virtual
 # machine). OVSFLOW_BIN: a directory with the plugins already built (else
-# they are built with go).
+# they are built with go). ONLY=chain: only the chain's rows (and the idle
+# one). RUNS: runs per row (3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "vswitchd-events: needs root" >&2; exit 2; }
 N=${1:-500}
 DATAPATH=${DATAPATH:-netdev}
 WINDOW=${WINDOW:-1.5}
+ONLY=${ONLY:-}
+RUNS=${RUNS:-3}
 case $DATAPATH in netdev | system) ;; *) echo "vswitchd-events: DATAPATH=$DATAPATH: want netdev or system" >&2; exit 2 ;; esac
 SB=ovsflow-ev$$
 P=ev$$
@@ -37,7 +40,7 @@ if [ -z "${OVSFLOW_BIN:-}" ]; then
 fi
 eval "$(hack/ovs-sandbox.sh start "$SB")"
 cleanup() {
-	for i in $(seq 1 "$N") x1 x2 x3 y1 y2 y3 a1 a2 a3; do ip netns del "$P-$i" 2>/dev/null || true; done
+	for i in $(seq 1 "$N") $(for k in $(seq 1 "$RUNS"); do echo "x$k y$k a$k"; done); do ip netns del "$P-$i" 2>/dev/null || true; done
 	hack/ovs-sandbox.sh stop "$SB"
 	rm -rf "$work"
 }
@@ -72,10 +75,11 @@ pid=$(cat "$RUNDIR/ovs-vswitchd.pid")
 cpu() { awk '{print $14+$15}' "/proc/$pid/stat"; }
 reconf() { ovs-appctl -t "$ctl" coverage/read-counter bridge_reconfigure; }
 now() { date +%s%N; }
-row() { # label, then the command (run 3 times; $k is 1..3)
+row() { # label, then the command (run RUNS times; $k is 1..RUNS)
 	local label=$1 r c t0 ms=() rs=() cs=()
 	shift
-	for k in 1 2 3; do
+	case $ONLY:$label in :* | *:nothing* | *:"ADD of the chain"* | *:"DEL of the chain"*) ;; *) return 0 ;; esac
+	for k in $(seq 1 "$RUNS"); do
 		sleep "$WINDOW"
 		r=$(reconf) c=$(cpu) t0=$(now)
 		eval "$*"
@@ -114,7 +118,7 @@ chain_del() { # container
 	plugin DEL "$1" ovs-bridge <"$work/bridge.json"
 }
 
-echo "ovs-vswitchd, bridge of $N veth ports ($DATAPATH datapath); 3 runs each, ${WINDOW} s windows"
+echo "ovs-vswitchd, bridge of $N veth ports ($DATAPATH datapath); $RUNS runs each, ${WINDOW} s windows"
 echo
 echo "| change | command ms | reconfigurations | ovs-vswitchd CPU ticks (10 ms) |"
 echo "|---|---|---|---|"
@@ -131,6 +135,6 @@ row "an unattached veth deleted" 'ip netns del $P-x$k'
 row "veth created up and promiscuous, container end up" 'ip netns add $P-y$k; ip link add y$k netns $NETNS up promisc on type veth peer name eth0 netns $P-y$k; ip -n $P-y$k link set eth0 up'
 row "add-port of it (already promiscuous: the datapath changes nothing)" '$V add-port br0 y$k'
 row "one broadcast from a container, flooded" 'ip netns exec $P-$(((k - 1) % N + 1)) ping -q -b -c 1 -W 0.1 255.255.255.255 >/dev/null 2>&1 || true'
-for k in 1 2 3; do ip netns add "$P-a$k"; done
+for k in $(seq 1 "$RUNS"); do ip netns add "$P-a$k"; done
 row "ADD of the chain (ovs-bridge + host-local + ovs-portmap, one host port)" 'chain_add a$k $((8000 + k))'
 row "DEL of the chain" 'chain_del a$k'

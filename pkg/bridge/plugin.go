@@ -98,9 +98,16 @@ func portUUIDs(ports []ovsdb.OwnedPort) []string {
 // interface); on any failure it removes what it created: veth, port, flows,
 // IP allocation.
 //
-// No frame from the container is forwarded before its port flows are in:
-// the host end of the veth stays down (the container end has no carrier)
-// until they are.
+// No frame from the container is forwarded before its port flows are in.
+// Without dhcp they go in before the port exists, for the ofport the port
+// then requests (ovsdb.ChooseOFPort), and every link change comes before
+// the insert too (on the userspace datapath; on the kernel datapath the
+// container end comes up after it, since an unattached host end would hand
+// its frames to the node's IP stack): ovs-vswitchd reconfigures the whole
+// bridge on each, and a reconfiguration after the insert would hold up the
+// OpenFlow bundles of ovs-portmap. With dhcp, the host end stays down (the
+// container end has no carrier) until the flows of a port without
+// addresses are in.
 func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	conf, err := LoadConf(args.StdinData, args.Args)
 	if err != nil {
@@ -136,14 +143,71 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	defer netns.Close()
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
+	// After this, every port removal that was committed has been applied by
+	// ovs-vswitchd: an ofport no Interface row holds is free there too.
 	if err := replacePrevious(ctx, cli, conf, args, previous, hostName); err != nil {
 		return err
 	}
 
-	// The veth, its container end created in place and prepared.
 	netdev := br.DatapathType == "netdev"
-	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName, HostDown: true,
-		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: conf.MAC, Alias: link.Alias(conf.Name, args.ContainerID, args.IfName)})
+	dhcp := conf.IPAM.Type == "dhcp"
+	contIndex := 1
+	result := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS,
+		Interfaces: []*current.Interface{{Name: hostName}, {Name: args.IfName, Sandbox: args.Netns}}}
+	// A failed ADD releases the addresses (once allocated) and, from the
+	// first bundle on, removes the attachment's flows.
+	allocated := false
+	defer func() {
+		if retErr != nil && allocated {
+			_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
+		}
+	}()
+	defer func() {
+		if retErr != nil {
+			cnicmd.Rollback(func(ctx context.Context) {
+				_ = openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+					flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
+			})
+		}
+	}()
+	contMAC := conf.MAC
+	var ofport int
+	if !dhcp {
+		// Addresses, MAC and ofport are known before the veth exists: the
+		// flows go in while ovs-vswitchd is idle, and the veth's link
+		// changes and the insert then reach it close together, to be
+		// folded into as few reconfigurations as it can.
+		if allocated, err = addresses(conf, args, result, contIndex); err != nil {
+			return err
+		}
+		if contMAC == nil {
+			if contMAC, err = link.RandomMAC(); err != nil {
+				return err
+			}
+		}
+		result.Interfaces[contIndex].Mac = contMAC.String()
+		if ofport, err = cli.ChooseOFPort(ctx, ovsdb.HomeOFPort(att)); err != nil {
+			return asCNIError(err)
+		}
+		err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport)
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			// A bridge just created (createBridge) has no OpenFlow socket
+			// until ovs-vswitchd has applied it, with its interface.
+			if _, err := cli.WaitOFPort(ctx, br.Name, ofportTimeout); err != nil {
+				return asCNIError(err)
+			}
+			err = securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport)
+		}
+		if err != nil {
+			return err
+		}
+	}
+
+	// The veth, its container end created in place and prepared, the host
+	// end in its final state (promiscuous, as the datapath makes it; down
+	// for dhcp, see above).
+	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName, HostDown: dhcp, Promisc: true,
+		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: contMAC, Alias: link.Alias(conf.Name, args.ContainerID, args.IfName)})
 	if err != nil {
 		return err
 	}
@@ -153,6 +217,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			_ = link.Delete(hostName)
 		}
 	}()
+	result.Interfaces[0].Mac = hostLink.Attrs().HardwareAddr.String()
 	if netdev {
 		// The userspace datapath reads the host end through a packet socket, so
 		// the node's kernel sees every frame too: keep it from answering ARP
@@ -161,25 +226,27 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return err
 		}
 	}
-	dhcp := conf.IPAM.Type == "dhcp"
-	var contMAC string
 	if err := netns.Do(func(ns.NetNS) error {
-		contMAC, err = prepareContainer(args.IfName, netdev, dhcp, conf.IPAM.Type != "" && !conf.AllowRouter)
+		mac, err := prepareContainer(args.IfName, netdev, dhcp, conf.IPAM.Type != "" && !conf.AllowRouter)
+		result.Interfaces[contIndex].Mac = mac
+		if err == nil && netdev && !dhcp {
+			err = configureAddresses(args.IfName, result)
+		}
 		return err
 	}); err != nil {
 		return err
 	}
 
-	// The port, in one transaction, and its ofport.
-	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf, contMAC)}
+	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf, result.Interfaces[contIndex].Mac)}
 	if conf.VLAN != nil {
 		spec.Tag = *conf.VLAN
 	}
 	if conf.MAC != nil {
-		spec.UniqueMAC = contMAC
+		spec.UniqueMAC = result.Interfaces[contIndex].Mac
 	}
-	// The rollback is armed before the transaction: when the connection
-	// breaks mid-commit its outcome is unknown, and the port may be there.
+	// The port, in one transaction, and its ofport. The rollback is armed
+	// before the transaction: when the connection breaks mid-commit its
+	// outcome is unknown, and the port may be there.
 	defer func() {
 		if retErr != nil {
 			cnicmd.Rollback(func(ctx context.Context) {
@@ -191,30 +258,15 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			})
 		}
 	}()
-	portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
-	if err != nil {
-		return macError(err)
-	}
-	ofport, err := cli.WaitOFPort(ctx, hostName, ofportTimeout)
-	if err != nil {
-		return asCNIError(err)
-	}
-	defer func() {
-		if retErr != nil {
-			cnicmd.Rollback(func(ctx context.Context) {
-				_ = openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
-					flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
-			})
-		}
-	}()
-
-	contIndex := 1
-	result := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS,
-		Interfaces: []*current.Interface{
-			{Name: hostName, Mac: hostLink.Attrs().HardwareAddr.String()},
-			{Name: args.IfName, Mac: contMAC, Sandbox: args.Netns},
-		}}
+	var portUUID string
 	if dhcp {
+		portUUID, err = cli.AttachPort(ctx, br.UUID, spec)
+		if err != nil {
+			return macError(err)
+		}
+		if ofport, err = cli.WaitOFPort(ctx, hostName, ofportTimeout); err != nil {
+			return asCNIError(err)
+		}
 		// dhcp needs the link: first the flows of a port without
 		// addresses (DHCP client broadcasts, link-local), then the carrier.
 		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
@@ -223,44 +275,34 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		if err := link.SetUp(hostLink); err != nil {
 			return err
 		}
-	}
-
-	// Addresses.
-	if conf.IPAM.Type != "" {
-		r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
-		if err != nil {
-			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
-		}
-		defer func() {
-			if retErr != nil {
-				_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
-			}
-		}()
-		ipamResult, err := current.NewResultFromResult(r)
-		if err != nil {
-			return fmt.Errorf("ipam %q result: %w", conf.IPAM.Type, err)
-		}
-		result.IPs, result.Routes = ipamResult.IPs, ipamResult.Routes
-		if len(ipamResult.DNS.Nameservers) > 0 || len(ipamResult.DNS.Search) > 0 {
-			result.DNS = ipamResult.DNS
-		}
-		for _, ipc := range result.IPs {
-			ipc.Interface = current.Int(contIndex)
-		}
-	}
-	if err := securePort(ctx, cli, conf, br, args, result, contIndex, portUUID, ofport); err != nil {
-		return err
-	}
-	if !dhcp {
-		// The flows are in: now the container may send. The host end comes
-		// up before the container end, so that the container's gratuitous
-		// ARP and unsolicited NA on link up go out.
-		if err := link.SetUp(hostLink); err != nil {
+		if allocated, err = addresses(conf, args, result, contIndex); err != nil {
 			return err
 		}
+		if err := securePort(ctx, cli, conf, br, args, result, contIndex, portUUID, ofport); err != nil {
+			return err
+		}
+	} else {
+		if portUUID, ofport, err = attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, ofport); err != nil {
+			return err
+		}
+		var gateways []netip.Addr
+		for _, ipc := range result.IPs {
+			if a, ok := netip.AddrFromSlice(ipc.Gateway); ok && netdev {
+				gateways = append(gateways, a.Unmap())
+			}
+		}
+		if len(gateways) > 0 {
+			// The container end came up before its port existed: its
+			// gratuitous ARP and unsolicited NA reached no one.
+			if err := netns.Do(func(ns.NetNS) error { return link.Announce(args.IfName, gateways) }); err != nil {
+				return err
+			}
+		}
 	}
-	if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
-		return err
+	if !netdev || dhcp {
+		if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
+			return err
+		}
 	}
 	if conf.IsGateway {
 		if err := setupGateway(ctx, cli, br, result); err != nil {
@@ -276,6 +318,74 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)
+}
+
+// addresses runs IPAM and puts its addresses, routes and DNS into result.
+// It reports whether it allocated any (the caller releases them when ADD
+// fails later); on its own failure nothing stays allocated.
+func addresses(conf *NetConf, args *skel.CmdArgs, result *current.Result, contIndex int) (bool, error) {
+	if conf.IPAM.Type == "" {
+		return false, nil
+	}
+	r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
+	if err != nil {
+		return false, fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
+	}
+	ipamResult, err := current.NewResultFromResult(r)
+	if err != nil {
+		_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
+		return false, fmt.Errorf("ipam %q result: %w", conf.IPAM.Type, err)
+	}
+	result.IPs, result.Routes = ipamResult.IPs, ipamResult.Routes
+	if len(ipamResult.DNS.Nameservers) > 0 || len(ipamResult.DNS.Search) > 0 {
+		result.DNS = ipamResult.DNS
+	}
+	for _, ipc := range result.IPs {
+		ipc.Interface = current.Int(contIndex)
+	}
+	return true, nil
+}
+
+// attachSecured inserts the port requesting ofport want, whose flows are
+// already in, with the port security record, and waits for ovs-vswitchd to
+// attach it. So no bundle waits behind the insert's reconfiguration of the
+// bridge, and the port has its flows from its first frame. When a
+// concurrent ADD requested want first, or ovs-vswitchd gives the port
+// another number (one it still held for a port removed meanwhile), the
+// flows follow.
+func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, spec ovsdb.PortSpec, want int) (string, int, error) {
+	if raw, ok, err := portSecRecord(conf, result, contIndex).Value(); err != nil {
+		return "", 0, err
+	} else if ok {
+		spec.ExternalIDs[record.KeyPortSecurity] = raw
+	}
+	for attempt := 0; ; attempt++ {
+		spec.OFPort = want
+		portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
+		var taken *ovsdb.OFPortTakenError
+		if errors.As(err, &taken) && attempt < 8 {
+			if want, err = cli.ChooseOFPort(ctx, want+1); err != nil {
+				return "", 0, asCNIError(err)
+			}
+			if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", want); err != nil {
+				return "", 0, err
+			}
+			continue
+		}
+		if err != nil {
+			return "", 0, macError(err)
+		}
+		got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
+		if err != nil {
+			return "", 0, asCNIError(err)
+		}
+		if got != want {
+			if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", got); err != nil {
+				return "", 0, err
+			}
+		}
+		return portUUID, got, nil
+	}
 }
 
 // lookupBridge finds (or, with createBridge, creates) the configured bridge.

@@ -175,6 +175,15 @@ func TombstoneBundle(ofports ...uint32) openflow.Bundle {
 	return b
 }
 
+// TombstoneRemoval returns the bundle entry that removes the tombstone on
+// ofport, if there is one: a new port that requested the number of a port
+// deleted less than TombstoneTimeout ago must not drop everything.
+func TombstoneRemoval(ofport uint32) openflow.DeleteStrict {
+	c := CookieSuite | Cookie(CookieKindTombstone)<<CookieKindShift
+	return openflow.DeleteStrict{Cookie: uint64(c), Mask: ^uint64(0), Table: TableClassifier,
+		Priority: PriorityTombstone, Match: openflow.Match{}.InPort(ofport)}
+}
+
 // PortSecurityBundle returns the bundle that replaces the port flows of ps;
 // extra flows (the base flow of a secure bridge) go in with them.
 func PortSecurityBundle(ps PortSecurity, extra ...Flow) openflow.Bundle {

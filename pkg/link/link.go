@@ -6,6 +6,7 @@
 package link
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 )
 
 // HostVethName is the deterministic host-side name for a container interface:
@@ -39,6 +42,10 @@ type VethSpec struct {
 	// HostDown leaves the host end down: the container end has no carrier,
 	// so nothing the container sends reaches the bridge until SetUp.
 	HostDown bool
+	// Promisc creates the host end promiscuous, as the userspace and the
+	// kernel datapath make a port anyway: set later, the change would cost
+	// ovs-vswitchd one more reconfiguration of the bridge.
+	Promisc bool
 }
 
 // Alias names the attachment on its host veth ("ovsflow:<network>:<container
@@ -69,15 +76,42 @@ func DeleteOrphans(prefix string, keep map[string]bool) error {
 }
 
 // CreateVeth creates the pair from the host netns with the container end placed
-// directly in the container netns, and brings the host end up (unless
-// HostDown).
+// directly in the container netns, and the host end in its final state: up
+// (unless HostDown) and promiscuous (with Promisc) in the RTM_NEWLINK that
+// creates it, its alias (which the kernel ignores on creation) right after.
+// ovs-vswitchd reconfigures the whole bridge on every link change it hears
+// of; changes that come together are folded into one.
 func CreateVeth(s VethSpec) (netlink.Link, error) {
-	attrs := netlink.NewLinkAttrs()
-	attrs.Name = s.HostName
-	attrs.MTU = s.MTU
-	v := &netlink.Veth{LinkAttrs: attrs, PeerName: s.ContName, PeerNamespace: netlink.NsFd(s.ContNSFd),
-		PeerHardwareAddr: s.ContMAC, PeerMTU: uint32(s.MTU)}
-	if err := netlink.LinkAdd(v); err != nil {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	if !s.HostDown {
+		msg.Change |= unix.IFF_UP
+		msg.Flags |= unix.IFF_UP
+	}
+	if s.Promisc {
+		msg.Change |= unix.IFF_PROMISC
+		msg.Flags |= unix.IFF_PROMISC
+	}
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(s.HostName)))
+	if s.MTU > 0 {
+		req.AddData(nl.NewRtAttr(unix.IFLA_MTU, nl.Uint32Attr(uint32(s.MTU))))
+	}
+	info := nl.NewRtAttr(unix.IFLA_LINKINFO, nil)
+	info.AddRtAttr(nl.IFLA_INFO_KIND, nl.NonZeroTerminated("veth"))
+	data := info.AddRtAttr(nl.IFLA_INFO_DATA, nil)
+	peer := data.AddRtAttr(nl.VETH_INFO_PEER, nil)
+	nl.NewIfInfomsgChild(peer, unix.AF_UNSPEC)
+	peer.AddRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(s.ContName))
+	if s.MTU > 0 {
+		peer.AddRtAttr(unix.IFLA_MTU, nl.Uint32Attr(uint32(s.MTU)))
+	}
+	if s.ContMAC != nil {
+		peer.AddRtAttr(unix.IFLA_ADDRESS, []byte(s.ContMAC))
+	}
+	peer.AddRtAttr(unix.IFLA_NET_NS_FD, nl.Uint32Attr(uint32(s.ContNSFd)))
+	req.AddData(info)
+	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
 		return nil, fmt.Errorf("creating veth %q/%q: %w", s.HostName, s.ContName, err)
 	}
 	host, err := netlink.LinkByName(s.HostName)
@@ -91,14 +125,18 @@ func CreateVeth(s VethSpec) (netlink.Link, error) {
 			return nil, fmt.Errorf("naming veth %q: %w", s.HostName, err)
 		}
 	}
-	if s.HostDown {
-		return host, nil
-	}
-	if err := netlink.LinkSetUp(host); err != nil {
-		_ = Delete(s.HostName)
-		return nil, fmt.Errorf("setting veth %q up: %w", s.HostName, err)
-	}
 	return host, nil
+}
+
+// RandomMAC returns a random unicast, locally administered MAC, as the
+// kernel gives a veth end created without one.
+func RandomMAC() (net.HardwareAddr, error) {
+	mac := make(net.HardwareAddr, 6)
+	if _, err := rand.Read(mac); err != nil {
+		return nil, fmt.Errorf("choosing a MAC: %w", err)
+	}
+	mac[0] = mac[0]&^0x01 | 0x02
+	return mac, nil
 }
 
 // SetUp brings a link up.

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/ovsflow/ovs-cni/pkg/internal/nettest"
 )
@@ -47,7 +48,7 @@ func TestCreateVeth(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:5e:10:00:01")
 	err := host.Do(func(ns.NetNS) error {
 		if _, err := CreateVeth(VethSpec{HostName: hostName, ContName: "eth0", ContNSFd: int(cont.Fd()),
-			MTU: 1400, ContMAC: mac, Alias: Alias("net", "c1", "eth0")}); err != nil {
+			MTU: 1400, ContMAC: mac, Alias: Alias("net", "c1", "eth0"), Promisc: true}); err != nil {
 			return err
 		}
 		l, err := netlink.LinkByName(hostName) // as the kernel has it now
@@ -55,9 +56,9 @@ func TestCreateVeth(t *testing.T) {
 			return err
 		}
 		a := l.Attrs()
-		if a.Flags&net.FlagUp == 0 || a.Alias != "ovsflow:net:c1/eth0" || a.MTU != 1400 {
-			t.Errorf("host end: up %v, alias %q, mtu %d; want up, the alias, 1400",
-				a.Flags&net.FlagUp != 0, a.Alias, a.MTU)
+		if a.Flags&net.FlagUp == 0 || a.RawFlags&unix.IFF_PROMISC == 0 || a.Alias != "ovsflow:net:c1/eth0" || a.MTU != 1400 {
+			t.Errorf("host end: up %v, promiscuous %v, alias %q, mtu %d; want up, promiscuous, the alias, 1400",
+				a.Flags&net.FlagUp != 0, a.RawFlags&unix.IFF_PROMISC != 0, a.Alias, a.MTU)
 		}
 		return nil
 	})
@@ -154,5 +155,22 @@ func TestDeleteOrphansUnderLinkChurn(t *testing.T) {
 	t.Logf("%d DeleteOrphans calls while a veth was created and deleted %d times", calls, churned)
 	if failed > 0 {
 		t.Errorf("%d of %d DeleteOrphans calls failed; first: %v", failed, calls, first)
+	}
+}
+
+func TestRandomMAC(t *testing.T) {
+	seen := map[string]bool{}
+	for range 64 {
+		mac, err := RandomMAC()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mac) != 6 || mac[0]&0x01 != 0 || mac[0]&0x02 == 0 {
+			t.Fatalf("got %s, want a unicast, locally administered MAC", mac)
+		}
+		seen[mac.String()] = true
+	}
+	if len(seen) < 60 {
+		t.Errorf("got %d distinct MACs of 64", len(seen))
 	}
 }

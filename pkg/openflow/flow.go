@@ -78,6 +78,25 @@ func cookieMask(v, m uint64) string {
 	return fmt.Sprintf("0x%016x/0x%016x", v, m)
 }
 
+// DeleteStrict removes the one flow of Table with exactly Priority and
+// Match, if its cookie matches Cookie under Mask (ovs-ofctl del-flows
+// --strict).
+type DeleteStrict struct {
+	Cookie, Mask uint64
+	Table        uint8
+	Priority     uint16
+	Match        Match
+}
+
+// String renders "cookie=V/M,table=N,priority=P,MATCH".
+func (d DeleteStrict) String() string {
+	s := fmt.Sprintf("cookie=%s,table=%d,priority=%d", cookieMask(d.Cookie, d.Mask), d.Table, d.Priority)
+	if m := d.Match.String(); m != "" {
+		s += "," + m
+	}
+	return s
+}
+
 // Mod is one entry of a Bundle: a Flow (added, replacing a flow with the
 // same table, priority and match) or a Delete.
 type Mod interface {
@@ -92,6 +111,9 @@ func (f Flow) Line() string { return "add " + f.String() }
 
 // Line renders "delete " and the cookie match.
 func (d Delete) Line() string { return "delete " + d.String() }
+
+// Line renders "delete_strict " and the flow's key.
+func (d DeleteStrict) Line() string { return "delete_strict " + d.String() }
 
 // Bundle is a list of flow changes applied as one transaction (see Apply).
 type Bundle []Mod
@@ -111,6 +133,7 @@ func (b Bundle) String() string {
 const (
 	ofpfcAdd       = 0
 	ofpfcDelete    = 3
+	ofpfcDelStrict = 4
 	ofpttAll       = 0xff
 	ofppAny        = 0xffffffff
 	ofpgAny        = 0xffffffff
@@ -124,6 +147,10 @@ func (f Flow) flowMod(b []byte) []byte {
 
 func (d Delete) flowMod(b []byte) []byte {
 	return flowModMsg(b, d.Cookie, d.Mask, ofpttAll, ofpfcDelete, 0, ofpDefaultPrio, Match{}, nil)
+}
+
+func (d DeleteStrict) flowMod(b []byte) []byte {
+	return flowModMsg(b, d.Cookie, d.Mask, d.Table, ofpfcDelStrict, 0, d.Priority, d.Match, nil)
 }
 
 // flowModMsg appends an OFPT_FLOW_MOD (OpenFlow 1.4 section 7.3.4.1) with

@@ -2,7 +2,9 @@ package ovsdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
@@ -33,6 +35,89 @@ type PortSpec struct {
 	// UniqueMAC, when set, makes the transaction fail with a *MACInUseError
 	// if another Port row records this container MAC (KeyMAC) by then.
 	UniqueMAC string
+	// OFPort, when set, is the interface's ofport_request (see ChooseOFPort):
+	// the transaction fails with an *OFPortTakenError if another interface
+	// requests it by then.
+	OFPort int
+}
+
+// Requested ofports are taken from the upper half of the OpenFlow port
+// range, [RequestedOFPortMin, RequestedOFPortMax]: ovs-vswitchd numbers the
+// ports that request none upwards from 1, so they rarely meet.
+const (
+	RequestedOFPortMin = 32768
+	RequestedOFPortMax = 65279 // OFPP_MAX - 1
+	// ofportProbe is how many numbers from an attachment's own one
+	// ChooseOFPort considers in one round trip.
+	ofportProbe = 16
+)
+
+// OFPortTakenError says that another interface requested or holds the
+// ofport that a port was to request.
+type OFPortTakenError struct {
+	OFPort int
+}
+
+func (e *OFPortTakenError) Error() string {
+	return fmt.Sprintf("ofport %d is requested by another interface", e.OFPort)
+}
+
+// HomeOFPort is the ofport attachment a tries first: a hash of its identity
+// in the requested range, so that a retried ADD of the same attachment
+// usually gets its old number back.
+func HomeOFPort(a Attachment) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(a.ContainerID + "/" + a.IfName))
+	return RequestedOFPortMin + int(h.Sum32()%(RequestedOFPortMax-RequestedOFPortMin+1))
+}
+
+// ChooseOFPort returns the first ofport from from on (wrapping within the
+// requested range) that no interface requests or holds. AttachPort checks
+// it again in its own transaction: a concurrent ADD may take it meanwhile.
+func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
+	p := from
+	for tried := 0; tried <= RequestedOFPortMax-RequestedOFPortMin; tried += ofportProbe {
+		if p < RequestedOFPortMin || p > RequestedOFPortMax {
+			p = RequestedOFPortMin
+		}
+		end := min(p+ofportProbe, RequestedOFPortMax+1)
+		var ops []ovsdb.Operation
+		for _, col := range []string{"ofport", "ofport_request"} {
+			// (The bounds must be in the column's range, 1-65279.)
+			op := selectOp(tableInterface, ovsdb.NewCondition(col, ovsdb.ConditionGreaterThanOrEqual, p),
+				ovsdb.NewCondition(col, ovsdb.ConditionLessThanOrEqual, end-1))
+			op.Columns = []string{col}
+			ops = append(ops, op)
+		}
+		res, err := c.transact(ctx, ops...)
+		if err != nil {
+			return 0, fmt.Errorf("looking up ofports %d-%d: %w", p, end-1, err)
+		}
+		taken := map[int]bool{}
+		for i, col := range []string{"ofport", "ofport_request"} {
+			for _, row := range res[i].Rows {
+				vals := []any{row[col]}
+				if set, ok := row[col].(ovsdb.OvsSet); ok {
+					vals = set.GoSet
+				}
+				for _, v := range vals {
+					switch n := v.(type) { // JSON numbers decode as float64
+					case float64:
+						taken[int(n)] = true
+					case int:
+						taken[n] = true
+					}
+				}
+			}
+		}
+		for n := p; n < end; n++ {
+			if !taken[n] {
+				return n, nil
+			}
+		}
+		p = end
+	}
+	return 0, fmt.Errorf("no free ofport in %d-%d", RequestedOFPortMin, RequestedOFPortMax)
 }
 
 // MACInUseError says that a MAC is already used on the node: by a container
@@ -89,27 +174,46 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 		portRow["trunks"] = ovsSet(spec.Trunks...)
 		portRow["vlan_mode"] = "trunk"
 	}
+	ifaceRow := ovsdb.Row{"name": spec.Name, "external_ids": ids}
+	if spec.OFPort > 0 {
+		ifaceRow["ofport_request"] = spec.OFPort
+	}
+	zero := 0
 	ops := []ovsdb.Operation{
-		{Op: ovsdb.OperationInsert, Table: tableInterface, UUIDName: "iface",
-			Row: ovsdb.Row{"name": spec.Name, "external_ids": ids}},
+		{Op: ovsdb.OperationInsert, Table: tableInterface, UUIDName: "iface", Row: ifaceRow},
 		{Op: ovsdb.OperationInsert, Table: tablePort, UUIDName: "port", Row: portRow},
 		{Op: ovsdb.OperationMutate, Table: tableBridge,
 			Where:     []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: bridgeUUID})},
 			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("ports", ovsdb.MutateOperationInsert, uuidSet("port"))}},
 	}
+	if spec.OFPort > 0 {
+		// The new interface must be the only one requesting the number:
+		// two concurrent ADDs cannot both win. (One that ovs-vswitchd
+		// numbered without a request is ChooseOFPort's to avoid; should
+		// it hold the number, ovs-vswitchd gives this port another.)
+		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tableInterface, Timeout: &zero,
+			Where:   []ovsdb.Condition{ovsdb.NewCondition("ofport_request", ovsdb.ConditionEqual, spec.OFPort)},
+			Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual), Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: "iface"}}}})
+	}
 	if spec.UniqueMAC != "" {
 		// The new port must be the only one recording the MAC (the
 		// container MAC is in its external_ids): two concurrent ADDs with
 		// the same MAC cannot both win.
-		zero := 0
 		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tablePort, Timeout: &zero,
 			Where:   []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{KeyMAC: spec.UniqueMAC}))},
 			Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual), Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: "port"}}}})
 	}
 	res, err := c.transact(ctx, ops...)
 	if err != nil {
-		if spec.UniqueMAC != "" && waitTimedOut(err) {
-			return "", &MACInUseError{MAC: spec.UniqueMAC, Holder: "a port attached at the same time"}
+		var to *ovsdb.TimedOut
+		if errors.As(err, &to) {
+			// The table of the wait that did not hold says which.
+			if op := to.Operation(); op != nil && op.Table == tableInterface {
+				return "", &OFPortTakenError{OFPort: spec.OFPort}
+			}
+			if spec.UniqueMAC != "" {
+				return "", &MACInUseError{MAC: spec.UniqueMAC, Holder: "a port attached at the same time"}
+			}
 		}
 		return "", fmt.Errorf("attaching port %q: %w", spec.Name, err)
 	}

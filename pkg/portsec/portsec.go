@@ -5,7 +5,6 @@ package portsec
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -15,7 +14,9 @@ import (
 
 // Apply installs the port's table-0 flows for rec (and table 0's NORMAL on
 // a fail_mode=secure bridge) in one bundle under cookie c, and, given
-// portUUID, first records them on the port for reconcile.
+// portUUID, first records them on the port for reconcile. The bundle also
+// removes a tombstone on ofport (a number requested again within seconds of
+// its port's DEL).
 //
 // Unlike ovs-portmap's host ports it does not wait for the datapath's flow
 // cache to follow (openflow.StartRevalidation): the flows match the new
@@ -26,23 +27,25 @@ func Apply(ctx context.Context, cli *ovsdb.Client, rec record.PortSecurity, secu
 	if secure {
 		base = flows.BaseFlows()
 	}
+	tomb := flows.TombstoneRemoval(uint32(ofport))
 	if rec.Disabled && rec.VLAN == flows.Untagged && base == nil {
-		return nil // no flows of ours on this port
+		// No flows of ours on this port, only the tombstone to lift.
+		return openflow.Apply(ctx, rec.OpenFlow, openflow.Bundle{tomb})
 	}
-	if portUUID != "" && (!rec.Disabled || rec.VLAN != flows.Untagged) {
-		raw, err := json.Marshal(rec)
-		if err != nil {
+	if portUUID != "" {
+		if raw, ok, err := rec.Value(); err != nil {
 			return err
-		}
-		if err := cli.SetPortExternalIDs(ctx, portUUID, map[string]string{record.KeyPortSecurity: string(raw)}); err != nil {
-			return err
+		} else if ok {
+			if err := cli.SetPortExternalIDs(ctx, portUUID, map[string]string{record.KeyPortSecurity: raw}); err != nil {
+				return err
+			}
 		}
 	}
 	ps, err := rec.Facts(c, uint32(ofport))
 	if err != nil {
 		return err
 	}
-	return openflow.Apply(ctx, rec.OpenFlow, flows.PortSecurityBundle(ps, base...))
+	return openflow.Apply(ctx, rec.OpenFlow, append(openflow.Bundle{tomb}, flows.PortSecurityBundle(ps, base...)...))
 }
 
 // Rebuild returns the port security flows recorded for port p, with the

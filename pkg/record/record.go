@@ -190,6 +190,19 @@ func (r PortSecurity) Facts(c flows.Cookie, ofport uint32) (flows.PortSecurity, 
 		L2Only: r.L2Only, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled}, nil
 }
 
+// Value is the external_ids value of the record, when it has flows to
+// record (not with port security off and no VLAN).
+func (r PortSecurity) Value() (raw string, ok bool, err error) {
+	if r.Disabled && r.VLAN == flows.Untagged {
+		return "", false, nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", false, fmt.Errorf("port security record: %w", err)
+	}
+	return string(b), true, nil
+}
+
 // PortSecurityOf reads the port security record of a port.
 func PortSecurityOf(p ovsdb.OwnedPort) (PortSecurity, bool) {
 	var r PortSecurity

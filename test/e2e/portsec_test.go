@@ -113,3 +113,49 @@ func TestDelTombstone(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// An ADD within TombstoneTimeout of its attachment's DEL gets the same
+// requested ofport back, and its bundle lifts the tombstone on it: the new
+// port forwards at once (with port security on, and off: then the bundle
+// holds nothing else).
+func TestReAddOverTombstone(t *testing.T) {
+	requireSandbox(t)
+	tomb := flows.CookieSuite | flows.Cookie(flows.CookieKindTombstone)<<flows.CookieKindShift
+	for _, tt := range []struct {
+		name  string
+		extra map[string]any
+	}{
+		{"portSecurity", map[string]any{"isGateway": true}},
+		{"no portSecurity", map[string]any{"isGateway": true, "portSecurity": false}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			br := newBridge(t)
+			h := &ovsHost{bridge: br}
+			n := newCNI(t, conflist("1.0.0", "retomb", bridgeConf(br, t.TempDir(), tt.extra)))
+			a, b := newContainer(t), newContainer(t)
+			n.mustAdd(t, a, "eth0", nil)
+			rb := n.mustAdd(t, b, "eth0", nil)
+			t.Cleanup(func() { n.del(a, "eth0", nil); n.del(b, "eth0", nil) })
+			ofport := vsctl(t, "get", "Interface", hostVeth(a, "eth0"), "ofport")
+			if req := vsctl(t, "get", "Interface", hostVeth(a, "eth0"), "ofport_request"); req != ofport {
+				t.Fatalf("ofport %s, ofport_request %s: want the requested one", ofport, req)
+			}
+			if err := n.del(a, "eth0", nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.flowsOf(t, tomb); len(got) != 1 || !strings.Contains(got[0], "in_port="+ofport+" ") {
+				t.Fatalf("after DEL: tombstone flows %q, want one for in_port=%s", got, ofport)
+			}
+			n.mustAdd(t, a, "eth0", nil)
+			if again := vsctl(t, "get", "Interface", hostVeth(a, "eth0"), "ofport"); again != ofport {
+				t.Fatalf("ADD again: ofport %s, want %s back", again, ofport)
+			}
+			if got := h.flowsOf(t, tomb); len(got) != 0 {
+				t.Fatalf("ADD again: tombstone flows %q, want none", got)
+			}
+			if err := a.ping(addrOf(t, rb, false)); err != nil {
+				t.Errorf("ADD again, within the tombstone's timeout: %v", err)
+			}
+		})
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/internal/nettest"
@@ -24,14 +23,7 @@ import (
 // NodeIPs must return the bridge's addresses every time.
 func TestNodeIPsUnderLinkChurn(t *testing.T) {
 	nettest.RequireRoot(t)
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = n.Close()
-		_ = testutils.UnmountNS(n)
-	})
+	n := nettest.NewNS(t)
 
 	// The "bridge interface" and its addresses, then enough other links
 	// with addresses that a dump takes more than one read.
@@ -61,7 +53,7 @@ func TestNodeIPsUnderLinkChurn(t *testing.T) {
 		}
 		return nil
 	}
-	err = n.Do(func(ns.NetNS) error {
+	err := n.Do(func(ns.NetNS) error {
 		if err := addVeth(bridge, "198.51.100.1/24", "2001:db8:14::1/64"); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/ovsflow/ovs-cni/pkg/internal/nettest"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -21,7 +22,7 @@ func TestAnnounce(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPED: needs root (scratch network namespaces)")
 	}
-	host, cont := newNS(t), newNS(t)
+	host, cont := nettest.NewNS(t), nettest.NewNS(t)
 	mac, _ := net.ParseMAC("02:00:5e:10:00:09")
 	v4 := netip.MustParseAddr("192.0.2.9")
 	gw4, gw6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")

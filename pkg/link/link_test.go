@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -22,20 +21,6 @@ func TestHostVethName(t *testing.T) {
 	}
 }
 
-// newNS is a scratch netns, removed at the end of the test.
-func newNS(t *testing.T) ns.NetNS {
-	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatalf("new netns: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = n.Close()
-		_ = testutils.UnmountNS(n)
-	})
-	return n
-}
-
 // TestCreateVeth creates a pair between two scratch netns ("host" and
 // "container") and checks both ends are as CreateVeth promises; Delete then
 // removes both, and deleting again is not an error.
@@ -43,7 +28,7 @@ func TestCreateVeth(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIPPED: needs root (scratch network namespaces)")
 	}
-	host, cont := newNS(t), newNS(t)
+	host, cont := nettest.NewNS(t), nettest.NewNS(t)
 	const hostName = "ovftest0"
 	mac, _ := net.ParseMAC("02:00:5e:10:00:01")
 	err := host.Do(func(ns.NetNS) error {
@@ -104,7 +89,7 @@ func TestCreateVeth(t *testing.T) {
 // change interrupted; DeleteOrphans must neither fail nor delete a kept link.
 func TestDeleteOrphansUnderLinkChurn(t *testing.T) {
 	nettest.RequireRoot(t)
-	host, cont := newNS(t), newNS(t)
+	host, cont := nettest.NewNS(t), nettest.NewNS(t)
 	const prefix = "ovsflow:i14:"
 	err := host.Do(func(ns.NetNS) error {
 		for i := range 32 {

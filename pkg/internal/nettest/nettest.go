@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 )
 
@@ -22,6 +23,20 @@ func RequireRoot(t *testing.T) {
 		}
 		t.Skip("SKIPPED: needs root (scratch network namespaces)")
 	}
+}
+
+// NewNS is a scratch network namespace, removed at the end of the test.
+func NewNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatalf("new netns: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	return n
 }
 
 // Churn churns a veth named name (its peer name+"p") in n until stop is

@@ -189,16 +189,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		if ofport, err = cli.ChooseOFPort(ctx, ovsdb.HomeOFPort(att)); err != nil {
 			return asCNIError(err)
 		}
-		err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport)
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			// A bridge just created (createBridge) has no OpenFlow socket
-			// until ovs-vswitchd has applied it, with its interface.
-			if _, err := cli.WaitOFPort(ctx, br.Name, ofportTimeout); err != nil {
-				return asCNIError(err)
-			}
-			err = securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport)
-		}
-		if err != nil {
+		// A bridge just created (createBridge), or one of an ovs-vswitchd
+		// restarting, has no OpenFlow socket yet: securePort waits for it.
+		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
 			return err
 		}
 	}
@@ -456,8 +449,7 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 		byTarget[target] = append(byTarget[target], flows.AttachmentCookie(a.ContainerID, a.IfName).AttachmentDelete())
 	}
 	for target, b := range byTarget {
-		err := openflow.Apply(ctx, target, b)
-		if err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
+		if err := openflow.Apply(ctx, target, b); err != nil && !openflow.NotServed(err) {
 			return asCNIError(err)
 		}
 	}
@@ -666,6 +658,15 @@ func CmdDel(args *skel.CmdArgs) error {
 		}
 		if err := cutOff(ctx, conf, ports); err != nil {
 			return err
+		}
+		if len(ports) == 0 {
+			// An ADD that died before its insert left its flows (they go
+			// in before the port): they go by the attachment's cookie.
+			err := openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+				flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
+			if err != nil && !openflow.NotServed(err) {
+				return asCNIError(err)
+			}
 		}
 		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
 			return err

@@ -175,13 +175,13 @@ func TombstoneBundle(ofports ...uint32) openflow.Bundle {
 	return b
 }
 
-// TombstoneRemoval returns the bundle entry that removes the tombstone on
-// ofport, if there is one: a new port that requested the number of a port
-// deleted less than TombstoneTimeout ago must not drop everything.
-func TombstoneRemoval(ofport uint32) openflow.DeleteStrict {
-	c := CookieSuite | Cookie(CookieKindTombstone)<<CookieKindShift
-	return openflow.DeleteStrict{Cookie: uint64(c), Mask: ^uint64(0), Table: TableClassifier,
-		Priority: PriorityTombstone, Match: openflow.Match{}.InPort(ofport)}
+// ClearPort returns the bundle entry that removes every flow of the suite
+// that matches in_port=ofport, whoever left it: the tombstone of a port
+// deleted less than TombstoneTimeout ago that had the number a new port
+// requested again, and the flows of an ADD that died before its port was
+// inserted. So a new port starts with no flow of an earlier one.
+func ClearPort(ofport uint32) openflow.Delete {
+	return openflow.Delete{Cookie: uint64(CookieSuite), Mask: uint64(SuiteMask), Match: openflow.Match{}.InPort(ofport)}
 }
 
 // PortSecurityBundle returns the bundle that replaces the port flows of ps;

@@ -249,26 +249,23 @@ func decodeInstructions(b []byte) (Actions, error) {
 	var out Actions
 	var gotoTable *GotoTable
 	for len(b) > 0 {
-		if len(b) < 8 {
-			return nil, decodeErr("truncated instruction")
-		}
-		typ, n := binary.BigEndian.Uint16(b), int(binary.BigEndian.Uint16(b[2:]))
-		if n < 8 || n > len(b) {
-			return nil, decodeErr("instruction length %d", n)
+		typ, in, rest, err := nextTLV(b, 8, 1, "instruction")
+		if err != nil {
+			return nil, err
 		}
 		switch typ {
 		case ofpitApply:
-			as, err := decodeActions(b[8:n], false)
+			as, err := decodeActions(in[8:], false)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, as...)
 		case ofpitGotoTable:
-			gotoTable = &GotoTable{b[4]}
+			gotoTable = &GotoTable{in[4]}
 		default:
 			return nil, decodeErr("instruction type %d", typ)
 		}
-		b = b[n:]
+		b = rest
 	}
 	if gotoTable != nil {
 		out = append(out, *gotoTable)
@@ -279,21 +276,31 @@ func decodeInstructions(b []byte) (Actions, error) {
 func decodeActions(b []byte, inCT bool) (Actions, error) {
 	var out Actions
 	for len(b) > 0 {
-		if len(b) < 8 {
-			return nil, decodeErr("truncated action")
-		}
-		typ, n := binary.BigEndian.Uint16(b), int(binary.BigEndian.Uint16(b[2:]))
-		if n < 8 || n%8 != 0 || n > len(b) {
-			return nil, decodeErr("action length %d", n)
-		}
-		a, err := decodeAction(typ, b[:n])
+		typ, a, rest, err := nextTLV(b, 8, 8, "action")
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, a...)
-		b = b[n:]
+		as, err := decodeAction(typ, a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, as...)
+		b = rest
 	}
 	return out, nil
+}
+
+// nextTLV splits the first instruction or action (16-bit type, then 16-bit
+// length of the whole entry, a multiple of align) off b.
+func nextTLV(b []byte, min, align int, what string) (typ uint16, entry, rest []byte, err error) {
+	if len(b) < min {
+		return 0, nil, nil, decodeErr("truncated %s", what)
+	}
+	typ, n := binary.BigEndian.Uint16(b), int(binary.BigEndian.Uint16(b[2:]))
+	if n < 8 || n%align != 0 || n > len(b) {
+		return 0, nil, nil, decodeErr("%s length %d", what, n)
+	}
+	return typ, b[:n], b[n:], nil
 }
 
 func subfield(hdr uint32, ofs, nbits uint16) (Subfield, error) {
@@ -408,15 +415,11 @@ func decodeAction(typ uint16, a []byte) (Actions, error) {
 func decodeNested(b []byte, c *CT) (Actions, error) {
 	var exec Actions
 	for len(b) > 0 {
-		if len(b) < 16 {
-			return nil, decodeErr("truncated ct action")
+		typ, a, rest, err := nextTLV(b, 16, 8, "ct action")
+		if err != nil {
+			return nil, err
 		}
-		typ, n := binary.BigEndian.Uint16(b), int(binary.BigEndian.Uint16(b[2:]))
-		if n < 8 || n%8 != 0 || n > len(b) {
-			return nil, decodeErr("ct action length %d", n)
-		}
-		a := b[:n]
-		b = b[n:]
+		b = rest
 		if typ == ofpatExp && binary.BigEndian.Uint32(a[4:]) == nxVendor && binary.BigEndian.Uint16(a[8:]) == nxastNAT {
 			nat, err := decodeNAT(a)
 			if err != nil {

@@ -63,38 +63,28 @@ func (f Flow) Validate() error {
 }
 
 // Delete removes the flows whose cookie matches Cookie under Mask, in every
-// table (ovs-ofctl del-flows BRIDGE cookie=V/M).
+// table, and whose match has at least the fields of Match, with its values
+// (ovs-ofctl del-flows BRIDGE cookie=V/M[,MATCH]; not strict).
 type Delete struct {
 	Cookie, Mask uint64
+	Match        Match
 }
 
-// String renders "cookie=V/M", the mask -1 when all ones, as ovs-ofctl reads it.
-func (d Delete) String() string { return "cookie=" + cookieMask(d.Cookie, d.Mask) }
+// String renders "cookie=V/M[,MATCH]", the mask -1 when all ones, as
+// ovs-ofctl reads it.
+func (d Delete) String() string {
+	s := "cookie=" + cookieMask(d.Cookie, d.Mask)
+	if m := d.Match.String(); m != "" {
+		s += "," + m
+	}
+	return s
+}
 
 func cookieMask(v, m uint64) string {
 	if m == ^uint64(0) {
 		return fmt.Sprintf("0x%016x/-1", v)
 	}
 	return fmt.Sprintf("0x%016x/0x%016x", v, m)
-}
-
-// DeleteStrict removes the one flow of Table with exactly Priority and
-// Match, if its cookie matches Cookie under Mask (ovs-ofctl del-flows
-// --strict).
-type DeleteStrict struct {
-	Cookie, Mask uint64
-	Table        uint8
-	Priority     uint16
-	Match        Match
-}
-
-// String renders "cookie=V/M,table=N,priority=P,MATCH".
-func (d DeleteStrict) String() string {
-	s := fmt.Sprintf("cookie=%s,table=%d,priority=%d", cookieMask(d.Cookie, d.Mask), d.Table, d.Priority)
-	if m := d.Match.String(); m != "" {
-		s += "," + m
-	}
-	return s
 }
 
 // Mod is one entry of a Bundle: a Flow (added, replacing a flow with the
@@ -111,9 +101,6 @@ func (f Flow) Line() string { return "add " + f.String() }
 
 // Line renders "delete " and the cookie match.
 func (d Delete) Line() string { return "delete " + d.String() }
-
-// Line renders "delete_strict " and the flow's key.
-func (d DeleteStrict) Line() string { return "delete_strict " + d.String() }
 
 // Bundle is a list of flow changes applied as one transaction (see Apply).
 type Bundle []Mod
@@ -133,7 +120,6 @@ func (b Bundle) String() string {
 const (
 	ofpfcAdd       = 0
 	ofpfcDelete    = 3
-	ofpfcDelStrict = 4
 	ofpttAll       = 0xff
 	ofppAny        = 0xffffffff
 	ofpgAny        = 0xffffffff
@@ -146,11 +132,7 @@ func (f Flow) flowMod(b []byte) []byte {
 }
 
 func (d Delete) flowMod(b []byte) []byte {
-	return flowModMsg(b, d.Cookie, d.Mask, ofpttAll, ofpfcDelete, 0, ofpDefaultPrio, Match{}, nil)
-}
-
-func (d DeleteStrict) flowMod(b []byte) []byte {
-	return flowModMsg(b, d.Cookie, d.Mask, d.Table, ofpfcDelStrict, 0, d.Priority, d.Match, nil)
+	return flowModMsg(b, d.Cookie, d.Mask, ofpttAll, ofpfcDelete, 0, ofpDefaultPrio, d.Match, nil)
 }
 
 // flowModMsg appends an OFPT_FLOW_MOD (OpenFlow 1.4 section 7.3.4.1) with

@@ -147,11 +147,17 @@ func (m Match) RegBits(s Subfield, value uint32) Match {
 
 // VLANTCI matches vlan_tci under mask.
 func (m Match) VLANTCI(value, mask uint16) Match {
-	m.vlanTCI, m.has = masked16{value & mask, mask}, m.has|hasVLAN
-	if mask == 0 {
-		m.vlanTCI, m.has = masked16{}, m.has&^hasVLAN
-	}
+	m.vlanTCI = masked16{value & mask, mask}
+	m.has = m.presentIf(mask != 0, hasVLAN)
 	return m
+}
+
+// presentIf is m.has with bit set when present, cleared otherwise.
+func (m Match) presentIf(present bool, bit uint32) uint32 {
+	if present {
+		return m.has | bit
+	}
+	return m.has &^ bit
 }
 
 // EthDst matches dl_dst.
@@ -162,10 +168,8 @@ func (m Match) EthSrc(a MAC) Match { m.ethSrc, m.has = a, m.has|hasEthSrc; retur
 
 // CTState matches the flags of mask (CTTrk, ...) to those of value.
 func (m Match) CTState(value, mask uint32) Match {
-	m.ctState, m.has = masked32{value & mask, mask}, m.has|hasCTState
-	if mask == 0 {
-		m.ctState, m.has = masked32{}, m.has&^hasCTState
-	}
+	m.ctState = masked32{value & mask, mask}
+	m.has = m.presentIf(mask != 0, hasCTState)
 	return m
 }
 

@@ -38,6 +38,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
@@ -80,6 +81,35 @@ const (
 	// bundleFlags are OFPBF_ATOMIC|OFPBF_ORDERED, as ovs-ofctl --bundle sets.
 	bundleFlags = 3
 )
+
+// NotServed reports whether err says that no ovs-vswitchd serves the bridge
+// at the target: its socket is missing or refuses connections (ovs-vswitchd
+// down, restarting, or not yet done creating the bridge). Nothing is
+// forwarded on the bridge then.
+func NotServed(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// ApplyServed is Apply on a bridge that ovs-vswitchd may not serve yet:
+// while NotServed, it tries again every 20 ms for up to within, then fails
+// with ErrTimeout.
+func ApplyServed(ctx context.Context, target string, bundle Bundle, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := Apply(ctx, target, bundle)
+		if !NotServed(err) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: ovs-vswitchd does not serve the bridge within %s: %w", ErrTimeout, within, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: ovs-vswitchd does not serve the bridge: %w", ErrTimeout, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
 
 // Apply applies the bundle as one atomic transaction: all of it or, when
 // OVS rejects any entry, none. target is "unix:PATH" or "tcp:HOST:PORT". An

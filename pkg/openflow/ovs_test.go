@@ -710,9 +710,10 @@ func checksum(b []byte) uint16 {
 	return ^uint16(sum)
 }
 
-// TestDeleteStrictEquivalence lifts one tombstone of two, through
-// ovs-ofctl and through Apply, on top of the corpus: the same flows remain.
-func TestDeleteStrictEquivalence(t *testing.T) {
+// TestClearPortEquivalence clears one port of two (tombstones, port
+// security and reply flows on in_port 7 and 5 of the corpus), through
+// ovs-ofctl and through Apply: the same flows remain, none on in_port 5.
+func TestClearPortEquivalence(t *testing.T) {
 	requireOVS(t)
 	a, b := newBridge(t), newBridge(t)
 	for _, c := range ordered(t) {
@@ -721,20 +722,34 @@ func TestDeleteStrictEquivalence(t *testing.T) {
 	}
 	ofctlApply(t, a, flows.TombstoneBundle(5, 6))
 	ofctlApply(t, b, flows.TombstoneBundle(5, 6))
-	before := len(dump(t, b))
-	lift := Bundle{flows.TombstoneRemoval(5)}
-	ofctlApply(t, a, lift)
-	if err := Apply(context.Background(), b, lift); err != nil {
+	before := dump(t, b)
+	clear := Bundle{flows.ClearPort(5)}
+	ofctlApply(t, a, clear)
+	if err := Apply(context.Background(), b, clear); err != nil {
 		t.Fatal(err)
 	}
-	sameFlows(t, lift.String(), a, b)
+	sameFlows(t, clear.String(), a, b)
 	after := dump(t, b)
-	if len(after) != before-1 {
-		t.Fatalf("%d flows before, %d after, want one fewer", before, len(after))
+	if len(after) != len(before)-1 {
+		t.Fatalf("%d flows before, %d after, want one fewer (the tombstone of port 5)", len(before), len(after))
 	}
 	for _, f := range after {
-		if strings.Contains(f, "priority=65000,in_port=5 ") {
-			t.Errorf("tombstone on port 5 still there: %s", f)
+		if strings.Contains(f, "in_port=5 ") || strings.Contains(f, "in_port=5,") {
+			t.Errorf("flow on port 5 still there: %s", f)
 		}
+	}
+	clear = Bundle{flows.ClearPort(7)}
+	ofctlApply(t, a, clear)
+	if err := Apply(context.Background(), b, clear); err != nil {
+		t.Fatal(err)
+	}
+	sameFlows(t, clear.String(), a, b)
+	for _, f := range dump(t, b) {
+		if strings.Contains(f, "in_port=7 ") || strings.Contains(f, "in_port=7,") {
+			t.Errorf("flow on port 7 still there: %s", f)
+		}
+	}
+	if n := len(dump(t, b)); n >= len(after) {
+		t.Errorf("clearing port 7 removed nothing (%d flows, %d before)", n, len(after))
 	}
 }

@@ -5,6 +5,7 @@ package portsec
 
 import (
 	"context"
+	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -12,11 +13,16 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
+// ServedWithin bounds Apply's wait for ovs-vswitchd to serve the bridge, as
+// ovs-bridge bounds its wait for an ofport.
+const ServedWithin = 10 * time.Second
+
 // Apply installs the port's table-0 flows for rec (and table 0's NORMAL on
 // a fail_mode=secure bridge) in one bundle under cookie c, and, given
-// portUUID, first records them on the port for reconcile. The bundle also
-// removes a tombstone on ofport (a number requested again within seconds of
-// its port's DEL).
+// portUUID, first records them on the port for reconcile. The bundle first
+// clears every flow of the suite on ofport (flows.ClearPort). While
+// ovs-vswitchd does not serve the bridge (down, restarting) it tries again
+// for up to ServedWithin, then fails with openflow.ErrTimeout (CNI code 11).
 //
 // Unlike ovs-portmap's host ports it does not wait for the datapath's flow
 // cache to follow (openflow.StartRevalidation): the flows match the new
@@ -27,10 +33,10 @@ func Apply(ctx context.Context, cli *ovsdb.Client, rec record.PortSecurity, secu
 	if secure {
 		base = flows.BaseFlows()
 	}
-	tomb := flows.TombstoneRemoval(uint32(ofport))
+	clear := flows.ClearPort(uint32(ofport))
 	if rec.Disabled && rec.VLAN == flows.Untagged && base == nil {
-		// No flows of ours on this port, only the tombstone to lift.
-		return openflow.Apply(ctx, rec.OpenFlow, openflow.Bundle{tomb})
+		// No flows of ours on this port, only what an earlier one left to clear.
+		return openflow.ApplyServed(ctx, rec.OpenFlow, openflow.Bundle{clear}, ServedWithin)
 	}
 	if portUUID != "" {
 		if raw, ok, err := rec.Value(); err != nil {
@@ -45,7 +51,7 @@ func Apply(ctx context.Context, cli *ovsdb.Client, rec record.PortSecurity, secu
 	if err != nil {
 		return err
 	}
-	return openflow.Apply(ctx, rec.OpenFlow, append(openflow.Bundle{tomb}, flows.PortSecurityBundle(ps, base...)...))
+	return openflow.ApplyServed(ctx, rec.OpenFlow, append(openflow.Bundle{clear}, flows.PortSecurityBundle(ps, base...)...), ServedWithin)
 }
 
 // Rebuild returns the port security flows recorded for port p, with the

@@ -44,11 +44,11 @@ type Revalidation struct {
 // there is no control socket to reach: it returns nil, and Wait on nil
 // returns at once.
 func StartRevalidation(ctx context.Context, target string) (*Revalidation, error) {
-	path, ok := strings.CutPrefix(target, "unix:")
-	if !ok {
+	e, err := endpoint.Parse(target)
+	if err != nil || e.Network != "unix" {
 		return nil, nil
 	}
-	dir := filepath.Dir(path)
+	dir := filepath.Dir(e.Address)
 	pid, err := os.ReadFile(filepath.Join(dir, "ovs-vswitchd.pid"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

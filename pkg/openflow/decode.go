@@ -315,6 +315,9 @@ func subfield(hdr uint32, ofs, nbits uint16) (Subfield, error) {
 func decodeAction(typ uint16, a []byte) (Actions, error) {
 	be16 := func(i int) uint16 { return binary.BigEndian.Uint16(a[i:]) }
 	be32 := func(i int) uint32 { return binary.BigEndian.Uint32(a[i:]) }
+	// ofsNbits is the subfield of a reg_load or output_reg: ofs_nbits at
+	// 10, the field's header at 12.
+	ofsNbits := func() (Subfield, error) { on := be16(10); return subfield(be32(12), on>>6, on&0x3f+1) }
 	switch typ {
 	case ofpatOutput:
 		if len(a) < 16 {
@@ -366,8 +369,7 @@ func decodeAction(typ uint16, a []byte) (Actions, error) {
 		if len(a) < 24 {
 			break
 		}
-		on := be16(10)
-		dst, err := subfield(be32(12), on>>6, on&0x3f+1)
+		dst, err := ofsNbits()
 		if err != nil {
 			return nil, err
 		}
@@ -376,8 +378,7 @@ func decodeAction(typ uint16, a []byte) (Actions, error) {
 		if len(a) < 24 {
 			break
 		}
-		on := be16(10)
-		src, err := subfield(be32(12), on>>6, on&0x3f+1)
+		src, err := ofsNbits()
 		if err != nil {
 			return nil, err
 		}

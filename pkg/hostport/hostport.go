@@ -33,7 +33,8 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	if err != nil {
 		return err
 	}
-	if err := cli.Record(ctx, p.Port.UUID, unset, set, claims); err != nil {
+	br, err := cli.RecordOnBridge(ctx, p.Port.UUID, unset, set, claims, p.Port.ExternalIDs[ovsdb.KeyBridge])
+	if err != nil {
 		return err
 	}
 	defer func() {
@@ -54,7 +55,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	if err := openflow.Apply(ctx, target, pl.Bundle(a)); err != nil {
 		return err
 	}
-	if err := ensureZoneLimits(ctx, cli, p.Port.ExternalIDs[ovsdb.KeyBridge], target, pl); err != nil {
+	if err := ensureZoneLimits(ctx, cli, br, target, pl); err != nil {
 		return err
 	}
 	defer func() {
@@ -114,19 +115,15 @@ func SetZoneLimits(ctx context.Context, target string, pl flows.Pipeline) error 
 	return unixctl.SetZoneLimits(ctx, target, pl.ZoneLimits())
 }
 
-// ensureZoneLimits sets the zone limits unless the bridge records that this
-// very ovs-vswitchd has them already: an OVSDB select costs a fraction of a
-// request to ovs-vswitchd, which waits behind its reconfigurations.
-func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, bridge, target string, pl flows.Pipeline) error {
+// ensureZoneLimits sets the zone limits unless br (the port's bridge, read
+// with the publish's record) records that this very ovs-vswitchd has them
+// already: a request to ovs-vswitchd waits behind its reconfigurations.
+func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, target string, pl flows.Pipeline) error {
 	sock, err := unixctl.Socket(target)
 	if err != nil {
 		return SetZoneLimits(ctx, target, pl) // a tcp: target, or the error
 	}
 	want := sock + "/" + strings.Join(unixctl.ZoneLimitArgs(pl.ZoneLimits()), " ")
-	br, err := cli.Bridge(ctx, bridge)
-	if err != nil {
-		return err
-	}
 	if br != nil && br.ExternalIDs[record.KeyZoneLimits] == want {
 		return nil
 	}

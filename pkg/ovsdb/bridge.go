@@ -8,11 +8,15 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
+// bridgeColumns are the columns of a Bridge that Bridge reads: all but its
+// ports (on a busy node the row carries hundreds of port UUIDs).
+var bridgeColumns = []string{"_uuid", "name", "datapath_type", "fail_mode", "external_ids"}
+
 // Bridge returns the bridge called name, or nil when there is none, without
-// its ports (on a busy node the row carries hundreds of port UUIDs).
+// its ports.
 func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
 	op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name))
-	op.Columns = []string{"_uuid", "name", "datapath_type", "fail_mode", "external_ids"}
+	op.Columns = bridgeColumns
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)

@@ -32,6 +32,14 @@ const ClaimValue = "1"
 // alone, so two concurrent claimers cannot both win. A lost claim is a
 // *ClaimedError naming the holder.
 func (c *Client) Record(ctx context.Context, portUUID string, unset []string, set map[string]string, claims []string) error {
+	_, err := c.RecordOnBridge(ctx, portUUID, unset, set, claims, "")
+	return err
+}
+
+// RecordOnBridge is Record that also reads, in the same transaction, the
+// bridge named bridge (unless ""; nil when there is none): one round trip
+// where a publish needs both.
+func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []string, set map[string]string, claims []string, bridge string) (*Bridge, error) {
 	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: portUUID})}
 	ins := make(map[string]string, len(set)+len(claims))
 	for k, v := range set {
@@ -56,18 +64,31 @@ func (c *Client) Record(ctx context.Context, portUUID string, unset []string, se
 			Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual),
 			Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: portUUID}}}})
 	}
+	mutates := len(ops) > 0
+	if bridge != "" {
+		op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, bridge))
+		op.Columns = bridgeColumns
+		ops = append(ops, op)
+	}
 	if len(ops) == 0 {
-		return nil
+		return nil, nil
 	}
 	res, err := c.transact(ctx, ops...)
 	if err == nil {
-		if res[0].Count != 1 {
-			return fmt.Errorf("recording on port %s: %w", portUUID, ErrPortGone)
+		if mutates && res[0].Count != 1 {
+			return nil, fmt.Errorf("recording on port %s: %w", portUUID, ErrPortGone)
 		}
-		return nil
+		if bridge == "" {
+			return nil, nil
+		}
+		brs, err := decode[Bridge](c, tableBridge, res[len(res)-1].Rows)
+		if err != nil || len(brs) == 0 {
+			return nil, err
+		}
+		return &brs[0], nil
 	}
 	if errors.Is(err, ErrUnreachable) {
-		return err
+		return nil, err
 	}
 	// Find who holds what we could not claim.
 	for _, k := range claims {
@@ -80,8 +101,8 @@ func (c *Client) Record(ctx context.Context, portUUID string, unset []string, se
 		}
 		if ports, derr := decode[Port](c, tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
 			p := OwnedPort{Port: ports[0]}
-			return &ClaimedError{Key: k, Holder: p.Attachment(), Port: p.Port.Name}
+			return nil, &ClaimedError{Key: k, Holder: p.Attachment(), Port: p.Port.Name}
 		}
 	}
-	return fmt.Errorf("recording on port %s: %w", portUUID, err)
+	return nil, fmt.Errorf("recording on port %s: %w", portUUID, err)
 }

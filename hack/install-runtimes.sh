@@ -27,21 +27,8 @@ app_image=rt.local/ovsflow-app:1
 
 log() { echo "install-runtimes: $*" >&2; }
 
-# apt_install installs the Debian packages that are not installed yet.
-apt_updated=0
-apt_install() {
-	local missing=()
-	for p in "$@"; do
-		[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
-	done
-	((${#missing[@]})) || return 0
-	log "apt-get install ${missing[*]}"
-	if ((!apt_updated)); then
-		apt-get update -qq >&2
-		apt_updated=1
-	fi
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-}
+# shellcheck source=hack/lib/apt.sh
+. hack/lib/apt.sh # (the script runs from the repository root)
 
 # replace moves $1 over $2 unless both have the same content.
 replace() {

@@ -33,20 +33,8 @@ kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kube
 
 log() { echo "kube.sh: $*" >&2; }
 
-apt_updated=0
-apt_install() {
-	local missing=()
-	for p in "$@"; do
-		[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
-	done
-	((${#missing[@]})) || return 0
-	log "apt-get install ${missing[*]}"
-	if ((!apt_updated)); then
-		apt-get update -qq >&2
-		apt_updated=1
-	fi
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-}
+# shellcheck source=hack/lib/apt.sh
+. hack/lib/apt.sh # (the script runs from the repository root)
 
 # built BIN MODULE VERSION: BIN exists and was built from MODULE at VERSION.
 built() {

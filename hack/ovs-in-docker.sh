@@ -95,20 +95,8 @@ stop_engine() {
 	rm -rf "$STATE"
 }
 
-apt_updated=0
-apt_install() {
-	local missing=()
-	for p in "$@"; do
-		[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" = "install ok installed" ] || missing+=("$p")
-	done
-	((${#missing[@]})) || return 0
-	log "apt-get install ${missing[*]}"
-	if ((!apt_updated)); then
-		apt-get update -qq -o DPkg::Lock::Timeout=300 >&2
-		apt_updated=1
-	fi
-	apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >&2
-}
+# shellcheck source=hack/lib/apt.sh
+. hack/lib/apt.sh # (the script runs from the repository root)
 
 # ---- the images -----------------------------------------------------------
 

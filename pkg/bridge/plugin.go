@@ -100,14 +100,16 @@ func portUUIDs(ports []ovsdb.OwnedPort) []string {
 //
 // No frame from the container is forwarded before its port flows are in.
 // Without dhcp they go in before the port exists, for the ofport the port
-// then requests (ovsdb.ChooseOFPort), and every link change comes before
-// the insert too (on the userspace datapath; on the kernel datapath the
-// container end comes up after it, since an unattached host end would hand
-// its frames to the node's IP stack): ovs-vswitchd reconfigures the whole
-// bridge on each, and a reconfiguration after the insert would hold up the
-// OpenFlow bundles of ovs-portmap. With dhcp, the host end stays down (the
-// container end has no carrier) until the flows of a port without
-// addresses are in.
+// then requests (ovsdb.ChooseOFPort). ovs-vswitchd reconfigures the whole
+// bridge on every link change and every insert, and answers OpenFlow only
+// between reconfigurations: so the veth is made, in its final state, while
+// IPAM runs (the reconfiguration its link changes start runs meanwhile),
+// and the bundle and the insert come after, so that the insert's is the
+// only reconfiguration the ADD waits for. On the kernel datapath the
+// container end comes up after the insert, since an unattached host end
+// would hand its frames to the node's IP stack. With dhcp, the host end
+// stays down (the container end has no carrier) until the flows of a port
+// without addresses are in.
 func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	conf, err := LoadConf(args.StdinData, args.Args)
 	if err != nil {
@@ -143,9 +145,8 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	defer netns.Close()
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
-	// After this, every port removal that was committed has been applied by
-	// ovs-vswitchd: an ofport no Interface row holds is free there too.
-	if err := replacePrevious(ctx, cli, conf, args, previous, hostName); err != nil {
+	retry, err := replacePrevious(ctx, cli, conf, args, previous, hostName)
+	if err != nil {
 		return err
 	}
 
@@ -154,14 +155,32 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	contIndex := 1
 	result := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS,
 		Interfaces: []*current.Interface{{Name: hostName}, {Name: args.IfName, Sandbox: args.Netns}}}
-	// A failed ADD releases the addresses (once allocated) and, from the
-	// first bundle on, removes the attachment's flows.
+	// Without dhcp, IPAM runs while the veth is made: the veth's link
+	// changes reach ovs-vswitchd, and its reconfiguration of the bridge
+	// runs, meanwhile. A failed ADD releases the addresses (once allocated)
+	// and, from the first bundle on, removes the attachment's flows.
 	allocated := false
+	var pending *pendingIPAM
+	if !dhcp && conf.IPAM.Type != "" {
+		pending = startIPAM(conf.IPAM.Type, args.StdinData)
+	}
 	defer func() {
+		if pending != nil { // ADD failed before it used IPAM's result
+			_, err := pending.wait()
+			allocated = err == nil
+		}
 		if retErr != nil && allocated {
 			_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
 		}
 	}()
+	if !retry {
+		// After this, every port removal that was committed has been
+		// applied by ovs-vswitchd: an ofport no Interface row holds is free
+		// there too, and so is the name of a device a DEL just removed.
+		if err := cli.SyncPending(ctx, ofportTimeout); err != nil {
+			return asCNIError(err)
+		}
+	}
 	defer func() {
 		if retErr != nil {
 			cnicmd.Rollback(func(ctx context.Context) {
@@ -173,13 +192,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	contMAC := conf.MAC
 	var ofport int
 	if !dhcp {
-		// Addresses, MAC and ofport are known before the veth exists: the
-		// flows go in while ovs-vswitchd is idle, and the veth's link
-		// changes and the insert then reach it close together, to be
-		// folded into as few reconfigurations as it can.
-		if allocated, err = addresses(conf, args, result, contIndex); err != nil {
-			return err
-		}
+		// MAC and ofport are known before the veth exists, the addresses
+		// once IPAM returns: the flows go in before the port, whose insert
+		// then is the only reconfiguration the ADD waits for.
 		if contMAC == nil {
 			if contMAC, err = link.RandomMAC(); err != nil {
 				return err
@@ -189,16 +204,12 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		if ofport, err = cli.ChooseOFPort(ctx, ovsdb.HomeOFPort(att)); err != nil {
 			return asCNIError(err)
 		}
-		// A bridge just created (createBridge), or one of an ovs-vswitchd
-		// restarting, has no OpenFlow socket yet: securePort waits for it.
-		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
-			return err
-		}
 	}
 
 	// The veth, its container end created in place and prepared, the host
 	// end in its final state (promiscuous, as the datapath makes it; down
-	// for dhcp, see above).
+	// for dhcp, see above). On the userspace datapath the container end
+	// comes up now too.
 	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName, HostDown: dhcp, Promisc: true,
 		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: contMAC, Alias: link.Alias(conf.Name, args.ContainerID, args.IfName)})
 	if err != nil {
@@ -220,16 +231,31 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		}
 	}
 	if err := netns.Do(func(ns.NetNS) error {
-		mac, err := prepareContainer(args.IfName, netdev, dhcp, conf.IPAM.Type != "" && !conf.AllowRouter)
+		mac, err := prepareContainer(args.IfName, netdev, dhcp || netdev, conf.IPAM.Type != "" && !conf.AllowRouter)
 		result.Interfaces[contIndex].Mac = mac
-		if err == nil && netdev && !dhcp {
-			err = configureAddresses(args.IfName, result)
-		}
 		return err
 	}); err != nil {
 		return err
 	}
-
+	if !dhcp {
+		if pending != nil {
+			r, err := pending.wait()
+			pending = nil
+			if allocated, err = useIPAM(conf, r, err, result, contIndex); err != nil {
+				return err
+			}
+		}
+		if netdev {
+			if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
+				return err
+			}
+		}
+		// A bridge just created (createBridge), or one of an ovs-vswitchd
+		// restarting, has no OpenFlow socket yet: securePort waits for it.
+		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
+			return err
+		}
+	}
 	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf, result.Interfaces[contIndex].Mac)}
 	if conf.VLAN != nil {
 		spec.Tag = *conf.VLAN
@@ -315,19 +341,24 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 
 // addresses runs IPAM and puts its addresses, routes and DNS into result.
 // It reports whether it allocated any (the caller releases them when ADD
-// fails later); on its own failure nothing stays allocated.
+// fails later).
 func addresses(conf *NetConf, args *skel.CmdArgs, result *current.Result, contIndex int) (bool, error) {
 	if conf.IPAM.Type == "" {
 		return false, nil
 	}
 	r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
+	return useIPAM(conf, r, err, result, contIndex)
+}
+
+// useIPAM puts what an IPAM ADD returned (r, or its error) into result,
+// reporting whether the call allocated addresses.
+func useIPAM(conf *NetConf, r types.Result, err error, result *current.Result, contIndex int) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 	}
 	ipamResult, err := current.NewResultFromResult(r)
 	if err != nil {
-		_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
-		return false, fmt.Errorf("ipam %q result: %w", conf.IPAM.Type, err)
+		return true, fmt.Errorf("ipam %q result: %w", conf.IPAM.Type, err)
 	}
 	result.IPs, result.Routes = ipamResult.IPs, ipamResult.Routes
 	if len(ipamResult.DNS.Nameservers) > 0 || len(ipamResult.DNS.Search) > 0 {
@@ -337,6 +368,29 @@ func addresses(conf *NetConf, args *skel.CmdArgs, result *current.Result, contIn
 		ipc.Interface = current.Int(contIndex)
 	}
 	return true, nil
+}
+
+// pendingIPAM is an IPAM ADD running while ADD makes the veth.
+type pendingIPAM struct {
+	done chan struct{}
+	r    types.Result
+	err  error
+}
+
+// startIPAM runs the IPAM plugin's ADD in the background.
+func startIPAM(plugin string, stdin []byte) *pendingIPAM {
+	p := &pendingIPAM{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.r, p.err = ipam.ExecAdd(plugin, stdin)
+	}()
+	return p
+}
+
+// wait returns what the IPAM ADD returned, once it has.
+func (p *pendingIPAM) wait() (types.Result, error) {
+	<-p.done
+	return p.r, p.err
 }
 
 // attachSecured inserts the port requesting ofport want, whose flows are
@@ -403,29 +457,35 @@ func lookupBridge(ctx context.Context, cli *ovsdb.Client, conf *NetConf) (*ovsdb
 // retried ADD replaces its own attachment), and makes sure ovs-vswitchd has
 // let go of an old device of the same name (that ADD's, or one a DEL just
 // removed) before the new one appears: else it keeps reading the deleted one.
-func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, previous []ovsdb.OwnedPort, hostName string) error {
-	retry := len(previous) > 0 || link.Exists(hostName)
+//
+// It reports whether there was anything to replace; when there was not, the
+// caller still has to wait for pending changes (ovsdb.SyncPending) before
+// the new device appears.
+func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, previous []ovsdb.OwnedPort, hostName string) (bool, error) {
+	if len(previous) == 0 && !link.Exists(hostName) {
+		return false, nil
+	}
 	var err error
 	if len(previous) > 0 {
 		// The old port's host ports and flows go with it (their record is on the row).
 		if err := cutOff(ctx, conf, previous); err != nil {
-			return err
+			return true, err
 		}
 		if err := withdrawHostPorts(ctx, cli, previous); err != nil {
-			return err
+			return true, err
 		}
 		err = cli.DetachPortsAndSync(ctx, ofportTimeout, portUUIDs(previous)...)
 	} else {
 		err = cli.SyncPending(ctx, ofportTimeout)
 	}
 	if err != nil {
-		return asCNIError(err)
+		return true, asCNIError(err)
 	}
-	if retry && conf.IPAM.Type != "" {
+	if conf.IPAM.Type != "" {
 		// host-local refuses a second allocation for the same container.
 		_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
 	}
-	return link.Delete(hostName) // its container end goes with it
+	return true, link.Delete(hostName) // its container end goes with it
 }
 
 // cutOff makes the ports drop everything they receive, then removes all
@@ -510,8 +570,10 @@ func ipList(r *current.Result) []string {
 	return out
 }
 
-// prepareContainer runs inside the container netns before IPAM: sysctls, TX
-// offload, and the link up for dhcp (which needs it). It returns the MAC.
+// prepareContainer runs inside the container netns before the addresses are
+// known: sysctls, TX offload, and, with up, the link up (dhcp needs it; on
+// the userspace datapath its carrier then reaches ovs-vswitchd while IPAM
+// runs). It returns the MAC.
 func prepareContainer(ifname string, netdev, up, noRA bool) (string, error) {
 	// Addresses come from IPAM and are unique: skip DAD so IPv6 works at once,
 	// and announce them (gratuitous ARP / unsolicited NA) when the link comes

@@ -46,13 +46,16 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	}()
 	// Effective on return: wait until the datapath's flow cache follows the
 	// new flows (openflow.StartRevalidation), registered before the change
-	// and collected last, so that the wait overlaps the nft and conntrack work.
+	// and collected last, so that the wait overlaps the zone limit and nft
+	// work.
 	reval, err := openflow.StartRevalidation(ctx, target)
 	if err != nil {
 		return err
 	}
 	defer reval.Close()
-	if err := openflow.Apply(ctx, target, pl.Bundle(a)); err != nil {
+	// The flows, then the conntrack entries that traffic to the host ports
+	// left before there were flows for them (flows.ConntrackFlushes).
+	if err := openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...); err != nil {
 		return err
 	}
 	if err := ensureZoneLimits(ctx, cli, br, target, pl); err != nil {
@@ -71,9 +74,6 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 			undo(func(ctx context.Context) { _ = applyNodeLocal(ctx, a.Rules, true) })
 		}
 	}()
-	if err := openflow.FlushConntrack(ctx, target, flows.ConntrackFlushes(pl, a.Rules)...); err != nil {
-		return err
-	}
 	return waitRevalidation(ctx, reval)
 }
 
@@ -160,10 +160,12 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 			return aerr
 		}
 		if endpoint.Listening(rec.OpenFlow) {
-			if err := openflow.DeleteFlows(ctx, rec.OpenFlow, a.Cookie.Delete()); err != nil {
+			// A conntrack flush that fails (an old ovs-vswitchd) does not
+			// fail DEL: the entries expire.
+			err := openflow.DeleteFlows(ctx, rec.OpenFlow, a.Cookie.Delete(), flows.ConntrackFlushes(pl, a.Rules)...)
+			if err != nil && !errors.Is(err, openflow.ErrConntrackFlush) {
 				return err
 			}
-			_ = openflow.FlushConntrack(ctx, rec.OpenFlow, flows.ConntrackFlushes(pl, a.Rules)...)
 		}
 		if err := applyNodeLocal(ctx, a.Rules, true); err != nil {
 			return err

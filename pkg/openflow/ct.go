@@ -94,27 +94,39 @@ func FlushConntrack(ctx context.Context, target string, flushes ...CTFlush) erro
 		return nil
 	}
 	return session(ctx, target, "flushing conntrack", func(s *conn) error {
-		b := hello()
-		for i, f := range flushes {
-			b = f.encode(b, uint32(1+i))
-		}
-		barrier := uint32(1 + len(flushes))
-		b = append(b, header(ofptBarrierReq, barrier, 8)...)
-		if err := s.send(b); err != nil {
-			return err
-		}
+		return s.flush(hello(), 1, flushes)
+	})
+}
+
+// flush sends, after prefix (a HELLO on a new connection), one NXT_CT_FLUSH
+// per entry with xids from first on, then a barrier, and returns the errors
+// of the entries.
+func (s *conn) flush(prefix []byte, first uint32, flushes []CTFlush) error {
+	if len(flushes) == 0 {
+		return nil
+	}
+	b := prefix
+	for i, f := range flushes {
+		b = f.encode(b, first+uint32(i))
+	}
+	barrier := first + uint32(len(flushes))
+	b = append(b, header(ofptBarrierReq, barrier, 8)...)
+	if err := s.send(b); err != nil {
+		return err
+	}
+	if prefix != nil {
 		if err := s.hello(); err != nil {
 			return err
 		}
-		errs, err := s.until(barrier, ofptBarrierReply, func(xid uint32) string {
-			if xid >= 1 && xid < barrier {
-				return "ct-flush " + flushes[xid-1].String()
-			}
-			return fmt.Sprintf("xid %d", xid)
-		})
-		if err != nil {
-			return err
+	}
+	errs, err := s.until(barrier, ofptBarrierReply, func(xid uint32) string {
+		if xid >= first && xid < barrier {
+			return "ct-flush " + flushes[xid-first].String()
 		}
-		return errors.Join(errs...)
+		return fmt.Sprintf("xid %d", xid)
 	})
+	if err != nil {
+		return err
+	}
+	return errors.Join(errs...)
 }

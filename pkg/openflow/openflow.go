@@ -20,10 +20,13 @@
 //	<- HELLO, open reply, any ERROR of a rejected flow_mod, barrier reply
 //	-> BUNDLE_CONTROL commit (or discard after an ERROR)
 //	<- commit reply (or ERRORs: nothing applied)
+//	-> NXT_CT_FLUSH per conntrack flush asked for, BARRIER (after a commit)
+//	<- any ERROR of a flush, barrier reply
 //
 // The barrier makes every add-time ERROR arrive before the commit is sent, so
 // a rejected entry discards the whole bundle. DeleteFlows sends HELLO,
-// FLOW_MOD (OFPFC_DELETE, all tables, cookie/mask) and BARRIER at once; Dump
+// FLOW_MOD (OFPFC_DELETE, all tables, cookie/mask), any NXT_CT_FLUSH and
+// BARRIER at once; Dump
 // HELLO and one OFPMP_FLOW request, read until the reply without
 // OFPMPF_REPLY_MORE; FlushConntrack HELLO, one NXT_CT_FLUSH per entry and
 // BARRIER.
@@ -54,6 +57,9 @@ var (
 	ErrTimeout = endpoint.ErrTimeout
 	// ErrUnsupported says that the target is not a unix: or tcp: endpoint.
 	ErrUnsupported = errors.New("OpenFlow endpoint not supported")
+	// ErrConntrackFlush says that flows were deleted but a conntrack flush
+	// sent with them failed (an ovs-vswitchd before 3.1 has no NXT_CT_FLUSH).
+	ErrConntrackFlush = errors.New("conntrack flush failed")
 )
 
 // Message types and bundle control types of OpenFlow 1.4.
@@ -114,7 +120,10 @@ func ApplyServed(ctx context.Context, target string, bundle Bundle, within time.
 // Apply applies the bundle as one atomic transaction: all of it or, when
 // OVS rejects any entry, none. target is "unix:PATH" or "tcp:HOST:PORT". An
 // entry that would not encode (see Flow.Validate) fails before connecting.
-func Apply(ctx context.Context, target string, bundle Bundle) error {
+// Once the bundle is committed, it removes the conntrack entries each of
+// flushes selects (see FlushConntrack) on the same connection: a second
+// connection would wait for ovs-vswitchd's main loop to accept it.
+func Apply(ctx context.Context, target string, bundle Bundle, flushes ...CTFlush) error {
 	for _, m := range bundle {
 		if f, ok := m.(Flow); ok {
 			if err := f.Validate(); err != nil {
@@ -177,7 +186,10 @@ func Apply(ctx context.Context, target string, bundle Bundle) error {
 		if errs = append(errs, more...); len(errs) > maxErrors {
 			errs = append(errs[:maxErrors], fmt.Errorf("and %d more OpenFlow errors", len(errs)-maxErrors))
 		}
-		return errors.Join(errs...)
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		return s.flush(nil, barrier+2, flushes)
 	})
 }
 
@@ -186,25 +198,40 @@ const maxErrors = 5
 
 // DeleteFlows removes the flows d selects (like `ovs-ofctl del-flows TARGET
 // cookie=C/M`) and waits for a barrier so that they are gone when it
-// returns.
-func DeleteFlows(ctx context.Context, target string, d Delete) error {
+// returns. It also removes the conntrack entries each of flushes selects, in
+// the same exchange; when only those fail, the error wraps ErrConntrackFlush.
+func DeleteFlows(ctx context.Context, target string, d Delete, flushes ...CTFlush) error {
 	return session(ctx, target, "deleting flows", func(s *conn) error {
 		b := hello()
 		start := len(b)
 		b = d.flowMod(b)
 		binary.BigEndian.PutUint32(b[start+4:], 1)
-		b = append(b, header(ofptBarrierReq, 2, 8)...)
+		for i, f := range flushes {
+			b = f.encode(b, uint32(2+i))
+		}
+		barrier := uint32(2 + len(flushes))
+		b = append(b, header(ofptBarrierReq, barrier, 8)...)
 		if err := s.send(b); err != nil {
 			return err
 		}
 		if err := s.hello(); err != nil {
 			return err
 		}
-		errs, err := s.until(2, ofptBarrierReply, func(uint32) string { return d.Line() })
-		if err != nil {
+		var deleteFailed bool
+		errs, err := s.until(barrier, ofptBarrierReply, func(xid uint32) string {
+			if xid >= 2 && xid < barrier {
+				return "ct-flush " + flushes[xid-2].String()
+			}
+			deleteFailed = true
+			return d.Line()
+		})
+		if err != nil || len(errs) == 0 {
 			return err
 		}
-		return errors.Join(errs...)
+		if deleteFailed {
+			return errors.Join(errs...)
+		}
+		return fmt.Errorf("%w: %w", ErrConntrackFlush, errors.Join(errs...))
 	})
 }
 

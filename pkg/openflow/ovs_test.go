@@ -626,52 +626,85 @@ func TestDiffIsAsStrictAsDiffFlows(t *testing.T) {
 }
 
 // TestFlushConntrack commits UDP and TCP conntrack entries with packet-outs
-// and flushes the UDP entries of one host port in one zone with
-// FlushConntrack: those go, the others (another port, another protocol,
-// another zone) stay.
+// and flushes the UDP entries of one host port in one zone, in each of the
+// three ways the plugins send a flush (alone, after a bundle, with a cookie
+// delete): those go, the others (another port, another protocol, another
+// zone) stay, and the flows of the bundle or the delete are in or gone.
 func TestFlushConntrack(t *testing.T) {
 	requireOVS(t)
-	target := newBridge(t)
-	ctl, err := filepath.Glob(filepath.Join(ovs.rundir, "ovs-vswitchd.*.ctl"))
-	if err != nil || len(ctl) != 1 {
-		t.Fatalf("control socket: %v %v", ctl, err)
-	}
-	commit := func(proto uint8, dport uint16, zone uint16) {
-		t.Helper()
-		run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "packet-out", target,
-			fmt.Sprintf("in_port=LOCAL packet=%s actions=ct(commit,zone=%d)", packet(proto, dport), zone))
-	}
-	entries := func() []string {
-		t.Helper()
-		var out []string
-		for _, l := range strings.Split(run(t, "", "ovs-appctl", "-t", ctl[0], "dpctl/dump-conntrack"), "\n") {
-			if strings.Contains(l, "198.51.100.1") {
-				out = append(out, strings.TrimSpace(l))
+	flush := CTFlush{Zone: 64000, Proto: 17, Dst: node4, DstPort: 5353}
+	flow := Flow{Cookie: 0x77, Table: 0, Priority: 5, Match: Match{}.Proto(EthIPv4, ProtoUDP).TPDst(5353)}
+	for _, tt := range []struct {
+		name   string
+		before func(t *testing.T, target string)
+		flush  func(target string) error
+		flows  int // flows of cookie 0x77 afterwards
+	}{
+		{"FlushConntrack", nil, func(target string) error { return FlushConntrack(context.Background(), target, flush) }, 0},
+		{"Apply", nil, func(target string) error { return Apply(context.Background(), target, Bundle{flow}, flush) }, 1},
+		{"DeleteFlows", func(t *testing.T, target string) {
+			if err := Apply(context.Background(), target, Bundle{flow}); err != nil {
+				t.Fatal(err)
 			}
-		}
-		slices.Sort(out)
-		return out
-	}
-	commit(17, 5353, 64000) // to flush
-	commit(17, 5354, 64000) // another port
-	commit(6, 5353, 64000)  // another protocol
-	commit(17, 5353, 64002) // another zone
-	before := entries()
-	if len(before) != 4 {
-		t.Fatalf("got %d conntrack entries, want 4:\n%s", len(before), strings.Join(before, "\n"))
-	}
-	if err := FlushConntrack(context.Background(), target, CTFlush{Zone: 64000, Proto: 17, Dst: node4, DstPort: 5353}); err != nil {
-		t.Fatal(err)
-	}
-	after := entries()
-	var gone []string
-	for _, e := range before {
-		if !slices.Contains(after, e) {
-			gone = append(gone, e)
-		}
-	}
-	if len(after) != 3 || len(gone) != 1 || !strings.Contains(gone[0], "dport=5353") || !strings.Contains(gone[0], "zone=64000") || !strings.HasPrefix(gone[0], "udp") {
-		t.Fatalf("flushed %q, left\n%s", gone, strings.Join(after, "\n"))
+		}, func(target string) error {
+			return DeleteFlows(context.Background(), target, Delete{Cookie: 0x77, Mask: ^uint64(0)}, flush)
+		}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			target := newBridge(t)
+			ctl, err := filepath.Glob(filepath.Join(ovs.rundir, "ovs-vswitchd.*.ctl"))
+			if err != nil || len(ctl) != 1 {
+				t.Fatalf("control socket: %v %v", ctl, err)
+			}
+			commit := func(proto uint8, dport uint16, zone uint16) {
+				t.Helper()
+				run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "packet-out", target,
+					fmt.Sprintf("in_port=LOCAL packet=%s actions=ct(commit,zone=%d)", packet(proto, dport), zone))
+			}
+			entries := func() []string {
+				t.Helper()
+				var out []string
+				for _, l := range strings.Split(run(t, "", "ovs-appctl", "-t", ctl[0], "dpctl/dump-conntrack"), "\n") {
+					if strings.Contains(l, "198.51.100.1") {
+						out = append(out, strings.TrimSpace(l))
+					}
+				}
+				slices.Sort(out)
+				return out
+			}
+			run(t, "", "ovs-appctl", "-t", ctl[0], "dpctl/flush-conntrack")
+			commit(17, 5353, 64000) // to flush
+			commit(17, 5354, 64000) // another port
+			commit(6, 5353, 64000)  // another protocol
+			commit(17, 5353, 64002) // another zone
+			before := entries()
+			if len(before) != 4 {
+				t.Fatalf("got %d conntrack entries, want 4:\n%s", len(before), strings.Join(before, "\n"))
+			}
+			if tt.before != nil {
+				tt.before(t, target)
+			}
+			if err := tt.flush(target); err != nil {
+				t.Fatal(err)
+			}
+			after := entries()
+			var gone []string
+			for _, e := range before {
+				if !slices.Contains(after, e) {
+					gone = append(gone, e)
+				}
+			}
+			if len(after) != 3 || len(gone) != 1 || !strings.Contains(gone[0], "dport=5353") || !strings.Contains(gone[0], "zone=64000") || !strings.HasPrefix(gone[0], "udp") {
+				t.Fatalf("flushed %q, left\n%s", gone, strings.Join(after, "\n"))
+			}
+			got, err := Dump(context.Background(), target, 0x77, ^uint64(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != tt.flows {
+				t.Fatalf("got %d flows of cookie 0x77 after the flush, want %d: %v", len(got), tt.flows, got)
+			}
+		})
 	}
 }
 

@@ -358,3 +358,75 @@ func TestDecodeRealRows(t *testing.T) {
 		})
 	}
 }
+
+// An operation that does not fit the server's schema fails with the
+// server's own words, on one line, under the caller's wrapping; so does a
+// value out of a column's range through the exported API.
+func TestServerErrorSurfaces(t *testing.T) {
+	requireOVS(t)
+	ctx := context.Background()
+	cli := dial(t)
+	br := newBridge(t, cli)
+	for _, tc := range []struct {
+		name   string
+		op     func() error
+		want   string
+		target any
+	}{
+		{
+			name: "unknown column",
+			op: func() error {
+				_, err := cli.transact(ctx, selectOp(tableBridge), ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort,
+					Row: ovsdb.Row{"name": "p", "nosuch": 1}})
+				return err
+			},
+			want:   "ovsdb insert on Port: unknown column: No column nosuch in table Port.",
+			target: new(ovsdb.OperationError),
+		},
+		{
+			name: "value of the wrong type",
+			op: func() error {
+				_, err := cli.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableBridge,
+					Where: []ovsdb.Condition{ovsdb.NewCondition("name", ovsdb.ConditionEqual, 1)}})
+				return err
+			},
+			want:   "ovsdb select on Bridge: syntax error: ",
+			target: new(ovsdb.OperationError),
+		},
+		{
+			name: "commit refused",
+			op: func() error {
+				// A second bridge of the same name (name is an index).
+				_, err := cli.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tableBridge, UUIDName: "dup",
+					Row: ovsdb.Row{"name": br.Name}}, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
+					Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("bridges", ovsdb.MutateOperationInsert, uuidSet("dup"))}})
+				return err
+			},
+			want:   "ovsdb transaction: constraint violation: ",
+			target: new(*ovsdb.ConstraintViolation),
+		},
+		{
+			name: "through AttachPort",
+			op: func() error {
+				_, err := cli.AttachPort(ctx, br.UUID, PortSpec{Name: "ovsdbtrunk", Trunks: []int{5000}})
+				return err
+			},
+			want:   `attaching port "ovsdbtrunk": ovsdb insert on Port: constraint violation: 5000 is not in the valid range 0 to 4095 (inclusive)`,
+			target: new(*ovsdb.ConstraintViolation),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.op()
+			if err == nil {
+				t.Fatal("got no error")
+			}
+			t.Logf("error: %v", err)
+			if msg := err.Error(); !strings.HasPrefix(msg, tc.want) || strings.Contains(msg, "\n") {
+				t.Errorf("got error %q, want one line beginning %q", msg, tc.want)
+			}
+			if !errors.As(err, tc.target) {
+				t.Errorf("got error %v, want a %T", err, tc.target)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
@@ -63,16 +64,33 @@ func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.
 		return nil, err
 	}
 	if opErrs, err := ovsdb.CheckOperationResults(res, ops); err != nil {
-		// Each operation's error stays matchable (errors.As), e.g. the
-		// *ovsdb.TimedOut of a wait that did not hold.
-		errs := []error{err}
-		for _, e := range opErrs {
-			errs = append(errs, e)
+		if len(opErrs) == 0 {
+			// The commit failed (or the answer was short): err is all.
+			return nil, fmt.Errorf("ovsdb transaction: %w", err)
 		}
-		return nil, errors.Join(errs...)
+		errs := make(opErrors, len(opErrs))
+		for i, e := range opErrs {
+			errs[i] = fmt.Errorf("ovsdb %s on %s: %w", e.Operation().Op, e.Operation().Table, e)
+		}
+		return nil, errs
 	}
 	return res, nil
 }
+
+// opErrors are the failed operations of one transaction, on one line. Each
+// stays matchable with errors.As, e.g. the *ovsdb.TimedOut of a wait that
+// did not hold.
+type opErrors []error
+
+func (e opErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e opErrors) Unwrap() []error { return e }
 
 // waitTimedOut reports whether err is a wait operation that did not hold
 // within its timeout.

@@ -645,7 +645,7 @@ func daemonCPU(rundir string, daemon string) time.Duration {
 }
 
 // coldDialMain is run in a fresh process by the replay: the first Dial of a
-// process pays for decoding the schema with cold caches (reflection, JSON
+// process pays for whatever it sets up with cold caches (reflection, JSON
 // codecs, heap growth), as every plugin process does.
 func coldDialMain(ep string) {
 	ctx := context.Background()

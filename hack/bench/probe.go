@@ -85,8 +85,8 @@ var (
 	rawBridgeAll   = "raw JSON-RPC select of the bridge row, all columns (as now)"
 	rawBridgeFew   = "raw JSON-RPC select of the bridge row, _uuid + datapath_type only"
 
-	rawSchema       = "raw JSON-RPC: get_schema alone"
-	libovsdbConnect = "pkg/ovsdb Dial + Close"
+	rawSchema   = "raw JSON-RPC: get_schema alone"
+	dialConnect = "pkg/ovsdb Dial + Close"
 )
 
 type replayer struct {
@@ -409,7 +409,8 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	return nil
 }
 
-// ovsdbFloors times what connecting costs with and without libovsdb.
+// ovsdbFloors times what connecting costs through pkg/ovsdb and over raw
+// JSON-RPC, and what get_schema would cost.
 func (r *replayer) ovsdbFloors(ctx context.Context, res *replayResult) error {
 	start := time.Now()
 	cli, err := ovsdb.Dial(ctx, r.ovsdbEP)
@@ -417,7 +418,7 @@ func (r *replayer) ovsdbFloors(ctx context.Context, res *replayResult) error {
 		return err
 	}
 	cli.Close()
-	res.extra[libovsdbConnect] = append(res.extra[libovsdbConnect], time.Since(start))
+	res.extra[dialConnect] = append(res.extra[dialConnect], time.Since(start))
 
 	path := strings.TrimPrefix(r.ovsdbEP, "unix:")
 	start = time.Now()

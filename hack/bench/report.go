@@ -342,7 +342,7 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 			t.print(w)
 		}
 		t = &table{head: append([]string{"more measurements", ""}, head[2:]...)}
-		for _, k := range []string{coldConnect, libovsdbConnect, rawConnect, rawSchema, rawBridgeAll, rawBridgeFew, bundleAgain, rawOpenFlow, ofBlocked} {
+		for _, k := range []string{coldConnect, dialConnect, rawConnect, rawSchema, rawBridgeAll, rawBridgeFew, bundleAgain, rawOpenFlow, ofBlocked} {
 			row := []string{k, ""}
 			for _, n := range levelsR {
 				row = append(row, ms2(pct(replays[n].extra[k], 50)))

@@ -1,7 +1,7 @@
 // Package jsonrpc is the JSON-RPC 1.0 connection that Open vSwitch's
 // daemons speak: ovsdb-server (RFC 7047 section 4) and the unixctl control
-// socket of ovs-vswitchd. The plugins need a handful of methods (get_schema,
-// transact, lock/unlock; dpctl commands); libovsdb's client package, built for
+// socket of ovs-vswitchd. The plugins need a handful of methods (transact,
+// lock/unlock; dpctl commands); libovsdb's client package, built for
 // long-running controllers with caches and monitors, pulls in about 200
 // packages (prometheus, validator, protobuf) that a short-lived plugin pays
 // for at every start-up (docs/performance.md, "Design costs").

@@ -21,7 +21,7 @@ func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)
 	}
-	brs, err := decode[Bridge](c, tableBridge, res[0].Rows)
+	brs, err := decode[Bridge](tableBridge, res[0].Rows)
 	if err != nil || len(brs) == 0 {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}
-	return decode[Bridge](c, tableBridge, res[0].Rows)
+	return decode[Bridge](tableBridge, res[0].Rows)
 }
 
 // SetBridgeExternalIDs adds keys to a bridge's external_ids; existing keys

@@ -24,7 +24,7 @@ func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("reading next_cfg: %w", err)
 	}
-	roots, err := decode[OpenvSwitch](c, tableRoot, res[0].Rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[0].Rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -45,7 +45,7 @@ func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, 
 	if err != nil {
 		return fmt.Errorf("detaching %d port(s): %w", len(portUUIDs), err)
 	}
-	roots, err := decode[OpenvSwitch](c, tableRoot, res[len(res)-1].Rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].Rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -62,7 +62,7 @@ func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) erro
 		if err != nil {
 			return fmt.Errorf("reading cur_cfg: %w", err)
 		}
-		roots, err := decode[OpenvSwitch](c, tableRoot, res[0].Rows)
+		roots, err := decode[OpenvSwitch](tableRoot, res[0].Rows)
 		if err != nil || len(roots) != 1 {
 			return fmt.Errorf("reading cur_cfg: %v", err)
 		}

@@ -81,7 +81,7 @@ func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []st
 		if bridge == "" {
 			return nil, nil
 		}
-		brs, err := decode[Bridge](c, tableBridge, res[len(res)-1].Rows)
+		brs, err := decode[Bridge](tableBridge, res[len(res)-1].Rows)
 		if err != nil || len(brs) == 0 {
 			return nil, err
 		}
@@ -99,7 +99,7 @@ func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []st
 		if serr != nil {
 			break
 		}
-		if ports, derr := decode[Port](c, tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
+		if ports, derr := decode[Port](tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
 			p := OwnedPort{Port: ports[0]}
 			return nil, &ClaimedError{Key: k, Holder: p.Attachment(), Port: p.Port.Name}
 		}

@@ -1,15 +1,21 @@
 // Package ovsdb is a small typed client for the few Open_vSwitch tables and
-// columns the plugins use. It speaks OVSDB (RFC 7047) through libovsdb but keeps
-// no cache and starts no monitor: a short-lived plugin process sends a handful
-// of transactions and exits, so downloading whole tables would only cost time
-// (docs/performance.md, "Design costs").
+// columns the plugins use. It speaks OVSDB (RFC 7047) over pkg/jsonrpc with
+// the wire types of libovsdb's ovsdb package (operations, conditions,
+// mutations, sets, maps, rows), and keeps no cache and starts no monitor: a
+// short-lived plugin process sends a handful of transactions and exits, so
+// downloading whole tables would only cost time. Nor does it load a schema:
+// rows become the hand-written models below through a small decoder driven
+// by their tags (decode.go), and ovsdb-server checks every transaction
+// against its own schema. Decoding even a subset of the schema, building
+// libovsdb's model on it and mapping rows through libovsdb's reflection
+// mapper were a good share of every plugin process's CPU (docs/performance.md,
+// "Design costs"). The tests keep the models, and every operation built
+// here, fitting the schema Open vSwitch ships.
 //
 // Every Port and Interface row the plugins create carries namespaced
 // external_ids (see the Key* constants); the plugins find their own state there
 // and never modify rows without the owner key.
 package ovsdb
-
-import "github.com/ovn-kubernetes/libovsdb/model"
 
 // Hand-written models: only the columns read or written here.
 // Optional columns are pointers, sets are slices.
@@ -65,16 +71,6 @@ const (
 	tablePort      = "Port"
 	tableInterface = "Interface"
 )
-
-// DatabaseModel returns the client model of the subset above.
-func DatabaseModel() (model.ClientDBModel, error) {
-	return model.NewClientDBModel("Open_vSwitch", map[string]model.Model{
-		tableRoot:      &OpenvSwitch{},
-		tableBridge:    &Bridge{},
-		tablePort:      &Port{},
-		tableInterface: &Interface{},
-	})
-}
 
 // external_ids keys on the Port and Interface rows the plugins create: the
 // identity of an attachment (its records are pkg/record's).

@@ -96,17 +96,12 @@ func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
 		taken := map[int]bool{}
 		for i, col := range []string{"ofport", "ofport_request"} {
 			for _, row := range res[i].Rows {
-				vals := []any{row[col]}
-				if set, ok := row[col].(ovsdb.OvsSet); ok {
-					vals = set.GoSet
+				ns, err := setOf(atomInt)(row[col])
+				if err != nil {
+					return 0, fmt.Errorf("looking up ofports %d-%d: %s: %w", p, end-1, col, err)
 				}
-				for _, v := range vals {
-					switch n := v.(type) { // JSON numbers decode as float64
-					case float64:
-						taken[int(n)] = true
-					case int:
-						taken[n] = true
-					}
+				for _, n := range ns {
+					taken[n] = true
 				}
 			}
 		}
@@ -143,7 +138,7 @@ func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) err
 	if err != nil {
 		return fmt.Errorf("looking up MAC %s: %w", mac, err)
 	}
-	ps, err := decode[Port](c, tablePort, res[0].Rows)
+	ps, err := decode[Port](tablePort, res[0].Rows)
 	if err != nil {
 		return err
 	}
@@ -152,7 +147,7 @@ func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) err
 			return &MACInUseError{MAC: mac, Holder: fmt.Sprintf("attachment %s (port %q)", a, p.Name)}
 		}
 	}
-	is, err := decode[Interface](c, tableInterface, res[1].Rows)
+	is, err := decode[Interface](tableInterface, res[1].Rows)
 	if err != nil || len(is) == 0 {
 		return err
 	}
@@ -273,11 +268,11 @@ func (c *Client) ownedPorts(ctx context.Context, where []ovsdb.Condition) ([]Own
 	if err != nil {
 		return nil, fmt.Errorf("listing our ports: %w", err)
 	}
-	ports, err := decode[Port](c, tablePort, res[0].Rows)
+	ports, err := decode[Port](tablePort, res[0].Rows)
 	if err != nil {
 		return nil, err
 	}
-	ifaces, err := decode[Interface](c, tableInterface, res[1].Rows)
+	ifaces, err := decode[Interface](tableInterface, res[1].Rows)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +313,7 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 		}
 		return 0, fmt.Errorf("waiting for ofport of %q: %w", name, err)
 	}
-	ifs, err := decode[Interface](c, tableInterface, res[1].Rows)
+	ifs, err := decode[Interface](tableInterface, res[1].Rows)
 	if err != nil {
 		return 0, err
 	}

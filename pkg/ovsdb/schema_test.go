@@ -8,18 +8,18 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 
+	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
-// The schema a plugin validates its operations against is embedded, not
-// downloaded: get_schema is a round trip, and decoding the whole
-// Open_vSwitch schema costs more than the transactions of a command
-// (docs/performance.md, "Design costs"). The file
-// holds only the tables and columns the models and operations use, cut from
-// the schema Open vSwitch ships (TestEmbeddedSchema keeps it equal to the
-// installed one's subset; go test ./pkg/ovsdb -update rewrites it). The
-// server still checks every transaction against its own schema.
+// The schema is the tests' alone: the client loads none (see the package
+// comment). The file holds only the tables and columns the models and
+// operations use, cut from the schema Open vSwitch ships; TestEmbeddedSchema
+// keeps it equal to the installed one's subset (go test ./pkg/ovsdb -update
+// rewrites it), so that the tests that check the models and the operations
+// against it also run where Open vSwitch is not installed.
 //
 //go:embed vswitch-subset.ovsschema
 var embeddedSchema []byte
@@ -27,6 +27,7 @@ var embeddedSchema []byte
 // extraColumns are written by operations but not read into models.
 var extraColumns = map[string][]string{tablePort: {"vlan_mode"}, tableInterface: {"ofport_request"}}
 
+// schemaOnce is the embedded schema, decoded.
 var schemaOnce = sync.OnceValues(func() (ovsdb.DatabaseSchema, error) {
 	var s ovsdb.DatabaseSchema
 	if err := json.Unmarshal(embeddedSchema, &s); err != nil {
@@ -34,6 +35,35 @@ var schemaOnce = sync.OnceValues(func() (ovsdb.DatabaseSchema, error) {
 	}
 	return s, nil
 })
+
+// clientDBModel is libovsdb's client model of the hand-written models.
+func clientDBModel() (model.ClientDBModel, error) {
+	return model.NewClientDBModel("Open_vSwitch", map[string]model.Model{
+		tableRoot:      &OpenvSwitch{},
+		tableBridge:    &Bridge{},
+		tablePort:      &Port{},
+		tableInterface: &Interface{},
+	})
+}
+
+// databaseModel is libovsdb's model of the hand-written models on the
+// embedded schema, which libovsdb's mapper needs.
+func databaseModel(t testing.TB) model.DatabaseModel {
+	t.Helper()
+	s, err := schemaOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := clientDBModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, errs := model.NewDatabaseModel(s, m)
+	if len(errs) > 0 {
+		t.Fatalf("models do not match the embedded schema: %v", errs)
+	}
+	return db
+}
 
 // modelColumns returns, per table, the columns the models and operations use.
 func modelColumns() map[string][]string {

@@ -1,0 +1,432 @@
+package ovsdb
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+)
+
+// The tests against a real Open vSwitch share one private sandbox
+// (hack/ovs-sandbox.sh: ovsdb-server and ovs-vswitchd with the netdev
+// datapath in a netns of their own), started by the first test that needs
+// it and stopped by TestMain.
+var ovs struct {
+	once  sync.Once
+	name  string
+	db    string // unix:RUNDIR/db.sock
+	netns string
+	skip  string // why the OVS tests cannot run here
+	seq   atomic.Int64
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if ovs.name != "" {
+		exec.Command("../../hack/ovs-sandbox.sh", "stop", ovs.name).Run()
+	}
+	os.Exit(code)
+}
+
+// requireOVS skips, loudly, without root or Open vSwitch (and fails in CI),
+// and otherwise starts the sandbox once.
+func requireOVS(t *testing.T) {
+	t.Helper()
+	ovs.once.Do(func() {
+		if os.Geteuid() != 0 {
+			ovs.skip = "the Open vSwitch tests need root (network namespace, ovs-vswitchd)"
+			return
+		}
+		for _, bin := range []string{"ovsdb-server", "ovs-vswitchd", "ovs-vsctl"} {
+			if _, err := exec.LookPath(bin); err != nil {
+				if _, err := os.Stat("/usr/sbin/" + bin); err != nil {
+					ovs.skip = bin + " is not installed (apt-get install openvswitch-switch)"
+					return
+				}
+			}
+		}
+		name := fmt.Sprintf("ovsflow-ovsdb-%d", os.Getpid())
+		out, err := exec.Command("../../hack/ovs-sandbox.sh", "start", name).Output()
+		if err != nil {
+			ovs.skip = fmt.Sprintf("the Open vSwitch sandbox did not start: %v", err)
+			if ee, ok := err.(*exec.ExitError); ok {
+				ovs.skip += ": " + string(ee.Stderr)
+			}
+			exec.Command("../../hack/ovs-sandbox.sh", "stop", name).Run()
+			return
+		}
+		ovs.name = name
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			switch k, v, _ := strings.Cut(sc.Text(), "="); k {
+			case "OVSDB":
+				ovs.db = v
+			case "NETNS":
+				ovs.netns = v
+			}
+		}
+	})
+	if ovs.skip != "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI: %s", ovs.skip)
+		}
+		fmt.Fprintf(os.Stderr, "*** SKIPPING %s: %s ***\n", t.Name(), ovs.skip)
+		t.Skipf("SKIPPED: %s", ovs.skip)
+	}
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// dial connects to the sandbox's ovsdb-server; the client is closed at the
+// end of the test.
+func dial(t *testing.T) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cli, err := Dial(ctx, ovs.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cli.Close)
+	return cli
+}
+
+// newName is a fresh bridge or device name.
+func newName(prefix string) string { return fmt.Sprintf("%s%d", prefix, ovs.seq.Add(1)) }
+
+// newBridge creates a netdev bridge with EnsureBridge, removed at the end
+// of the test.
+func newBridge(t *testing.T, cli *Client) *Bridge {
+	t.Helper()
+	name := newName("ovsdbt")
+	t.Cleanup(func() { exec.Command("ovs-vsctl", "--db="+ovs.db, "--timeout=10", "--if-exists", "del-br", name).Run() })
+	br, err := cli.EnsureBridge(context.Background(), name, "netdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return br
+}
+
+// newVeth creates a veth in the sandbox's netns (where ovs-vswitchd opens
+// the devices of a netdev bridge) and returns the end to attach.
+func newVeth(t *testing.T) string {
+	t.Helper()
+	name := newName("ovsdbv")
+	run(t, "ip", "-n", ovs.netns, "link", "add", name, "type", "veth", "peer", "name", name+"p")
+	t.Cleanup(func() { exec.Command("ip", "-n", ovs.netns, "link", "del", name).Run() })
+	run(t, "ip", "-n", ovs.netns, "link", "set", name, "up")
+	return name
+}
+
+func attachmentIDs(a Attachment, br, mac string) map[string]string {
+	return map[string]string{KeyOwner: OwnerValue, KeyContainerID: a.ContainerID, KeyIfName: a.IfName,
+		KeyNetNS: "/var/run/netns/" + a.ContainerID, KeyNetwork: "ovsdb-test", KeyBridge: br, KeyMAC: mac}
+}
+
+// TestOperationsFitSchema drives every exported method of the client,
+// through its failure paths too (an ofport or a MAC taken, a claim held),
+// against the real ovsdb-server, and checks every operation the client sent
+// against the schema: libovsdb's ValidateOperations, and checkOperation,
+// which also looks at conditions, mutations, waits, the types of values,
+// enums and integer ranges. The server checks the same at run time; this
+// keeps a mismatch from reaching a node.
+func TestOperationsFitSchema(t *testing.T) {
+	requireOVS(t)
+	ctx := context.Background()
+	cli := dial(t)
+	type step struct {
+		name string
+		txns [][]ovsdb.Operation
+	}
+	var steps []*step
+	cli.observe = func(ops []ovsdb.Operation) {
+		s := steps[len(steps)-1]
+		s.txns = append(s.txns, slices.Clone(ops))
+	}
+	do := func(name string, f func() error) {
+		t.Helper()
+		steps = append(steps, &step{name: name})
+		if err := f(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	want := func(got error, target any) error {
+		if !errors.As(got, target) {
+			return fmt.Errorf("got error %v, want a %T", got, target)
+		}
+		return nil
+	}
+
+	var br *Bridge
+	do("EnsureBridge (new)", func() (err error) { br = newBridge(t, cli); return nil })
+	do("EnsureBridge (existing)", func() error { _, err := cli.EnsureBridge(ctx, br.Name, "netdev"); return err })
+	do("Bridge", func() error { _, err := cli.Bridge(ctx, br.Name); return err })
+	do("Bridges", func() error { _, err := cli.Bridges(ctx); return err })
+	do("SetBridgeExternalIDs", func() error {
+		return cli.SetBridgeExternalIDs(ctx, br.UUID, map[string]string{"ovsflow.io/test": "1"})
+	})
+
+	a := Attachment{ContainerID: newName("ctr-a-"), IfName: "eth0"}
+	b := Attachment{ContainerID: newName("ctr-b-"), IfName: "eth0"}
+	const macA, macB = "0a:58:0a:f4:00:0a", "0a:58:0a:f4:00:0b"
+	vethA, vethB := newVeth(t), newVeth(t)
+	var ofA int
+	do("ChooseOFPort", func() (err error) { ofA, err = cli.ChooseOFPort(ctx, HomeOFPort(a)); return err })
+	do("MACHolder (free)", func() error { return cli.MACHolder(ctx, macA, a) })
+	var portA, portB string
+	do("AttachPort (access, ofport and MAC)", func() (err error) {
+		portA, err = cli.AttachPort(ctx, br.UUID, PortSpec{Name: vethA, Tag: 5,
+			ExternalIDs: attachmentIDs(a, br.Name, macA), UniqueMAC: macA, OFPort: ofA})
+		return err
+	})
+	do("WaitOFPort", func() error {
+		of, err := cli.WaitOFPort(ctx, vethA, 10*time.Second)
+		if err == nil && of != ofA {
+			err = fmt.Errorf("got ofport %d, want %d", of, ofA)
+		}
+		return err
+	})
+	do("AttachPort (ofport taken)", func() error {
+		_, err := cli.AttachPort(ctx, br.UUID, PortSpec{Name: vethB, ExternalIDs: attachmentIDs(b, br.Name, macB), OFPort: ofA})
+		return want(err, new(*OFPortTakenError))
+	})
+	do("AttachPort (MAC taken)", func() error {
+		_, err := cli.AttachPort(ctx, br.UUID, PortSpec{Name: vethB, ExternalIDs: attachmentIDs(b, br.Name, macA), UniqueMAC: macA})
+		return want(err, new(*MACInUseError))
+	})
+	do("MACHolder (held)", func() error { return want(cli.MACHolder(ctx, macA, b), new(*MACInUseError)) })
+	do("AttachPort (trunk)", func() (err error) {
+		portB, err = cli.AttachPort(ctx, br.UUID, PortSpec{Name: vethB, Trunks: []int{10, 20},
+			ExternalIDs: attachmentIDs(b, br.Name, macB), UniqueMAC: macB})
+		return err
+	})
+	do("BridgeHasPort", func() error {
+		has, err := cli.BridgeHasPort(ctx, br.Name, portA)
+		if err == nil && !has {
+			err = errors.New("got false, want true")
+		}
+		return err
+	})
+	do("FindPorts", func() error {
+		ps, err := cli.FindPorts(ctx, a)
+		if err == nil && (len(ps) != 1 || ps[0].Port.UUID != portA || ps[0].Interface.Name != vethA) {
+			err = fmt.Errorf("got %+v, want port %s with interface %s", ps, portA, vethA)
+		}
+		return err
+	})
+	do("OwnedPorts", func() error { _, err := cli.OwnedPorts(ctx); return err })
+	do("Record (claim)", func() error {
+		return cli.Record(ctx, portA, nil, map[string]string{"ovsflow.io/k": "v"}, []string{"ovsflow.io/claim-x"})
+	})
+	do("Record (claim held)", func() error {
+		err := cli.Record(ctx, portB, []string{"ovsflow.io/k"}, nil, []string{"ovsflow.io/claim-x"})
+		var ce *ClaimedError
+		if err := want(err, &ce); err != nil {
+			return err
+		}
+		if ce.Holder != a {
+			return fmt.Errorf("got holder %s, want %s", ce.Holder, a)
+		}
+		return nil
+	})
+	do("RecordOnBridge", func() error {
+		got, err := cli.RecordOnBridge(ctx, portA, []string{"ovsflow.io/k"}, map[string]string{"ovsflow.io/k2": "v"}, nil, br.Name)
+		if err == nil && (got == nil || got.UUID != br.UUID) {
+			err = fmt.Errorf("got bridge %+v, want %s", got, br.UUID)
+		}
+		return err
+	})
+	do("SetPortExternalIDs", func() error {
+		return cli.SetPortExternalIDs(ctx, portA, map[string]string{"ovsflow.io/k3": "v"}, "ovsflow.io/k2")
+	})
+	do("SyncPending", func() error { return cli.SyncPending(ctx, 10*time.Second) })
+	do("DetachPortsAndSync", func() error { return cli.DetachPortsAndSync(ctx, 10*time.Second, portB) })
+	do("DetachPorts", func() error { return cli.DetachPorts(ctx, portA) })
+
+	schema, err := schemaOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range steps {
+		if len(s.txns) == 0 {
+			t.Errorf("%s: sent no transaction", s.name)
+		}
+		for _, ops := range s.txns {
+			if !schema.ValidateOperations(ops...) {
+				t.Errorf("%s: libovsdb's ValidateOperations refuses %v", s.name, ops)
+			}
+			for i, op := range ops {
+				n++
+				if err := checkOperation(schema, op); err != nil {
+					t.Errorf("%s: operation %d (%s on %s): %v", s.name, i+1, op.Op, op.Table, err)
+				}
+			}
+		}
+	}
+	t.Logf("%d operations in %d steps fit the schema", n, len(steps))
+}
+
+// TestDecodeRealRows: decode gives what libovsdb's mapper gives on rows as
+// ovsdb-server returns them, whole and as the client selects them: ports
+// with a tag, with trunks, with one trunk (a set of one is a bare atom on
+// the wire), interfaces attached, attached with an error, not yet
+// attached.
+func TestDecodeRealRows(t *testing.T) {
+	requireOVS(t)
+	ctx := context.Background()
+	cli := dial(t)
+	db := databaseModel(t)
+	br := newBridge(t, cli)
+	for i, spec := range []PortSpec{
+		{Name: newVeth(t), Tag: 5, OFPort: RequestedOFPortMin + 100},
+		{Name: newVeth(t), Trunks: []int{10, 20, 30}},
+		{Name: newVeth(t), Trunks: []int{7}},
+		{Name: newName("ovsdbmissing")}, // no such device: ofport -1 and an error
+	} {
+		a := Attachment{ContainerID: newName("ctr-r-"), IfName: "eth0"}
+		spec.ExternalIDs = attachmentIDs(a, br.Name, fmt.Sprintf("0a:58:0a:f4:01:%02x", i))
+		if _, err := cli.AttachPort(ctx, br.UUID, spec); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.WaitOFPort(ctx, spec.Name, 10*time.Second); err != nil && i != 3 {
+			t.Fatal(err)
+		}
+	}
+	for _, sel := range []struct {
+		name, table string
+		columns     []string
+	}{
+		{"root, all columns", tableRoot, nil},
+		{"root, counters", tableRoot, []string{"next_cfg", "cur_cfg"}},
+		{"bridges, all columns", tableBridge, nil},
+		{"bridges, bridgeColumns", tableBridge, bridgeColumns},
+		{"ports, all columns", tablePort, nil},
+		{"interfaces, all columns", tableInterface, nil},
+		{"interfaces, as WaitOFPort selects", tableInterface, []string{"_uuid", "name", "ofport", "error"}},
+		{"interface not yet seen by ovs-vswitchd", tableInterface, nil},
+	} {
+		t.Run(sel.name, func(t *testing.T) {
+			op := selectOp(sel.table)
+			op.Columns = sel.columns
+			ops := []ovsdb.Operation{op}
+			if sel.name == "interface not yet seen by ovs-vswitchd" {
+				// Selected in the transaction that inserts it: every
+				// column at its default (the row is not referenced, so
+				// the commit drops it again).
+				name := newName("ovsdbnew")
+				ops = []ovsdb.Operation{{Op: ovsdb.OperationInsert, Table: tableInterface, Row: ovsdb.Row{"name": name}},
+					selectOp(tableInterface, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name))}
+			}
+			res, err := cli.transact(ctx, ops...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows := res[len(res)-1].Rows
+			if len(rows) == 0 {
+				t.Fatal("no rows")
+			}
+			switch sel.table {
+			case tableRoot:
+				err = sameAsMapper[OpenvSwitch](t, db, sel.table, rows)
+			case tableBridge:
+				err = sameAsMapper[Bridge](t, db, sel.table, rows)
+			case tablePort:
+				err = sameAsMapper[Port](t, db, sel.table, rows)
+			case tableInterface:
+				err = sameAsMapper[Interface](t, db, sel.table, rows)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// An operation that does not fit the server's schema fails with the
+// server's own words, on one line, under the caller's wrapping; so does a
+// value out of a column's range through the exported API.
+func TestServerErrorSurfaces(t *testing.T) {
+	requireOVS(t)
+	ctx := context.Background()
+	cli := dial(t)
+	br := newBridge(t, cli)
+	for _, tc := range []struct {
+		name   string
+		op     func() error
+		want   string
+		target any
+	}{
+		{
+			name: "unknown column",
+			op: func() error {
+				_, err := cli.transact(ctx, selectOp(tableBridge), ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort,
+					Row: ovsdb.Row{"name": "p", "nosuch": 1}})
+				return err
+			},
+			want:   "ovsdb insert on Port: unknown column: No column nosuch in table Port.",
+			target: new(ovsdb.OperationError),
+		},
+		{
+			name: "value of the wrong type",
+			op: func() error {
+				_, err := cli.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableBridge,
+					Where: []ovsdb.Condition{ovsdb.NewCondition("name", ovsdb.ConditionEqual, 1)}})
+				return err
+			},
+			want:   "ovsdb select on Bridge: syntax error: ",
+			target: new(ovsdb.OperationError),
+		},
+		{
+			name: "commit refused",
+			op: func() error {
+				// A second bridge of the same name (name is an index).
+				_, err := cli.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tableBridge, UUIDName: "dup",
+					Row: ovsdb.Row{"name": br.Name}}, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
+					Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("bridges", ovsdb.MutateOperationInsert, uuidSet("dup"))}})
+				return err
+			},
+			want:   "ovsdb transaction: constraint violation: ",
+			target: new(*ovsdb.ConstraintViolation),
+		},
+		{
+			name: "through AttachPort",
+			op: func() error {
+				_, err := cli.AttachPort(ctx, br.UUID, PortSpec{Name: "ovsdbtrunk", Trunks: []int{5000}})
+				return err
+			},
+			want:   `attaching port "ovsdbtrunk": ovsdb insert on Port: constraint violation: 5000 is not in the valid range 0 to 4095 (inclusive)`,
+			target: new(*ovsdb.ConstraintViolation),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.op()
+			if err == nil {
+				t.Fatal("got no error")
+			}
+			t.Logf("error: %v", err)
+			if msg := err.Error(); !strings.HasPrefix(msg, tc.want) || strings.Contains(msg, "\n") {
+				t.Errorf("got error %q, want one line beginning %q", msg, tc.want)
+			}
+			if !errors.As(err, tc.target) {
+				t.Errorf("got error %v, want a %T", err, tc.target)
+			}
+		})
+	}
+}

@@ -80,7 +80,9 @@ func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*
 
 // Bridges returns every bridge.
 func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
-	res, err := c.transact(ctx, selectOp(tableBridge))
+	op := selectOp(tableBridge)
+	op.Columns = bridgeColumns
+	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}

@@ -92,7 +92,7 @@ func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []st
 	}
 	// Find who holds what we could not claim.
 	for _, k := range claims {
-		sel := selectOp(tablePort,
+		sel := selectModel[Port](tablePort,
 			ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{k: ClaimValue})),
 			ovsdb.NewCondition("_uuid", ovsdb.ConditionNotEqual, ovsdb.UUID{GoUUID: portUUID}))
 		r, serr := c.transact(ctx, sel)

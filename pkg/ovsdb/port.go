@@ -264,7 +264,7 @@ func (c *Client) OwnedPorts(ctx context.Context) ([]OwnedPort, error) {
 }
 
 func (c *Client) ownedPorts(ctx context.Context, where []ovsdb.Condition) ([]OwnedPort, error) {
-	res, err := c.transact(ctx, selectOp(tablePort, where...), selectOp(tableInterface, where...))
+	res, err := c.transact(ctx, selectModel[Port](tablePort, where...), selectModel[Interface](tableInterface, where...))
 	if err != nil {
 		return nil, fmt.Errorf("listing our ports: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"syscall"
 
@@ -112,6 +113,21 @@ func lostConnection(err error) bool {
 // from non-select operations, and RFC 7047 requires the member.
 var allRows = []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionNotEqual,
 	ovsdb.UUID{GoUUID: "00000000-0000-0000-0000-000000000000"})}
+
+// selectModel is a select of the columns model T reads: ovsdb-server then
+// encodes, and the plugin decodes, none of the others (an Interface row's
+// statistics and status maps are most of its size).
+func selectModel[T any](table string, where ...ovsdb.Condition) ovsdb.Operation {
+	op := selectOp(table, where...)
+	plan, err := planOf(reflect.TypeFor[T]())
+	if err != nil {
+		return op // decode reports it
+	}
+	for _, f := range plan {
+		op.Columns = append(op.Columns, f.column)
+	}
+	return op
+}
 
 func selectOp(table string, where ...ovsdb.Condition) ovsdb.Operation {
 	return ovsdb.Operation{Op: ovsdb.OperationSelect, Table: table, Where: where}

@@ -10,12 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/ip"
-	"github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -25,6 +22,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/ipam"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -170,7 +168,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			allocated = err == nil
 		}
 		if retErr != nil && allocated {
-			_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
+			_ = ipam.Del(context.Background(), conf.IPAM.Type, args.StdinData)
 		}
 	}()
 	if !retry {
@@ -346,7 +344,7 @@ func addresses(conf *NetConf, args *skel.CmdArgs, result *current.Result, contIn
 	if conf.IPAM.Type == "" {
 		return false, nil
 	}
-	r, err := ipam.ExecAdd(conf.IPAM.Type, args.StdinData)
+	r, err := ipam.Add(context.Background(), conf.IPAM.Type, args.StdinData)
 	return useIPAM(conf, r, err, result, contIndex)
 }
 
@@ -382,7 +380,7 @@ func startIPAM(plugin string, stdin []byte) *pendingIPAM {
 	p := &pendingIPAM{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.r, p.err = ipam.ExecAdd(plugin, stdin)
+		p.r, p.err = ipam.Add(context.Background(), plugin, stdin)
 	}()
 	return p
 }
@@ -483,7 +481,7 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 	}
 	if conf.IPAM.Type != "" {
 		// host-local refuses a second allocation for the same container.
-		_ = ipam.ExecDel(conf.IPAM.Type, args.StdinData)
+		_ = ipam.Del(context.Background(), conf.IPAM.Type, args.StdinData)
 	}
 	return true, link.Delete(hostName) // its container end goes with it
 }
@@ -617,7 +615,7 @@ func prepareContainer(ifname string, netdev, up, noRA bool) (string, error) {
 // routes, link up.
 func configureAddresses(ifname string, result *current.Result) error {
 	if len(result.IPs) > 0 {
-		if err := ipam.ConfigureIface(ifname, result); err != nil {
+		if err := ipam.Configure(ifname, result); err != nil {
 			return fmt.Errorf("configuring %q: %w", ifname, err)
 		}
 	}
@@ -744,7 +742,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	if conf.IPAM.Type != "" {
-		if err := ipam.ExecDel(conf.IPAM.Type, args.StdinData); err != nil {
+		if err := ipam.Del(context.Background(), conf.IPAM.Type, args.StdinData); err != nil {
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 		}
 	}
@@ -769,7 +767,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	if conf.IPAM.Type != "" {
-		if err := ipam.ExecCheck(conf.IPAM.Type, args.StdinData); err != nil {
+		if err := ipam.Check(context.Background(), conf.IPAM.Type, args.StdinData); err != nil {
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 		}
 	}
@@ -849,10 +847,10 @@ func CmdCheck(args *skel.CmdArgs) error {
 		if conf.MTU > 0 && l.Attrs().MTU != conf.MTU {
 			return fmt.Errorf("container interface %q: MTU is %d, want %d", args.IfName, l.Attrs().MTU, conf.MTU)
 		}
-		if err := ip.ValidateExpectedInterfaceIPs(args.IfName, prev.IPs); err != nil {
+		if err := ipam.CheckAddresses(args.IfName, prev.IPs); err != nil {
 			return fmt.Errorf("container interface %q: %w", args.IfName, err)
 		}
-		if err := ip.ValidateExpectedRoute(prev.Routes); err != nil {
+		if err := ipam.CheckRoutes(prev.Routes); err != nil {
 			return fmt.Errorf("container interface %q: %w", args.IfName, err)
 		}
 		return nil
@@ -892,7 +890,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	if conf.IPAM.Type != "" {
-		if err := invoke.DelegateGC(ctx, conf.IPAM.Type, args.StdinData, nil); err != nil {
+		if err := ipam.GC(ctx, conf.IPAM.Type, args.StdinData); err != nil {
 			return fmt.Errorf("ipam %q gc: %w", conf.IPAM.Type, err)
 		}
 	}
@@ -919,7 +917,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("bridge %q does not exist", conf.Bridge), "")
 	}
 	if conf.IPAM.Type != "" {
-		if err := ipam.ExecStatus(conf.IPAM.Type, args.StdinData); err != nil {
+		if err := ipam.Status(context.Background(), conf.IPAM.Type, args.StdinData); err != nil {
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 		}
 	}

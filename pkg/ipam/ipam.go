@@ -1,0 +1,183 @@
+// Package ipam delegates to the network's IPAM plugin as the CNI
+// specification has a plugin do (found by name in CNI_PATH, executed with
+// this process's environment but its own CNI_COMMAND, the network config on
+// stdin), and applies to the container interface, or checks there, what that
+// plugin returned.
+//
+// It stands in for cni's pkg/invoke and the reference plugins' pkg/ipam and
+// pkg/ip, which ovs-bridge imported before: through them every ovs-bridge
+// process linked and initialised OpenTelemetry, net/http, crypto/tls,
+// knftables and go-iptables, for a fork, an exec and a few netlink requests.
+// What that cost each invocation at start-up is in docs/performance.md
+// ("Design costs").
+package ipam
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/types/create"
+)
+
+// busyRetries and busyWait bound the wait for a plugin binary that is being
+// written as it is executed (ETXTBSY), as cni's invoke waits.
+const (
+	busyRetries = 5
+	busyWait    = time.Second
+)
+
+// Add runs the plugin's ADD and returns its result, in the version the
+// plugin printed (the specification has it print netconf's cniVersion); a
+// result without a cniVersion is taken to be in netconf's, as libcni takes
+// it (containernetworking/cni#895).
+func Add(ctx context.Context, plugin string, netconf []byte) (types.Result, error) {
+	out, err := run(ctx, plugin, "ADD", netconf)
+	if err != nil {
+		return nil, err
+	}
+	return decodeResult(netconf, out)
+}
+
+// Del runs the plugin's DEL.
+func Del(ctx context.Context, plugin string, netconf []byte) error {
+	_, err := run(ctx, plugin, "DEL", netconf)
+	return err
+}
+
+// Check runs the plugin's CHECK.
+func Check(ctx context.Context, plugin string, netconf []byte) error {
+	_, err := run(ctx, plugin, "CHECK", netconf)
+	return err
+}
+
+// GC runs the plugin's GC. netconf is the one this plugin was given: GC
+// exists from CNI 1.1.0 on, and skel calls a plugin's GC only for such a
+// config, so the version needs no check here (cni's invoke makes none).
+func GC(ctx context.Context, plugin string, netconf []byte) error {
+	_, err := run(ctx, plugin, "GC", netconf)
+	return err
+}
+
+// Status runs the plugin's STATUS (CNI 1.1.0 on, like GC).
+func Status(ctx context.Context, plugin string, netconf []byte) error {
+	_, err := run(ctx, plugin, "STATUS", netconf)
+	return err
+}
+
+// find returns the path of the plugin in cniPath, the first of its
+// directories that holds a regular file of that name, as libcni finds the
+// plugins it runs.
+func find(plugin, cniPath string) (string, error) {
+	if plugin == "" {
+		return "", errors.New("no plugin name")
+	}
+	if strings.ContainsRune(plugin, os.PathSeparator) {
+		return "", fmt.Errorf("plugin name %q is a path", plugin)
+	}
+	dirs := filepath.SplitList(cniPath)
+	if len(dirs) == 0 {
+		return "", fmt.Errorf("plugin %q: CNI_PATH is empty", plugin)
+	}
+	for _, dir := range dirs {
+		p := filepath.Join(dir, plugin)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("plugin %q not found in CNI_PATH %q", plugin, cniPath)
+}
+
+// withCommand is env with CNI_COMMAND set to command.
+func withCommand(env []string, command string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "CNI_COMMAND=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "CNI_COMMAND="+command)
+}
+
+// run executes the plugin's command and returns its stdout. What the plugin
+// writes to stderr goes to ours when it succeeds, into the error when it
+// fails.
+func run(ctx context.Context, plugin, command string, netconf []byte) ([]byte, error) {
+	path, err := find(plugin, os.Getenv("CNI_PATH"))
+	if err != nil {
+		return nil, err
+	}
+	env := withCommand(os.Environ(), command)
+	for attempt := 0; ; attempt++ {
+		var stdout, stderr bytes.Buffer
+		c := exec.CommandContext(ctx, path)
+		c.Env, c.Stdin, c.Stdout, c.Stderr = env, bytes.NewReader(netconf), &stdout, &stderr
+		err := c.Run()
+		if errors.Is(err, syscall.ETXTBSY) && attempt < busyRetries {
+			select {
+			case <-time.After(busyWait):
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%s %s: %w", plugin, command, ctx.Err())
+			}
+		}
+		if err != nil {
+			return nil, pluginError(plugin, command, err, stdout.Bytes(), stderr.Bytes())
+		}
+		if stderr.Len() > 0 {
+			_, _ = os.Stderr.Write(stderr.Bytes())
+		}
+		return stdout.Bytes(), nil
+	}
+}
+
+// pluginError is the CNI error the plugin printed on stdout, as a
+// *types.Error so that its code reaches the runtime, or else an error
+// carrying what the plugin printed.
+func pluginError(plugin, command string, err error, stdout, stderr []byte) error {
+	var e types.Error
+	if json.Unmarshal(stdout, &e) == nil && (e.Code != 0 || e.Msg != "") {
+		return &e
+	}
+	msg := fmt.Sprintf("%s %s: %v", plugin, command, err)
+	if s := bytes.TrimSpace(stderr); len(s) > 0 {
+		msg += fmt.Sprintf(", stderr %q", s)
+	}
+	if s := bytes.TrimSpace(stdout); len(s) > 0 {
+		msg += fmt.Sprintf(", stdout %q", s)
+	}
+	return errors.New(msg)
+}
+
+// decodeResult decodes a plugin's ADD result (see Add).
+func decodeResult(netconf, out []byte) (types.Result, error) {
+	confVersion, err := create.DecodeVersion(netconf)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(out, &fields); err != nil {
+		return nil, fmt.Errorf("decoding result %q: %w", out, err)
+	}
+	var resultVersion string
+	if raw, ok := fields["cniVersion"]; !ok || json.Unmarshal(raw, &resultVersion) != nil || resultVersion == "" {
+		if fields == nil { // the plugin printed null
+			fields = map[string]json.RawMessage{}
+		}
+		resultVersion = confVersion
+		fields["cniVersion"], _ = json.Marshal(confVersion)
+		if out, err = json.Marshal(fields); err != nil {
+			return nil, err
+		}
+	}
+	return create.Create(resultVersion, out)
+}

@@ -1,0 +1,224 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+)
+
+// writePlugin writes an executable shell script called name into dir.
+func writePlugin(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestFind(t *testing.T) {
+	a, b, empty := t.TempDir(), t.TempDir(), t.TempDir()
+	inB := writePlugin(t, b, "fake", "")
+	inA := writePlugin(t, a, "both", "")
+	writePlugin(t, b, "both", "")
+	if err := os.Mkdir(filepath.Join(a, "adir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writePlugin(t, b, "adir", "")
+	path := strings.Join([]string{empty, a, b}, string(os.PathListSeparator))
+	for _, tc := range []struct {
+		name, plugin, cniPath string
+		want                  string // path found; "" for an error
+		errHas                []string
+	}{
+		{"in a later directory", "fake", path, inB, nil},
+		{"the first directory wins", "both", path, inA, nil},
+		{"a directory of that name is skipped", "adir", path, filepath.Join(b, "adir"), nil},
+		{"missing", "host-local", path, "", []string{`"host-local"`, path}},
+		{"empty CNI_PATH", "fake", "", "", []string{`"fake"`, "CNI_PATH"}},
+		{"a path, not a name", "../fake", path, "", []string{`"../fake"`}},
+		{"no name", "", path, "", []string{"no plugin name"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := find(tc.plugin, tc.cniPath)
+			if tc.want != "" {
+				if err != nil || got != tc.want {
+					t.Errorf("find(%q): got %q, %v; want %q", tc.plugin, got, err, tc.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("find(%q): got %q, want an error", tc.plugin, got)
+			}
+			for _, s := range tc.errHas {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("find(%q): error %q does not name %s", tc.plugin, err, s)
+				}
+			}
+		})
+	}
+}
+
+// fakeIPAM is a plugin that checks what it is given: it fails with CNI code
+// 4 (invalid environment) unless CNI_COMMAND is $WANT_COMMAND, the netconf
+// on stdin names it, and the runtime's other variables came through; then it
+// prints $REPLY to stdout, $NOISE to stderr, and exits with $EXIT.
+const fakeIPAM = `in=$(cat)
+case "$in" in *'"type":"fake"'*) ;; *) echo '{"code":4,"msg":"stdin: '"$in"'"}'; exit 1;; esac
+[ "$CNI_COMMAND" = "$WANT_COMMAND" ] || { echo '{"code":4,"msg":"CNI_COMMAND='"$CNI_COMMAND"'"}'; exit 1; }
+[ "$CNI_CONTAINERID" = "c1" ] || { echo '{"code":4,"msg":"CNI_CONTAINERID='"$CNI_CONTAINERID"'"}'; exit 1; }
+[ -n "$NOISE" ] && echo "$NOISE" >&2
+printf '%s' "$REPLY"
+exit ${EXIT:-0}
+`
+
+const result040 = `{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.1.0.5/24","gateway":"10.1.0.1"}],"routes":[{"dst":"0.0.0.0/0"}]}`
+
+// TestDelegate runs a real script through the real exec path: command,
+// environment and stdin reach it; results and errors come back as libcni
+// would decode them.
+func TestDelegate(t *testing.T) {
+	dir := t.TempDir()
+	writePlugin(t, dir, "fake", fakeIPAM)
+	t.Setenv("CNI_PATH", t.TempDir()+string(os.PathListSeparator)+dir)
+	t.Setenv("CNI_COMMAND", "ADD") // the plugin's own command: replaced for DEL and the others
+	t.Setenv("CNI_CONTAINERID", "c1")
+	conf := func(version string) []byte {
+		return []byte(`{"cniVersion":"` + version + `","name":"n","ipam":{"type":"fake"}}`)
+	}
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name, confVersion, reply string
+		wantVersion              string
+	}{
+		{"result in its own version", "0.4.0", result040, "0.4.0"},
+		{"result without cniVersion: the config's", "1.0.0", strings.Replace(result040, `"cniVersion":"0.4.0",`, "", 1), "1.0.0"},
+		{"result with an empty cniVersion: the config's", "1.1.0", strings.Replace(result040, `"0.4.0"`, `""`, 1), "1.1.0"},
+		{"null: an empty result in the config's version", "1.0.0", "null", "1.0.0"},
+	} {
+		t.Run("ADD "+tc.name, func(t *testing.T) {
+			t.Setenv("WANT_COMMAND", "ADD")
+			t.Setenv("REPLY", tc.reply)
+			r, err := Add(ctx, "fake", conf(tc.confVersion))
+			if err != nil {
+				t.Fatalf("Add: %v", err)
+			}
+			if r.Version() != tc.wantVersion {
+				t.Errorf("result version: got %s, want %s", r.Version(), tc.wantVersion)
+			}
+			cur, err := current.NewResultFromResult(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.reply != "null" && (len(cur.IPs) != 1 || cur.IPs[0].Address.String() != "10.1.0.5/24" || len(cur.Routes) != 1) {
+				t.Errorf("result: got %+v, want 10.1.0.5/24 and one route", cur)
+			}
+		})
+	}
+
+	for _, tc := range []struct {
+		command string
+		call    func(context.Context, string, []byte) error
+	}{{"DEL", Del}, {"CHECK", Check}, {"GC", GC}, {"STATUS", Status}} {
+		t.Run(tc.command, func(t *testing.T) {
+			t.Setenv("WANT_COMMAND", tc.command)
+			t.Setenv("REPLY", "")
+			if err := tc.call(ctx, "fake", conf("1.1.0")); err != nil {
+				t.Errorf("%s: %v", tc.command, err)
+			}
+		})
+	}
+
+	t.Run("CNI error: its code passes through", func(t *testing.T) {
+		t.Setenv("WANT_COMMAND", "ADD")
+		t.Setenv("REPLY", `{"cniVersion":"1.0.0","code":11,"msg":"try again","details":"busy"}`)
+		t.Setenv("EXIT", "1")
+		t.Setenv("NOISE", "some log line")
+		_, err := Add(ctx, "fake", conf("1.0.0"))
+		var e *types.Error
+		if !errors.As(err, &e) || e.Code != types.ErrTryAgainLater || e.Msg != "try again" || e.Details != "busy" {
+			t.Errorf("Add: got %#v, want *types.Error code 11 %q %q", err, "try again", "busy")
+		}
+	})
+	t.Run("CNI error from DEL", func(t *testing.T) {
+		t.Setenv("WANT_COMMAND", "ADD") // the plugin refuses DEL with code 4
+		err := Del(ctx, "fake", conf("1.0.0"))
+		var e *types.Error
+		if !errors.As(err, &e) || e.Code != types.ErrInvalidEnvironmentVariables || !strings.Contains(e.Msg, "CNI_COMMAND=DEL") {
+			t.Errorf("Del: got %v, want *types.Error code 4 naming CNI_COMMAND=DEL", err)
+		}
+	})
+	t.Run("no CNI error: stderr in the error", func(t *testing.T) {
+		t.Setenv("WANT_COMMAND", "ADD")
+		t.Setenv("REPLY", "")
+		t.Setenv("EXIT", "3")
+		t.Setenv("NOISE", "host-local: disk full")
+		_, err := Add(ctx, "fake", conf("1.0.0"))
+		var e *types.Error
+		if err == nil || errors.As(err, &e) || !strings.Contains(err.Error(), "disk full") || !strings.Contains(err.Error(), "exit status 3") {
+			t.Errorf("Add: got %#v, want a plain error with the stderr text and the exit status", err)
+		}
+	})
+	t.Run("undecodable stdout", func(t *testing.T) {
+		t.Setenv("WANT_COMMAND", "ADD")
+		t.Setenv("REPLY", "not json")
+		t.Setenv("EXIT", "1")
+		_, err := Add(ctx, "fake", conf("1.0.0"))
+		if err == nil || !strings.Contains(err.Error(), "not json") {
+			t.Errorf("Add: got %v, want an error quoting the output", err)
+		}
+	})
+	t.Run("undecodable result", func(t *testing.T) {
+		t.Setenv("WANT_COMMAND", "ADD")
+		t.Setenv("REPLY", "[]")
+		if _, err := Add(ctx, "fake", conf("1.0.0")); err == nil {
+			t.Error("Add of a result that is not an object: got no error")
+		}
+	})
+	t.Run("missing plugin", func(t *testing.T) {
+		_, err := Add(ctx, "host-local", conf("1.0.0"))
+		if err == nil || !strings.Contains(err.Error(), `"host-local"`) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("Add: got %v, want an error naming the plugin and CNI_PATH", err)
+		}
+	})
+}
+
+// TestBusyBinary executes a plugin whose file is still open for writing
+// (ETXTBSY), as while it is being installed: the call waits for the write
+// to end, as cni's invoke does.
+func TestBusyBinary(t *testing.T) {
+	dir := t.TempDir()
+	p := writePlugin(t, dir, "fake", `echo '{"cniVersion":"1.0.0"}'`)
+	t.Setenv("CNI_PATH", dir)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		f.Close()
+	}()
+	start := time.Now()
+	if _, err := Add(context.Background(), "fake", []byte(`{"cniVersion":"1.0.0"}`)); err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	if took := time.Since(start); took < busyWait {
+		t.Errorf("Add took %v: got no wait, want a retry after %v", took, busyWait)
+	}
+}
+
+func TestWithCommand(t *testing.T) {
+	got := withCommand([]string{"A=1", "CNI_COMMAND=ADD", "CNI_COMMANDX=y", "B"}, "DEL")
+	want := []string{"A=1", "CNI_COMMANDX=y", "B", "CNI_COMMAND=DEL"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("withCommand: got %q, want %q", got, want)
+	}
+}

@@ -158,13 +158,13 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	// runs, meanwhile. A failed ADD releases the addresses (once allocated)
 	// and, from the first bundle on, removes the attachment's flows.
 	allocated := false
-	var pending *pendingIPAM
+	var pending *ipam.Pending
 	if !dhcp && conf.IPAM.Type != "" {
-		pending = startIPAM(conf.IPAM.Type, args.StdinData)
+		pending = ipam.Start(conf.IPAM.Type, args.StdinData)
 	}
 	defer func() {
 		if pending != nil { // ADD failed before it used IPAM's result
-			_, err := pending.wait()
+			_, err := pending.Wait()
 			allocated = err == nil
 		}
 		if retErr != nil && allocated {
@@ -237,7 +237,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	if !dhcp {
 		if pending != nil {
-			r, err := pending.wait()
+			r, err := pending.Wait()
 			pending = nil
 			if allocated, err = useIPAM(conf, r, err, result, contIndex); err != nil {
 				return err
@@ -366,29 +366,6 @@ func useIPAM(conf *NetConf, r types.Result, err error, result *current.Result, c
 		ipc.Interface = current.Int(contIndex)
 	}
 	return true, nil
-}
-
-// pendingIPAM is an IPAM ADD running while ADD makes the veth.
-type pendingIPAM struct {
-	done chan struct{}
-	r    types.Result
-	err  error
-}
-
-// startIPAM runs the IPAM plugin's ADD in the background.
-func startIPAM(plugin string, stdin []byte) *pendingIPAM {
-	p := &pendingIPAM{done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		p.r, p.err = ipam.Add(context.Background(), plugin, stdin)
-	}()
-	return p
-}
-
-// wait returns what the IPAM ADD returned, once it has.
-func (p *pendingIPAM) wait() (types.Result, error) {
-	<-p.done
-	return p.r, p.err
 }
 
 // attachSecured inserts the port requesting ofport want, whose flows are

@@ -36,6 +36,30 @@ const (
 	busyWait    = time.Second
 )
 
+// Pending is an ADD running in the background (Start): ovs-bridge makes the
+// veth meanwhile.
+type Pending struct {
+	done chan struct{}
+	r    types.Result
+	err  error
+}
+
+// Start runs the plugin's ADD (as Add) in the background.
+func Start(plugin string, netconf []byte) *Pending {
+	p := &Pending{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.r, p.err = Add(context.Background(), plugin, netconf)
+	}()
+	return p
+}
+
+// Wait returns what the ADD returned, once it has.
+func (p *Pending) Wait() (types.Result, error) {
+	<-p.done
+	return p.r, p.err
+}
+
 // Add runs the plugin's ADD and returns its result, in the version the
 // plugin printed (the specification has it print netconf's cniVersion); a
 // result without a cniVersion is taken to be in netconf's, as libcni takes

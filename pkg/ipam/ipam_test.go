@@ -222,3 +222,37 @@ func TestWithCommand(t *testing.T) {
 		t.Errorf("withCommand: got %q, want %q", got, want)
 	}
 }
+
+// TestStart runs an ADD in the background that returns only once the test
+// lets it (the plugin waits for a file to appear): Wait blocks until then and
+// returns the result.
+func TestStart(t *testing.T) {
+	dir := t.TempDir()
+	gate := filepath.Join(t.TempDir(), "go")
+	writePlugin(t, dir, "slow", `while [ ! -e "$GATE" ]; do sleep 0.01; done
+cat >/dev/null
+echo "$REPLY"
+`)
+	t.Setenv("CNI_PATH", dir)
+	t.Setenv("CNI_COMMAND", "ADD")
+	t.Setenv("GATE", gate)
+	t.Setenv("REPLY", result040)
+	p := Start("slow", []byte(`{"cniVersion":"0.4.0","name":"n","ipam":{"type":"slow"}}`))
+	waited := make(chan error, 1)
+	go func() { _, err := p.Wait(); waited <- err }()
+	select {
+	case err := <-waited:
+		t.Fatalf("Wait returned before the plugin did: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Wait() // again: the same answer
+	if err != nil || r.Version() != "0.4.0" {
+		t.Fatalf("second Wait: got %v, %v; want the 0.4.0 result", r, err)
+	}
+}

@@ -1,8 +1,6 @@
 package openflow_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -15,12 +13,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/internal/ovstest"
 	. "github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
@@ -29,19 +27,13 @@ import (
 // datapath in a netns of their own, files under /run/ovsflow/NAME), started
 // by the first test that needs it and stopped by TestMain.
 var ovs struct {
-	once   sync.Once
-	name   string
-	db     string // unix:RUNDIR/db.sock
-	rundir string
-	skip   string // why the OVS tests cannot run here
-	seq    atomic.Int64
+	*ovstest.Sandbox
+	seq atomic.Int64
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if ovs.name != "" {
-		exec.Command("../../hack/ovs-sandbox.sh", "stop", ovs.name).Run()
-	}
+	ovstest.Stop()
 	os.Exit(code)
 }
 
@@ -49,44 +41,7 @@ func TestMain(m *testing.M) {
 // starts the sandbox once.
 func requireOVS(t testing.TB) {
 	t.Helper()
-	ovs.once.Do(func() {
-		if os.Geteuid() != 0 {
-			ovs.skip = "the Open vSwitch tests need root (network namespace, ovs-vswitchd)"
-			return
-		}
-		for _, bin := range []string{"ovs-vsctl", "ovs-ofctl", "ovsdb-server", "ovs-vswitchd"} {
-			if _, err := exec.LookPath(bin); err != nil {
-				if _, err := os.Stat("/usr/sbin/" + bin); err != nil {
-					ovs.skip = bin + " is not installed (apt-get install openvswitch-switch)"
-					return
-				}
-			}
-		}
-		name := fmt.Sprintf("ovsflow-openflow-%d", os.Getpid())
-		out, err := exec.Command("../../hack/ovs-sandbox.sh", "start", name).Output()
-		if err != nil {
-			ovs.skip = fmt.Sprintf("the Open vSwitch sandbox did not start: %v", err)
-			if ee, ok := err.(*exec.ExitError); ok {
-				ovs.skip += ": " + string(ee.Stderr)
-			}
-			exec.Command("../../hack/ovs-sandbox.sh", "stop", name).Run()
-			return
-		}
-		ovs.name = name
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			switch k, v, _ := strings.Cut(sc.Text(), "="); k {
-			case "OVSDB":
-				ovs.db = v
-			case "RUNDIR":
-				ovs.rundir = v
-			}
-		}
-	})
-	if ovs.skip != "" {
-		fmt.Fprintf(os.Stderr, "*** SKIPPING %s: %s ***\n", t.Name(), ovs.skip)
-		t.Skipf("SKIPPED: %s", ovs.skip)
-	}
+	ovs.Sandbox = ovstest.Require(t, "ovsflow-openflow", "ovs-vsctl", "ovs-ofctl", "ovsdb-server", "ovs-vswitchd")
 }
 
 func run(t testing.TB, stdin string, name string, args ...string) string {
@@ -105,9 +60,9 @@ func run(t testing.TB, stdin string, name string, args ...string) string {
 func newBridge(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("ofb%d", ovs.seq.Add(1))
-	run(t, "", "ovs-vsctl", "--db="+ovs.db, "--timeout=10", "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev")
-	t.Cleanup(func() { exec.Command("ovs-vsctl", "--db="+ovs.db, "--timeout=10", "del-br", name).Run() })
-	return "unix:" + filepath.Join(ovs.rundir, name+".mgmt")
+	run(t, "", "ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev")
+	t.Cleanup(func() { exec.Command("ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "del-br", name).Run() })
+	return "unix:" + filepath.Join(ovs.RunDir, name+".mgmt")
 }
 
 // dump returns the bridge's flows as ovs-ofctl prints them, sorted.
@@ -257,7 +212,7 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 			name: "table 41 full (rejected on commit)",
 			setup: func(t *testing.T, target string) {
 				br := strings.TrimSuffix(filepath.Base(target), ".mgmt")
-				run(t, "", "ovs-vsctl", "--db="+ovs.db, "--timeout=10", "--", "--id=@ft", "create", "Flow_Table", "flow_limit=1", "overflow_policy=refuse",
+				run(t, "", "ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "--", "--id=@ft", "create", "Flow_Table", "flow_limit=1", "overflow_policy=refuse",
 					"--", "set", "Bridge", br, "flow_tables:41=@ft")
 			},
 			bad:  Flow{Cookie: 0x0fc50139c16eb78e, Table: 3, Priority: 1},
@@ -307,7 +262,7 @@ func TestApplyBridgeWithoutOpenFlow14(t *testing.T) {
 	requireOVS(t)
 	target := newBridge(t)
 	br := strings.TrimSuffix(filepath.Base(target), ".mgmt")
-	run(t, "", "ovs-vsctl", "--db="+ovs.db, "--timeout=10", "set", "bridge", br, "protocols=OpenFlow10")
+	run(t, "", "ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "set", "bridge", br, "protocols=OpenFlow10")
 	err := Apply(context.Background(), target, Bundle{Flow{Priority: 1}})
 	if err == nil || errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "OpenFlow 1.4") {
 		t.Fatalf("got %v, want a version negotiation error", err)
@@ -652,7 +607,7 @@ func TestFlushConntrack(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			target := newBridge(t)
-			ctl, err := filepath.Glob(filepath.Join(ovs.rundir, "ovs-vswitchd.*.ctl"))
+			ctl, err := filepath.Glob(filepath.Join(ovs.RunDir, "ovs-vswitchd.*.ctl"))
 			if err != nil || len(ctl) != 1 {
 				t.Fatalf("control socket: %v %v", ctl, err)
 			}

@@ -1,8 +1,6 @@
 package ovsdb
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,12 +8,13 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ovsflow/ovs-cni/pkg/internal/ovstest"
 )
 
 // The tests against a real Open vSwitch share one private sandbox
@@ -23,19 +22,13 @@ import (
 // datapath in a netns of their own), started by the first test that needs
 // it and stopped by TestMain.
 var ovs struct {
-	once  sync.Once
-	name  string
-	db    string // unix:RUNDIR/db.sock
-	netns string
-	skip  string // why the OVS tests cannot run here
-	seq   atomic.Int64
+	*ovstest.Sandbox
+	seq atomic.Int64
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if ovs.name != "" {
-		exec.Command("../../hack/ovs-sandbox.sh", "stop", ovs.name).Run()
-	}
+	ovstest.Stop()
 	os.Exit(code)
 }
 
@@ -43,47 +36,7 @@ func TestMain(m *testing.M) {
 // and otherwise starts the sandbox once.
 func requireOVS(t *testing.T) {
 	t.Helper()
-	ovs.once.Do(func() {
-		if os.Geteuid() != 0 {
-			ovs.skip = "the Open vSwitch tests need root (network namespace, ovs-vswitchd)"
-			return
-		}
-		for _, bin := range []string{"ovsdb-server", "ovs-vswitchd", "ovs-vsctl"} {
-			if _, err := exec.LookPath(bin); err != nil {
-				if _, err := os.Stat("/usr/sbin/" + bin); err != nil {
-					ovs.skip = bin + " is not installed (apt-get install openvswitch-switch)"
-					return
-				}
-			}
-		}
-		name := fmt.Sprintf("ovsflow-ovsdb-%d", os.Getpid())
-		out, err := exec.Command("../../hack/ovs-sandbox.sh", "start", name).Output()
-		if err != nil {
-			ovs.skip = fmt.Sprintf("the Open vSwitch sandbox did not start: %v", err)
-			if ee, ok := err.(*exec.ExitError); ok {
-				ovs.skip += ": " + string(ee.Stderr)
-			}
-			exec.Command("../../hack/ovs-sandbox.sh", "stop", name).Run()
-			return
-		}
-		ovs.name = name
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			switch k, v, _ := strings.Cut(sc.Text(), "="); k {
-			case "OVSDB":
-				ovs.db = v
-			case "NETNS":
-				ovs.netns = v
-			}
-		}
-	})
-	if ovs.skip != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI: %s", ovs.skip)
-		}
-		fmt.Fprintf(os.Stderr, "*** SKIPPING %s: %s ***\n", t.Name(), ovs.skip)
-		t.Skipf("SKIPPED: %s", ovs.skip)
-	}
+	ovs.Sandbox = ovstest.Require(t, "ovsflow-ovsdb", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl")
 }
 
 func run(t *testing.T, name string, args ...string) {
@@ -99,7 +52,7 @@ func dial(t *testing.T) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cli, err := Dial(ctx, ovs.db)
+	cli, err := Dial(ctx, ovs.DB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +68,7 @@ func newName(prefix string) string { return fmt.Sprintf("%s%d", prefix, ovs.seq.
 func newBridge(t *testing.T, cli *Client) *Bridge {
 	t.Helper()
 	name := newName("ovsdbt")
-	t.Cleanup(func() { exec.Command("ovs-vsctl", "--db="+ovs.db, "--timeout=10", "--if-exists", "del-br", name).Run() })
+	t.Cleanup(func() { exec.Command("ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "--if-exists", "del-br", name).Run() })
 	br, err := cli.EnsureBridge(context.Background(), name, "netdev")
 	if err != nil {
 		t.Fatal(err)
@@ -128,9 +81,9 @@ func newBridge(t *testing.T, cli *Client) *Bridge {
 func newVeth(t *testing.T) string {
 	t.Helper()
 	name := newName("ovsdbv")
-	run(t, "ip", "-n", ovs.netns, "link", "add", name, "type", "veth", "peer", "name", name+"p")
-	t.Cleanup(func() { exec.Command("ip", "-n", ovs.netns, "link", "del", name).Run() })
-	run(t, "ip", "-n", ovs.netns, "link", "set", name, "up")
+	run(t, "ip", "-n", ovs.NetNS, "link", "add", name, "type", "veth", "peer", "name", name+"p")
+	t.Cleanup(func() { exec.Command("ip", "-n", ovs.NetNS, "link", "del", name).Run() })
+	run(t, "ip", "-n", ovs.NetNS, "link", "set", name, "up")
 	return name
 }
 

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 // DEL under churn: a real node deletes pods while others start. For each
@@ -21,9 +23,14 @@ type churnResult struct {
 	busy     map[string]time.Duration // wall time of those rounds
 	minN     map[string]int           // containers attached when a measured DEL started, min and max
 	maxN     map[string]int
+	// ovs-vswitchd's answer to one OpenFlow request on chain A's bridge (a
+	// delete of an unused cookie and its barrier: what each of our DELs
+	// sends, twice), timed every 20 ms for as long as a round of chain A's
+	// churn lasts, and as long again with the node quiet before it.
+	ofQuiet, ofChurn []time.Duration
 }
 
-func runChurn(ctx context.Context, chains []*chain, base, rounds, perRound, churners, callers int, ex *timedExec) (*churnResult, error) {
+func runChurn(ctx context.Context, chains []*chain, base, rounds, perRound, churners, callers int, ex *timedExec, ofTarget string) (*churnResult, error) {
 	res := &churnResult{churners: churners, del: map[string][]time.Duration{}, adds: map[string]int{},
 		busy: map[string]time.Duration{}, minN: map[string]int{}, maxN: map[string]int{}}
 	for _, ch := range chains {
@@ -35,7 +42,22 @@ func runChurn(ctx context.Context, chains []*chain, base, rounds, perRound, chur
 	for r := 0; r < rounds; r++ {
 		order := append(append([]*chain(nil), chains[r%len(chains):]...), chains[:r%len(chains)]...)
 		for _, ch := range order {
-			if err := res.round(ctx, ch, perRound, churners, ex); err != nil {
+			var probe <-chan []time.Duration
+			stop := make(chan struct{})
+			if ch.key == "A" && ofTarget != "" {
+				quiet := make(chan struct{})
+				before := ofProbe(ctx, ofTarget, quiet)
+				time.Sleep(time.Second)
+				close(quiet)
+				res.ofQuiet = append(res.ofQuiet, <-before...)
+				probe = ofProbe(ctx, ofTarget, stop)
+			}
+			err := res.round(ctx, ch, perRound, churners, ex)
+			close(stop)
+			if probe != nil {
+				res.ofChurn = append(res.ofChurn, <-probe...)
+			}
+			if err != nil {
 				return res, err
 			}
 		}
@@ -109,4 +131,26 @@ func (res *churnResult) round(ctx context.Context, ch *chain, dels, churners int
 	res.adds[ch.key] += int(adds.Load())
 	wg.Wait()
 	return first
+}
+
+// ofProbe times one OpenFlow request on target every 20 ms until stop is
+// closed, and sends what it measured.
+func ofProbe(ctx context.Context, target string, stop <-chan struct{}) <-chan []time.Duration {
+	out := make(chan []time.Duration, 1)
+	go func() {
+		var ds []time.Duration
+		for {
+			select {
+			case <-stop:
+				out <- ds
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			t0 := time.Now()
+			if err := openflow.DeleteFlows(ctx, target, openflow.Delete{Cookie: 0x7e57, Mask: ^uint64(0)}); err == nil {
+				ds = append(ds, time.Since(t0))
+			}
+		}
+	}()
+	return out
 }

@@ -333,7 +333,7 @@ func main() {
 	var churn *churnResult
 	if *churners > 0 {
 		var err error
-		if churn, err = runChurn(ctx, cni, churnBase, churnRounds, *churnDel, *churners, *callers, ex); err != nil {
+		if churn, err = runChurn(ctx, cni, churnBase, churnRounds, *churnDel, *churners, *callers, ex, target); err != nil {
 			fatalf("churn: %v", err)
 		}
 		logf("DEL under churn measured")

@@ -495,6 +495,10 @@ func churnTable(w io.Writer, c *churnResult, results []*levelResult, calls []cal
 			fmt.Sprintf("%d–%d", c.minN[k], c.maxN[k]), fmt.Sprintf("%.1f", rate), without, strings.Join(plugins, ", "))
 	}
 	t.print(w)
+	if len(c.ofChurn) > 0 && len(c.ofQuiet) > 0 {
+		fmt.Fprintf(w, "One OpenFlow request to chain A's bridge (a cookie delete and its barrier, as each of our DELs sends twice), every 20 ms: p50 %s, p90 %s ms with the node quiet (%d requests, 1 s before each round); p50 %s, p90 %s ms during chain A's churn rounds (%d requests).\n\n",
+			ms(pct(c.ofQuiet, 50)), ms(pct(c.ofQuiet, 90)), len(c.ofQuiet), ms(pct(c.ofChurn, 50)), ms(pct(c.ofChurn, 90)), len(c.ofChurn))
+	}
 }
 
 func abs(x int) int { return max(x, -x) }

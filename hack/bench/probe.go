@@ -211,11 +211,9 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	t.mark(phVeth)
 	var contMAC net.HardwareAddr
 	err = cns.Do(func(ns.NetNS) error {
-		for key, val := range map[string]string{"net/ipv6/conf/eth0/accept_dad": "0",
-			"net/ipv4/conf/eth0/arp_notify": "1", "net/ipv6/conf/eth0/ndisc_notify": "1"} {
-			if err := link.SetSysctl(key, val); err != nil {
-				return err
-			}
+		if err := link.SetConf("eth0", link.Conf{IPv4: map[string]string{"arp_notify": "1"},
+			IPv6: map[string]string{"accept_dad": "0", "ndisc_notify": "1", "addr_gen_mode": "0", "accept_ra": "0"}}); err != nil {
+			return err
 		}
 		if err := link.DisableTxChecksum("eth0"); err != nil {
 			return err

@@ -554,22 +554,16 @@ func prepareContainer(ifname string, netdev, up, noRA bool) (string, error) {
 	// and announce them (gratuitous ARP / unsolicited NA) when the link comes
 	// up. The link-local address is the EUI-64 one of the MAC, whatever the
 	// netns' default, because port security allows exactly that one.
-	sysctls := map[string]string{
-		"net/ipv6/conf/" + ifname + "/accept_dad":    "0",
-		"net/ipv4/conf/" + ifname + "/arp_notify":    "1",
-		"net/ipv6/conf/" + ifname + "/ndisc_notify":  "1",
-		"net/ipv6/conf/" + ifname + "/addr_gen_mode": "0",
-	}
+	conf := link.Conf{IPv4: map[string]string{"arp_notify": "1"},
+		IPv6: map[string]string{"accept_dad": "0", "ndisc_notify": "1", "addr_gen_mode": "0"}}
 	if noRA {
 		// Addresses and routes come from IPAM: no router advertisement
 		// may change them (port security drops them from containers; this
 		// also covers those from behind the uplink).
-		sysctls["net/ipv6/conf/"+ifname+"/accept_ra"] = "0"
+		conf.IPv6["accept_ra"] = "0"
 	}
-	for key, val := range sysctls {
-		if err := link.SetSysctl(key, val); err != nil {
-			return "", fmt.Errorf("setting %s on %q: %w", key, ifname, err)
-		}
+	if err := link.SetConf(ifname, conf); err != nil {
+		return "", err
 	}
 	if netdev {
 		if err := link.DisableTxChecksum(ifname); err != nil {

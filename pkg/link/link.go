@@ -183,17 +183,62 @@ func SetSysctl(key, value string) error {
 	return err
 }
 
+// Conf is an interface's sysctls: keys of net/ipv4/conf/IFNAME and of
+// net/ipv6/conf/IFNAME.
+type Conf struct {
+	IPv4, IPv6 map[string]string
+}
+
+// SetConf writes c for interface name in the current netns. Each family's
+// directory is looked up once and its keys are opened relative to it: the
+// lookup of an interface's directory under /proc/sys is most of a sysctl
+// write's cost (docs/performance.md), and every container has an "eth0".
+// A missing key or directory (IPv6 disabled) is skipped, as SetSysctl
+// skips it.
+func SetConf(name string, c Conf) error {
+	for _, fam := range []struct {
+		dir string
+		kv  map[string]string
+	}{{"/proc/sys/net/ipv4/conf/" + name, c.IPv4}, {"/proc/sys/net/ipv6/conf/" + name, c.IPv6}} {
+		if len(fam.kv) == 0 {
+			continue
+		}
+		if err := writeConf(fam.dir, fam.kv); err != nil {
+			return fmt.Errorf("setting sysctls of %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func writeConf(dir string, kv map[string]string) error {
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(dfd)
+	for k, v := range kv {
+		fd, err := unix.Openat(dfd, k, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "open", Path: dir + "/" + k, Err: err}
+		}
+		_, err = unix.Write(fd, []byte(v))
+		unix.Close(fd)
+		if err != nil {
+			return &os.PathError{Op: "write", Path: dir + "/" + k, Err: err}
+		}
+	}
+	return nil
+}
+
 // Isolate keeps the node's IP stack off a host-side port: no ARP replies
 // (arp_ignore=8), no IPv6. Needed for ports of a userspace-datapath bridge,
 // whose frames the kernel also receives.
 func Isolate(name string) error {
-	for key, val := range map[string]string{
-		"net/ipv4/conf/" + name + "/arp_ignore":   "8",
-		"net/ipv6/conf/" + name + "/disable_ipv6": "1",
-	} {
-		if err := SetSysctl(key, val); err != nil {
-			return fmt.Errorf("setting %s on %q: %w", key, name, err)
-		}
-	}
-	return nil
+	return SetConf(name, Conf{IPv4: map[string]string{"arp_ignore": "8"}, IPv6: map[string]string{"disable_ipv6": "1"}})
 }

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -157,5 +159,98 @@ func TestRandomMAC(t *testing.T) {
 	}
 	if len(seen) < 60 {
 		t.Errorf("got %d distinct MACs of 64", len(seen))
+	}
+}
+
+// TestSetConf writes IPv4 and IPv6 sysctls of a veth in a scratch
+// netns and reads them back; a key that does not exist is skipped.
+func TestSetConf(t *testing.T) {
+	nettest.RequireRoot(t)
+	n := nettest.NewNS(t)
+	err := n.Do(func(ns.NetNS) error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0p"}); err != nil {
+			return err
+		}
+		if err := SetConf("eth0", Conf{IPv4: map[string]string{"arp_notify": "1", "arp_ignore": "8"},
+			IPv6: map[string]string{"accept_dad": "0", "ndisc_notify": "1", "no_such_key": "1"}}); err != nil {
+			return err
+		}
+		for key, want := range map[string]string{"ipv4/conf/eth0/arp_notify": "1", "ipv4/conf/eth0/arp_ignore": "8",
+			"ipv6/conf/eth0/accept_dad": "0", "ipv6/conf/eth0/ndisc_notify": "1"} {
+			got, err := os.ReadFile("/proc/sys/net/" + key)
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(string(got)) != want {
+				t.Errorf("%s: got %q, want %q", key, strings.TrimSpace(string(got)), want)
+			}
+		}
+		if err := SetConf("nosuchlink", Conf{IPv4: map[string]string{"arp_notify": "1"}}); err != nil {
+			t.Errorf("SetConf of a missing link: %v, want nil (skipped)", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkSysctls writes the five sysctls ovs-bridge sets on a container's
+// eth0, one path each (SetSysctl) and by directory (SetConf), in a netns
+// beside others that each have an eth0 too, as on a node with containers.
+func BenchmarkSysctls(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("SKIPPED: needs root (scratch network namespaces)")
+	}
+	conf := Conf{IPv4: map[string]string{"arp_notify": "1"},
+		IPv6: map[string]string{"accept_dad": "0", "ndisc_notify": "1", "addr_gen_mode": "0", "accept_ra": "0"}}
+	eth0 := func(n ns.NetNS) {
+		if err := n.Do(func(ns.NetNS) error {
+			return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0p"})
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, siblings := range []int{0, 200} {
+		var all []ns.NetNS
+		for i := 0; i <= siblings; i++ {
+			n, err := testutils.NewNS()
+			if err != nil {
+				b.Fatal(err)
+			}
+			all = append(all, n)
+			eth0(n)
+			// Each netns's eth0 directory is looked up once, as an ADD does.
+			_ = n.Do(func(ns.NetNS) error { return SetConf("eth0", conf) })
+		}
+		n := all[0]
+		b.Run(fmt.Sprintf("siblings=%d/SetSysctl", siblings), func(b *testing.B) {
+			_ = n.Do(func(ns.NetNS) error {
+				for b.Loop() {
+					for fam, kv := range map[string]map[string]string{"ipv4": conf.IPv4, "ipv6": conf.IPv6} {
+						for k, v := range kv {
+							if err := SetSysctl("net/"+fam+"/conf/eth0/"+k, v); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				}
+				return nil
+			})
+		})
+		b.Run(fmt.Sprintf("siblings=%d/SetConf", siblings), func(b *testing.B) {
+			_ = n.Do(func(ns.NetNS) error {
+				for b.Loop() {
+					if err := SetConf("eth0", conf); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return nil
+			})
+		})
+		for _, m := range all {
+			_ = m.Close()
+			_ = testutils.UnmountNS(m)
+		}
 	}
 }

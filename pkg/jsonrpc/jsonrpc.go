@@ -4,7 +4,10 @@
 // lock/unlock; dpctl commands); libovsdb's client package, built for
 // long-running controllers with caches and monitors, pulls in about 200
 // packages (prometheus, validator, protobuf) that a short-lived plugin pays
-// for at every start-up (docs/performance.md, "Design costs").
+// for at every start-up (docs/performance.md, "Design costs"). This package
+// frames the messages and leaves their bulk to the caller where it asks:
+// pkg/ovsdb writes a transaction's params and reads its result with wire
+// types of its own, not libovsdb's (see Call).
 package jsonrpc
 
 import (
@@ -12,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
@@ -54,6 +58,11 @@ func (e *Error) Error() string { return e.Method + ": " + e.Detail }
 
 // Call sends one request and decodes its result into out. Notifications that
 // arrive meanwhile are dropped; the server's echo requests are answered.
+//
+// Params given as a json.RawMessage are sent as they are, and an out that
+// is a json.Unmarshaler gets the result's bytes as they came: pkg/ovsdb
+// writes and reads the bulk of its messages itself, and encoding/json
+// would only check and copy them again.
 func (r *Conn) Call(ctx context.Context, method string, params any, out any) error {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -65,8 +74,12 @@ func (r *Conn) Call(ctx context.Context, method string, params any, out any) err
 	defer stop()
 
 	r.id++
-	id := fmt.Sprint(r.id)
-	if err := json.NewEncoder(r.conn).Encode(map[string]any{"method": method, "params": params, "id": r.id}); err != nil {
+	id := strconv.Itoa(r.id)
+	req, err := request(method, params, id)
+	if err != nil {
+		return err
+	}
+	if _, err := r.conn.Write(req); err != nil {
 		return r.ctxErr(ctx, err)
 	}
 	for {
@@ -83,8 +96,32 @@ func (r *Conn) Call(ctx context.Context, method string, params any, out any) err
 		if out == nil {
 			return nil
 		}
+		if u, ok := out.(json.Unmarshaler); ok {
+			// The decoder has checked m.Result already.
+			return u.UnmarshalJSON(m.Result)
+		}
 		return json.Unmarshal(m.Result, out)
 	}
+}
+
+// request is the JSON text of a request, with its newline.
+func request(method string, params any, id string) ([]byte, error) {
+	p, ok := params.(json.RawMessage)
+	if !ok {
+		var err error
+		if p, err = json.Marshal(params); err != nil {
+			return nil, fmt.Errorf("%s: %w", method, err)
+		}
+	}
+	m, err := json.Marshal(method)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(p)+len(m)+len(id)+32)
+	b = append(append(b, `{"method":`...), m...)
+	b = append(append(b, `,"params":`...), p...)
+	b = append(append(b, `,"id":`...), id...)
+	return append(b, "}\n"...), nil
 }
 
 func (r *Conn) ctxErr(ctx context.Context, err error) error {

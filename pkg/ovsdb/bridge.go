@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
 // bridgeColumns are the columns of a Bridge that Bridge reads: all but its
@@ -15,13 +13,13 @@ var bridgeColumns = []string{"_uuid", "name", "datapath_type", "fail_mode", "ext
 // Bridge returns the bridge called name, or nil when there is none, without
 // its ports.
 func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
-	op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name))
-	op.Columns = bridgeColumns
+	op := selectOp(tableBridge, condition{"name", fnEqual, str(name)})
+	op.columns = bridgeColumns
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)
 	}
-	brs, err := decode[Bridge](tableBridge, res[0].Rows)
+	brs, err := decode[Bridge](tableBridge, res[0].rows)
 	if err != nil || len(brs) == 0 {
 		return nil, err
 	}
@@ -30,14 +28,14 @@ func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
 
 // BridgeHasPort reports whether bridge name holds the port.
 func (c *Client) BridgeHasPort(ctx context.Context, name, portUUID string) (bool, error) {
-	op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name),
-		ovsdb.NewCondition("ports", ovsdb.ConditionIncludes, uuidSet(portUUID)))
-	op.Columns = []string{"_uuid"}
+	op := selectOp(tableBridge, condition{"name", fnEqual, str(name)},
+		condition{"ports", fnIncludes, uuid(portUUID)})
+	op.columns = []string{"_uuid"}
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return false, fmt.Errorf("looking up bridge %q: %w", name, err)
 	}
-	return len(res[0].Rows) == 1, nil
+	return len(res[0].rows) == 1, nil
 }
 
 // EnsureBridge creates bridge name (with its internal port) unless it exists.
@@ -50,19 +48,19 @@ func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*
 		if err != nil || br != nil {
 			return br, err
 		}
-		ids := strMap(map[string]string{KeyOwner: OwnerValue})
-		ops := []ovsdb.Operation{
-			{Op: ovsdb.OperationInsert, Table: tableInterface, UUIDName: "newiface",
-				Row: ovsdb.Row{"name": name, "type": "internal"}},
-			{Op: ovsdb.OperationInsert, Table: tablePort, UUIDName: "newport",
-				Row: ovsdb.Row{"name": name, "interfaces": uuidSet("newiface")}},
-			{Op: ovsdb.OperationInsert, Table: tableBridge, UUIDName: "newbridge",
-				Row: ovsdb.Row{"name": name, "ports": uuidSet("newport"), "datapath_type": datapathType, "external_ids": ids,
+		ops := []operation{
+			{op: opInsert, table: tableInterface, uuidName: "newiface",
+				row: row{{"name", str(name)}, {"type", str("internal")}}},
+			{op: opInsert, table: tablePort, uuidName: "newport",
+				row: row{{"name", str(name)}, {"interfaces", named("newiface")}}},
+			{op: opInsert, table: tableBridge, uuidName: "newbridge",
+				row: row{{"name", str(name)}, {"ports", named("newport")}, {"datapath_type", str(datapathType)},
+					{"external_ids", strMap{KeyOwner: OwnerValue}},
 					// Nothing is forwarded after an ovs-vswitchd restart
 					// until reconcile has put the port security flows back.
-					"fail_mode": "secure"}},
-			{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
-				Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("bridges", ovsdb.MutateOperationInsert, uuidSet("newbridge"))}},
+					{"fail_mode", str("secure")}}},
+			{op: opMutate, table: tableRoot, where: allRows,
+				mutations: []mutation{{"bridges", mutInsert, named("newbridge")}}},
 		}
 		if _, err := c.transact(ctx, ops...); err != nil {
 			if errors.Is(err, ErrUnreachable) {
@@ -81,26 +79,24 @@ func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*
 // Bridges returns every bridge.
 func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
 	op := selectOp(tableBridge)
-	op.Columns = bridgeColumns
+	op.columns = bridgeColumns
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}
-	return decode[Bridge](tableBridge, res[0].Rows)
+	return decode[Bridge](tableBridge, res[0].rows)
 }
 
 // SetBridgeExternalIDs adds keys to a bridge's external_ids; existing keys
 // keep their value (an OVSDB map insert does not overwrite).
 func (c *Client) SetBridgeExternalIDs(ctx context.Context, bridgeUUID string, set map[string]string) error {
-	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: bridgeUUID})}
-	keys := make([]string, 0, len(set))
+	keys := make(strSet, 0, len(set))
 	for k := range set {
 		keys = append(keys, k)
 	}
 	// A map insert keeps a key that is already there: delete the keys first.
-	_, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableBridge, Where: where,
-		Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, ovsSet(keys...)),
-			*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(set))}})
+	_, err := c.transact(ctx, operation{op: opMutate, table: tableBridge, where: byUUID(bridgeUUID),
+		mutations: []mutation{{"external_ids", mutDelete, keys}, {"external_ids", mutInsert, strMap(set)}}})
 	if err != nil {
 		return fmt.Errorf("recording on bridge %s: %w", bridgeUUID, err)
 	}

@@ -5,26 +5,24 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ovn-kubernetes/libovsdb/ovsdb"
-
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // bumpCfg asks ovs-vswitchd to report, through cur_cfg, when it has applied
 // the transaction; SyncPending waits on that.
-var bumpCfg = ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
-	Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("next_cfg", ovsdb.MutateOperationAdd, 1)}}
+var bumpCfg = operation{op: opMutate, table: tableRoot, where: allRows,
+	mutations: []mutation{{"next_cfg", mutAdd, integer(1)}}}
 
 // SyncPending waits, only if a change is pending (cur_cfg < next_cfg), until
 // ovs-vswitchd has applied it. ADD calls it before creating a device whose
 // name a just-removed port may still hold inside ovs-vswitchd (a DEL quickly
 // followed by an ADD of the same attachment).
 func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
-	res, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableRoot, Where: allRows, Columns: []string{"next_cfg", "cur_cfg"}})
+	res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"next_cfg", "cur_cfg"}})
 	if err != nil {
 		return fmt.Errorf("reading next_cfg: %w", err)
 	}
-	roots, err := decode[OpenvSwitch](tableRoot, res[0].Rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[0].rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -40,12 +38,12 @@ func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
 // new port in one reconfiguration, it would keep reading the deleted device.
 func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, portUUIDs ...string) error {
 	ops := append(detachOps(portUUIDs), bumpCfg,
-		ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableRoot, Where: allRows, Columns: []string{"next_cfg"}})
+		operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"next_cfg"}})
 	res, err := c.transact(ctx, ops...)
 	if err != nil {
 		return fmt.Errorf("detaching %d port(s): %w", len(portUUIDs), err)
 	}
-	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].Rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -58,11 +56,11 @@ func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, 
 func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		res, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableRoot, Where: allRows, Columns: []string{"cur_cfg"}})
+		res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"cur_cfg"}})
 		if err != nil {
 			return fmt.Errorf("reading cur_cfg: %w", err)
 		}
-		roots, err := decode[OpenvSwitch](tableRoot, res[0].Rows)
+		roots, err := decode[OpenvSwitch](tableRoot, res[0].rows)
 		if err != nil || len(roots) != 1 {
 			return fmt.Errorf("reading cur_cfg: %v", err)
 		}
@@ -76,8 +74,8 @@ func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) erro
 		}
 		ms := int(left / time.Millisecond)
 		wctx, cancel := context.WithTimeout(ctx, left+2*time.Second)
-		_, err = c.transact(wctx, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tableRoot, Where: allRows, Timeout: &ms,
-			Columns: []string{"cur_cfg"}, Until: string(ovsdb.WaitConditionNotEqual), Rows: []ovsdb.Row{{"cur_cfg": cur}}})
+		_, err = c.transact(wctx, operation{op: opWait, table: tableRoot, where: allRows, timeout: ms,
+			columns: []string{"cur_cfg"}, until: fnNotEqual, rows: []row{{{"cur_cfg", integer(cur)}}}})
 		cancel()
 		if err != nil && !waitTimedOut(err) {
 			return fmt.Errorf("waiting for cur_cfg: %w", err)

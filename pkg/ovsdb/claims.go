@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
 // ErrPortGone says that the port a change was for no longer exists.
@@ -25,6 +23,39 @@ func (e *ClaimedError) Error() string {
 // ClaimValue is the value of a held claim key.
 const ClaimValue = "1"
 
+// recordOps are RecordOnBridge's transaction.
+func recordOps(portUUID string, unset []string, set map[string]string, claims []string, bridge string) []operation {
+	where := byUUID(portUUID)
+	ins := make(strMap, len(set)+len(claims))
+	for k, v := range set {
+		ins[k] = v
+	}
+	for _, k := range claims {
+		ins[k] = ClaimValue
+	}
+	ops := make([]operation, 0, 3+len(claims))
+	if len(unset) > 0 {
+		ops = append(ops, operation{op: opMutate, table: tablePort, where: where,
+			mutations: []mutation{{"external_ids", mutDelete, strSet(unset)}}})
+	}
+	if len(ins) > 0 {
+		ops = append(ops, operation{op: opMutate, table: tablePort, where: where,
+			mutations: []mutation{{"external_ids", mutInsert, ins}}})
+	}
+	for _, k := range claims {
+		// Timeout 0: fail at once.
+		ops = append(ops, operation{op: opWait, table: tablePort,
+			where:   []condition{{"external_ids", fnIncludes, strMap{k: ClaimValue}}},
+			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", uuid(portUUID)}}}})
+	}
+	if bridge != "" {
+		op := selectOp(tableBridge, condition{"name", fnEqual, str(bridge)})
+		op.columns = bridgeColumns
+		ops = append(ops, op)
+	}
+	return ops
+}
+
 // Record updates our port's external_ids in one transaction: removes the keys
 // in unset, sets the keys in set, and takes every key in claims exclusively.
 // A claim is a key that at most one Port row may hold; the transaction waits
@@ -40,48 +71,20 @@ func (c *Client) Record(ctx context.Context, portUUID string, unset []string, se
 // bridge named bridge (unless ""; nil when there is none): one round trip
 // where a publish needs both.
 func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []string, set map[string]string, claims []string, bridge string) (*Bridge, error) {
-	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: portUUID})}
-	ins := make(map[string]string, len(set)+len(claims))
-	for k, v := range set {
-		ins[k] = v
-	}
-	for _, k := range claims {
-		ins[k] = ClaimValue
-	}
-	ops := []ovsdb.Operation{}
-	if len(unset) > 0 {
-		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where,
-			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, ovsSet(unset...))}})
-	}
-	if len(ins) > 0 {
-		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where,
-			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(ins))}})
-	}
-	zero := 0
-	for _, k := range claims {
-		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tablePort, Timeout: &zero,
-			Where:   []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{k: ClaimValue}))},
-			Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual),
-			Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: portUUID}}}})
-	}
-	mutates := len(ops) > 0
-	if bridge != "" {
-		op := selectOp(tableBridge, ovsdb.NewCondition("name", ovsdb.ConditionEqual, bridge))
-		op.Columns = bridgeColumns
-		ops = append(ops, op)
-	}
+	ops := recordOps(portUUID, unset, set, claims, bridge)
 	if len(ops) == 0 {
 		return nil, nil
 	}
+	mutates := ops[0].op == opMutate
 	res, err := c.transact(ctx, ops...)
 	if err == nil {
-		if mutates && res[0].Count != 1 {
+		if mutates && res[0].count != 1 {
 			return nil, fmt.Errorf("recording on port %s: %w", portUUID, ErrPortGone)
 		}
 		if bridge == "" {
 			return nil, nil
 		}
-		brs, err := decode[Bridge](tableBridge, res[len(res)-1].Rows)
+		brs, err := decode[Bridge](tableBridge, res[len(res)-1].rows)
 		if err != nil || len(brs) == 0 {
 			return nil, err
 		}
@@ -92,14 +95,13 @@ func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []st
 	}
 	// Find who holds what we could not claim.
 	for _, k := range claims {
-		sel := selectModel[Port](tablePort,
-			ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{k: ClaimValue})),
-			ovsdb.NewCondition("_uuid", ovsdb.ConditionNotEqual, ovsdb.UUID{GoUUID: portUUID}))
+		sel := selectModel[Port](tablePort, condition{"external_ids", fnIncludes, strMap{k: ClaimValue}},
+			condition{"_uuid", fnNotEqual, uuid(portUUID)})
 		r, serr := c.transact(ctx, sel)
 		if serr != nil {
 			break
 		}
-		if ports, derr := decode[Port](tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
+		if ports, derr := decode[Port](tablePort, r[0].rows); derr == nil && len(ports) > 0 {
 			p := OwnedPort{Port: ports[0]}
 			return nil, &ClaimedError{Key: k, Holder: p.Attachment(), Port: p.Port.Name}
 		}

@@ -1,11 +1,12 @@
 package ovsdb
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"strconv"
 	"sync"
-
-	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
 // decode turns the rows of a select result into models of table. It fills
@@ -15,20 +16,26 @@ import (
 // a value may arrive are left to handle. TestDecodeAsLibovsdb and
 // TestDecodeRealRows keep the result equal to libovsdb's schema-driven
 // mapper. A column missing from a row leaves its field zero.
-func decode[T any](table string, rows []ovsdb.Row) ([]T, error) {
+func decode[T any](table string, rows []resultRow) ([]T, error) {
 	plan, err := planOf(reflect.TypeFor[T]())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]T, len(rows))
+	var scratch [16]atom
 	for i, row := range rows {
 		v := reflect.ValueOf(&out[i]).Elem()
-		for _, f := range plan {
-			val, ok := row[f.column]
-			if !ok {
+		for _, c := range row {
+			f := plan.field(c.column)
+			if f == nil {
 				continue
 			}
-			if err := f.set(v.Field(f.index), val); err != nil {
+			s := scanner{b: c.datum}
+			d, _, err := s.datum(scratch[:0])
+			if err == nil {
+				err = f.set(v.Field(f.index), d)
+			}
+			if err != nil {
 				return nil, fmt.Errorf("decoding %s row: column %s: %w", table, f.column, err)
 			}
 		}
@@ -40,17 +47,28 @@ func decode[T any](table string, rows []ovsdb.Row) ([]T, error) {
 type fieldPlan struct {
 	column string
 	index  int
-	set    func(field reflect.Value, val any) error
+	set    func(field reflect.Value, d datum) error
 }
 
-// plans caches the plan of each model type (reflect.Type → []fieldPlan).
+type modelPlan []fieldPlan
+
+func (p modelPlan) field(column []byte) *fieldPlan {
+	for i := range p {
+		if p[i].column == string(column) {
+			return &p[i]
+		}
+	}
+	return nil
+}
+
+// plans caches the plan of each model type (reflect.Type → modelPlan).
 var plans sync.Map
 
-func planOf(t reflect.Type) ([]fieldPlan, error) {
+func planOf(t reflect.Type) (modelPlan, error) {
 	if p, ok := plans.Load(t); ok {
-		return p.([]fieldPlan), nil
+		return p.(modelPlan), nil
 	}
-	var plan []fieldPlan
+	var plan modelPlan
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		col := f.Tag.Get("ovsdb")
@@ -70,14 +88,14 @@ func planOf(t reflect.Type) ([]fieldPlan, error) {
 // setterFor returns how to set a field of type t: the Go types of the
 // models (model.go), in libovsdb's mapping of OVSDB types (a column of
 // exactly one value is the value, an optional one a pointer, a set a slice).
-func setterFor(t reflect.Type) func(reflect.Value, any) error {
+func setterFor(t reflect.Type) func(reflect.Value, datum) error {
 	switch t {
 	case reflect.TypeFor[string]():
-		return setter(atomString)
+		return setter(single(atomString))
 	case reflect.TypeFor[*string]():
 		return setter(optional(atomString))
 	case reflect.TypeFor[int]():
-		return setter(atomInt)
+		return setter(single(atomInt))
 	case reflect.TypeFor[*int]():
 		return setter(optional(atomInt))
 	case reflect.TypeFor[[]string]():
@@ -90,9 +108,9 @@ func setterFor(t reflect.Type) func(reflect.Value, any) error {
 	return nil
 }
 
-func setter[E any](conv func(any) (E, error)) func(reflect.Value, any) error {
-	return func(field reflect.Value, val any) error {
-		e, err := conv(val)
+func setter[E any](conv func(datum) (E, error)) func(reflect.Value, datum) error {
+	return func(field reflect.Value, d datum) error {
+		e, err := conv(d)
 		if err == nil {
 			*field.Addr().Interface().(*E) = e
 		}
@@ -101,42 +119,55 @@ func setter[E any](conv func(any) (E, error)) func(reflect.Value, any) error {
 }
 
 // atomString is a string or a UUID (a reference, or a row's _uuid).
-func atomString(v any) (string, error) {
-	switch s := v.(type) {
-	case string:
-		return s, nil
-	case ovsdb.UUID:
-		return s.GoUUID, nil
+func atomString(a atom) (string, error) {
+	if a.kind != kindString && a.kind != kindUUID {
+		return "", fmt.Errorf("got %s, want a string or a UUID", a.kind)
 	}
-	return "", fmt.Errorf("got %T, want a string or a UUID", v)
+	return unquote(a.raw, a.esc)
 }
 
-// atomInt is an integer, which JSON decodes as float64.
-func atomInt(v any) (int, error) {
-	switch n := v.(type) {
-	case float64:
-		return int(n), nil
-	case int:
-		return n, nil
+// errNotInteger: RFC 7047's integers are JSON numbers without a fraction,
+// in 64 bits.
+var errNotInteger = errors.New("not an integer")
+
+// atomInt is an integer. Like encoding/json (and so libovsdb), it reads
+// the number as a float64, which holds every integer ovsdb-server sends
+// here exactly.
+func atomInt(a atom) (int, error) {
+	if a.kind != kindNumber {
+		return 0, fmt.Errorf("got %s, want an integer", a.kind)
 	}
-	return 0, fmt.Errorf("got %T, want an integer", v)
+	f, err := strconv.ParseFloat(string(a.raw), 64)
+	if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		return 0, fmt.Errorf("%s: %w", a.raw, errNotInteger)
+	}
+	return int(f), nil
+}
+
+// single decodes a column of exactly one value.
+func single[E any](atom func(atom) (E, error)) func(datum) (E, error) {
+	return func(d datum) (E, error) {
+		if d.kind != datumAtom {
+			var zero E
+			return zero, fmt.Errorf("got %s, want one value", d)
+		}
+		return atom(d.atoms[0])
+	}
 }
 
 // optional decodes a column of at most one value: the bare atom, or a set
 // of zero or one.
-func optional[E any](atom func(any) (E, error)) func(any) (*E, error) {
-	return func(v any) (*E, error) {
-		if s, ok := v.(ovsdb.OvsSet); ok {
-			switch len(s.GoSet) {
-			case 0:
-				return nil, nil
-			case 1:
-				v = s.GoSet[0]
-			default:
-				return nil, fmt.Errorf("got a set of %d values, want at most one", len(s.GoSet))
-			}
+func optional[E any](atom func(atom) (E, error)) func(datum) (*E, error) {
+	return func(d datum) (*E, error) {
+		switch {
+		case d.kind == datumMap:
+			return nil, fmt.Errorf("got %s, want at most one value", d)
+		case d.kind == datumSet && len(d.atoms) == 0:
+			return nil, nil
+		case len(d.atoms) > 1:
+			return nil, fmt.Errorf("got a set of %d values, want at most one", len(d.atoms))
 		}
-		e, err := atom(v)
+		e, err := atom(d.atoms[0])
 		if err != nil {
 			return nil, err
 		}
@@ -146,15 +177,14 @@ func optional[E any](atom func(any) (E, error)) func(any) (*E, error) {
 
 // setOf decodes a set, which arrives as a bare atom when it holds one value
 // (RFC 7047 section 5.1). An empty set is an empty slice, not nil.
-func setOf[E any](atom func(any) (E, error)) func(any) ([]E, error) {
-	return func(v any) ([]E, error) {
-		vals := []any{v}
-		if s, ok := v.(ovsdb.OvsSet); ok {
-			vals = s.GoSet
+func setOf[E any](atom func(atom) (E, error)) func(datum) ([]E, error) {
+	return func(d datum) ([]E, error) {
+		if d.kind == datumMap {
+			return nil, fmt.Errorf("got %s, want a set", d)
 		}
-		out := make([]E, 0, len(vals))
-		for _, v := range vals {
-			e, err := atom(v)
+		out := make([]E, 0, len(d.atoms))
+		for _, a := range d.atoms {
+			e, err := atom(a)
 			if err != nil {
 				return nil, err
 			}
@@ -164,18 +194,17 @@ func setOf[E any](atom func(any) (E, error)) func(any) ([]E, error) {
 	}
 }
 
-func stringMap(v any) (map[string]string, error) {
-	m, ok := v.(ovsdb.OvsMap)
-	if !ok {
-		return nil, fmt.Errorf("got %T, want a map", v)
+func stringMap(d datum) (map[string]string, error) {
+	if d.kind != datumMap {
+		return nil, fmt.Errorf("got %s, want a map", d)
 	}
-	out := make(map[string]string, len(m.GoMap))
-	for k, v := range m.GoMap {
-		ks, err := atomString(k)
+	out := make(map[string]string, len(d.atoms)/2)
+	for i := 0; i+1 < len(d.atoms); i += 2 {
+		ks, err := atomString(d.atoms[i])
 		if err != nil {
 			return nil, fmt.Errorf("key: %w", err)
 		}
-		vs, err := atomString(v)
+		vs, err := atomString(d.atoms[i+1])
 		if err != nil {
 			return nil, fmt.Errorf("value of %q: %w", ks, err)
 		}

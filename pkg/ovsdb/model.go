@@ -1,16 +1,25 @@
 // Package ovsdb is a small typed client for the few Open_vSwitch tables and
 // columns the plugins use. It speaks OVSDB (RFC 7047) over pkg/jsonrpc with
-// the wire types of libovsdb's ovsdb package (operations, conditions,
-// mutations, sets, maps, rows), and keeps no cache and starts no monitor: a
-// short-lived plugin process sends a handful of transactions and exits, so
-// downloading whole tables would only cost time. Nor does it load a schema:
-// rows become the hand-written models below through a small decoder driven
-// by their tags (decode.go), and ovsdb-server checks every transaction
-// against its own schema. Decoding even a subset of the schema, building
-// libovsdb's model on it and mapping rows through libovsdb's reflection
-// mapper were a good share of every plugin process's CPU (docs/performance.md,
-// "Design costs"). The tests keep the models, and every operation built
-// here, fitting the schema Open vSwitch ships.
+// wire types of its own: operations with only the members used here, and
+// values typed by what they are on the wire (wire.go), which write their own
+// JSON; and a reader of transact answers that checks them against OVSDB's
+// grammar and keeps the rows' values in wire form (reply.go), so that a
+// broken or hostile answer is an error, never a crash. libovsdb's wire types,
+// which it used before, cost every plugin process a regexp compiled at
+// start-up and reflection-driven JSON both ways (docs/performance.md,
+// "Design costs"); the tests still check that the JSON is the one they
+// wrote, and decode the same as libovsdb's mapper.
+//
+// It keeps no cache and starts no monitor: a short-lived plugin process
+// sends a handful of transactions and exits, so downloading whole tables
+// would only cost time. Nor does it load a schema: rows become the
+// hand-written models below through a small decoder driven by their tags
+// (decode.go), and ovsdb-server checks every transaction against its own
+// schema. Decoding even a subset of the schema, building libovsdb's model on
+// it and mapping rows through libovsdb's reflection mapper were a good share
+// of every plugin process's CPU (docs/performance.md, "Design costs"). The
+// tests keep the models, and every operation built here, fitting the schema
+// Open vSwitch ships.
 //
 // Every Port and Interface row the plugins create carries namespaced
 // external_ids (see the Key* constants); the plugins find their own state there

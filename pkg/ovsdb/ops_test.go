@@ -135,41 +135,41 @@ func TestCheckOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byUUID := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: "u"})}
+	where := byUUID("u")
 	for _, tc := range []struct {
 		name string
-		op   ovsdb.Operation
+		op   operation
 		ok   bool
 	}{
-		{"insert", ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort,
-			Row: ovsdb.Row{"name": "p", "tag": 5, "vlan_mode": "access", "interfaces": uuidSet("i"), "external_ids": strMap(map[string]string{"k": "v"})}}, true},
-		{"no such table", ovsdb.Operation{Op: ovsdb.OperationSelect, Table: "Nosuch"}, false},
-		{"no such column", ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort, Row: ovsdb.Row{"nosuch": 1}}, false},
-		{"no such selected column", ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tablePort, Columns: []string{"nosuch"}}, false},
-		{"value of the wrong type", ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort, Row: ovsdb.Row{"name": 1}}, false},
-		{"not in the enum", ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort, Row: ovsdb.Row{"vlan_mode": "bogus"}}, false},
-		{"out of range", ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort, Row: ovsdb.Row{"trunks": ovsSet(10, 5000)}}, false},
-		{"condition on no such column", ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tablePort,
-			Where: []ovsdb.Condition{ovsdb.NewCondition("nosuch", ovsdb.ConditionEqual, "x")}}, false},
-		{"condition of the wrong type", ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tablePort,
-			Where: []ovsdb.Condition{ovsdb.NewCondition("name", ovsdb.ConditionEqual, ovsSet(1))}}, false},
-		{"inequality on an optional integer", ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableInterface,
-			Where: []ovsdb.Condition{ovsdb.NewCondition("ofport", ovsdb.ConditionGreaterThanOrEqual, 1)}}, true},
-		{"inequality on a string", ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableInterface,
-			Where: []ovsdb.Condition{ovsdb.NewCondition("name", ovsdb.ConditionGreaterThan, "a")}}, false},
-		{"map delete by keys", ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: byUUID,
-			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, ovsSet("k"))}}, true},
-		{"mutation of no such column", ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: byUUID,
-			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("nosuch", ovsdb.MutateOperationInsert, ovsSet("k"))}}, false},
-		{"set insert into a map", ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: byUUID,
-			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, ovsSet("k"))}}, false},
-		{"wait on no such column", ovsdb.Operation{Op: ovsdb.OperationWait, Table: tablePort, Where: byUUID,
-			Columns: []string{"_uuid"}, Until: "==", Rows: []ovsdb.Row{{"nosuch": 1}}}, false},
-		{"wait until what", ovsdb.Operation{Op: ovsdb.OperationWait, Table: tablePort, Where: byUUID,
-			Columns: []string{"_uuid"}, Until: "<", Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: "u"}}}}, false},
+		{"insert", operation{op: opInsert, table: tablePort,
+			row: row{{"name", str("p")}, {"tag", integer(5)}, {"vlan_mode", str("access")}, {"interfaces", named("i")}, {"external_ids", strMap{"k": "v"}}}}, true},
+		{"no such table", operation{op: opSelect, table: "Nosuch"}, false},
+		{"no such column", operation{op: opInsert, table: tablePort, row: row{{"nosuch", integer(1)}}}, false},
+		{"no such selected column", operation{op: opSelect, table: tablePort, columns: []string{"nosuch"}}, false},
+		{"value of the wrong type", operation{op: opInsert, table: tablePort, row: row{{"name", integer(1)}}}, false},
+		{"not in the enum", operation{op: opInsert, table: tablePort, row: row{{"vlan_mode", str("bogus")}}}, false},
+		{"out of range", operation{op: opInsert, table: tablePort, row: row{{"trunks", intSet{10, 5000}}}}, false},
+		{"condition on no such column", operation{op: opSelect, table: tablePort,
+			where: []condition{{"nosuch", fnEqual, str("x")}}}, false},
+		{"condition of the wrong type", operation{op: opSelect, table: tablePort,
+			where: []condition{{"name", fnEqual, intSet{1}}}}, false},
+		{"inequality on an optional integer", operation{op: opSelect, table: tableInterface,
+			where: []condition{{"ofport", fnAtLeast, integer(1)}}}, true},
+		{"inequality on a string", operation{op: opSelect, table: tableInterface,
+			where: []condition{{"name", ">", str("a")}}}, false},
+		{"map delete by keys", operation{op: opMutate, table: tablePort, where: where,
+			mutations: []mutation{{"external_ids", mutDelete, strSet{"k"}}}}, true},
+		{"mutation of no such column", operation{op: opMutate, table: tablePort, where: where,
+			mutations: []mutation{{"nosuch", mutInsert, strSet{"k"}}}}, false},
+		{"set insert into a map", operation{op: opMutate, table: tablePort, where: where,
+			mutations: []mutation{{"external_ids", mutInsert, strSet{"k"}}}}, false},
+		{"wait on no such column", operation{op: opWait, table: tablePort, where: where,
+			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"nosuch", integer(1)}}}}, false},
+		{"wait until what", operation{op: opWait, table: tablePort, where: where,
+			columns: []string{"_uuid"}, until: "<", rows: []row{{{"_uuid", uuid("u")}}}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := checkOperation(s, tc.op); (err == nil) != tc.ok {
+			if err := checkOperation(s, toLibovsdb([]operation{tc.op})[0]); (err == nil) != tc.ok {
 				t.Errorf("got error %v, want ok %v", err, tc.ok)
 			}
 		})

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ovn-kubernetes/libovsdb/ovsdb"
-
 	"github.com/ovsflow/ovs-cni/pkg/internal/ovstest"
 )
 
@@ -105,10 +103,10 @@ func TestOperationsFitSchema(t *testing.T) {
 	cli := dial(t)
 	type step struct {
 		name string
-		txns [][]ovsdb.Operation
+		txns [][]operation
 	}
 	var steps []*step
-	cli.observe = func(ops []ovsdb.Operation) {
+	cli.observe = func(ops []operation) {
 		s := steps[len(steps)-1]
 		s.txns = append(s.txns, slices.Clone(ops))
 	}
@@ -222,10 +220,11 @@ func TestOperationsFitSchema(t *testing.T) {
 			t.Errorf("%s: sent no transaction", s.name)
 		}
 		for _, ops := range s.txns {
-			if !schema.ValidateOperations(ops...) {
-				t.Errorf("%s: libovsdb's ValidateOperations refuses %v", s.name, ops)
+			lops := toLibovsdb(ops)
+			if !schema.ValidateOperations(lops...) {
+				t.Errorf("%s: libovsdb's ValidateOperations refuses %v", s.name, lops)
 			}
-			for i, op := range ops {
+			for i, op := range lops {
 				n++
 				if err := checkOperation(schema, op); err != nil {
 					t.Errorf("%s: operation %d (%s on %s): %v", s.name, i+1, op.Op, op.Table, err)
@@ -277,24 +276,25 @@ func TestDecodeRealRows(t *testing.T) {
 	} {
 		t.Run(sel.name, func(t *testing.T) {
 			op := selectOp(sel.table)
-			op.Columns = sel.columns
-			ops := []ovsdb.Operation{op}
+			op.columns = sel.columns
+			ops := []operation{op}
 			if sel.name == "interface not yet seen by ovs-vswitchd" {
 				// Selected in the transaction that inserts it: every
 				// column at its default (the row is not referenced, so
 				// the commit drops it again).
 				name := newName("ovsdbnew")
-				ops = []ovsdb.Operation{{Op: ovsdb.OperationInsert, Table: tableInterface, Row: ovsdb.Row{"name": name}},
-					selectOp(tableInterface, ovsdb.NewCondition("name", ovsdb.ConditionEqual, name))}
+				ops = []operation{{op: opInsert, table: tableInterface, row: row{{"name", str(name)}}},
+					selectOp(tableInterface, condition{"name", fnEqual, str(name)})}
 			}
 			res, err := cli.transact(ctx, ops...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows := res[len(res)-1].Rows
-			if len(rows) == 0 {
+			if len(res[len(res)-1].rows) == 0 {
 				t.Fatal("no rows")
 			}
+			// The same answer, as libovsdb reads it.
+			rows := string(rowsJSON(res[len(res)-1].rows))
 			switch sel.table {
 			case tableRoot:
 				err = sameAsMapper[OpenvSwitch](t, db, sel.table, rows)
@@ -329,34 +329,33 @@ func TestServerErrorSurfaces(t *testing.T) {
 		{
 			name: "unknown column",
 			op: func() error {
-				_, err := cli.transact(ctx, selectOp(tableBridge), ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tablePort,
-					Row: ovsdb.Row{"name": "p", "nosuch": 1}})
+				_, err := cli.transact(ctx, selectOp(tableBridge), operation{op: opInsert, table: tablePort,
+					row: row{{"name", str("p")}, {"nosuch", integer(1)}}})
 				return err
 			},
 			want:   "ovsdb insert on Port: unknown column: No column nosuch in table Port.",
-			target: new(ovsdb.OperationError),
+			target: new(*OpError),
 		},
 		{
 			name: "value of the wrong type",
 			op: func() error {
-				_, err := cli.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: tableBridge,
-					Where: []ovsdb.Condition{ovsdb.NewCondition("name", ovsdb.ConditionEqual, 1)}})
+				_, err := cli.transact(ctx, selectOp(tableBridge, condition{"name", fnEqual, integer(1)}))
 				return err
 			},
 			want:   "ovsdb select on Bridge: syntax error: ",
-			target: new(ovsdb.OperationError),
+			target: new(*ServerError),
 		},
 		{
 			name: "commit refused",
 			op: func() error {
 				// A second bridge of the same name (name is an index).
-				_, err := cli.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationInsert, Table: tableBridge, UUIDName: "dup",
-					Row: ovsdb.Row{"name": br.Name}}, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableRoot, Where: allRows,
-					Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("bridges", ovsdb.MutateOperationInsert, uuidSet("dup"))}})
+				_, err := cli.transact(ctx, operation{op: opInsert, table: tableBridge, uuidName: "dup",
+					row: row{{"name", str(br.Name)}}}, operation{op: opMutate, table: tableRoot, where: allRows,
+					mutations: []mutation{{"bridges", mutInsert, named("dup")}}})
 				return err
 			},
 			want:   "ovsdb transaction: constraint violation: ",
-			target: new(*ovsdb.ConstraintViolation),
+			target: new(*ConstraintViolation),
 		},
 		{
 			name: "through AttachPort",
@@ -365,7 +364,7 @@ func TestServerErrorSurfaces(t *testing.T) {
 				return err
 			},
 			want:   `attaching port "ovsdbtrunk": ovsdb insert on Port: constraint violation: 5000 is not in the valid range 0 to 4095 (inclusive)`,
-			target: new(*ovsdb.ConstraintViolation),
+			target: new(*ConstraintViolation),
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,12 +2,9 @@ package ovsdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
-
-	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
@@ -20,10 +17,10 @@ type Attachment struct {
 
 func (a Attachment) String() string { return a.ContainerID + "/" + a.IfName }
 
-func (a Attachment) where() []ovsdb.Condition {
-	return []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{
+func (a Attachment) where() []condition {
+	return []condition{{"external_ids", fnIncludes, strMap{
 		KeyOwner: OwnerValue, KeyContainerID: a.ContainerID, KeyIfName: a.IfName,
-	}))}
+	}}}
 }
 
 // PortSpec is what AttachPort writes.
@@ -81,12 +78,11 @@ func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
 			p = RequestedOFPortMin
 		}
 		end := min(p+ofportProbe, RequestedOFPortMax+1)
-		var ops []ovsdb.Operation
+		var ops []operation
 		for _, col := range []string{"ofport", "ofport_request"} {
 			// (The bounds must be in the column's range, 1-65279.)
-			op := selectOp(tableInterface, ovsdb.NewCondition(col, ovsdb.ConditionGreaterThanOrEqual, p),
-				ovsdb.NewCondition(col, ovsdb.ConditionLessThanOrEqual, end-1))
-			op.Columns = []string{col}
+			op := selectOp(tableInterface, condition{col, fnAtLeast, integer(p)}, condition{col, fnAtMost, integer(end - 1)})
+			op.columns = []string{col}
 			ops = append(ops, op)
 		}
 		res, err := c.transact(ctx, ops...)
@@ -94,13 +90,13 @@ func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
 			return 0, fmt.Errorf("looking up ofports %d-%d: %w", p, end-1, err)
 		}
 		taken := map[int]bool{}
-		for i, col := range []string{"ofport", "ofport_request"} {
-			for _, row := range res[i].Rows {
-				ns, err := setOf(atomInt)(row[col])
-				if err != nil {
-					return 0, fmt.Errorf("looking up ofports %d-%d: %s: %w", p, end-1, col, err)
-				}
-				for _, n := range ns {
+		for i := range ops {
+			ifs, err := decode[ofports](tableInterface, res[i].rows)
+			if err != nil {
+				return 0, fmt.Errorf("looking up ofports %d-%d: %w", p, end-1, err)
+			}
+			for _, i := range ifs {
+				for _, n := range append(i.OFPort, i.Requested...) {
 					taken[n] = true
 				}
 			}
@@ -113,6 +109,13 @@ func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
 		p = end
 	}
 	return 0, fmt.Errorf("no free ofport in %d-%d", RequestedOFPortMin, RequestedOFPortMax)
+}
+
+// ofports are the two ofport columns of an Interface, as ChooseOFPort
+// selects them (one in each select).
+type ofports struct {
+	OFPort    []int `ovsdb:"ofport"`
+	Requested []int `ovsdb:"ofport_request"`
 }
 
 // MACInUseError says that a MAC is already used on the node: by a container
@@ -130,15 +133,15 @@ func (e *MACInUseError) Error() string {
 // of a port of another attachment than self, or the MAC of any Open vSwitch
 // interface (a bridge's internal interface, an uplink, a host veth).
 func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) error {
-	ports := selectOp(tablePort, ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{KeyMAC: mac})))
-	ports.Columns = []string{"_uuid", "name", "external_ids"}
-	ifaces := selectOp(tableInterface, ovsdb.NewCondition("mac_in_use", ovsdb.ConditionEqual, ovsSet(mac)))
-	ifaces.Columns = []string{"_uuid", "name"}
+	ports := selectOp(tablePort, condition{"external_ids", fnIncludes, strMap{KeyMAC: mac}})
+	ports.columns = []string{"_uuid", "name", "external_ids"}
+	ifaces := selectOp(tableInterface, condition{"mac_in_use", fnEqual, str(mac)})
+	ifaces.columns = []string{"_uuid", "name"}
 	res, err := c.transact(ctx, ports, ifaces)
 	if err != nil {
 		return fmt.Errorf("looking up MAC %s: %w", mac, err)
 	}
-	ps, err := decode[Port](tablePort, res[0].Rows)
+	ps, err := decode[Port](tablePort, res[0].rows)
 	if err != nil {
 		return err
 	}
@@ -147,7 +150,7 @@ func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) err
 			return &MACInUseError{MAC: mac, Holder: fmt.Sprintf("attachment %s (port %q)", a, p.Name)}
 		}
 	}
-	is, err := decode[Interface](tableInterface, res[1].Rows)
+	is, err := decode[Interface](tableInterface, res[1].rows)
 	if err != nil || len(is) == 0 {
 		return err
 	}
@@ -157,53 +160,12 @@ func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) err
 // AttachPort adds a Port with one system Interface to bridge in one
 // transaction and returns the new Port's UUID.
 func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpec) (string, error) {
-	ids := strMap(spec.ExternalIDs)
-	portRow := ovsdb.Row{"name": spec.Name, "interfaces": uuidSet("iface"), "external_ids": ids}
-	// The VLAN mode is explicit: a port without a tag is an access port of
-	// VLAN 0 (Open vSwitch's default would make it a trunk of every VLAN).
-	portRow["vlan_mode"] = "access"
-	if spec.Tag > 0 {
-		portRow["tag"] = spec.Tag
-	}
-	if len(spec.Trunks) > 0 {
-		portRow["trunks"] = ovsSet(spec.Trunks...)
-		portRow["vlan_mode"] = "trunk"
-	}
-	ifaceRow := ovsdb.Row{"name": spec.Name, "external_ids": ids}
-	if spec.OFPort > 0 {
-		ifaceRow["ofport_request"] = spec.OFPort
-	}
-	zero := 0
-	ops := []ovsdb.Operation{
-		{Op: ovsdb.OperationInsert, Table: tableInterface, UUIDName: "iface", Row: ifaceRow},
-		{Op: ovsdb.OperationInsert, Table: tablePort, UUIDName: "port", Row: portRow},
-		{Op: ovsdb.OperationMutate, Table: tableBridge,
-			Where:     []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: bridgeUUID})},
-			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("ports", ovsdb.MutateOperationInsert, uuidSet("port"))}},
-	}
-	if spec.OFPort > 0 {
-		// The new interface must be the only one requesting the number:
-		// two concurrent ADDs cannot both win. (One that ovs-vswitchd
-		// numbered without a request is ChooseOFPort's to avoid; should
-		// it hold the number, ovs-vswitchd gives this port another.)
-		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tableInterface, Timeout: &zero,
-			Where:   []ovsdb.Condition{ovsdb.NewCondition("ofport_request", ovsdb.ConditionEqual, spec.OFPort)},
-			Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual), Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: "iface"}}}})
-	}
-	if spec.UniqueMAC != "" {
-		// The new port must be the only one recording the MAC (the
-		// container MAC is in its external_ids): two concurrent ADDs with
-		// the same MAC cannot both win.
-		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationWait, Table: tablePort, Timeout: &zero,
-			Where:   []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes, strMap(map[string]string{KeyMAC: spec.UniqueMAC}))},
-			Columns: []string{"_uuid"}, Until: string(ovsdb.WaitConditionEqual), Rows: []ovsdb.Row{{"_uuid": ovsdb.UUID{GoUUID: "port"}}}})
-	}
+	ops := attachOps(bridgeUUID, spec)
 	res, err := c.transact(ctx, ops...)
 	if err != nil {
-		var to *ovsdb.TimedOut
-		if errors.As(err, &to) {
-			// The table of the wait that did not hold says which.
-			if op := to.Operation(); op != nil && op.Table == tableInterface {
+		// The table of the wait that did not hold says which.
+		if w := timedOutWait(err); w != nil {
+			if w.Table == tableInterface {
 				return "", &OFPortTakenError{OFPort: spec.OFPort}
 			}
 			if spec.UniqueMAC != "" {
@@ -212,20 +174,68 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 		}
 		return "", fmt.Errorf("attaching port %q: %w", spec.Name, err)
 	}
-	if n := res[2].Count; n != 1 {
+	if n := res[2].count; n != 1 {
 		return "", fmt.Errorf("attaching port %q: bridge row is gone", spec.Name)
 	}
-	return res[1].UUID.GoUUID, nil
+	return res[1].uuid, nil
+}
+
+// attachOps are AttachPort's transaction: the Interface, the Port, the
+// Bridge's mutation, then the waits for the requested ofport and the MAC.
+func attachOps(bridgeUUID string, spec PortSpec) []operation {
+	ids := strMap(spec.ExternalIDs)
+	// The VLAN mode is explicit: a port without a tag is an access port of
+	// VLAN 0 (Open vSwitch's default would make it a trunk of every VLAN).
+	mode := "access"
+	if len(spec.Trunks) > 0 {
+		mode = "trunk"
+	}
+	portRow := row{{"name", str(spec.Name)}, {"interfaces", named("iface")}, {"external_ids", ids}, {"vlan_mode", str(mode)}}
+	if spec.Tag > 0 {
+		portRow = append(portRow, cell{"tag", integer(spec.Tag)})
+	}
+	if len(spec.Trunks) > 0 {
+		portRow = append(portRow, cell{"trunks", intSet(spec.Trunks)})
+	}
+	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", ids}}
+	if spec.OFPort > 0 {
+		ifaceRow = append(ifaceRow, cell{"ofport_request", integer(spec.OFPort)})
+	}
+	ops := []operation{
+		{op: opInsert, table: tableInterface, uuidName: "iface", row: ifaceRow},
+		{op: opInsert, table: tablePort, uuidName: "port", row: portRow},
+		{op: opMutate, table: tableBridge, where: byUUID(bridgeUUID),
+			mutations: []mutation{{"ports", mutInsert, named("port")}}},
+	}
+	// Waits with timeout 0: they fail at once.
+	if spec.OFPort > 0 {
+		// The new interface must be the only one requesting the number:
+		// two concurrent ADDs cannot both win. (One that ovs-vswitchd
+		// numbered without a request is ChooseOFPort's to avoid; should
+		// it hold the number, ovs-vswitchd gives this port another.)
+		ops = append(ops, operation{op: opWait, table: tableInterface,
+			where:   []condition{{"ofport_request", fnEqual, integer(spec.OFPort)}},
+			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", named("iface")}}}})
+	}
+	if spec.UniqueMAC != "" {
+		// The new port must be the only one recording the MAC (the
+		// container MAC is in its external_ids): two concurrent ADDs with
+		// the same MAC cannot both win.
+		ops = append(ops, operation{op: opWait, table: tablePort,
+			where:   []condition{{"external_ids", fnIncludes, strMap{KeyMAC: spec.UniqueMAC}}},
+			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", named("port")}}}})
+	}
+	return ops
 }
 
 // detachOps removes ports from whichever bridge holds them; Open vSwitch then
 // garbage-collects the Port and its Interfaces (they are not root rows).
-func detachOps(portUUIDs []string) []ovsdb.Operation {
-	ops := make([]ovsdb.Operation, 0, len(portUUIDs))
+func detachOps(portUUIDs []string) []operation {
+	ops := make([]operation, 0, len(portUUIDs))
 	for _, u := range portUUIDs {
-		ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tableBridge,
-			Where:     []ovsdb.Condition{ovsdb.NewCondition("ports", ovsdb.ConditionIncludes, uuidSet(u))},
-			Mutations: []ovsdb.Mutation{*ovsdb.NewMutation("ports", ovsdb.MutateOperationDelete, uuidSet(u))}})
+		ops = append(ops, operation{op: opMutate, table: tableBridge,
+			where:     []condition{{"ports", fnIncludes, uuid(u)}},
+			mutations: []mutation{{"ports", mutDelete, uuid(u)}}})
 	}
 	return ops
 }
@@ -259,20 +269,19 @@ func (c *Client) FindPorts(ctx context.Context, a Attachment) ([]OwnedPort, erro
 
 // OwnedPorts returns every port this suite owns.
 func (c *Client) OwnedPorts(ctx context.Context) ([]OwnedPort, error) {
-	return c.ownedPorts(ctx, []ovsdb.Condition{ovsdb.NewCondition("external_ids", ovsdb.ConditionIncludes,
-		strMap(map[string]string{KeyOwner: OwnerValue}))})
+	return c.ownedPorts(ctx, []condition{{"external_ids", fnIncludes, strMap{KeyOwner: OwnerValue}}})
 }
 
-func (c *Client) ownedPorts(ctx context.Context, where []ovsdb.Condition) ([]OwnedPort, error) {
+func (c *Client) ownedPorts(ctx context.Context, where []condition) ([]OwnedPort, error) {
 	res, err := c.transact(ctx, selectModel[Port](tablePort, where...), selectModel[Interface](tableInterface, where...))
 	if err != nil {
 		return nil, fmt.Errorf("listing our ports: %w", err)
 	}
-	ports, err := decode[Port](tablePort, res[0].Rows)
+	ports, err := decode[Port](tablePort, res[0].rows)
 	if err != nil {
 		return nil, err
 	}
-	ifaces, err := decode[Interface](tableInterface, res[1].Rows)
+	ifaces, err := decode[Interface](tableInterface, res[1].rows)
 	if err != nil {
 		return nil, err
 	}
@@ -297,12 +306,11 @@ func (c *Client) ownedPorts(ctx context.Context, where []ovsdb.Condition) ([]Own
 // set the ofport of interface name, or timeout passes, and returns it.
 func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Duration) (int, error) {
 	ms := int(timeout / time.Millisecond)
-	byName := []ovsdb.Condition{ovsdb.NewCondition("name", ovsdb.ConditionEqual, name)}
-	ops := []ovsdb.Operation{
-		{Op: ovsdb.OperationWait, Table: tableInterface, Timeout: &ms, Where: byName,
-			Columns: []string{"ofport"}, Until: string(ovsdb.WaitConditionNotEqual),
-			Rows: []ovsdb.Row{{"ofport": ovsdb.OvsSet{GoSet: []any{}}}}},
-		{Op: ovsdb.OperationSelect, Table: tableInterface, Where: byName, Columns: []string{"_uuid", "name", "ofport", "error"}},
+	byName := []condition{{"name", fnEqual, str(name)}}
+	ops := []operation{
+		{op: opWait, table: tableInterface, timeout: ms, where: byName,
+			columns: []string{"ofport"}, until: fnNotEqual, rows: []row{{{"ofport", intSet{}}}}},
+		{op: opSelect, table: tableInterface, where: byName, columns: []string{"_uuid", "name", "ofport", "error"}},
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout+2*time.Second)
 	defer cancel()
@@ -313,7 +321,7 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 		}
 		return 0, fmt.Errorf("waiting for ofport of %q: %w", name, err)
 	}
-	ifs, err := decode[Interface](tableInterface, res[1].Rows)
+	ifs, err := decode[Interface](tableInterface, res[1].rows)
 	if err != nil {
 		return 0, err
 	}
@@ -333,16 +341,16 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 // SetPortExternalIDs sets keys on our port (replacing old values) and removes
 // the keys in unset, in one transaction.
 func (c *Client) SetPortExternalIDs(ctx context.Context, portUUID string, set map[string]string, unset ...string) error {
-	keys := unset
+	keys := make(strSet, 0, len(unset)+len(set))
+	keys = append(keys, unset...)
 	for k := range set {
 		keys = append(keys, k)
 	}
-	where := []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionEqual, ovsdb.UUID{GoUUID: portUUID})}
-	muts := []ovsdb.Mutation{*ovsdb.NewMutation("external_ids", ovsdb.MutateOperationDelete, ovsSet(keys...))}
+	muts := []mutation{{"external_ids", mutDelete, keys}}
 	if len(set) > 0 {
-		muts = append(muts, *ovsdb.NewMutation("external_ids", ovsdb.MutateOperationInsert, strMap(set)))
+		muts = append(muts, mutation{"external_ids", mutInsert, strMap(set)})
 	}
-	if _, err := c.transact(ctx, ovsdb.Operation{Op: ovsdb.OperationMutate, Table: tablePort, Where: where, Mutations: muts}); err != nil {
+	if _, err := c.transact(ctx, operation{op: opMutate, table: tablePort, where: byUUID(portUUID), mutations: muts}); err != nil {
 		return fmt.Errorf("recording on port %s: %w", portUUID, err)
 	}
 	return nil

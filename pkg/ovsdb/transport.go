@@ -10,8 +10,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/ovn-kubernetes/libovsdb/ovsdb"
-
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
 )
@@ -25,7 +23,7 @@ type Client struct {
 	c *jsonrpc.Conn
 	// observe, when set (by tests), sees the operations of every
 	// transaction before they are sent.
-	observe func([]ovsdb.Operation)
+	observe func([]operation)
 }
 
 // Dial connects to the database at endpoint ep. Failures wrap ErrUnreachable.
@@ -52,35 +50,99 @@ func (c *Client) Close() { c.c.Close() }
 // value of the wrong type) in the failed operation's result, and the tests
 // check every operation this package builds against the schema subset
 // (TestOperationsFitSchema).
-func (c *Client) transact(ctx context.Context, ops ...ovsdb.Operation) ([]ovsdb.OperationResult, error) {
+func (c *Client) transact(ctx context.Context, ops ...operation) ([]opResult, error) {
 	if c.observe != nil {
 		c.observe(ops)
 	}
-	var res []ovsdb.OperationResult
-	err := c.c.Call(ctx, "transact", ovsdb.NewTransactArgs(dbName, ops...), &res)
+	var res transactReply
+	err := c.c.Call(ctx, "transact", transactParams(ops), &res)
 	if err != nil {
 		if lostConnection(err) {
 			return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 		}
 		return nil, err
 	}
-	if opErrs, err := ovsdb.CheckOperationResults(res, ops); err != nil {
-		if len(opErrs) == 0 {
-			// The commit failed (or the answer was short): err is all.
-			return nil, fmt.Errorf("ovsdb transaction: %w", err)
-		}
-		errs := make(opErrors, len(opErrs))
-		for i, e := range opErrs {
-			errs[i] = fmt.Errorf("ovsdb %s on %s: %w", e.Operation().Op, e.Operation().Table, e)
-		}
-		return nil, errs
-	}
-	return res, nil
+	return checkResults(ops, res)
 }
 
-// opErrors are the failed operations of one transaction, on one line. Each
-// stays matchable with errors.As, e.g. the *ovsdb.TimedOut of a wait that
-// did not hold.
+// checkResults returns the results of ops, one each, or the errors of the
+// failed operations (opErrors), or the commit's.
+func checkResults(ops []operation, res transactReply) ([]opResult, error) {
+	if len(res) < len(ops) {
+		return nil, fmt.Errorf("ovsdb transaction: %d results for %d operations", len(res), len(ops))
+	}
+	var errs opErrors
+	for i := range ops {
+		if res[i].err != nil {
+			errs = append(errs, &OpError{Op: string(ops[i].op), Table: ops[i].table, Err: res[i].err})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	// RFC 7047: when every operation succeeded but the commit failed, the
+	// result has one more element, the commit's error.
+	if len(res) > len(ops) && res[len(ops)].err != nil {
+		return nil, fmt.Errorf("ovsdb transaction: %w", res[len(ops)].err)
+	}
+	return res[:len(ops)], nil
+}
+
+// errorOf is the error that ovsdb-server answered for an operation or a
+// commit (RFC 7047 sections 3.1, 4.1.3 and 5.2), by its tag: the kinds that
+// callers tell apart have a type of their own.
+func errorOf(tag, details string) error {
+	switch tag {
+	case "timed out":
+		return &TimedOut{Details: details}
+	case "constraint violation":
+		return &ConstraintViolation{Details: details}
+	}
+	return &ServerError{Tag: tag, Details: details}
+}
+
+// OpError is an operation of a transaction that failed: Err is what
+// ovsdb-server answered for it (a *TimedOut, a *ConstraintViolation or a
+// *ServerError).
+type OpError struct {
+	Op, Table string
+	Err       error
+}
+
+func (e *OpError) Error() string { return "ovsdb " + e.Op + " on " + e.Table + ": " + e.Err.Error() }
+func (e *OpError) Unwrap() error { return e.Err }
+
+// TimedOut is the error of a wait whose condition did not hold within its
+// timeout.
+type TimedOut struct{ Details string }
+
+func (e *TimedOut) Error() string { return withDetails("timed out", e.Details) }
+
+// ConstraintViolation says that a value is outside its column's constraints
+// (a range, an enum, a set's size) or that the commit would break an index
+// (two bridges of one name); Details says which.
+type ConstraintViolation struct{ Details string }
+
+func (e *ConstraintViolation) Error() string {
+	return withDetails("constraint violation", e.Details)
+}
+
+// ServerError is any other error that ovsdb-server answers, by its tag
+// ("syntax error", "unknown column", "referential integrity violation" ...).
+type ServerError struct{ Tag, Details string }
+
+func (e *ServerError) Error() string { return withDetails(e.Tag, e.Details) }
+
+func withDetails(tag, details string) string {
+	if details == "" {
+		return tag
+	}
+	return tag + ": " + details
+}
+
+// opErrors are the failed operations of one transaction (*OpError), on one
+// line. Each stays matchable with errors.As, e.g. the *TimedOut of a wait
+// that did not hold.
 type opErrors []error
 
 func (e opErrors) Error() string {
@@ -96,8 +158,24 @@ func (e opErrors) Unwrap() []error { return e }
 // waitTimedOut reports whether err is a wait operation that did not hold
 // within its timeout.
 func waitTimedOut(err error) bool {
-	var to *ovsdb.TimedOut
+	var to *TimedOut
 	return errors.As(err, &to)
+}
+
+// timedOutWait returns the failed operation of err (transact's) that is a
+// wait that did not hold, or nil.
+func timedOutWait(err error) *OpError {
+	var errs opErrors
+	if !errors.As(err, &errs) {
+		return nil
+	}
+	for _, e := range errs {
+		var oe *OpError
+		if errors.As(e, &oe) && oe.Op == string(opWait) && waitTimedOut(oe) {
+			return oe
+		}
+	}
+	return nil
 }
 
 // lostConnection reports errors that mean ovsdb-server went away or did not
@@ -109,51 +187,29 @@ func lostConnection(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// allRows is a condition every row meets: libovsdb drops an empty "where"
-// from non-select operations, and RFC 7047 requires the member.
-var allRows = []ovsdb.Condition{ovsdb.NewCondition("_uuid", ovsdb.ConditionNotEqual,
-	ovsdb.UUID{GoUUID: "00000000-0000-0000-0000-000000000000"})}
+// allRows is a condition every row meets, for the operations on the root
+// table's one row. (An empty "where" means the same to ovsdb-server, but
+// libovsdb, whose encoding the tests compare with, drops it.)
+var allRows = []condition{{"_uuid", fnNotEqual, uuid("00000000-0000-0000-0000-000000000000")}}
+
+// byUUID selects the row of UUID u.
+func byUUID(u string) []condition { return []condition{{"_uuid", fnEqual, uuid(u)}} }
 
 // selectModel is a select of the columns model T reads: ovsdb-server then
 // encodes, and the plugin decodes, none of the others (an Interface row's
 // statistics and status maps are most of its size).
-func selectModel[T any](table string, where ...ovsdb.Condition) ovsdb.Operation {
+func selectModel[T any](table string, where ...condition) operation {
 	op := selectOp(table, where...)
 	plan, err := planOf(reflect.TypeFor[T]())
 	if err != nil {
 		return op // decode reports it
 	}
 	for _, f := range plan {
-		op.Columns = append(op.Columns, f.column)
+		op.columns = append(op.columns, f.column)
 	}
 	return op
 }
 
-func selectOp(table string, where ...ovsdb.Condition) ovsdb.Operation {
-	return ovsdb.Operation{Op: ovsdb.OperationSelect, Table: table, Where: where}
-}
-
-func strMap(m map[string]string) ovsdb.OvsMap {
-	g := make(map[any]any, len(m))
-	for k, v := range m {
-		g[k] = v
-	}
-	return ovsdb.OvsMap{GoMap: g}
-}
-
-// ovsSet is an OVSDB set of vals (strings, integers, UUIDs).
-func ovsSet[T any](vals ...T) ovsdb.OvsSet {
-	s := make([]any, len(vals))
-	for i, v := range vals {
-		s[i] = v
-	}
-	return ovsdb.OvsSet{GoSet: s}
-}
-
-func uuidSet(uuids ...string) ovsdb.OvsSet {
-	us := make([]ovsdb.UUID, len(uuids))
-	for i, u := range uuids {
-		us[i] = ovsdb.UUID{GoUUID: u}
-	}
-	return ovsSet(us...)
+func selectOp(table string, where ...condition) operation {
+	return operation{op: opSelect, table: table, where: where}
 }

@@ -3,6 +3,8 @@ package ovsdb
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
@@ -78,6 +80,50 @@ func anys[T any](vals []T) []any {
 		out[i] = v
 	}
 	return out
+}
+
+// libovsdbParams is what the package sent for ops before: libovsdb's
+// transact arguments, through encoding/json.
+func libovsdbParams(ops []ovsdb.Operation) ([]byte, error) {
+	return json.Marshal(ovsdb.NewTransactArgs(dbName, ops...))
+}
+
+// sameJSON reports whether a and b hold the same JSON value, but for the
+// order of the pairs of OVSDB maps (libovsdb writes a Go map's order).
+func sameJSON(a, b []byte) (bool, error) {
+	var va, vb any
+	if err := json.Unmarshal(a, &va); err != nil {
+		return false, fmt.Errorf("%s: %w", a, err)
+	}
+	if err := json.Unmarshal(b, &vb); err != nil {
+		return false, fmt.Errorf("%s: %w", b, err)
+	}
+	return reflect.DeepEqual(sortMaps(va), sortMaps(vb)), nil
+}
+
+// sortMaps puts the pairs of every ["map", [...]] in v in order.
+func sortMaps(v any) any {
+	switch v := v.(type) {
+	case []any:
+		for i := range v {
+			v[i] = sortMaps(v[i])
+		}
+		if len(v) == 2 && v[0] == "map" {
+			if pairs, ok := v[1].([]any); ok {
+				slices.SortFunc(pairs, func(x, y any) int {
+					kx, _ := json.Marshal(x)
+					ky, _ := json.Marshal(y)
+					return slices.Compare(kx, ky)
+				})
+			}
+		}
+		return v
+	case map[string]any:
+		for k := range v {
+			v[k] = sortMaps(v[k])
+		}
+	}
+	return v
 }
 
 // rowsJSON is the JSON of rows, as the answer carried them.

@@ -96,7 +96,8 @@ func attachmentIDs(a Attachment, br, mac string) map[string]string {
 // against the schema: libovsdb's ValidateOperations, and checkOperation,
 // which also looks at conditions, mutations, waits, the types of values,
 // enums and integer ranges. The server checks the same at run time; this
-// keeps a mismatch from reaching a node.
+// keeps a mismatch from reaching a node. Every transaction's JSON is also
+// the JSON libovsdb's types write for the same operations.
 func TestOperationsFitSchema(t *testing.T) {
 	requireOVS(t)
 	ctx := context.Background()
@@ -229,6 +230,9 @@ func TestOperationsFitSchema(t *testing.T) {
 				if err := checkOperation(schema, op); err != nil {
 					t.Errorf("%s: operation %d (%s on %s): %v", s.name, i+1, op.Op, op.Table, err)
 				}
+			}
+			if err := sameAsLibovsdb(ops); err != nil {
+				t.Errorf("%s: %v", s.name, err)
 			}
 		}
 	}

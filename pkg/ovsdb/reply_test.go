@@ -1,6 +1,7 @@
 package ovsdb
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -138,4 +139,38 @@ func TestCheckResults(t *testing.T) {
 	if got, err := checkResults(ops, res); err != nil || len(got) != len(ops) {
 		t.Errorf("got %d results and error %v, want %d and none", len(got), err, len(ops))
 	}
+}
+
+// The reply decoder never panics; what it reads is JSON, and its rows'
+// values are OVSDB values that decode takes without panicking either.
+func FuzzTransactReply(f *testing.F) {
+	for _, s := range []string{
+		`[{"rows":[{"x":[]}]}]`,
+		`[{"count":1},{"uuid":["uuid","` + portU + `"]},{"error":"timed out","details":"d"},null]`,
+		`[{"rows":[{"_uuid":["uuid","` + portU + `"],"name":"br0","ports":["set",[["uuid","a"],["uuid","b"]]],` +
+			`"fail_mode":["set",[]],"external_ids":["map",[["k","v"]]],"ofport":["set",[1]],"trunks":[1,2]}]}]`,
+		`[{"rows":[{"tag":["set",[1,2]],"mtu":1e3,"x":"\u00e9\ud800"}]}]`,
+		`[{"error":"e","syntax":[[[{"a":[true,false,null,-1.5e-3]}]]]}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, err := parseTransactReply(b)
+		if err != nil {
+			return
+		}
+		if !json.Valid(b) {
+			t.Fatalf("%q is not JSON, but read as %+v", b, res)
+		}
+		for _, r := range res {
+			if !json.Valid(rowsJSON(r.rows)) {
+				t.Fatalf("rows %s are not JSON", rowsJSON(r.rows))
+			}
+			_, _ = decode[OpenvSwitch](tableRoot, r.rows)
+			_, _ = decode[Bridge](tableBridge, r.rows)
+			_, _ = decode[Port](tablePort, r.rows)
+			_, _ = decode[Interface](tableInterface, r.rows)
+			_, _ = decode[ofports](tableInterface, r.rows)
+		}
+	})
 }

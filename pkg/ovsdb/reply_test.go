@@ -174,3 +174,80 @@ func FuzzTransactReply(f *testing.F) {
 		}
 	})
 }
+
+// benchReply is the answer to the reads of an ADD, as ovsdb-server
+// (Open vSwitch 3.1) gives it: the root row's counters, the bridge, and
+// the Port and Interface with the columns of their models (as FindPorts
+// selects them), from testdata/rows.json.
+func benchReply(b *testing.B) []byte {
+	b.Helper()
+	rows := benchRows(b)
+	var out []string
+	for _, table := range []string{tableRoot, tableBridge, tablePort, tableInterface} {
+		var rs []map[string]json.RawMessage
+		if err := json.Unmarshal(rows[table], &rs); err != nil {
+			b.Fatal(err)
+		}
+		var cols []string
+		switch table {
+		case tablePort:
+			cols = selectModel[Port](table).columns
+		case tableInterface:
+			cols = selectModel[Interface](table).columns
+		}
+		if cols != nil {
+			for i, r := range rs {
+				kept := map[string]json.RawMessage{}
+				for _, c := range cols {
+					kept[c] = r[c]
+				}
+				rs[i] = kept
+			}
+		}
+		raw, err := json.Marshal(map[string]any{"rows": rs})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, string(raw))
+	}
+	return []byte("[" + strings.Join(out, ",") + "]")
+}
+
+// BenchmarkReply compares reading benchReply into the models: with the
+// package's reply decoder and decode, and as before, with encoding/json
+// into libovsdb's OperationResult and decode as it was of libovsdb's rows.
+func BenchmarkReply(b *testing.B) {
+	reply := benchReply(b)
+	b.Run("wire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var res transactReply // as pkg/jsonrpc hands it the result
+			if err := res.UnmarshalJSON(reply); err != nil {
+				b.Fatal(err)
+			}
+			_, e1 := decode[OpenvSwitch](tableRoot, res[0].rows)
+			_, e2 := decode[Bridge](tableBridge, res[1].rows)
+			_, e3 := decode[Port](tablePort, res[2].rows)
+			_, e4 := decode[Interface](tableInterface, res[3].rows)
+			if err := errors.Join(e1, e2, e3, e4); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("libovsdb", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			res, err := libovsdbReply(reply)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, e1 := oldDecode[OpenvSwitch](tableRoot, res[0].Rows)
+			_, e2 := oldDecode[Bridge](tableBridge, res[1].Rows)
+			_, e3 := oldDecode[Port](tablePort, res[2].Rows)
+			_, e4 := oldDecode[Interface](tableInterface, res[3].Rows)
+			if err := errors.Join(e1, e2, e3, e4); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

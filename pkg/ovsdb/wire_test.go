@@ -114,3 +114,31 @@ func FuzzAppendString(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkEncode compares writing the params of the transactions of an
+// ovs-portmap ADD's record and an ovs-bridge ADD's attach: with the
+// package's types (which pkg/jsonrpc sends as they are), and with
+// libovsdb's through encoding/json, as before (building the operations is
+// left out).
+func BenchmarkEncode(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		ops  []operation
+	}{{"record", benchRecord()}, {"attach", benchAttach()}} {
+		lops := toLibovsdb(tc.ops)
+		b.Run(tc.name+"/wire", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				transactParams(tc.ops)
+			}
+		})
+		b.Run(tc.name+"/libovsdb", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := libovsdbParams(lops); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

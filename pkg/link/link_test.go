@@ -218,6 +218,10 @@ func BenchmarkSysctls(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			b.Cleanup(func() {
+				_ = n.Close()
+				_ = testutils.UnmountNS(n)
+			})
 			all = append(all, n)
 			eth0(n)
 			// Each netns's eth0 directory is looked up once, as an ADD does.
@@ -248,9 +252,5 @@ func BenchmarkSysctls(b *testing.B) {
 				return nil
 			})
 		})
-		for _, m := range all {
-			_ = m.Close()
-			_ = testutils.UnmountNS(m)
-		}
 	}
 }

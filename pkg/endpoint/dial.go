@@ -18,11 +18,18 @@ import (
 func Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
 	backoff := 500 * time.Microsecond
+	var full error // the last EAGAIN: why the retries went on
 	for {
 		c, err := d.DialContext(ctx, network, addr)
+		if err != nil && full != nil && ctx.Err() != nil {
+			// The context ended during a retry: the backlog was full all
+			// along, which says more than "i/o timeout".
+			return nil, full
+		}
 		if err == nil || network != "unix" || !errors.Is(err, syscall.EAGAIN) {
 			return c, err
 		}
+		full = err
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

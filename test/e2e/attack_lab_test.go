@@ -20,6 +20,7 @@ import (
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -155,7 +156,7 @@ func linkLocal(t *testing.T, n ns.NetNS, ifname, who string) netip.Addr {
 		if err != nil {
 			return err
 		}
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+		addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_V6)
 		if err != nil {
 			return err
 		}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
@@ -263,7 +263,7 @@ func addrOf(t *testing.T, r *current.Result, v6 bool) string {
 // ourVeths lists host veths named like the plugin names them.
 func ourVeths(t *testing.T) []string {
 	t.Helper()
-	links, err := netlink.LinkList()
+	links, err := netlinksafe.LinkList()
 	if err != nil {
 		t.Fatal(err)
 	}

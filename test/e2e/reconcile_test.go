@@ -13,6 +13,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
@@ -26,7 +27,7 @@ func bridgeAddrs(t *testing.T, br string) []string {
 		t.Errorf("internal interface %s: %v", br, err)
 		return nil
 	}
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		t.Errorf("addresses of %s: %v", br, err)
 	}

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/link"
@@ -373,7 +373,7 @@ func ourPorts(t *testing.T) []string {
 // ourVeths lists host veths named like ovs-bridge names them.
 func ourVeths(t *testing.T) []string {
 	t.Helper()
-	links, err := netlink.LinkList()
+	links, err := netlinksafe.LinkList()
 	if err != nil {
 		t.Fatal(err)
 	}

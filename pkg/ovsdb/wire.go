@@ -208,6 +208,13 @@ type operation struct {
 	rows      []row      // wait
 }
 
+// appendTriple appends [column, op, value]: a condition or a mutation.
+func appendTriple(b []byte, column, op string, v value) []byte {
+	b = appendString(append(b, '['), column)
+	b = appendString(append(b, ','), op)
+	return append(v.appendJSON(append(b, ',')), ']')
+}
+
 func (o *operation) appendJSON(b []byte) []byte {
 	b = appendString(append(b, `{"op":`...), string(o.op))
 	b = appendString(append(b, `,"table":`...), o.table)
@@ -217,9 +224,7 @@ func (o *operation) appendJSON(b []byte) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(append(b, '['), c.column)
-			b = appendString(append(b, ','), string(c.function))
-			b = append(c.value.appendJSON(append(b, ',')), ']')
+			b = appendTriple(b, c.column, string(c.function), c.value)
 		}
 		b = append(b, ']')
 	}
@@ -245,9 +250,7 @@ func (o *operation) appendJSON(b []byte) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(append(b, '['), m.column)
-			b = appendString(append(b, ','), string(m.mutator))
-			b = append(m.value.appendJSON(append(b, ',')), ']')
+			b = appendTriple(b, m.column, string(m.mutator), m.value)
 		}
 		b = append(b, ']')
 	case opWait:

@@ -54,18 +54,21 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	}
 	defer reval.Close()
 	// The flows, then the conntrack entries that traffic to the host ports
-	// left before there were flows for them (flows.ConntrackFlushes).
+	// left before there were flows for them (flows.ConntrackFlushes). Their
+	// removal is armed first: a bundle whose connection breaks mid-commit
+	// may have been applied, and a failure after it (zone limits, nft) must
+	// not leave them.
+	defer func() {
+		if retErr != nil {
+			undo(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
+		}
+	}()
 	if err := openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...); err != nil {
 		return err
 	}
 	if err := ensureZoneLimits(ctx, cli, br, target, pl); err != nil {
 		return err
 	}
-	defer func() {
-		if retErr != nil {
-			undo(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
-		}
-	}()
 	if err := applyNodeLocal(ctx, a.Rules, false); err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ for _ in $(seq 50); do ip netns exec demo-a timeout 1 bash -c 'exec 3<>/dev/tcp/
 reply=$(ip netns exec demo-out timeout 5 bash -c 'exec 3<>/dev/tcp/198.51.100.1/8080; printf "GET / HTTP/1.0\r\n\r\n" >&3; cat <&3')
 echo "$reply" | tail -1
 kill $HTTPD 2>/dev/null; wait $HTTPD 2>/dev/null || true
-echo "$reply" | grep -q "hello from container A"
+grep -q "hello from container A" <<<"$reply"
 echo
 echo "flows of ours (cookie 0x0fc5...):"
 inhost ovs-ofctl --no-names -O OpenFlow14 --no-stats dump-flows "unix:$RUNDIR/br-demo.mgmt" cookie=0x0fc5000000000000/0xffff000000000000 | sed 's/^/  /'

@@ -54,7 +54,7 @@ build_kube() {
 	local need=0 c
 	for c in "${kube_cmds[@]}"; do built "$prefix/bin/$c" k8s.io/kubernetes "$kube_version" || need=1; done
 	# The version Kubernetes' own build stamps in (a Node reports its kubelet's).
-	"$prefix/bin/kubelet" --version 2>/dev/null | grep -qx "Kubernetes $kube_version" || need=1
+	[ "$("$prefix/bin/kubelet" --version 2>/dev/null)" = "Kubernetes $kube_version" ] || need=1
 	((need)) || return 0
 	local m=$prefix/src/kube
 	scratch_module "$m" ovsflow.local/kube-build
@@ -167,7 +167,7 @@ pod_cidrs=198.51.100.0/24,2001:db8:15:100::/56
 svc_cidrs=203.0.113.128/25,2001:db8:15:ffff::/112
 svc_v4=203.0.113.129 svc_v6=2001:db8:15:ffff::1
 pause_image=rt.local/ovsflow-pause:1
-ds_image=$(sed -n "s/^ *image: *//p" deploy/ovsflow-cni.yaml | head -1) # the DaemonSet's
+ds_image=$(sed -n "s/^ *image: *//p" deploy/ovsflow-cni.yaml | sed -n 1p) # the DaemonSet's
 # Paths that get a private directory inside the node's mount namespace.
 node_dirs=(/run/openvswitch /opt/cni/bin /etc/cni/net.d /var/lib/kubelet /var/log/pods
 	/var/log/containers /var/lib/cni /run/containerd)

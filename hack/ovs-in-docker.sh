@@ -131,7 +131,7 @@ version() {
 	if [ -n "${VERSION:-}" ]; then echo "$VERSION"; return; fi
 	git describe --tags --match 'v*' --dirty 2>/dev/null && return
 	local rel
-	rel=$(sed -n 's|.*image: ghcr.io/ovsflow/ovs-cni:\(v[0-9][0-9.]*\)$|\1|p' deploy/ovsflow-cni.yaml | head -1)
+	rel=$(sed -n 's|.*image: ghcr.io/ovsflow/ovs-cni:\(v[0-9][0-9.]*\)$|\1|p' deploy/ovsflow-cni.yaml | sed -n 1p)
 	echo "${rel:-v0.0.0}+git.$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo .dirty)"
 }
 

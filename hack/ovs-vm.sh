@@ -80,7 +80,7 @@ host_mirror() {
 	[ -f /etc/apt/sources.list ] && awk -v s="$suite" '$1 == "deb" && $0 !~ /\[/ && $3 == s {print $2}' /etc/apt/sources.list
 	return 0
 }
-mirror=${VM_MIRROR:-$(host_mirror | head -1)}
+mirror=${VM_MIRROR:-$(host_mirror | sed -n 1p)}
 
 key=$(printf '%s\n' 1 "$suite" "$packages" "$kernel_packages" "$guest_init" | sha256sum | cut -c1-16)
 

@@ -154,7 +154,14 @@ consistent() {
 	# Every pod address in a flow or an nft element is a running pod's.
 	local a
 	for a in $(pod_addrs_in "$(ours)"); do
-		echo "$want" | grep -qxF "$a" || { echo "flow or nft element for $a, no running pod has it"; return 1; }
+		# A here-string, not "echo | grep -q": under pipefail, grep -q
+		# exiting at its match can kill the echo with SIGPIPE, and the
+		# pipeline fails although the address is there.
+		grep -qxF "$a" <<<"$want" && continue
+		echo "flow or nft element for $a, no running pod has it:"
+		ours | grep -F "$a" | sed -n 1p
+		echo "running pods: $(echo $want)"
+		return 1
 	done
 }
 # gone TEXT...: none of TEXT (a gone pod's addresses, its sandbox id) is left anywhere.
@@ -322,7 +329,7 @@ sandbox_events() { k get events --field-selector involvedObject.name=second,reas
 conflict_event() {
 	local ev
 	ev=$(sandbox_events)
-	echo "$ev" | grep -q "host port conflict" && echo "$ev" | grep -q "$holder_sb" ||
+	grep -q "host port conflict" <<<"$ev" && grep -qF "$holder_sb" <<<"$ev" ||
 		{ echo "events of pod second: ${ev:-none}"; return 1; }
 }
 check "3 pod second (hostPort 18090 on $NODE_V6) gets an event naming holder's attachment ($holder_sb)" retry 60 conflict_event

@@ -33,7 +33,22 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	if err != nil {
 		return err
 	}
+	// Effective on return: wait until the datapath's flow cache follows the
+	// new flows (openflow.StartRevalidation), registered before the change
+	// and collected last. The registration is a round trip to ovs-vswitchd;
+	// it runs while ovsdb-server records the claims.
+	type registered struct {
+		reval *openflow.Revalidation
+		err   error
+	}
+	regc := make(chan registered, 1)
+	go func() {
+		r, err := openflow.StartRevalidation(ctx, target)
+		regc <- registered{r, err}
+	}()
 	br, err := cli.RecordOnBridge(ctx, p.Port.UUID, unset, set, claims, p.Port.ExternalIDs[ovsdb.KeyBridge])
+	reg := <-regc
+	defer reg.reval.Close()
 	if err != nil {
 		return err
 	}
@@ -44,40 +59,39 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 			})
 		}
 	}()
-	// Effective on return: wait until the datapath's flow cache follows the
-	// new flows (openflow.StartRevalidation), registered before the change
-	// and collected last, so that the wait overlaps the zone limit and nft
-	// work.
-	reval, err := openflow.StartRevalidation(ctx, target)
-	if err != nil {
-		return err
+	if reg.err != nil {
+		return reg.err
 	}
-	defer reval.Close()
 	// The flows, then the conntrack entries that traffic to the host ports
 	// left before there were flows for them (flows.ConntrackFlushes). Their
 	// removal is armed first: a bundle whose connection breaks mid-commit
 	// may have been applied, and a failure after it (zone limits, nft) must
-	// not leave them.
+	// not leave them. The node-local nft elements go to the kernel
+	// meanwhile, not to ovs-vswitchd.
 	defer func() {
 		if retErr != nil {
 			undo(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
 		}
 	}()
-	if err := openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...); err != nil {
+	nftc := make(chan error, 1)
+	go func() { nftc <- applyNodeLocal(ctx, a.Rules, false) }()
+	err = openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...)
+	if nerr := <-nftc; nerr == nil {
+		defer func() {
+			if retErr != nil {
+				undo(func(ctx context.Context) { _ = applyNodeLocal(ctx, a.Rules, true) })
+			}
+		}()
+	} else if err == nil {
+		err = nerr
+	}
+	if err != nil {
 		return err
 	}
 	if err := ensureZoneLimits(ctx, cli, br, target, pl); err != nil {
 		return err
 	}
-	if err := applyNodeLocal(ctx, a.Rules, false); err != nil {
-		return err
-	}
-	defer func() {
-		if retErr != nil {
-			undo(func(ctx context.Context) { _ = applyNodeLocal(ctx, a.Rules, true) })
-		}
-	}()
-	return waitRevalidation(ctx, reval)
+	return waitRevalidation(ctx, reg.reval)
 }
 
 // undo runs a step of a failed Publish's clean-up with a bounded context of

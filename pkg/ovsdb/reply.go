@@ -96,11 +96,8 @@ func (rd *replyReader) opResult(r *opResult) error {
 	hasError := false
 	if !rd.eat('}') {
 		for {
-			raw, esc, err := rd.rawString()
+			raw, esc, err := rd.member()
 			if err != nil {
-				return err
-			}
-			if err := rd.expect(':'); err != nil {
 				return err
 			}
 			key := unquoteBytes(raw, esc)
@@ -163,11 +160,8 @@ func (rd *replyReader) rows(r *opResult) error {
 		start := len(rd.cells)
 		if !rd.eat('}') {
 			for {
-				col, esc, err := rd.rawString()
+				col, esc, err := rd.member()
 				if err != nil {
-					return err
-				}
-				if err := rd.expect(':'); err != nil {
 					return err
 				}
 				from := rd.pos()
@@ -261,6 +255,15 @@ func (s *scanner) found() string {
 
 func (s *scanner) errorf(format string, args ...any) error {
 	return fmt.Errorf("offset %d: "+format, append([]any{s.i}, args...)...)
+}
+
+// member reads an object member's name, as rawString does, and the colon
+// after it.
+func (s *scanner) member() (raw []byte, esc bool, err error) {
+	if raw, esc, err = s.rawString(); err == nil {
+		err = s.expect(':')
+	}
+	return raw, esc, err
 }
 
 // rawString reads a string and returns its JSON text, quotes included, and
@@ -401,10 +404,7 @@ func (s *scanner) skip(depth int) error {
 		}
 		for {
 			if c == '{' {
-				if _, _, err := s.rawString(); err != nil {
-					return err
-				}
-				if err := s.expect(':'); err != nil {
+				if _, _, err := s.member(); err != nil {
 					return err
 				}
 			}

@@ -189,6 +189,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}()
 	contMAC := conf.MAC
 	var ofport int
+	var res ovsdb.Reservation
 	if !dhcp {
 		// MAC and ofport are known before the veth exists, the addresses
 		// once IPAM returns: the flows go in before the port, whose insert
@@ -199,9 +200,17 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			}
 		}
 		result.Interfaces[contIndex].Mac = contMAC.String()
-		if ofport, err = cli.ChooseOFPort(ctx, ovsdb.HomeOFPort(att)); err != nil {
-			return asCNIError(err)
+		// Claim, then act: the ofport and the cookie are this ADD's
+		// before any flow goes in for them.
+		if res, err = reserve(ctx, cli, att, ovsdb.HomeOFPort(att)); err != nil {
+			return err
 		}
+		ofport = res.OFPort
+		defer func() {
+			if retErr != nil {
+				cnicmd.Rollback(func(ctx context.Context) { _ = cli.Release(ctx, res) })
+			}
+		}()
 	}
 
 	// The veth, its container end created in place and prepared, the host
@@ -299,7 +308,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return err
 		}
 	} else {
-		if portUUID, ofport, err = attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, ofport); err != nil {
+		if portUUID, ofport, err = attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, &res); err != nil {
 			return err
 		}
 		var gateways []netip.Addr
@@ -368,46 +377,68 @@ func useIPAM(conf *NetConf, r types.Result, err error, result *current.Result, c
 	return true, nil
 }
 
-// attachSecured inserts the port requesting ofport want, whose flows are
-// already in, with the port security record, and waits for ovs-vswitchd to
-// attach it. So no bundle waits behind the insert's reconfiguration of the
-// bridge, and the port has its flows from its first frame. When a
-// concurrent ADD requested want first, or ovs-vswitchd gives the port
-// another number (one it still held for a port removed meanwhile), the
-// flows follow.
-func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, spec ovsdb.PortSpec, want int) (string, int, error) {
+// attachSecured inserts the port with the ofport and cookie reserved in
+// res, whose flows are already in, with the port security record, and waits
+// for ovs-vswitchd to attach it. So no bundle waits behind the insert's
+// reconfiguration of the bridge, and the port has its flows from its first
+// frame. When the insert meets a sweep (reconcile), the flows go in again
+// after it, since a sweep after an ovs-vswitchd restart rebuilds only what
+// ports record. When ovs-vswitchd gives the port another number (one it
+// still held for a port removed meanwhile), the flows follow.
+func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, spec ovsdb.PortSpec, res *ovsdb.Reservation) (string, int, error) {
 	if raw, ok, err := portSecRecord(conf, result, contIndex).Value(); err != nil {
 		return "", 0, err
 	} else if ok {
 		spec.ExternalIDs[record.KeyPortSecurity] = raw
 	}
 	for attempt := 0; ; attempt++ {
-		spec.OFPort = want
+		spec.OFPort, spec.Reservation = res.OFPort, res
 		portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
 		var taken *ovsdb.OFPortTakenError
-		if errors.As(err, &taken) && attempt < 8 {
-			if want, err = cli.ChooseOFPort(ctx, want+1); err != nil {
+		switch {
+		case errors.As(err, &taken) && attempt < 8:
+			// Requested by an interface a caller outside the suite inserted.
+			_ = cli.Release(ctx, *res)
+			if *res, err = reserve(ctx, cli, res.Attachment, res.OFPort+1); err != nil {
+				return "", 0, err
+			}
+		case errors.Is(err, ovsdb.ErrSweeping) && attempt < 8:
+			if err := cli.AfterSweep(ctx, *res); err != nil {
 				return "", 0, asCNIError(err)
 			}
-			if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", want); err != nil {
-				return "", 0, err
-			}
-			continue
-		}
-		if err != nil {
+		case err != nil:
 			return "", 0, macError(err)
-		}
-		got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
-		if err != nil {
-			return "", 0, asCNIError(err)
-		}
-		if got != want {
-			if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", got); err != nil {
-				return "", 0, err
+		default:
+			got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
+			if err != nil {
+				return "", 0, asCNIError(err)
 			}
+			if got != res.OFPort {
+				if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", got); err != nil {
+					return "", 0, err
+				}
+			}
+			return portUUID, got, nil
 		}
-		return portUUID, got, nil
+		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", res.OFPort); err != nil {
+			return "", 0, err
+		}
 	}
+}
+
+// reserve claims an ofport from home on and the attachment's cookie
+// (ovsdb.Reserve). A cookie held by another attachment (their 40-bit hashes
+// meet) is refused: the two would remove each other's flows.
+func reserve(ctx context.Context, cli *ovsdb.Client, att ovsdb.Attachment, home int) (ovsdb.Reservation, error) {
+	c := flows.AttachmentCookie(att.ContainerID, att.IfName)
+	res, err := cli.Reserve(ctx, att, home, c.String())
+	var taken *ovsdb.IdentityTakenError
+	if errors.As(err, &taken) {
+		return res, types.NewError(types.ErrInvalidEnvironmentVariables,
+			fmt.Sprintf("CNI_CONTAINERID %q with CNI_IFNAME %q: its flows' cookie %s is that of attachment %s", att.ContainerID, att.IfName, c, taken.Holder),
+			"choose another container ID or interface name")
+	}
+	return res, asCNIError(err)
 }
 
 // lookupBridge finds (or, with createBridge, creates) the configured bridge.
@@ -683,10 +714,12 @@ func CmdDel(args *skel.CmdArgs) error {
 	switch {
 	case err == nil:
 		defer done()
-		ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
+		// Marked as under way: a sweep meanwhile restores none of its flows.
+		del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 		if err != nil {
 			return asCNIError(err)
 		}
+		ports := del.Ports
 		if err := cutOff(ctx, conf, ports); err != nil {
 			return err
 		}
@@ -702,7 +735,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
 			return err
 		}
-		if err := cli.DetachPorts(ctx, portUUIDs(ports)...); err != nil {
+		if err := cli.Finish(ctx, del); err != nil {
 			return asCNIError(err)
 		}
 	case link.Exists(hostName):

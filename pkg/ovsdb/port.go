@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
@@ -36,6 +37,11 @@ type PortSpec struct {
 	// the transaction fails with an *OFPortTakenError if another interface
 	// requests it by then.
 	OFPort int
+	// Reservation, when set, is the claim of OFPort and of the identity
+	// (KeyIdentity) that Reserve made: the insert takes them over, and
+	// fails with ErrSweeping while a sweep is under way or after one ran
+	// since the claim.
+	Reservation *Reservation
 }
 
 // Requested ofports are taken from the upper half of the OpenFlow port
@@ -160,30 +166,48 @@ func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) err
 // AttachPort adds a Port with one system Interface to bridge in one
 // transaction and returns the new Port's UUID.
 func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpec) (string, error) {
-	ops := attachOps(bridgeUUID, spec)
+	ops, idx := attachOps(bridgeUUID, spec)
 	res, err := c.transact(ctx, ops...)
 	if err != nil {
-		// The table of the wait that did not hold says which.
+		// The wait that did not hold says which.
 		if w := timedOutWait(err); w != nil {
-			if w.Table == tableInterface {
+			switch {
+			case w.Index == idx.ofport:
 				return "", &OFPortTakenError{OFPort: spec.OFPort}
-			}
-			if spec.UniqueMAC != "" {
+			case w.Index == idx.mac:
 				return "", &MACInUseError{MAC: spec.UniqueMAC, Holder: "a port attached at the same time"}
+			case w.Index == idx.identity:
+				return "", &IdentityTakenError{Identity: spec.Reservation.Identity, Holder: Attachment{ContainerID: "(a port attached at the same time)"}}
+			case w.Index < idx.bridge:
+				return "", fmt.Errorf("attaching port %q: %w", spec.Name, ErrSweeping)
 			}
 		}
 		return "", fmt.Errorf("attaching port %q: %w", spec.Name, err)
 	}
-	if n := res[2].count; n != 1 {
+	if n := res[idx.bridge].count; n != 1 {
 		return "", fmt.Errorf("attaching port %q: bridge row is gone", spec.Name)
 	}
-	return res[1].uuid, nil
+	return res[idx.bridge-1].uuid, nil
 }
 
-// attachOps are AttachPort's transaction: the Interface, the Port, the
-// Bridge's mutation, then the waits for the requested ofport and the MAC.
-func attachOps(bridgeUUID string, spec PortSpec) []operation {
+// attachIndex are the indexes of the operations of attachOps that callers
+// look at (-1: not there).
+type attachIndex struct{ bridge, ofport, mac, identity int }
+
+// attachOps are AttachPort's transaction: a reservation's hand-over, the
+// Interface, the Port, the Bridge's mutation, then the waits for the
+// requested ofport, the MAC and the identity.
+func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
+	idx := attachIndex{ofport: -1, mac: -1, identity: -1}
 	ids := strMap(spec.ExternalIDs)
+	var ops []operation
+	if r := spec.Reservation; r != nil {
+		ops = append(ops, r.handOverOps()...)
+		if r.Identity != "" {
+			ids = maps.Clone(ids)
+			ids[KeyIdentity] = r.Identity
+		}
+	}
 	// The VLAN mode is explicit: a port without a tag is an access port of
 	// VLAN 0 (Open vSwitch's default would make it a trunk of every VLAN).
 	mode := "access"
@@ -197,22 +221,23 @@ func attachOps(bridgeUUID string, spec PortSpec) []operation {
 	if len(spec.Trunks) > 0 {
 		portRow = append(portRow, cell{"trunks", intSet(spec.Trunks)})
 	}
-	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", ids}}
+	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", strMap(spec.ExternalIDs)}}
 	if spec.OFPort > 0 {
 		ifaceRow = append(ifaceRow, cell{"ofport_request", integer(spec.OFPort)})
 	}
-	ops := []operation{
-		{op: opInsert, table: tableInterface, uuidName: "iface", row: ifaceRow},
-		{op: opInsert, table: tablePort, uuidName: "port", row: portRow},
-		{op: opMutate, table: tableBridge, where: byUUID(bridgeUUID),
-			mutations: []mutation{{"ports", mutInsert, named("port")}}},
-	}
+	ops = append(ops,
+		operation{op: opInsert, table: tableInterface, uuidName: "iface", row: ifaceRow},
+		operation{op: opInsert, table: tablePort, uuidName: "port", row: portRow},
+		operation{op: opMutate, table: tableBridge, where: byUUID(bridgeUUID),
+			mutations: []mutation{{"ports", mutInsert, named("port")}}})
+	idx.bridge = len(ops) - 1
 	// Waits with timeout 0: they fail at once.
 	if spec.OFPort > 0 {
 		// The new interface must be the only one requesting the number:
 		// two concurrent ADDs cannot both win. (One that ovs-vswitchd
 		// numbered without a request is ChooseOFPort's to avoid; should
 		// it hold the number, ovs-vswitchd gives this port another.)
+		idx.ofport = len(ops)
 		ops = append(ops, operation{op: opWait, table: tableInterface,
 			where:   []condition{{"ofport_request", fnEqual, integer(spec.OFPort)}},
 			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", named("iface")}}}})
@@ -221,11 +246,18 @@ func attachOps(bridgeUUID string, spec PortSpec) []operation {
 		// The new port must be the only one recording the MAC (the
 		// container MAC is in its external_ids): two concurrent ADDs with
 		// the same MAC cannot both win.
+		idx.mac = len(ops)
 		ops = append(ops, operation{op: opWait, table: tablePort,
 			where:   []condition{{"external_ids", fnIncludes, strMap{KeyMAC: spec.UniqueMAC}}},
 			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", named("port")}}}})
 	}
-	return ops
+	if r := spec.Reservation; r != nil && r.Identity != "" {
+		idx.identity = len(ops)
+		ops = append(ops, operation{op: opWait, table: tablePort,
+			where:   []condition{{"external_ids", fnIncludes, strMap{KeyIdentity: r.Identity}}},
+			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", named("port")}}}})
+	}
+	return ops, idx
 }
 
 // detachOps removes ports from whichever bridge holds them; Open vSwitch then
@@ -277,11 +309,16 @@ func (c *Client) ownedPorts(ctx context.Context, where []condition) ([]OwnedPort
 	if err != nil {
 		return nil, fmt.Errorf("listing our ports: %w", err)
 	}
-	ports, err := decode[Port](tablePort, res[0].rows)
+	return joinPorts(res[0].rows, res[1].rows)
+}
+
+// joinPorts pairs the selected Port rows with their selected Interface rows.
+func joinPorts(portRows, ifaceRows []resultRow) ([]OwnedPort, error) {
+	ports, err := decode[Port](tablePort, portRows)
 	if err != nil {
 		return nil, err
 	}
-	ifaces, err := decode[Interface](tableInterface, res[1].rows)
+	ifaces, err := decode[Interface](tableInterface, ifaceRows)
 	if err != nil {
 		return nil, err
 	}

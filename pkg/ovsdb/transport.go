@@ -74,7 +74,7 @@ func checkResults(ops []operation, res transactReply) ([]opResult, error) {
 	var errs opErrors
 	for i := range ops {
 		if res[i].err != nil {
-			errs = append(errs, &OpError{Op: string(ops[i].op), Table: ops[i].table, Err: res[i].err})
+			errs = append(errs, &OpError{Op: string(ops[i].op), Table: ops[i].table, Index: i, Err: res[i].err})
 		}
 	}
 	if len(errs) > 0 {
@@ -106,6 +106,7 @@ func errorOf(tag, details string) error {
 // *ServerError).
 type OpError struct {
 	Op, Table string
+	Index     int // of the operation in its transaction
 	Err       error
 }
 

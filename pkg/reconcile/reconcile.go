@@ -8,6 +8,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -43,8 +44,22 @@ func (s Stats) String() string {
 // restores recorded gateway addresses. It is idempotent: each bridge whose
 // flows differ from what the records want gets one atomic bundle that
 // replaces what is there (see inSync).
-func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (Stats, error) {
-	var st Stats
+//
+// It is a sweep (ovsdb.BeginSweep): while it runs no ADD claims an ofport or
+// inserts its port and no DEL begins, so that it never removes the flows of
+// an ADD in flight (they are kept by the attachment's claim, as are those of
+// every port) nor restores those of a DEL in flight. An OpenFlow endpoint
+// that does not answer is reported, after the others are done.
+func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (st Stats, retErr error) {
+	sweep, err := cli.BeginSweep(ctx)
+	if err != nil {
+		return st, err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		retErr = errors.Join(retErr, cli.EndSweep(ctx, sweep))
+	}()
 	bridges, err := cli.Bridges(ctx)
 	if err != nil {
 		return st, err
@@ -52,13 +67,6 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (St
 	ports, err := cli.OwnedPorts(ctx)
 	if err != nil {
 		return st, err
-	}
-	type target struct {
-		shared []flows.Flow // once per bridge
-		base   []flows.Flow // table 0's NORMAL on a fail_mode=secure bridge
-		pl     *flows.Pipeline
-		mods   openflow.Bundle
-		live   map[flows.Cookie]bool
 	}
 	byTarget := map[string]*target{}
 	get := func(t string) *target {
@@ -74,8 +82,22 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (St
 			t.mods = append(t.mods, f)
 		}
 	}
+	// Kept whatever they are: the flows of every port and of every ADD in
+	// flight. Those of a DEL in flight are neither restored nor removed.
+	kept := map[flows.Cookie]bool{}
+	keep := func(a ovsdb.Attachment) {
+		v, _ := flows.AttachmentCookie(a.ContainerID, a.IfName).Attachment()
+		kept[v] = true
+	}
+	for a := range sweep.Adding {
+		keep(a)
+	}
 	var rules []flows.Rule
 	for _, p := range ports {
+		keep(p.Attachment())
+		if _, deleting := sweep.Deleting[p.Attachment()]; deleting {
+			continue
+		}
 		if target, c, fl, ok := portsec.Rebuild(p); ok {
 			addFlows(get(target), c, fl)
 		}
@@ -98,44 +120,72 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (St
 		}
 		st.Gateways += restoreGateways(br)
 	}
+	var errs []error
 	for name, t := range byTarget {
-		if !endpoint.Listening(name) {
-			// ovs-vswitchd is down or has not re-created the bridge yet.
-			return st, fmt.Errorf("OpenFlow endpoint %s is not there", name)
-		}
-		suite := flows.SuiteDelete()
-		present, err := openflow.Dump(ctx, name, suite.Cookie, suite.Mask)
-		if err != nil {
-			return st, err
-		}
-		var b openflow.Bundle
-		for _, f := range append(t.base, t.shared...) {
-			b = append(b, f)
-		}
-		b = append(b, t.mods...)
-		for _, c := range cookiesOf(present) {
-			// Tombstones go by their hard timeout.
-			if c.Kind() != flows.CookieKindShared && c.Kind() != flows.CookieKindTombstone && !t.live[c] {
-				b = append(b, c.Delete())
-				st.Stale++
-			}
-		}
-		if len(b) == 0 {
-			continue
-		}
-		if !inSync(b, present) {
-			if err := openflow.Apply(ctx, name, b); err != nil {
-				return st, err
-			}
-			st.Bridges++
-		}
-		if t.pl != nil {
-			if err := hostport.SetZoneLimits(ctx, name, *t.pl); err != nil {
-				return st, err
-			}
+		if err := t.apply(ctx, name, kept, &st); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	return st, hostport.RebuildNodeLocal(ctx, rules)
+	return st, errors.Join(append(errs, hostport.RebuildNodeLocal(ctx, rules))...)
+}
+
+// apply brings the flows of one OpenFlow endpoint in line with t: what the
+// records want, less the cookies of stale attachments (neither kept nor
+// rebuilt).
+func (t *target) apply(ctx context.Context, name string, kept map[flows.Cookie]bool, st *Stats) error {
+	if !endpoint.Listening(name) {
+		// ovs-vswitchd is down or has not re-created the bridge yet.
+		return fmt.Errorf("OpenFlow endpoint %s is not there", name)
+	}
+	suite := flows.SuiteDelete()
+	dumped, err := openflow.Dump(ctx, name, suite.Cookie, suite.Mask)
+	if err != nil {
+		return fmt.Errorf("OpenFlow endpoint %s: %w", name, err)
+	}
+	var b openflow.Bundle
+	for _, f := range append(t.base, t.shared...) {
+		b = append(b, f)
+	}
+	b = append(b, t.mods...)
+	var present []openflow.Flow // what the bundle is compared with
+	for _, f := range dumped {
+		c := flows.Cookie(f.Cookie)
+		if v, _ := c.Attachment(); c.Kind() == flows.CookieKindShared || t.live[c] || !kept[v] {
+			present = append(present, f)
+		}
+	}
+	for _, c := range cookiesOf(dumped) {
+		// Tombstones go by their hard timeout.
+		v, _ := c.Attachment()
+		if c.Kind() != flows.CookieKindShared && c.Kind() != flows.CookieKindTombstone && !t.live[c] && !kept[v] {
+			b = append(b, c.Delete())
+			st.Stale++
+		}
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if !inSync(b, present) {
+		if err := openflow.Apply(ctx, name, b); err != nil {
+			return fmt.Errorf("OpenFlow endpoint %s: %w", name, err)
+		}
+		st.Bridges++
+	}
+	if t.pl != nil {
+		if err := hostport.SetZoneLimits(ctx, name, *t.pl); err != nil {
+			return fmt.Errorf("OpenFlow endpoint %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// target is what one OpenFlow endpoint (a bridge) is to have.
+type target struct {
+	shared []flows.Flow // once per bridge
+	base   []flows.Flow // table 0's NORMAL on a fail_mode=secure bridge
+	pl     *flows.Pipeline
+	mods   openflow.Bundle
+	live   map[flows.Cookie]bool // rebuilt from the records
 }
 
 // inSync reports whether the bridge's flows of ours (present, tombstones

@@ -1,0 +1,469 @@
+package ovsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// In-flight records: what an ADD or a DEL has started and not finished. They
+// live in the external_ids of the root row, a column ovs-vswitchd does not
+// watch (writing it starts no reconfiguration of the bridges), so that an
+// ofport and an identity can be made an ADD's before its port row exists
+// and before any flow goes in for them (claim, then act):
+//
+//	ovsflow.io/ofport.N      "C/I T"  ofport N is claimed by attachment C/I since unix time T
+//	ovsflow.io/identity.X    "C/I T"  identity X (the flows' cookie) is claimed by C/I
+//	ovsflow.io/deleting.C/I  "T"      a DEL of C/I is under way
+//	ovsflow.io/sweep         "1"      a sweep (reconcile) is under way, since
+//	ovsflow.io/sweep-since   "T"
+//	ovsflow.io/swept.C/I     "1"      a sweep ran while C/I was being added
+//
+// A claim and a deleting mark are taken only while no sweep is under way
+// (the transaction fails at once otherwise and the caller waits); AttachPort
+// hands the claims over to the port row it inserts (its ofport_request and
+// KeyIdentity) in the same transaction, and fails while a sweep is under way
+// or after one ran since the claim (swept): the ADD then applies its flows
+// again, since a sweep after an ovs-vswitchd restart rebuilds only what the
+// records of existing ports say. So a sweep sees every attachment either as
+// in flight or as a port, never as neither while its flows are in.
+const (
+	keyClaimOFPort   = "ovsflow.io/ofport."
+	keyClaimIdentity = "ovsflow.io/identity."
+	keyDeleting      = "ovsflow.io/deleting."
+	keySweep         = "ovsflow.io/sweep"
+	keySweepSince    = "ovsflow.io/sweep-since"
+	keySwept         = "ovsflow.io/swept."
+
+	// KeyIdentity, on a Port row, is the identity its ADD claimed (the
+	// cookie of its flows): at most one Port row holds each.
+	KeyIdentity = "ovsflow.io/identity"
+)
+
+const (
+	// ClaimTTL is how long a claim of an ADD that never finished (killed)
+	// protects its ofport and flows; a sweep removes older ones.
+	ClaimTTL = 5 * time.Minute
+	// DeletingTTL is the same for the mark of a DEL.
+	DeletingTTL = time.Minute
+	// SweepTTL is how long a sweep may hold its mark: one that died
+	// holding it for longer is taken over.
+	SweepTTL = time.Minute
+	// sweepWait bounds how long a claim waits for a sweep to end.
+	sweepWait = 20 * time.Second
+)
+
+// ErrSweeping says that a sweep was under way, or ran, while a change was
+// to be made: the caller waits (WaitSweep) and makes it again.
+var ErrSweeping = errors.New("a sweep is under way")
+
+// IdentityTakenError says that the identity an attachment would claim (the
+// cookie of its flows) is held by another attachment.
+type IdentityTakenError struct {
+	Identity string
+	Holder   Attachment
+}
+
+func (e *IdentityTakenError) Error() string {
+	return fmt.Sprintf("identity %s is already held by attachment %s", e.Identity, e.Holder)
+}
+
+// Reservation is what Reserve made an ADD's.
+type Reservation struct {
+	Attachment Attachment
+	OFPort     int
+	Identity   string
+	value      string
+}
+
+func claimValue(a Attachment, now time.Time) string {
+	return a.String() + " " + strconv.FormatInt(now.Unix(), 10)
+}
+
+// parseClaim splits a claim's value into its attachment and time.
+func parseClaim(v string) (Attachment, time.Time, bool) {
+	id, ts, ok := strings.Cut(v, " ")
+	if !ok {
+		return Attachment{}, time.Time{}, false
+	}
+	c, i, ok := strings.Cut(id, "/")
+	n, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil {
+		return Attachment{}, time.Time{}, false
+	}
+	return Attachment{ContainerID: c, IfName: i}, time.Unix(n, 0), true
+}
+
+func rootMutate(m mutator, v value) operation {
+	return operation{op: opMutate, table: tableRoot, where: allRows,
+		mutations: []mutation{{"external_ids", m, v}}}
+}
+
+// rootWait fails at once unless some root row has (present) or none has
+// (!present) the pairs of m in its external_ids.
+func rootWait(m strMap, present bool) operation {
+	until := fnEqual
+	if present {
+		until = fnNotEqual
+	}
+	return operation{op: opWait, table: tableRoot, where: []condition{{"external_ids", fnIncludes, m}},
+		columns: []string{"_uuid"}, until: until, rows: []row{}}
+}
+
+// noSweep fails at once while a sweep is under way.
+var noSweep = rootWait(strMap{keySweep: "1"}, false)
+
+// waitNone fails at once if a row of table matches where.
+func waitNone(table string, where ...condition) operation {
+	return operation{op: opWait, table: table, where: where, columns: []string{"_uuid"}, until: fnEqual, rows: []row{}}
+}
+
+// Reserve claims for attachment a the first free ofport from home on (as
+// ChooseOFPort) and identity, in one transaction that fails unless no
+// interface requests or holds the ofport, no other attachment claims either
+// and no port holds the identity. Leftover claims of a's own (an ADD of a
+// that was killed) are given up. It waits while a sweep is under way.
+func (c *Client) Reserve(ctx context.Context, a Attachment, home int, identity string) (Reservation, error) {
+	r := Reservation{Attachment: a, OFPort: home, Identity: identity, value: claimValue(a, time.Now())}
+	var drop strSet
+	for attempt := 0; ; attempt++ {
+		ops := reserveOps(r, drop)
+		_, err := c.transact(ctx, ops...)
+		if err == nil {
+			return r, nil
+		}
+		w := timedOutWait(err)
+		if w == nil || attempt >= 16 {
+			return Reservation{}, fmt.Errorf("claiming ofport %d for %s: %w", r.OFPort, a, err)
+		}
+		if w.Index == 0 {
+			if err := c.WaitSweep(ctx); err != nil {
+				return Reservation{}, err
+			}
+			continue
+		}
+		// Taken: find what is free and what of a's own is left over.
+		claims, err := c.rootIDs(ctx)
+		if err != nil {
+			return Reservation{}, err
+		}
+		drop = drop[:0]
+		held := map[int]bool{}
+		for k, v := range claims {
+			holder, _, ok := parseClaim(v)
+			switch {
+			case !ok:
+			case holder == a && (strings.HasPrefix(k, keyClaimOFPort) || strings.HasPrefix(k, keyClaimIdentity)):
+				drop = append(drop, k)
+			case strings.HasPrefix(k, keyClaimOFPort):
+				if n, err := strconv.Atoi(k[len(keyClaimOFPort):]); err == nil {
+					held[n] = true
+				}
+			case k == keyClaimIdentity+identity:
+				return Reservation{}, &IdentityTakenError{Identity: identity, Holder: holder}
+			}
+		}
+		if holder, ok, err := c.identityHolder(ctx, identity); err != nil {
+			return Reservation{}, err
+		} else if ok && holder != a {
+			return Reservation{}, &IdentityTakenError{Identity: identity, Holder: holder}
+		}
+		from := r.OFPort
+		if w.Table == tableInterface || held[from] {
+			from++
+		}
+		for {
+			p, err := c.ChooseOFPort(ctx, from)
+			if err != nil {
+				return Reservation{}, err
+			}
+			if !held[p] {
+				r.OFPort = p
+				break
+			}
+			from = p + 1
+		}
+	}
+}
+
+// reserveOps are Reserve's transaction. The first operation is the wait
+// for no sweep (Reserve tells its failure by its index).
+func reserveOps(r Reservation, drop strSet) []operation {
+	claims := strMap{keyClaimOFPort + strconv.Itoa(r.OFPort): r.value}
+	if r.Identity != "" {
+		claims[keyClaimIdentity+r.Identity] = r.value
+	}
+	ops := []operation{noSweep}
+	if len(drop) > 0 {
+		ops = append(ops, rootMutate(mutDelete, drop))
+	}
+	// A map insert leaves a key that is there alone: the wait finds out
+	// whether the value is ours.
+	ops = append(ops, rootMutate(mutInsert, claims), rootWait(claims, true),
+		waitNone(tableInterface, condition{"ofport_request", fnEqual, integer(r.OFPort)}),
+		waitNone(tableInterface, condition{"ofport", fnEqual, integer(r.OFPort)}))
+	if r.Identity != "" {
+		ops = append(ops, waitNone(tablePort, condition{"external_ids", fnIncludes, strMap{KeyIdentity: r.Identity}}))
+	}
+	return ops
+}
+
+// Release gives up r's claims (an ADD that failed before its port).
+func (c *Client) Release(ctx context.Context, r Reservation) error {
+	if r.value == "" {
+		return nil
+	}
+	_, err := c.transact(ctx, rootMutate(mutDelete, r.claims()), rootMutate(mutDelete, strSet{keySwept + r.Attachment.String()}))
+	return err
+}
+
+func (r Reservation) claims() strMap {
+	m := strMap{keyClaimOFPort + strconv.Itoa(r.OFPort): r.value}
+	if r.Identity != "" {
+		m[keyClaimIdentity+r.Identity] = r.value
+	}
+	return m
+}
+
+// handOverOps are the operations AttachPort adds for a reservation: the
+// claims go (the port row holds the ofport and the identity from now on),
+// and the insert fails while a sweep is under way or after one ran since
+// the claim.
+func (r Reservation) handOverOps() []operation {
+	return []operation{noSweep, rootWait(strMap{keySwept + r.Attachment.String(): "1"}, false),
+		rootMutate(mutDelete, r.claims())}
+}
+
+// AfterSweep readies r for another AttachPort after ErrSweeping: it waits
+// for the sweep to end and takes the swept mark away; the caller applies
+// its flows again first.
+func (c *Client) AfterSweep(ctx context.Context, r Reservation) error {
+	if err := c.WaitSweep(ctx); err != nil {
+		return err
+	}
+	_, err := c.transact(ctx, rootMutate(mutDelete, strSet{keySwept + r.Attachment.String()}))
+	return err
+}
+
+// WaitSweep returns once no sweep is under way. A sweep that holds its mark
+// for longer than SweepTTL died: its mark is removed.
+func (c *Client) WaitSweep(ctx context.Context) error {
+	deadline := time.Now().Add(sweepWait)
+	for {
+		ids, err := c.rootIDs(ctx)
+		if err != nil {
+			return err
+		}
+		if ids[keySweep] == "" {
+			return nil
+		}
+		since, _ := strconv.ParseInt(ids[keySweepSince], 10, 64)
+		if time.Since(time.Unix(since, 0)) > SweepTTL {
+			_, err := c.transact(ctx, rootWait(strMap{keySweepSince: ids[keySweepSince]}, true),
+				rootMutate(mutDelete, strSet{keySweep, keySweepSince}))
+			if err != nil && timedOutWait(err) == nil {
+				return err
+			}
+			continue
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for the sweep under way since %s: %w", time.Unix(since, 0).UTC().Format(time.RFC3339), ErrSweeping)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// rootIDs reads the root row's external_ids.
+func (c *Client) rootIDs(ctx context.Context) (map[string]string, error) {
+	res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"external_ids"}})
+	if err != nil {
+		return nil, fmt.Errorf("reading the in-flight records: %w", err)
+	}
+	roots, err := decode[rootIDs](tableRoot, res[0].rows)
+	if err != nil || len(roots) != 1 {
+		return nil, fmt.Errorf("reading the in-flight records: %d root rows: %v", len(roots), err)
+	}
+	return roots[0].ExternalIDs, nil
+}
+
+type rootIDs struct {
+	ExternalIDs map[string]string `ovsdb:"external_ids"`
+}
+
+// identityHolder returns the attachment of the port that holds identity.
+func (c *Client) identityHolder(ctx context.Context, identity string) (Attachment, bool, error) {
+	if identity == "" {
+		return Attachment{}, false, nil
+	}
+	op := selectOp(tablePort, condition{"external_ids", fnIncludes, strMap{KeyIdentity: identity}})
+	op.columns = []string{"_uuid", "name", "external_ids"}
+	res, err := c.transact(ctx, op)
+	if err != nil {
+		return Attachment{}, false, fmt.Errorf("looking up identity %s: %w", identity, err)
+	}
+	ps, err := decode[Port](tablePort, res[0].rows)
+	if err != nil || len(ps) == 0 {
+		return Attachment{}, false, err
+	}
+	return OwnedPort{Port: ps[0]}.Attachment(), true, nil
+}
+
+// Deletion is what BeginDelete found of one attachment: its ports and its
+// in-flight claims. Finish removes the ports and the claims with the mark.
+type Deletion struct {
+	Attachment Attachment
+	Ports      []OwnedPort
+	claims     strSet
+	mark       string
+}
+
+// BeginDelete marks a DEL of attachment a as under way (a sweep then
+// restores no flow of a's), and returns a's ports and claims, in one
+// transaction. It waits while a sweep is under way.
+func (c *Client) BeginDelete(ctx context.Context, a Attachment) (*Deletion, error) {
+	d := &Deletion{Attachment: a, mark: keyDeleting + a.String()}
+	for {
+		ops := []operation{noSweep,
+			rootMutate(mutInsert, strMap{d.mark: strconv.FormatInt(time.Now().Unix(), 10)}),
+			selectModel[Port](tablePort, a.where()...), selectModel[Interface](tableInterface, a.where()...),
+			{op: opSelect, table: tableRoot, where: allRows, columns: []string{"external_ids"}}}
+		res, err := c.transact(ctx, ops...)
+		if w := timedOutWait(err); w != nil && w.Index == 0 {
+			if err := c.WaitSweep(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("beginning the DEL of %s: %w", a, err)
+		}
+		if d.Ports, err = joinPorts(res[2].rows, res[3].rows); err != nil {
+			return nil, err
+		}
+		roots, err := decode[rootIDs](tableRoot, res[4].rows)
+		if err != nil || len(roots) != 1 {
+			return nil, fmt.Errorf("reading the in-flight records: %v", err)
+		}
+		for k, v := range roots[0].ExternalIDs {
+			if holder, _, ok := parseClaim(v); ok && holder == a {
+				d.claims = append(d.claims, k)
+			}
+		}
+		d.claims = append(d.claims, keySwept+a.String())
+		return d, nil
+	}
+}
+
+// Finish removes the ports of d, its claims and its mark in one
+// transaction.
+func (c *Client) Finish(ctx context.Context, d *Deletion) error {
+	ops := append(detachOps(portUUIDs(d.Ports)), rootMutate(mutDelete, append(d.claims, d.mark)))
+	if len(d.Ports) > 0 {
+		ops = append(ops, bumpCfg)
+	}
+	if _, err := c.transact(ctx, ops...); err != nil {
+		return fmt.Errorf("detaching %d port(s) of %s: %w", len(d.Ports), d.Attachment, err)
+	}
+	return nil
+}
+
+func portUUIDs(ports []OwnedPort) []string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = p.Port.UUID
+	}
+	return out
+}
+
+// Sweep is a sweep under way: while it is, no ADD claims and no DEL
+// begins, and no port of an ADD is inserted.
+type Sweep struct {
+	// Adding and Deleting are the attachments with an ADD or a DEL in
+	// flight when the sweep began, and since when.
+	Adding, Deleting map[Attachment]time.Time
+	since            string
+	expired          strSet
+}
+
+// BeginSweep marks a sweep as under way and returns what is in flight. When
+// another sweep is under way, it waits for it to end first.
+func (c *Client) BeginSweep(ctx context.Context) (*Sweep, error) {
+	for {
+		now := time.Now()
+		s := &Sweep{Adding: map[Attachment]time.Time{}, Deleting: map[Attachment]time.Time{}, since: strconv.FormatInt(now.Unix(), 10)}
+		res, err := c.transact(ctx, noSweep,
+			rootMutate(mutInsert, strMap{keySweep: "1", keySweepSince: s.since}),
+			operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"external_ids"}})
+		if w := timedOutWait(err); w != nil {
+			if err := c.WaitSweep(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("beginning a sweep: %w", err)
+		}
+		roots, err := decode[rootIDs](tableRoot, res[2].rows)
+		if err != nil || len(roots) != 1 {
+			return nil, fmt.Errorf("reading the in-flight records: %v", err)
+		}
+		ids := roots[0].ExternalIDs
+		for k, v := range ids {
+			switch {
+			case strings.HasPrefix(k, keyClaimOFPort), strings.HasPrefix(k, keyClaimIdentity):
+				a, t, ok := parseClaim(v)
+				if !ok || now.Sub(t) > ClaimTTL {
+					s.expired = append(s.expired, k)
+					continue
+				}
+				if old, seen := s.Adding[a]; !seen || t.Before(old) {
+					s.Adding[a] = t
+				}
+			case strings.HasPrefix(k, keyDeleting):
+				n, err := strconv.ParseInt(v, 10, 64)
+				c, i, ok := strings.Cut(k[len(keyDeleting):], "/")
+				if err != nil || !ok || now.Sub(time.Unix(n, 0)) > DeletingTTL {
+					s.expired = append(s.expired, k)
+					continue
+				}
+				s.Deleting[Attachment{ContainerID: c, IfName: i}] = time.Unix(n, 0)
+			}
+		}
+		for k := range ids {
+			// A swept mark outlives the claims only when its ADD failed.
+			if rest, ok := strings.CutPrefix(k, keySwept); ok {
+				c, i, _ := strings.Cut(rest, "/")
+				if _, claimed := s.Adding[Attachment{ContainerID: c, IfName: i}]; !claimed {
+					s.expired = append(s.expired, k)
+				}
+			}
+		}
+		return s, nil
+	}
+}
+
+// End ends the sweep: the ADDs in flight are marked swept, expired records
+// go, and the mark goes.
+func (c *Client) EndSweep(ctx context.Context, s *Sweep) error {
+	swept := strMap{}
+	for a := range s.Adding {
+		swept[keySwept+a.String()] = "1"
+	}
+	ops := []operation{rootMutate(mutDelete, append(s.expired, keySweep, keySweepSince))}
+	if len(swept) > 0 {
+		ops = append(ops, rootMutate(mutInsert, swept))
+	}
+	// Only our own mark: a sweep that outlived SweepTTL may have lost it.
+	ops = append([]operation{rootWait(strMap{keySweepSince: s.since}, true)}, ops...)
+	if _, err := c.transact(ctx, ops...); err != nil {
+		return fmt.Errorf("ending the sweep: %w", err)
+	}
+	return nil
+}

@@ -818,6 +818,9 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
 		return fmt.Errorf("port %q: ovs-vswitchd has no ofport for it", p.Port.Name)
 	}
+	if err := checkFlows(ctx, p); err != nil {
+		return err
+	}
 	hostLink, err := netlink.LinkByName(hostName)
 	if err != nil {
 		return fmt.Errorf("host veth %q: %w", hostName, err)
@@ -859,6 +862,40 @@ func CmdCheck(args *skel.CmdArgs) error {
 		}
 		return nil
 	})
+}
+
+// checkFlows compares the port's table-0 flows with what its record says
+// they must be (openflow.Diff), and finds the flows of any other attachment
+// on its ofport.
+func checkFlows(ctx context.Context, p ovsdb.OwnedPort) error {
+	target, c, want, ok := portsec.Rebuild(p)
+	if !ok {
+		return nil // port security off and untagged: no flows of its own
+	}
+	ofport := uint32(*p.Interface.OFPort)
+	suite := flows.SuiteDelete()
+	dumped, err := openflow.Dump(ctx, target, suite.Cookie, suite.Mask)
+	if err != nil {
+		return asCNIError(err)
+	}
+	var got []openflow.Flow
+	own, _ := c.Attachment()
+	for _, f := range dumped {
+		fc := flows.Cookie(f.Cookie)
+		if fc == c {
+			got = append(got, f)
+			continue
+		}
+		v, _ := fc.Attachment()
+		if in, ok := f.Match.InPortOf(); ok && in == ofport && f.Table == flows.TableClassifier && v != own &&
+			fc.Kind() != flows.CookieKindShared && fc.Kind() != flows.CookieKindTombstone {
+			return fmt.Errorf("port %q (ofport %d): a flow of another attachment matches its frames: %s", p.Port.Name, ofport, f)
+		}
+	}
+	if err := openflow.Diff(want, got); err != nil {
+		return fmt.Errorf("port %q (ofport %d): port security flows: %w", p.Port.Name, ofport, err)
+	}
+	return nil
 }
 
 // CmdGC removes our ports on this bridge and network whose attachment is not

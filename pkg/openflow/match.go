@@ -121,6 +121,9 @@ func (m Match) Proto(eth uint16, p uint8) Match {
 // InPort matches in_port (an OpenFlow port number below the reserved ones).
 func (m Match) InPort(p uint32) Match { m.inPort, m.has = p, m.has|hasInPort; return m }
 
+// InPortOf returns the in_port matched, if any.
+func (m Match) InPortOf() (uint32, bool) { return m.inPort, m.has&hasInPort != 0 }
+
 // Reg matches the bits of mask of register n (0-15) against value; a zero
 // mask removes the match.
 func (m Match) Reg(n int, value, mask uint32) Match {

@@ -179,8 +179,11 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return asCNIError(err)
 		}
 	}
+	// The flows go with a failed ADD once its cookie is its own: claimed
+	// (without dhcp) or, with dhcp, from the start.
+	ownCookie := dhcp
 	defer func() {
-		if retErr != nil {
+		if retErr != nil && ownCookie {
 			cnicmd.Rollback(func(ctx context.Context) {
 				_ = openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
 					flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
@@ -205,7 +208,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		if res, err = reserve(ctx, cli, att, ovsdb.HomeOFPort(att)); err != nil {
 			return err
 		}
-		ofport = res.OFPort
+		ofport, ownCookie = res.OFPort, true
 		defer func() {
 			if retErr != nil {
 				cnicmd.Rollback(func(ctx context.Context) { _ = cli.Release(ctx, res) })
@@ -723,9 +726,10 @@ func CmdDel(args *skel.CmdArgs) error {
 		if err := cutOff(ctx, conf, ports); err != nil {
 			return err
 		}
-		if len(ports) == 0 {
+		if len(ports) == 0 && del.Claimed() {
 			// An ADD that died before its insert left its flows (they go
-			// in before the port): they go by the attachment's cookie.
+			// in before the port, after the claim): they go by the
+			// attachment's cookie, which is its own.
 			err := openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
 				flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
 			if err != nil && !openflow.NotServed(err) {

@@ -321,8 +321,13 @@ type Deletion struct {
 	Attachment Attachment
 	Ports      []OwnedPort
 	claims     strSet
+	claimed    bool
 	mark       string
 }
+
+// Claimed reports whether an ADD of the attachment that has no port yet
+// holds claims: the flows of its cookie are its own to remove.
+func (d *Deletion) Claimed() bool { return d.claimed }
 
 // BeginDelete marks a DEL of attachment a as under way (a sweep then
 // restores no flow of a's), and returns a's ports and claims, in one
@@ -353,7 +358,7 @@ func (c *Client) BeginDelete(ctx context.Context, a Attachment) (*Deletion, erro
 		}
 		for k, v := range roots[0].ExternalIDs {
 			if holder, _, ok := parseClaim(v); ok && holder == a {
-				d.claims = append(d.claims, k)
+				d.claims, d.claimed = append(d.claims, k), true
 			}
 		}
 		d.claims = append(d.claims, keySwept+a.String())

@@ -35,6 +35,8 @@ type OpenvSwitch struct {
 	Bridges []string `ovsdb:"bridges"`
 	NextCfg int      `ovsdb:"next_cfg"`
 	CurCfg  int      `ovsdb:"cur_cfg"`
+	// ExternalIDs holds the in-flight records (inflight.go).
+	ExternalIDs map[string]string `ovsdb:"external_ids"`
 }
 
 // Bridge is a row of table Bridge.

@@ -207,6 +207,38 @@ func TestOperationsFitSchema(t *testing.T) {
 	do("SetPortExternalIDs", func() error {
 		return cli.SetPortExternalIDs(ctx, portA, map[string]string{"ovsflow.io/k3": "v"}, "ovsflow.io/k2")
 	})
+	c := Attachment{ContainerID: newName("ctr-c-"), IfName: "eth0"}
+	vethC := newVeth(t)
+	var res Reservation
+	do("Reserve", func() (err error) { res, err = cli.Reserve(ctx, c, HomeOFPort(c), "0x0fc5010000000c01"); return err })
+	do("Reserve (identity taken)", func() error {
+		_, err := cli.Reserve(ctx, b, HomeOFPort(b), "0x0fc5010000000c01")
+		return want(err, new(*IdentityTakenError))
+	})
+	var sweep *Sweep
+	do("BeginSweep", func() (err error) { sweep, err = cli.BeginSweep(ctx); return err })
+	do("EndSweep", func() error { return cli.EndSweep(ctx, sweep) })
+	do("AttachPort (after a sweep)", func() error {
+		_, err := cli.AttachPort(ctx, br.UUID, PortSpec{Name: vethC, ExternalIDs: attachmentIDs(c, br.Name, ""), OFPort: res.OFPort, Reservation: &res})
+		if !errors.Is(err, ErrSweeping) {
+			return fmt.Errorf("got %v, want ErrSweeping", err)
+		}
+		return nil
+	})
+	do("AfterSweep", func() error { return cli.AfterSweep(ctx, res) })
+	do("AttachPort (reserved)", func() error {
+		_, err := cli.AttachPort(ctx, br.UUID, PortSpec{Name: vethC, ExternalIDs: attachmentIDs(c, br.Name, ""), OFPort: res.OFPort, Reservation: &res})
+		return err
+	})
+	do("Release", func() error { return cli.Release(ctx, res) })
+	var del *Deletion
+	do("BeginDelete", func() (err error) {
+		if del, err = cli.BeginDelete(ctx, c); err == nil && len(del.Ports) != 1 {
+			err = fmt.Errorf("got %d ports, want 1", len(del.Ports))
+		}
+		return err
+	})
+	do("Finish", func() error { return cli.Finish(ctx, del) })
 	do("SyncPending", func() error { return cli.SyncPending(ctx, 10*time.Second) })
 	do("DetachPortsAndSync", func() error { return cli.DetachPortsAndSync(ctx, 10*time.Second, portB) })
 	do("DetachPorts", func() error { return cli.DetachPorts(ctx, portA) })

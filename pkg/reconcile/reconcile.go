@@ -55,11 +55,17 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (st
 	if err != nil {
 		return st, err
 	}
-	defer func() {
+	swept := false
+	endSweep := func() error {
+		if swept {
+			return nil
+		}
+		swept = true
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		retErr = errors.Join(retErr, cli.EndSweep(ctx, sweep))
-	}()
+		return cli.EndSweep(ctx, sweep)
+	}
+	defer func() { retErr = errors.Join(retErr, endSweep()) }()
 	bridges, err := cli.Bridges(ctx)
 	if err != nil {
 		return st, err
@@ -126,6 +132,15 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (st
 			errs = append(errs, err)
 		}
 	}
+	// The rest is the node's and the datapath's, not of any one port.
+	errs = append(errs, endSweep())
+	for name, t := range byTarget {
+		if t.pl != nil && endpoint.Listening(name) {
+			if err := hostport.SetZoneLimits(ctx, name, *t.pl); err != nil {
+				errs = append(errs, fmt.Errorf("OpenFlow endpoint %s: %w", name, err))
+			}
+		}
+	}
 	return st, errors.Join(append(errs, hostport.RebuildNodeLocal(ctx, rules))...)
 }
 
@@ -170,11 +185,6 @@ func (t *target) apply(ctx context.Context, name string, kept map[flows.Cookie]b
 			return fmt.Errorf("OpenFlow endpoint %s: %w", name, err)
 		}
 		st.Bridges++
-	}
-	if t.pl != nil {
-		if err := hostport.SetZoneLimits(ctx, name, *t.pl); err != nil {
-			return fmt.Errorf("OpenFlow endpoint %s: %w", name, err)
-		}
 	}
 	return nil
 }

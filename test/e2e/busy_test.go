@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,14 +210,18 @@ func TestBusyNode(t *testing.T) {
 	vsctl(t, "set-fail-mode", br, "secure")
 	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
 	const total, callers = 200, 16
+	// In pairs that meet on their home ofport, the two of a pair started
+	// at the same moment (by callers k and k+1).
 	cs := make([]*container, total)
-	for i := range cs {
-		cs[i] = newContainer(t)
+	for i := 0; i < total; i += 2 {
+		cs[i], cs[i+1] = newContainer(t), newContainer(t)
+		cs[i].id, cs[i+1].id = collidingPair(uniq("bn"))
 	}
 	t.Cleanup(func() { parallel(callers, func(k int) error { return delAll(n, cs, k, callers) }) })
 
 	stop := make(chan struct{})
-	var passes, failed atomic.Int64
+	var passes, failed, after atomic.Int64 // after: passes begun after the restart
+	var restartedAt atomic.Int64
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -226,11 +232,14 @@ func TestBusyNode(t *testing.T) {
 				return
 			default:
 			}
-			if out, err := exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr).CombinedOutput(); err != nil {
+			begun := time.Now().UnixNano()
+			if err := exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr).Run(); err != nil {
 				failed.Add(1)
-				_ = out
 			} else {
 				passes.Add(1)
+				if r := restartedAt.Load(); r != 0 && begun > r {
+					after.Add(1)
+				}
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -244,7 +253,10 @@ func TestBusyNode(t *testing.T) {
 	errs := parallel(callers, func(k int) error {
 		for i := k; i < total; i += callers {
 			if done.Add(1) == total/2 {
-				restarted.Do(func() { restartErr = killVswitchd() })
+				restarted.Do(func() {
+					restartErr = killVswitchd()
+					restartedAt.Store(time.Now().UnixNano())
+				})
 			}
 			var err error
 			for try := 0; try < 5; try++ {
@@ -263,23 +275,20 @@ func TestBusyNode(t *testing.T) {
 		}
 		return nil
 	})
-	// One more pass after the last ADD, as the watch makes after a restart.
-	time.Sleep(100 * time.Millisecond)
+	// No pass after the last ADD: what the passes during the burst did is
+	// what is judged.
 	close(stop)
 	wg.Wait()
-	if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
-		t.Fatalf("reconcile: %v: %s", err, out)
-	}
 	sum := 0
 	for _, r := range retries {
 		sum += r
 	}
-	t.Logf("%d ADDs, %d retried; reconcile: %d passes, %d failed (ovs-vswitchd down)", total, sum, passes.Load(), failed.Load())
+	t.Logf("%d ADDs, %d retried; reconcile: %d passes (%d begun after the restart), %d failed (ovs-vswitchd down)", total, sum, passes.Load(), after.Load(), failed.Load())
 	if err := errors.Join(append(errs, restartErr)...); err != nil {
 		t.Fatal(err)
 	}
-	if passes.Load() < 3 {
-		t.Errorf("only %d reconcile passes ran during the burst, want several", passes.Load())
+	if passes.Load() < 3 || after.Load() < 1 {
+		t.Errorf("%d reconcile passes ran during the burst, %d of them after the restart; want several, and one after", passes.Load(), after.Load())
 	}
 	ownFlowsOnly(t, br, cs)
 	for _, c := range cs {
@@ -324,4 +333,168 @@ func killVswitchd() error {
 		return fmt.Errorf("start-vswitchd: %v: %s", err, out)
 	}
 	return nil
+}
+
+// Two attachments whose cookies meet (the low 40 bits of FNV-1a 64 of
+// "cookie-14922038/eth0" and "cookie-20154016/eth0" are equal): the second
+// ADD is refused with a CNI error naming both, and leaves nothing; the
+// first keeps its flows, through the second's DEL too.
+func TestBusyCookieCollision(t *testing.T) {
+	requireSandbox(t)
+	const idA, idB = "cookie-14922038", "cookie-20154016"
+	ca, cb := flows.AttachmentCookie(idA, "eth0"), flows.AttachmentCookie(idB, "eth0")
+	if ca != cb {
+		t.Fatalf("cookies %s and %s differ: the pair no longer collides", ca, cb)
+	}
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
+	a, b := newContainer(t), newContainer(t)
+	a.id, b.id = idA, idB
+	n.mustAdd(t, a, "eth0", nil)
+	t.Cleanup(func() { n.del(a, "eth0", nil) })
+	_, err := n.add(b, "eth0", nil)
+	if code := cniCode(err); code != 4 || !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), "cookie") {
+		t.Fatalf("second ADD: got code %d, %v; want code 4 naming %s and the cookie", code, err, idA)
+	}
+	if veths := ourVeths(t); slices.Contains(veths, hostVeth(b, "eth0")) {
+		t.Errorf("the refused ADD left its veth %s", hostVeth(b, "eth0"))
+	}
+	if ports := portsOf(t, ovsdb.KeyContainerID, idB); len(ports) > 0 {
+		t.Errorf("the refused ADD left ports %v", ports)
+	}
+	if err := n.del(b, "eth0", nil); err != nil {
+		t.Fatalf("DEL of the refused attachment: %v", err)
+	}
+	ownFlowsOnly(t, br, []*container{a})
+	if err := n.check(a, "eth0", nil); err != nil {
+		t.Errorf("CHECK of the first after the second's ADD and DEL: %v", err)
+	}
+}
+
+// reconcile and what is in flight, each made to happen mid-way: the flows
+// of an ADD that claimed and has no port yet stay through a reconcile pass
+// (and go once its claim is given up); those of a DEL under way are not
+// restored (and are, without the mark: the control); a claim waits while a
+// sweep is under way, and an insert after a sweep fails with ErrSweeping.
+func TestBusyInFlight(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := ovsdb.Dial(ctx, ovsdbAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	h := &ovsHost{bridge: br}
+	reconcile := func() {
+		t.Helper()
+		if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
+			t.Fatalf("reconcile: %v: %s", err, out)
+		}
+	}
+
+	// An ADD in flight: claimed, one flow in, no port.
+	inflight := ovsdb.Attachment{ContainerID: uniq("ctr-"), IfName: "eth0"}
+	c := flows.AttachmentCookie(inflight.ContainerID, inflight.IfName).WithKind(flows.CookieKindPortSecurity)
+	res, err := cli.Reserve(ctx, inflight, ovsdb.HomeOFPort(inflight), c.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.ofTarget(),
+		fmt.Sprintf("cookie=%s,table=0,priority=400,in_port=%d,actions=drop", c, res.OFPort)); err != nil {
+		t.Fatal(err)
+	}
+	reconcile()
+	if got := h.flowsOf(t, c); len(got) != 1 {
+		t.Errorf("the flow of an ADD in flight after reconcile: %v, want it kept", got)
+	}
+	if err := cli.Release(ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	reconcile()
+	if got := h.flowsOf(t, c); len(got) != 0 {
+		t.Errorf("the flow of an ADD that gave up its claim after reconcile: %v, want it removed", got)
+	}
+
+	// A DEL under way (its mark set, its flows cut off): not restored.
+	// Without the mark (the control): restored.
+	x := newContainer(t)
+	n.mustAdd(t, x, "eth0", nil)
+	t.Cleanup(func() { n.del(x, "eth0", nil) })
+	xc := flows.AttachmentCookie(x.id, "eth0")
+	del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: x.id, IfName: "eth0"})
+	if err != nil || len(del.Ports) != 1 {
+		t.Fatalf("BeginDelete: %d ports, %v", len(del.Ports), err)
+	}
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), xc.AttachmentMatch()); err != nil {
+		t.Fatal(err)
+	}
+	reconcile()
+	if got := h.flowsOf(t, xc.WithKind(flows.CookieKindPortSecurity)); len(got) != 0 {
+		t.Errorf("reconcile restored the flows of a DEL under way: %v", got)
+	}
+	if _, err := run("ovs-vsctl", "--db="+ovsdbAddr, "remove", "Open_vSwitch", ".", "external_ids", "ovsflow.io/deleting."+x.id+"/eth0"); err != nil {
+		t.Fatal(err)
+	}
+	reconcile()
+	if got := h.flowsOf(t, xc.WithKind(flows.CookieKindPortSecurity)); len(got) == 0 {
+		t.Errorf("control: reconcile did not restore the flows of a port with no DEL under way")
+	}
+
+	// A claim waits for a sweep; an insert after a sweep fails.
+	sweep, err := cli.BeginSweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ovsdb.Attachment{ContainerID: uniq("ctr-"), IfName: "eth0"}
+	claimed := make(chan error, 1)
+	var res2 ovsdb.Reservation
+	go func() {
+		cli2, err := ovsdb.Dial(ctx, ovsdbAddr)
+		if err == nil {
+			defer cli2.Close()
+			res2, err = cli2.Reserve(ctx, other, ovsdb.HomeOFPort(other), "")
+		}
+		claimed <- err
+	}()
+	select {
+	case err := <-claimed:
+		t.Fatalf("a claim went through during a sweep: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := cli.EndSweep(ctx, sweep); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-claimed; err != nil {
+		t.Fatalf("the claim after the sweep: %v", err)
+	}
+	sweep, err = cli.BeginSweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sweep.Adding[other]; !ok {
+		t.Errorf("the sweep does not see the ADD in flight %s: %v", other, sweep.Adding)
+	}
+	if err := cli.EndSweep(ctx, sweep); err != nil {
+		t.Fatal(err)
+	}
+	b, err := cli.Bridge(ctx, br)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := ovsdb.PortSpec{Name: uniq("bi"), OFPort: res2.OFPort, Reservation: &res2, ExternalIDs: map[string]string{}}
+	if _, err := cli.AttachPort(ctx, b.UUID, spec); !errors.Is(err, ovsdb.ErrSweeping) {
+		t.Fatalf("insert after a sweep: got %v, want ErrSweeping", err)
+	}
+	if err := cli.AfterSweep(ctx, res2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.AttachPort(ctx, b.UUID, spec); err != nil {
+		t.Fatalf("insert after AfterSweep: %v", err)
+	}
+	if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/ofport."+strconv.Itoa(res2.OFPort)) {
+		t.Errorf("the insert left its claim: %s", ids)
+	}
 }

@@ -498,3 +498,88 @@ func TestBusyInFlight(t *testing.T) {
 		t.Errorf("the insert left its claim: %s", ids)
 	}
 }
+
+// CHECK compares the port's flows with its record: a flow missing, or a
+// flow of another attachment on its ofport, fails CHECK with an error that
+// names it; after reconcile CHECK passes again.
+func TestBridgeCheckFlows(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", uniq("chk"), bridgeConf(br, t.TempDir(), nil)))
+	c := newContainer(t)
+	n.mustAdd(t, c, "eth0", nil)
+	t.Cleanup(func() { n.del(c, "eth0", nil) })
+	h := &ovsHost{bridge: br}
+	p := ofportOf(t, c)
+	reconcile := func() {
+		t.Helper()
+		if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
+			t.Fatalf("reconcile: %v: %s", err, out)
+		}
+	}
+	if err := n.check(c, "eth0", nil); err != nil {
+		t.Fatalf("CHECK after ADD: %v", err)
+	}
+	// The catch-all drop of the port goes.
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "--strict", "del-flows", h.ofTarget(), fmt.Sprintf("table=0,priority=390,in_port=%d,reg1=0/0x1", p)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), "priority=390") {
+		t.Errorf("CHECK with the port's drop flow gone: %v, want an error naming it", err)
+	}
+	reconcile()
+	if err := n.check(c, "eth0", nil); err != nil {
+		t.Errorf("CHECK after reconcile: %v", err)
+	}
+	// A flow of another attachment on its ofport.
+	other := flows.AttachmentCookie(uniq("ctr-"), "eth0").WithKind(flows.CookieKindPortSecurity)
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.ofTarget(),
+		fmt.Sprintf("cookie=%s,table=0,priority=400,in_port=%d,ip,actions=NORMAL", other, p)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), "another attachment") {
+		t.Errorf("CHECK with another attachment's flow on its ofport: %v, want an error saying so", err)
+	}
+	reconcile()
+	if err := n.check(c, "eth0", nil); err != nil {
+		t.Errorf("CHECK after reconcile removed the stale flow: %v", err)
+	}
+}
+
+// A reconcile pass goes on past an OpenFlow endpoint that does not answer:
+// the other bridge's flows are rebuilt, and the pass reports the one.
+func TestReconcilePastDeadEndpoint(t *testing.T) {
+	requireSandbox(t)
+	var cs []*container
+	var hs []*ovsHost
+	for i := 0; i < 2; i++ {
+		br := newBridge(t)
+		n := newCNI(t, conflist("1.0.0", uniq("dead"), bridgeConf(br, t.TempDir(), nil)))
+		c := newContainer(t)
+		n.mustAdd(t, c, "eth0", nil)
+		t.Cleanup(func() { n.del(c, "eth0", nil) })
+		cs, hs = append(cs, c), append(hs, &ovsHost{bridge: br})
+	}
+	for i, h := range hs {
+		if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), flows.AttachmentCookie(cs[i].id, "eth0").AttachmentMatch()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead := strings.TrimPrefix(hs[1].ofTarget(), "unix:")
+	if err := os.Rename(dead, dead+".away"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
+	if rerr := os.Rename(dead+".away", dead); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err == nil || !strings.Contains(out, hs[1].bridge) {
+		t.Errorf("reconcile with %s not answering: %v, %q; want a failure naming it", hs[1].bridge, err, out)
+	}
+	if got := hs[0].flowsOf(t, flows.AttachmentCookie(cs[0].id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(got) == 0 {
+		t.Errorf("reconcile gave up before the bridge that answers: %s has no port security flows", hs[0].bridge)
+	}
+	if got := hs[1].flowsOf(t, flows.AttachmentCookie(cs[1].id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(got) != 0 {
+		t.Errorf("flows on the bridge that did not answer: %v", got)
+	}
+}

@@ -88,8 +88,8 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (st
 			t.mods = append(t.mods, f)
 		}
 	}
-	// Kept whatever they are: the flows of every port and of every ADD in
-	// flight. Those of a DEL in flight are neither restored nor removed.
+	// Kept: the port security flows of every port and of every ADD in
+	// flight. Those of a DEL in flight are not restored.
 	kept := map[flows.Cookie]bool{}
 	keep := func(a ovsdb.Attachment) {
 		v, _ := flows.AttachmentCookie(a.ContainerID, a.IfName).Attachment()
@@ -162,17 +162,23 @@ func (t *target) apply(ctx context.Context, name string, kept map[flows.Cookie]b
 		b = append(b, f)
 	}
 	b = append(b, t.mods...)
+	// Port security flows that no record rebuilt are kept for every port
+	// and every ADD in flight: they go in before the record is written.
+	// Host port flows without a record are stale: ovs-portmap records
+	// before it installs, and removes the record last.
+	keptFlows := func(c flows.Cookie) bool {
+		v, _ := c.Attachment()
+		return c.Kind() == flows.CookieKindPortSecurity && !t.live[c] && kept[v]
+	}
 	var present []openflow.Flow // what the bundle is compared with
 	for _, f := range dumped {
-		c := flows.Cookie(f.Cookie)
-		if v, _ := c.Attachment(); c.Kind() == flows.CookieKindShared || t.live[c] || !kept[v] {
+		if !keptFlows(flows.Cookie(f.Cookie)) {
 			present = append(present, f)
 		}
 	}
 	for _, c := range cookiesOf(dumped) {
 		// Tombstones go by their hard timeout.
-		v, _ := c.Attachment()
-		if c.Kind() != flows.CookieKindShared && c.Kind() != flows.CookieKindTombstone && !t.live[c] && !kept[v] {
+		if c.Kind() != flows.CookieKindShared && c.Kind() != flows.CookieKindTombstone && !t.live[c] && !keptFlows(c) {
 			b = append(b, c.Delete())
 			st.Stale++
 		}

@@ -164,14 +164,19 @@ const (
 //   - the rest passes the allow flows by address, as any frame.
 //
 // The userspace datapath (ipf) passes the original fragments on with the
-// reassembled datagram's ct_state and original tuple (ct_nw_proto,
-// ct_tp_*), not its L4 fields; the kernel datapath (nf_defrag) passes the
-// reassembled datagram, whose tp_* and icmp_* the ordinary guard and ND flows
-// see as well, and refragments it on output. Flows after port security that
-// classify a container's fragments by port (host port replies and requests)
-// must therefore match ct_tp_* in zone PortSecDefragZone's state, or send the
-// packet through ct() of their own zone; the packet arrives there with
-// RegPortSecurityDefragged set. The userspace reassembler drops non-last
+// reassembled datagram's ct_state, not its L4 fields, and (seen with OVS
+// 3.1) only the first fragment matches the original tuple (ct_nw_proto,
+// ct_tp_*): a forbidden datagram loses its first fragment, the one with the
+// headers, and its later ones, which pass, can never be reassembled without
+// it (TestAttackFragments counts the victim's reassemblies). The kernel
+// datapath (nf_defrag) passes the reassembled datagram, whose tp_* and
+// icmp_* the ordinary guard and ND flows see as well, and refragments it on
+// output. Flows after port security that classify a container's fragments by
+// port (host port replies and requests) must therefore not rely on tp_* nor
+// on zone PortSecDefragZone's tuple beyond the first fragment: they send the
+// packet through ct() of their own zone, which reassembles again. The packet
+// arrives there with RegPortSecurityDefragged and RegPortSecurityChecked set
+// and the ct_state of zone PortSecDefragZone. The userspace reassembler drops non-last
 // fragments under 1200 (IPv4) or 1280 (IPv6) bytes (dpctl/ipf-get-status):
 // fragmented traffic from a container needs an MTU above those.
 //

@@ -181,8 +181,8 @@ func TestAttackDHCPServerPorts(t *testing.T) {
 // fragments (which the userspace reassembler refuses) and once padded to
 // 2500 bytes in fragments of 1400 (which it reassembles, so the guards see
 // the datagram's ports); a router advertisement to all nodes and a
-// neighbour advertisement for the victim B's link-local, in small
-// fragments. Victim: container C, which must neither receive the first
+// neighbour advertisement for the victim B's link-local and an ICMPv4
+// redirect, in small fragments. Victim: container C, which must neither receive the first
 // fragment (the one with the headers) of any of them nor reassemble a
 // datagram (its kernel's ReasmOKs). Later fragments of a datagram whose
 // first was dropped may pass (the userspace datapath gives them no L4
@@ -239,6 +239,8 @@ func TestAttackFragments(t *testing.T) {
 			add("router advertisement in 16-byte fragments", false, 0x1205, multicastMAC(allNodes), etherIPv6, frag6(ra, 16, 0x1205))
 			na := icmp6Packet(a.ll, c.ll, icmp6NA, 0, naBody(b.ll, a.mac))
 			add("NA for B's link-local in 16-byte fragments", false, 0x1206, c.mac, etherIPv6, frag6(na, 16, 0x1206))
+			redirect := icmp4Redirect(a.v4, c.v4, a.v4, netip.MustParseAddr("203.0.113.9"))
+			add("ICMPv4 redirect in 8-byte fragments", false, 0x1207, c.mac, etherIPv4, frag4(redirect, 8, 0x1207))
 			r4, r6 := reassembled(t, c.container)
 			for i := 0; i < 3; i++ {
 				for _, at := range attacks {

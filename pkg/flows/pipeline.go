@@ -26,7 +26,8 @@
 //	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
 //	table 42  TablePortmapReplySNAT     replies after un-SNAT: un-DNAT them
 //	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
-//	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, double tag
+//	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, double tag; invalid fragments
+//	prio 415  PriorityPortSecFrag       table 0: an IP fragment from a container: ct(zone 64003, table 0) first, to classify the datagram
 //	prio 410  PriorityPortSecND         table 0: a container's neighbour discovery for its own addresses and MAC
 //	prio 405  PriorityPortSecNDDrop     table 0: any other neighbour solicitation or advertisement from a container
 //	prio 400  PriorityPortSecAllow      table 0: a container frame from its own MAC and addresses
@@ -47,6 +48,7 @@
 //	zone 64000  DefaultDNATZone         node IP:hostPort -> container; ct_label holds the origin
 //	zone 64001  DefaultSNATZone         hairpin/masqAll source translation
 //	zone 64002  DefaultContainerZone    as 64000, for clients in containers: a flood from one cannot fill 64000
+//	zone 64003  PortSecDefragZone       reassembly of a container's fragments for port security; nothing committed
 //	limit 65536 DefaultLimit            conntrack entries of zones 64000 and 64001 (per datapath)
 //	limit 16384 DefaultContainerLimit   conntrack entries of zone 64002
 //	ct_label[0..47]    LabelOrigEthSrc  request's source MAC = reply's eth_dst
@@ -56,6 +58,7 @@
 //	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
 //	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3
 //	reg1[0]            RegPortSecurityChecked  table 0: the frame passed port security and was resubmitted
+//	reg1[1]            RegPortSecurityDefragged table 0: the fragment went through ct(zone 64003) once
 //	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname
 //
 // The ct_label of the DNAT connection remembers where the request came from,
@@ -144,12 +147,46 @@ const (
 // as before, or is dropped. So a container can send only from its own MAC and
 // IPs, ARP and neighbour discovery included.
 //
+// IP fragments. Open vSwitch's default fragment handling ("normal", see
+// ovs-ofctl set-frags) shows every fragment, the first included, with
+// tp_src, tp_dst, icmp_type and icmp_code 0: no guard, ND or DHCP flow could
+// tell a fragmented DHCP OFFER or router advertisement from any other
+// datagram. So the rule is: a fragment from a container port
+// (nw_frag=yes, RegPortSecurityDefragged 0) goes once through
+// ct(zone=PortSecDefragZone, table=0), without commit, and is classified
+// after that by what conntrack made of the whole datagram:
+//   - +trk+inv (a datagram that does not reassemble: fragments that are
+//     too small for the userspace reassembler, overlapping ones; or one
+//     conntrack does not track: ND, RA, redirects, which RFC 6980 forbids
+//     fragmenting anyway) is dropped;
+//   - the guards match ct_nw_proto/ct_tp_src/ct_tp_dst, the reassembled
+//     datagram's ports;
+//   - the rest passes the allow flows by address, as any frame.
+//
+// The userspace datapath (ipf) passes the original fragments on with the
+// reassembled datagram's ct_state, not its L4 fields, and (seen with OVS
+// 3.1) only the first fragment matches the original tuple (ct_nw_proto,
+// ct_tp_*): a forbidden datagram loses its first fragment, the one with the
+// headers, and its later ones, which pass, can never be reassembled without
+// it (TestAttackFragments counts the victim's reassemblies). The kernel
+// datapath (nf_defrag) passes the reassembled datagram, whose tp_* and
+// icmp_* the ordinary guard and ND flows see as well, and refragments it on
+// output. Flows after port security that classify a container's fragments by
+// port (host port replies and requests) must therefore not rely on tp_* nor
+// on zone PortSecDefragZone's tuple beyond the first fragment: they send the
+// packet through ct() of their own zone, which reassembles again. The packet
+// arrives there with RegPortSecurityDefragged and RegPortSecurityChecked set
+// and the ct_state of zone PortSecDefragZone. The userspace reassembler drops non-last
+// fragments under 1200 (IPv4) or 1280 (IPv6) bytes (dpctl/ipf-get-status):
+// fragmented traffic from a container needs an MTU above those.
+//
 // A port whose untagged frames are not on VLAN 0 (an access port of another
 // VLAN, a trunk) has no path to the node's addresses: its frames skip the
 // host port classifiers (PriorityVLANIsolation), and tagged frames never
 // match them (they match vlan_tci=0x0000/0x1000).
 const (
 	PriorityPortSecGuard  uint16 = 420
+	PriorityPortSecFrag   uint16 = 415
 	PriorityPortSecND     uint16 = 410
 	PriorityPortSecNDDrop uint16 = 405
 	PriorityPortSecAllow  uint16 = 400
@@ -180,6 +217,11 @@ const (
 	// DefaultContainerZone tracks node IP:hostPort → container connections
 	// whose client is a container behind port security.
 	DefaultContainerZone uint16 = 64002
+	// PortSecDefragZone reassembles the fragments of container ports for
+	// port security (PriorityPortSecFrag). Nothing is committed in it, so
+	// it holds no entries and needs no limit; it is fixed, not one of
+	// Pipeline's zones, and must differ from them.
+	PortSecDefragZone uint16 = 64003
 )
 
 // Registers and ct_label fields, as typed subfields (rendered
@@ -197,6 +239,9 @@ var (
 	RegOutPort = openflow.Reg(0).Bits(0, 15)
 	// RegPortSecurityChecked is set once a frame passed port security.
 	RegPortSecurityChecked = openflow.Reg(1).Bit(0)
+	// RegPortSecurityDefragged is set on a fragment before it goes through
+	// ct(zone=PortSecDefragZone), so that it does so once.
+	RegPortSecurityDefragged = openflow.Reg(1).Bit(1)
 )
 
 // Cookie layout: suite tag | kind | attachment hash.

@@ -106,17 +106,59 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 			drop(PriorityPortSecGuard, raw(v6, icmp6).ICMPType(137)), // redirect
 			drop(PriorityPortSecGuard, raw(v4, icmp).ICMPType(5)))    // IPv4 redirect
 	}
+	// DHCP servers and relays send from port 67 (547), clients listen on
+	// port 68 (546) whatever the source port: a container's own client
+	// sends from 68 to 67 (546 to 547), never to 68 (546).
+	dhcp := []struct {
+		eth      uint16
+		src, dst uint16
+	}{{v4, 67, 68}, {v6, 547, 546}}
 	if !ps.AllowDHCPServer {
+		for _, d := range dhcp {
+			out = append(out,
+				drop(PriorityPortSecGuard, raw(d.eth, udp).TPSrc(d.src)),
+				drop(PriorityPortSecGuard, raw(d.eth, udp).TPDst(d.dst)))
+		}
+	}
+	// Fragments (see pipeline.go): reassembled by conntrack once, dropped
+	// when they do not reassemble or are not tracked (fragmented ND, RA,
+	// redirects), and held to the DHCP guards by the datagram's ports. Not
+	// on an L2-only port that may be a router and a DHCP server: nothing
+	// of its L3 or L4 is checked.
+	defragged := func(eth uint16) openflow.Match { return raw(eth, 0).RegBits(RegPortSecurityDefragged, 1) }
+	for _, eth := range []uint16{v4, v6} {
+		if ps.L2Only && ps.AllowRouter && ps.AllowDHCPServer {
+			break
+		}
 		out = append(out,
-			drop(PriorityPortSecGuard, raw(v4, udp).TPSrc(67)),  // DHCPv4 server
-			drop(PriorityPortSecGuard, raw(v6, udp).TPSrc(547))) // DHCPv6 server or relay
+			flow(c, TableClassifier, PriorityPortSecFrag,
+				raw(eth, 0).RegBits(RegPortSecurityDefragged, 0).IPFrag(openflow.FragAny, openflow.FragAny),
+				openflow.Load{Value: 1, Dst: RegPortSecurityDefragged},
+				openflow.CT{Zone: PortSecDefragZone, Table: openflow.Table(TableClassifier)}),
+			drop(PriorityPortSecGuard, defragged(eth).CTState(openflow.CTTrk|openflow.CTInv, openflow.CTTrk|openflow.CTInv)))
+	}
+	if !ps.AllowDHCPServer {
+		for _, d := range dhcp {
+			tracked := defragged(d.eth).CTState(openflow.CTTrk, openflow.CTTrk|openflow.CTInv).CTNWProto(udp)
+			out = append(out,
+				drop(PriorityPortSecGuard, tracked.CTTPSrc(d.src)),
+				drop(PriorityPortSecGuard, tracked.CTTPDst(d.dst)))
+		}
 	}
 	if ps.L2Only {
 		return append(out,
 			allow(PriorityPortSecAllow, mac(0, 0)),
 			drop(PriorityPortSecDrop, raw(0, 0)))
 	}
+	// Only unicast addresses are a container's own: an unspecified or
+	// multicast one in the facts would open every frame from it.
+	var ips []netip.Addr
 	for _, ip := range ps.IPs {
+		if ip = ip.Unmap().WithZone(""); ip.IsValid() && !ip.IsUnspecified() && !ip.IsMulticast() {
+			ips = append(ips, ip)
+		}
+	}
+	for _, ip := range ips {
 		if ip.Is4() {
 			out = append(out,
 				allow(PriorityPortSecAllow, mac(arp, 0).ARPSHA(mymac).ARPSPA(openflow.Host(ip))),
@@ -128,7 +170,7 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 		IPSrc(openflow.Host(netip.IPv4Unspecified())).IPDst(openflow.Host(netip.AddrFrom4([4]byte{255, 255, 255, 255}))).
 		TPSrc(68).TPDst(67)))
 	var own []netip.Addr
-	for _, ip := range ps.IPs {
+	for _, ip := range ips {
 		if ip.Is6() {
 			own = append(own, ip)
 		}
@@ -142,20 +184,22 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 	// MLD reports of duplicate address detection come from ::.
 	unspec := openflow.Host(netip.IPv6Unspecified())
 	out = append(out, allow(PriorityPortSecAllow, mac(v6, icmp6).IPSrc(unspec).ICMPType(143)))
-	// Neighbour discovery: advertisements only for its own addresses,
-	// solicitations only from them (or from :: for duplicate address
-	// detection, which carries no link-layer option), and a link-layer
-	// option, when there is one, only with its own MAC.
+	// Neighbour discovery: advertisements only from and for its own
+	// addresses, solicitations only from them (or from :: for duplicate
+	// address detection of an address of its own, which carries no
+	// link-layer option), and a link-layer option, when there is one, only
+	// with its own MAC.
 	var none openflow.MAC
 	for _, ip := range own {
 		for _, ll := range []openflow.MAC{mymac, none} {
-			out = append(out,
-				allow(PriorityPortSecND, mac(v6, icmp6).IPSrc(openflow.Host(ip)).ICMPType(135).ICMPCode(0).NDSLL(ll)),
-				allow(PriorityPortSecND, mac(v6, icmp6).ICMPType(136).ICMPCode(0).NDTarget(ip).NDTLL(ll)))
+			out = append(out, allow(PriorityPortSecND, mac(v6, icmp6).IPSrc(openflow.Host(ip)).ICMPType(135).ICMPCode(0).NDSLL(ll)))
+			for _, src := range own {
+				out = append(out, allow(PriorityPortSecND, mac(v6, icmp6).IPSrc(openflow.Host(src)).ICMPType(136).ICMPCode(0).NDTarget(ip).NDTLL(ll)))
+			}
 		}
+		out = append(out, allow(PriorityPortSecND, mac(v6, icmp6).IPSrc(unspec).ICMPType(135).ICMPCode(0).NDTarget(ip).NDSLL(none)))
 	}
 	out = append(out,
-		allow(PriorityPortSecND, mac(v6, icmp6).IPSrc(unspec).ICMPType(135).ICMPCode(0).NDSLL(none)),
 		drop(PriorityPortSecNDDrop, raw(v6, icmp6).ICMPType(135)),
 		drop(PriorityPortSecNDDrop, raw(v6, icmp6).ICMPType(136)),
 		drop(PriorityPortSecDrop, raw(0, 0)))

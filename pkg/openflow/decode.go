@@ -199,6 +199,14 @@ func (m *Match) decodeField(class uint16, field uint8, val, mask []byte, vid, pc
 		*m = m.CTState(uint32(u()), uint32(um()))
 	case class == classNXM1 && field == nxmCTZone && len(val) == 2 && mask == nil:
 		*m = m.CTZone(uint16(u()))
+	case class == classNXM1 && field == nxmIPFrag && len(val) == 1:
+		*m = m.IPFrag(uint8(u()), uint8(um()))
+	case class == classNXM1 && field == nxmCTNWProto && len(val) == 1 && mask == nil:
+		*m = m.CTNWProto(val[0])
+	case class == classNXM1 && field == nxmCTTPSrc && len(val) == 2 && mask == nil:
+		*m = m.CTTPSrc(uint16(u()))
+	case class == classNXM1 && field == nxmCTTPDst && len(val) == 2 && mask == nil:
+		*m = m.CTTPDst(uint16(u()))
 	case class == classBasic && (field == oxmIPv4Src || field == oxmIPv6Src) && (len(val) == 4 || len(val) == 16):
 		p, e := pfx()
 		*m, err = m.IPSrc(p), e

@@ -145,6 +145,9 @@ func edge() of.Bundle {
 			of.Move{Src: of.Reg(0).Bit(5), Dst: of.Reg(1).Bit(7)}, of.Load{Value: 0, Dst: of.Reg(2).Bits(0, 15)}, of.Output{Port: 0}),
 		f(19, of.Match{}.Proto(of.EthIPv6, of.ProtoICMPv6).ICMPType(135).ICMPCode(0).NDTarget(netip.MustParseAddr("fe80::1")).
 			NDSLL(m("02:00:00:00:00:04")).VLANTCI(0x1005, 0x1fff)),
+		f(20, ip.CTState(of.CTTrk, of.CTTrk|of.CTInv).CTNWProto(of.ProtoUDP).CTTPSrc(67).CTTPDst(68).IPFrag(of.FragAny, of.FragAny)),
+		f(21, ip6.CTState(of.CTTrk|of.CTNew, of.CTTrk|of.CTNew).CTNWProto(of.ProtoUDP).CTTPDst(546).IPFrag(of.FragAny|of.FragLater, of.FragAny|of.FragLater)),
+		f(22, ip.IPFrag(0, of.FragAny)), f(23, ip6.IPFrag(of.FragAny, of.FragAny|of.FragLater)), f(24, ip.IPFrag(0, of.FragLater)),
 		of.Flow{Cookie: 0xac, Table: 3, Priority: 0, HardTimeout: 30, Match: ip6, Actions: of.Actions{of.CT{Zone: 2, Table: of.Table(4)}}},
 	}
 }
@@ -257,6 +260,9 @@ func TestValidate(t *testing.T) {
 		{"nd_target without icmp_type", of.Flow{Match: of.Match{}.Proto(of.EthIPv6, of.ProtoICMPv6).NDTarget(ctr6)}, of.ErrPrerequisite},
 		{"icmp_type on tcp", of.Flow{Match: of.Match{}.Proto(of.EthIPv4, of.ProtoTCP).ICMPType(1)}, of.ErrPrerequisite},
 		{"arp_spa on ip", of.Flow{Match: ip.ARPSPA(of.Host(ctr4))}, of.ErrPrerequisite},
+		{"nw_frag without ip", of.Flow{Match: of.Match{}.IPFrag(of.FragAny, of.FragAny)}, of.ErrPrerequisite},
+		{"ct_tp_dst without -inv", of.Flow{Match: ip.CTState(of.CTTrk, of.CTTrk).CTNWProto(of.ProtoUDP).CTTPDst(68)}, of.ErrPrerequisite},
+		{"ct_tp_dst without ct_nw_proto", of.Flow{Match: ip.CTState(of.CTTrk, of.CTTrk|of.CTInv).CTTPDst(68)}, of.ErrPrerequisite},
 		{"move of different widths", of.Flow{Actions: of.Actions{of.Move{Src: of.Reg(1).Bits(0, 15), Dst: of.Reg(2).Bits(0, 7)}}}, of.ErrInvalidAction},
 		{"subfield out of the field", of.Flow{Actions: of.Actions{of.Move{Src: of.Reg(1).Bits(0, 32), Dst: of.Reg(2).Bits(0, 32)}}}, of.ErrInvalidAction},
 		{"load too wide a value", of.Flow{Actions: of.Actions{of.Load{Value: 2, Dst: of.Reg(1).Bit(0)}}}, of.ErrInvalidAction},

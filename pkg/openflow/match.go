@@ -69,7 +69,11 @@ type Match struct {
 	ethDst, ethSrc MAC
 	ctState        masked32
 	ctZone         uint16
+	ctNWProto      uint8
+	ctTPSrc        uint16
+	ctTPDst        uint16
 	ipSrc, ipDst   netip.Prefix // nw_* or ipv6_* by family
+	ipFrag         masked8
 	arpSHA, arpTHA MAC
 	arpSPA, arpTPA netip.Prefix
 	tpSrc, tpDst   uint16
@@ -81,6 +85,7 @@ type Match struct {
 
 type masked32 struct{ v, m uint32 }
 type masked16 struct{ v, m uint16 }
+type masked8 struct{ v, m uint8 }
 
 const (
 	hasEthType = 1 << iota
@@ -100,6 +105,17 @@ const (
 	hasNDSLL
 	hasNDTLL
 	hasRegs // any of regs; which by mask
+	hasIPFrag
+	hasCTNWProto
+	hasCTTPSrc
+	hasCTTPDst
+)
+
+// IP fragment flags (NXM_NX_IP_FRAG): FragAny is set on every fragment,
+// FragLater on those after the first (which carry no L4 header).
+const (
+	FragAny   uint8 = 1
+	FragLater uint8 = 2
 )
 
 // EthType matches dl_type.
@@ -178,6 +194,30 @@ func (m Match) CTState(value, mask uint32) Match {
 
 // CTZone matches ct_zone.
 func (m Match) CTZone(z uint16) Match { m.ctZone, m.has = z, m.has|hasCTZone; return m }
+
+// CTNWProto matches ct_nw_proto, the IP protocol of the connection's
+// original direction (needs EthType and CTState with +trk and -inv or +new,
+// as OVS demands).
+func (m Match) CTNWProto(p uint8) Match { m.ctNWProto, m.has = p, m.has|hasCTNWProto; return m }
+
+// CTTPSrc matches ct_tp_src, the original direction's source port (needs
+// CTNWProto): on a fragment that went through ct(), the port of the
+// reassembled datagram.
+func (m Match) CTTPSrc(p uint16) Match { m.ctTPSrc, m.has = p, m.has|hasCTTPSrc; return m }
+
+// CTTPDst matches ct_tp_dst.
+func (m Match) CTTPDst(p uint16) Match { m.ctTPDst, m.has = p, m.has|hasCTTPDst; return m }
+
+// IPFrag matches the fragment flags of mask (FragAny, FragLater) to those
+// of value: nw_frag=yes is IPFrag(FragAny, FragAny) (needs an IP EthType).
+// Other bits are ignored, as OVS ignores them (and dumps a mask of both
+// flags as an exact match).
+func (m Match) IPFrag(value, mask uint8) Match {
+	mask &= FragAny | FragLater
+	m.ipFrag = masked8{value & mask, mask}
+	m.has = m.presentIf(mask != 0, hasIPFrag)
+	return m
+}
 
 // IPSrc matches nw_src or ipv6_src, by the family of p; a single address
 // is a full-length prefix (see Host).
@@ -304,6 +344,15 @@ func (m Match) String() string {
 	if m.has&hasCTZone != 0 {
 		f = append(f, fmt.Sprintf("ct_zone=%d", m.ctZone))
 	}
+	if m.has&hasCTNWProto != 0 {
+		f = append(f, fmt.Sprintf("ct_nw_proto=%d", m.ctNWProto))
+	}
+	if m.has&hasCTTPSrc != 0 {
+		f = append(f, fmt.Sprintf("ct_tp_src=%d", m.ctTPSrc))
+	}
+	if m.has&hasCTTPDst != 0 {
+		f = append(f, fmt.Sprintf("ct_tp_dst=%d", m.ctTPDst))
+	}
 	for _, p := range []struct {
 		name string
 		v    netip.Prefix
@@ -315,6 +364,9 @@ func (m Match) String() string {
 			}
 			f = append(f, pre+p.name+"="+prefix(p.v))
 		}
+	}
+	if m.has&hasIPFrag != 0 {
+		f = append(f, "nw_frag="+fragName(m.ipFrag))
 	}
 	if m.has&hasARPSHA != 0 {
 		f = append(f, "arp_sha="+m.arpSHA.String())
@@ -350,6 +402,24 @@ func (m Match) String() string {
 		f = append(f, "nd_tll="+m.ndTLL.String())
 	}
 	return strings.Join(f, ",")
+}
+
+// fragName renders nw_frag's value as ovs-ofctl names it (no, yes, first,
+// later, not_later) or as V/M.
+func fragName(f masked8) string {
+	switch f {
+	case masked8{0, FragAny}:
+		return "no"
+	case masked8{FragAny, FragAny}:
+		return "yes"
+	case masked8{FragAny, FragAny | FragLater}:
+		return "first"
+	case masked8{FragAny | FragLater, FragAny | FragLater}:
+		return "later"
+	case masked8{0, FragLater}:
+		return "not_later"
+	}
+	return masked(uint64(f.v), uint64(f.m), 8)
 }
 
 // masked renders V or V/M as ovs-ofctl reads it: 0 or 0x hexadecimal.
@@ -404,11 +474,15 @@ const (
 	oxmNDSLL    = 32
 	oxmNDTLL    = 33
 
-	nxmVLANTCI = 4   // NXM0
-	nxmCTState = 105 // NXM1
-	nxmCTZone  = 106
-	nxmCTMark  = 107
-	nxmCTLabel = 108
+	nxmVLANTCI   = 4   // NXM0
+	nxmIPFrag    = 26  // NXM1
+	nxmCTState   = 105 // NXM1
+	nxmCTZone    = 106
+	nxmCTMark    = 107
+	nxmCTLabel   = 108
+	nxmCTNWProto = 119
+	nxmCTTPSrc   = 124
+	nxmCTTPDst   = 125
 )
 
 // l4Base returns the OXM field of tp_src for the IP protocol (tp_dst is +1).
@@ -455,6 +529,18 @@ func (m Match) Encode(b []byte) []byte {
 	}
 	if m.has&hasIPProto != 0 {
 		b = oxm(b, classBasic, oxmIPProto, []byte{m.ipProto}, nil)
+	}
+	if m.has&hasIPFrag != 0 {
+		b = oxm(b, classNXM1, nxmIPFrag, []byte{m.ipFrag.v}, []byte{m.ipFrag.m})
+	}
+	if m.has&hasCTNWProto != 0 {
+		b = oxm(b, classNXM1, nxmCTNWProto, []byte{m.ctNWProto}, nil)
+	}
+	if m.has&hasCTTPSrc != 0 {
+		b = oxm(b, classNXM1, nxmCTTPSrc, be16(m.ctTPSrc), nil)
+	}
+	if m.has&hasCTTPDst != 0 {
+		b = oxm(b, classNXM1, nxmCTTPDst, be16(m.ctTPDst), nil)
 	}
 	for i, p := range []netip.Prefix{m.ipSrc, m.ipDst} {
 		if p.IsValid() {
@@ -534,6 +620,17 @@ func (m Match) Validate() error {
 	if m.ndTarget.IsValid() && !(nd && (m.icmpType == 135 || m.icmpType == 136)) ||
 		m.has&hasNDSLL != 0 && !(nd && m.icmpType == 135) || m.has&hasNDTLL != 0 && !(nd && m.icmpType == 136) {
 		missing = append(missing, "nd_target, nd_sll or nd_tll without icmp_type=135/136,icmp_code=0")
+	}
+	if m.has&hasIPFrag != 0 && !ip {
+		missing = append(missing, "nw_frag without ip or ipv6")
+	}
+	ctValid := m.has&hasCTState != 0 && m.ctState.v&CTTrk != 0 &&
+		(m.ctState.m&CTInv != 0 && m.ctState.v&CTInv == 0 || m.ctState.v&CTNew != 0)
+	if m.has&(hasCTNWProto|hasCTTPSrc|hasCTTPDst) != 0 && (!ip || !ctValid) {
+		missing = append(missing, "ct_nw_proto/ct_tp_src/ct_tp_dst without ip or ipv6 and ct_state +trk with -inv or +new")
+	}
+	if m.has&(hasCTTPSrc|hasCTTPDst) != 0 && m.has&hasCTNWProto == 0 {
+		missing = append(missing, "ct_tp_src/ct_tp_dst without ct_nw_proto")
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("match %q: %w: %s", m, ErrPrerequisite, strings.Join(missing, "; "))

@@ -97,6 +97,11 @@ func LoadConf(stdin []byte) (*Conf, error) {
 	if p := c.Pipeline; p.DNATZone == p.SNATZone || p.ContainerZone == p.DNATZone || p.ContainerZone == p.SNATZone {
 		return nil, invalid(`"dnatZone" %d, "snatZone" %d and "containerZone" %d must differ`, p.DNATZone, p.SNATZone, p.ContainerZone)
 	}
+	for _, z := range []uint16{c.Pipeline.DNATZone, c.Pipeline.SNATZone, c.Pipeline.ContainerZone} {
+		if z == flows.PortSecDefragZone {
+			return nil, invalid("zone %d is ovs-bridge's port security reassembly zone: choose another", z)
+		}
+	}
 	for _, l := range []struct {
 		key string
 		v   *int64

@@ -51,6 +51,7 @@ func TestLoadConf(t *testing.T) {
 		{"conditionsV6", `{` + base + `,"conditionsV6":[]}`, types.ErrInvalidNetworkConfig, `"conditionsV6"`, nil},
 		{"zone 0", `{` + base + `,"dnatZone":0}`, types.ErrInvalidNetworkConfig, `"dnatZone" 0`, nil},
 		{"same zones", `{` + base + `,"dnatZone":7,"snatZone":7}`, types.ErrInvalidNetworkConfig, "must differ", nil},
+		{"port security reassembly zone", `{` + base + `,"containerZone":64003}`, types.ErrInvalidNetworkConfig, "reassembly zone", nil},
 		{"bad hostIPs", `{` + base + `,"hostIPs":["0.0.0.0"]}`, types.ErrInvalidNetworkConfig, `"hostIPs"[0]`, nil},
 		{"bad openflow", `{` + base + `,"openflow":"br0"}`, types.ErrInvalidNetworkConfig, `"openflow"`, nil},
 		{"bad json", `{` + base, types.ErrDecodingFailure, "decoding", nil},

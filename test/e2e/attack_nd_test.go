@@ -198,17 +198,60 @@ func TestAttackLinkLocal(t *testing.T) {
 				mustSend(t, s, ethFrame(l.bridgeMAC(t), a.mac, etherIPv6, icmp6Packet(a.v6, gw6, icmp6NA, 0, naBody(a.v6, b.mac))))
 				checkNeigh(t, nil, l.bridge, a.v6, b.mac, "the node after an NA for A's address with B's MAC")
 			})
-			t.Run("own-link-local-and-DAD-still-pass", func(t *testing.T) {
+			// ndFrom matches an NS or NA (typ) from the attacker's MAC with
+			// IPv6 source src and target.
+			ndFrom := func(typ uint8, src, target netip.Addr) func(frame) bool {
+				return func(f frame) bool {
+					s, _, _, _, _ := f.ip()
+					got, body, ok := f.icmp6()
+					return ok && got == typ && s == src && len(body) >= 20 && netip.AddrFrom16([16]byte(body[4:20])) == target &&
+						f.src.String() == a.mac.String()
+				}
+			}
+			unspec := netip.IPv6Unspecified()
+			t.Run("DAD-NS-for-victims-address", func(t *testing.T) {
+				// B's address as a tentative one of A's: B, were it still
+				// tentative, would give it up.
+				for _, target := range []netip.Addr{b.v6, b.ll} {
+					sn := solicitedNode(target)
+					mustSend(t, s, ethFrame(multicastMAC(sn), a.mac, etherIPv6, icmp6Packet(unspec, sn, icmp6NS, 0, nsBody(target, nil))))
+					if got := snC.waitFor(300*time.Millisecond, ndFrom(icmp6NS, unspec, target)); got == tc.psec {
+						t.Errorf("DAD NS from :: for B's %s: received by C %v, want %v", target, got, !tc.psec)
+					}
+				}
+			})
+			t.Run("NA-from-foreign-source", func(t *testing.T) {
+				// For A's own link-local and MAC, but from B's addresses.
+				for _, src := range []netip.Addr{b.ll, b.v6} {
+					mustSend(t, s, ethFrame(c.mac, a.mac, etherIPv6, icmp6Packet(src, c.ll, icmp6NA, 0, naBody(a.ll, a.mac))))
+					if got := snC.waitFor(300*time.Millisecond, ndFrom(icmp6NA, src, a.ll)); got == tc.psec {
+						t.Errorf("NA for A's link-local from B's %s: received by C %v, want %v", src, got, !tc.psec)
+					}
+				}
+			})
+			t.Run("own-link-local-DAD-and-NA-still-pass", func(t *testing.T) {
 				a.pingLL(t, c.ll) // own link-local as source, NS source, NA target
-				tentative := netip.MustParseAddr("2001:db8:c::12:12")
-				sn := solicitedNode(tentative)
-				mustSend(t, s, ethFrame(multicastMAC(sn), a.mac, etherIPv6, icmp6Packet(netip.IPv6Unspecified(), sn, icmp6NS, 0, nsBody(tentative, nil))))
-				if !snC.waitFor(time.Second, func(f frame) bool {
-					src, _, _, _, _ := f.ip()
-					typ, _, ok := f.icmp6()
-					return ok && typ == icmp6NS && src == netip.IPv6Unspecified() && f.src.String() == a.mac.String()
-				}) {
-					t.Errorf("a duplicate address detection NS from :: did not reach C")
+				// Global addresses: A's NS and NA for its own, after a flush.
+				for _, m := range []*member{a, c} {
+					m.sh(t, "ip", "-6", "neigh", "flush", "dev", "eth0")
+				}
+				if _, err := a.exec("ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", c.v6.String()); err != nil {
+					t.Errorf("A -> C %s after a neighbour flush: %v", c.v6, err)
+				}
+				if _, err := c.exec("ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", a.v6.String()); err != nil {
+					t.Errorf("C -> A %s after a neighbour flush: %v", a.v6, err)
+				}
+				for _, own := range []netip.Addr{a.v6, a.ll} {
+					sn := solicitedNode(own)
+					mustSend(t, s, ethFrame(multicastMAC(sn), a.mac, etherIPv6, icmp6Packet(unspec, sn, icmp6NS, 0, nsBody(own, nil))))
+					if !snC.waitFor(time.Second, ndFrom(icmp6NS, unspec, own)) {
+						t.Errorf("a duplicate address detection NS from :: for A's own %s did not reach C", own)
+					}
+				}
+				// An unsolicited NA for its own global address, from it.
+				mustSend(t, s, ethFrame(c.mac, a.mac, etherIPv6, icmp6Packet(a.v6, c.ll, icmp6NA, 0, naBody(a.v6, a.mac))))
+				if !snC.waitFor(time.Second, ndFrom(icmp6NA, a.v6, a.v6)) {
+					t.Errorf("A's NA for its own %s did not reach C", a.v6)
 				}
 			})
 			if tc.psec {

@@ -109,6 +109,8 @@ func Error(err error) error {
 		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
 	case errors.Is(err, endpoint.ErrTimeout):
 		return types.NewError(types.ErrTryAgainLater, "ovs-vswitchd unresponsive", err.Error())
+	case errors.Is(err, ovsdb.ErrSweeping):
+		return types.NewError(types.ErrTryAgainLater, "reconcile under way", err.Error())
 	case errors.As(err, &claimed):
 		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")
 	}

@@ -399,10 +399,15 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 		portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
 		var taken *ovsdb.OFPortTakenError
 		switch {
-		case errors.As(err, &taken) && attempt < 8:
-			// Requested by an interface a caller outside the suite inserted.
+		case (errors.As(err, &taken) || errors.Is(err, ovsdb.ErrClaimLost)) && attempt < 8:
+			// Requested by an interface a caller outside the suite
+			// inserted, or the claim outlived ClaimTTL.
+			from := res.OFPort
+			if taken != nil {
+				from++
+			}
 			_ = cli.Release(ctx, *res)
-			if *res, err = reserve(ctx, cli, res.Attachment, res.OFPort+1); err != nil {
+			if *res, err = reserve(ctx, cli, res.Attachment, from); err != nil {
 				return "", 0, err
 			}
 		case errors.Is(err, ovsdb.ErrSweeping) && attempt < 8:

@@ -56,6 +56,11 @@ const (
 	sweepWait = 20 * time.Second
 )
 
+// ErrClaimLost says that the claims of a reservation are gone (a sweep
+// expired them, ClaimTTL): the caller reserves again and applies its flows
+// again.
+var ErrClaimLost = errors.New("the claim expired")
+
 // ErrSweeping says that a sweep was under way, or ran, while a change was
 // to be made: the caller waits (WaitSweep) and makes it again.
 var ErrSweeping = errors.New("a sweep is under way")
@@ -234,8 +239,12 @@ func (r Reservation) claims() strMap {
 // the claim.
 func (r Reservation) handOverOps() []operation {
 	return []operation{noSweep, rootWait(strMap{keySwept + r.Attachment.String(): "1"}, false),
-		rootMutate(mutDelete, r.claims())}
+		rootWait(r.claims(), true), rootMutate(mutDelete, r.claims())}
 }
+
+// handOverClaimWait is the index of the wait in handOverOps that finds the
+// claims gone.
+const handOverClaimWait = 2
 
 // AfterSweep readies r for another AttachPort after ErrSweeping: it waits
 // for the sweep to end and takes the swept mark away; the caller applies

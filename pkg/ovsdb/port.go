@@ -178,6 +178,8 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 				return "", &MACInUseError{MAC: spec.UniqueMAC, Holder: "a port attached at the same time"}
 			case w.Index == idx.identity:
 				return "", &IdentityTakenError{Identity: spec.Reservation.Identity, Holder: Attachment{ContainerID: "(a port attached at the same time)"}}
+			case spec.Reservation != nil && w.Index == handOverClaimWait:
+				return "", fmt.Errorf("attaching port %q: %w", spec.Name, ErrClaimLost)
 			case w.Index < idx.bridge:
 				return "", fmt.Errorf("attaching port %q: %w", spec.Name, ErrSweeping)
 			}

@@ -497,6 +497,18 @@ func TestBusyInFlight(t *testing.T) {
 	if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/ofport."+strconv.Itoa(res2.OFPort)) {
 		t.Errorf("the insert left its claim: %s", ids)
 	}
+
+	// A claim that a sweep expired (removed here by hand): the insert fails.
+	third := ovsdb.Attachment{ContainerID: uniq("ctr-"), IfName: "eth0"}
+	res3, err := cli.Reserve(ctx, third, ovsdb.HomeOFPort(third), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vsctl(t, "remove", "Open_vSwitch", ".", "external_ids", "ovsflow.io/ofport."+strconv.Itoa(res3.OFPort))
+	spec = ovsdb.PortSpec{Name: uniq("bi"), OFPort: res3.OFPort, Reservation: &res3, ExternalIDs: map[string]string{}}
+	if _, err := cli.AttachPort(ctx, b.UUID, spec); !errors.Is(err, ovsdb.ErrClaimLost) {
+		t.Fatalf("insert with its claim gone: got %v, want ErrClaimLost", err)
+	}
 }
 
 // CHECK compares the port's flows with its record: a flow missing, or a

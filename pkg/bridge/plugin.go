@@ -277,6 +277,14 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}()
 	var portUUID string
 	if dhcp {
+		// The port goes in with the record of the flows it has until the
+		// lease (no addresses yet): a reconcile meanwhile rebuilds those,
+		// instead of removing them as an attachment's without a record.
+		if raw, ok, err := portSecRecord(conf, result, contIndex).Value(); err != nil {
+			return err
+		} else if ok {
+			spec.ExternalIDs[record.KeyPortSecurity] = raw
+		}
 		portUUID, err = cli.AttachPort(ctx, br.UUID, spec)
 		if err != nil {
 			return macError(err)

@@ -3,7 +3,9 @@
 // images, paths, names and the conflist agree with each other, with the
 // image (Dockerfile), with install-cni.sh and with examples/, and run
 // install-cni.sh against scratch directories and node-ranges.sh against a
-// TLS server standing in for the API server. No cluster and no root needed.
+// TLS server standing in for the API server. No cluster and no root needed,
+// but for TestNodePrep, which runs node-prep.sh against a private Open
+// vSwitch (root; skipped loudly without, failed under CI).
 package deploy
 
 import (

@@ -1,6 +1,7 @@
 #!/bin/sh
 # node-prep.sh: prepares a node for the ovsflow plugins (deploy/README.md,
-# "What each node must have"): the bridge, the uplink as one of its ports,
+# "What each node must have"): the bridge with fail_mode=secure and the
+# suite's base flow (table 0's NORMAL), the uplink as one of its ports,
 # the node's addresses and routes moved from the uplink to the bridge's
 # internal interface, the uplink kept off the node's IP stack on the
 # userspace datapath, and IP forwarding on. Run it as root on the node, once
@@ -10,8 +11,26 @@
 #   node-prep.sh [BRIDGE [UPLINK]]      defaults: br0 and the interface of the default route
 #
 # Environment:
-#   DATAPATH   system | netdev | auto (default: system when the openvswitch kernel
-#              module is loaded, else netdev, the userspace datapath)
+#   DATAPATH     system | netdev | auto (default: system when the openvswitch kernel
+#                module is loaded, else netdev, the userspace datapath)
+#   OVS_PORTMAP  the ovs-portmap binary (default: /opt/cni/bin/ovs-portmap, ovs-portmap
+#                in PATH, /opt/ovsflow/bin/ovs-portmap: the DaemonSet image's)
+#   OVS_RUNDIR   Open vSwitch's run directory, where db.sock is (default
+#                /var/run/openvswitch; ovs-vsctl reads the same variable)
+#
+# fail_mode=secure: with Open vSwitch's default (standalone) ovs-vswitchd
+# forwards everything with a NORMAL flow of its own from the moment it
+# restarts, port security included off, until reconcile has put the flows
+# back. A secure bridge forwards nothing without flows, so the bridge is
+# tagged as the suite's (external_ids ovsflow.io/owner) and `ovs-portmap
+# reconcile` installs the suite's base flow (flows.BaseFlows: the one
+# definition of it) before the uplink is added, and restores it after every
+# ovs-vswitchd restart (the DaemonSet's reconcile container, or
+# deploy/systemd/ovs-portmap-reconcile.service); this script runs it once
+# too, so a rebooted node has its uplink back without waiting for them.
+# Turning an existing standalone bridge secure flushes its flows (Open
+# vSwitch does so on every fail_mode change); the reconcile that follows
+# puts them back at once.
 #
 # On the userspace datapath (netdev), every port of the bridge is still a
 # kernel interface and the kernel sees its frames too: with default sysctls
@@ -27,6 +46,12 @@ set -eu
 BRIDGE=${1:-br0}
 UPLINK=${2:-$(ip -o route show default 2>/dev/null | sed -n 's/.* dev \([^ ]*\).*/\1/p' | head -1)}
 DATAPATH=${DATAPATH:-auto}
+OVSDB=unix:${OVS_RUNDIR:-/var/run/openvswitch}/db.sock
+if [ -z "${OVS_PORTMAP:-}" ]; then
+	for p in /opt/cni/bin/ovs-portmap "$(command -v ovs-portmap || true)" /opt/ovsflow/bin/ovs-portmap; do
+		[ -n "$p" ] && [ -x "$p" ] && { OVS_PORTMAP=$p; break; }
+	done
+fi
 
 log() { echo "node-prep: $*"; }
 die() { echo "node-prep: $*" >&2; exit 1; }
@@ -35,6 +60,8 @@ die() { echo "node-prep: $*" >&2; exit 1; }
 [ "$UPLINK" != "$BRIDGE" ] || die "the uplink $UPLINK is the bridge (already prepared? give the uplink by name)"
 ip link show "$UPLINK" >/dev/null 2>&1 || die "uplink $UPLINK: no such interface"
 ovs-vsctl --timeout=10 show >/dev/null || die "Open vSwitch does not answer (ovs-vsctl show)"
+[ -n "${OVS_PORTMAP:-}" ] && [ -x "$OVS_PORTMAP" ] ||
+	die "no ovs-portmap (OVS_PORTMAP=PATH; the DaemonSet image has it in /opt/ovsflow/bin): it installs the secure bridge's base flow"
 if [ "$DATAPATH" = auto ]; then
 	if [ -d /sys/module/openvswitch ]; then DATAPATH=system; else DATAPATH=netdev; fi
 fi
@@ -45,9 +72,9 @@ sysctl_set() { # KEY VALUE: writes it unless it has that value
 	[ "$(cat "$f")" = "$2" ] || { echo "$2" >"$f"; log "$1=$2"; }
 }
 
-# 1. The bridge and the uplink port.
+# 1. The bridge, secure and ours, its base flow, then the uplink port.
 ovs-vsctl --timeout=10 --may-exist add-br "$BRIDGE" -- set Bridge "$BRIDGE" datapath_type="$DATAPATH" \
-	-- --may-exist add-port "$BRIDGE" "$UPLINK"
+	fail_mode=secure external_ids:ovsflow.io/owner=ovsflow-cni
 if [ "$DATAPATH" = netdev ]; then
 	# A MAC of the bridge's own, derived from the uplink's (stable across
 	# boots, so that neighbours' caches stay right): OVS would otherwise give
@@ -61,6 +88,16 @@ if [ "$DATAPATH" = netdev ]; then
 fi
 for _ in $(seq 50); do ip link show "$BRIDGE" >/dev/null 2>&1 && break; sleep 0.1; done
 ip link show "$BRIDGE" >/dev/null 2>&1 || die "ovs-vswitchd did not create $BRIDGE's internal interface"
+# reconcile fails while ovs-vswitchd has not opened the bridge's OpenFlow socket yet.
+for i in $(seq 50); do
+	if out=$("$OVS_PORTMAP" reconcile -ovsdb "$OVSDB" 2>&1); then
+		log "$(echo "$out" | tail -1 | sed 's/^[^ ]* //')"
+		break
+	fi
+	[ "$i" -lt 50 ] || die "ovs-portmap reconcile: $out"
+	sleep 0.1
+done
+ovs-vsctl --timeout=10 --may-exist add-port "$BRIDGE" "$UPLINK"
 
 # 2. The node's addresses and routes, from the uplink to the bridge. Routes
 # first (deleting the addresses takes them away); the connected routes

@@ -230,7 +230,18 @@ subjectAltName=$3"
 node_net() {
 	eval "$(hack/ovs-sandbox.sh start "$sb" | grep -E '^(OVSDB|NETNS|RUNDIR)=')"
 	local vs=(ovs-vsctl "--db=$OVSDB" --timeout=10)
-	"${vs[@]}" add-br br0 -- set bridge br0 datapath_type=netdev
+	# br0 as deploy/node-prep.sh makes it: fail_mode=secure, tagged as the
+	# suite's, and its base flow installed by ovs-portmap reconcile (the
+	# DaemonSet image's binary, built by install) before the uplink is a port.
+	local pm=$prefix/build/ds/out/ovs-portmap
+	[ -x "$pm" ] || { log "no $pm: run hack/kube.sh install first"; return 1; }
+	"${vs[@]}" add-br br0 -- set bridge br0 datapath_type=netdev fail_mode=secure \
+		external_ids:ovsflow.io/owner=ovsflow-cni
+	for _ in $(seq 50); do
+		ip netns exec "$sb" "$pm" reconcile -ovsdb "$OVSDB" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	ip netns exec "$sb" "$pm" reconcile -ovsdb "$OVSDB" >&2
 	ip netns add "$ext"
 	ip -n "$ext" link set lo up
 	ip -n "$sb" link add "$tag-up" type veth peer name eth0 netns "$ext"

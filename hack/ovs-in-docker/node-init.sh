@@ -3,9 +3,10 @@
 # every start of the container, as a node boots:
 #   1. ovsdb-server (as the openvswitch user: db.sock is that user's) and
 #      ovs-vswitchd (root), from the database kept in the container;
-#   2. deploy/node-prep.sh: br0 with the uplink eth0, addresses moved,
-#      uplink isolation (netdev), forwarding; then routes to the other nodes'
-#      pod CIDRs ($OID_ROUTES: "CIDR via ADDR" separated by commas);
+#   2. deploy/node-prep.sh: br0 (fail_mode=secure, its base flow installed
+#      by the image's ovs-portmap reconcile) with the uplink eth0, addresses
+#      moved, uplink isolation (netdev), forwarding; then routes to the other
+#      nodes' pod CIDRs ($OID_ROUTES: "CIDR via ADDR" separated by commas);
 #   3. containerd with its CRI plugin, the pause and app images imported;
 #   4. install-cni.sh as the DaemonSet's init container runs it (its env,
 #      /host/... paths), with this node's $OVSFLOW_POD_CIDRS;
@@ -55,7 +56,7 @@ exec > >(tee -a /var/log/oid/node-init.log) 2>&1
 log "boot of $(hostname): pod CIDRs $OVSFLOW_POD_CIDRS, datapath ${DATAPATH:-auto}"
 rm -f /run/oid/ready
 start_ovs
-/usr/local/sbin/node-prep.sh br0 eth0
+OVS_PORTMAP=/opt/ovsflow/bin/ovs-portmap /usr/local/sbin/node-prep.sh br0 eth0
 IFS=, read -ra routes <<<"${OID_ROUTES:-}"
 for r in "${routes[@]}"; do
 	[ -n "$r" ] || continue

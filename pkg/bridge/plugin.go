@@ -160,7 +160,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	allocated := false
 	var pending *ipam.Pending
 	if !dhcp && conf.IPAM.Type != "" {
-		pending = ipam.Start(conf.IPAM.Type, args.StdinData)
+		pending = ipam.Start(ctx, conf.IPAM.Type, args.StdinData)
 	}
 	defer func() {
 		if pending != nil { // ADD failed before it used IPAM's result
@@ -168,7 +168,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			allocated = err == nil
 		}
 		if retErr != nil && allocated {
-			_ = ipam.Del(context.Background(), conf.IPAM.Type, args.StdinData)
+			cnicmd.Rollback(func(ctx context.Context) { _ = ipam.Del(ctx, conf.IPAM.Type, args.StdinData) })
 		}
 	}()
 	if !retry {
@@ -289,6 +289,14 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}()
 	var portUUID string
 	if dhcp {
+		// The port goes in with the record of the flows it has until the
+		// lease (no addresses yet): a reconcile meanwhile rebuilds those,
+		// instead of removing them as an attachment's without a record.
+		if raw, ok, err := portSecRecord(conf, result, contIndex).Value(); err != nil {
+			return err
+		} else if ok {
+			spec.ExternalIDs[record.KeyPortSecurity] = raw
+		}
 		portUUID, err = cli.AttachPort(ctx, br.UUID, spec)
 		if err != nil {
 			return macError(err)
@@ -304,7 +312,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		if err := link.SetUp(hostLink); err != nil {
 			return err
 		}
-		if allocated, err = addresses(conf, args, result, contIndex); err != nil {
+		if allocated, err = addresses(ctx, conf, args, result, contIndex); err != nil {
 			return err
 		}
 		if err := securePort(ctx, cli, conf, br, args, result, contIndex, portUUID, ofport); err != nil {
@@ -352,11 +360,11 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 // addresses runs IPAM and puts its addresses, routes and DNS into result.
 // It reports whether it allocated any (the caller releases them when ADD
 // fails later).
-func addresses(conf *NetConf, args *skel.CmdArgs, result *current.Result, contIndex int) (bool, error) {
+func addresses(ctx context.Context, conf *NetConf, args *skel.CmdArgs, result *current.Result, contIndex int) (bool, error) {
 	if conf.IPAM.Type == "" {
 		return false, nil
 	}
-	r, err := ipam.Add(context.Background(), conf.IPAM.Type, args.StdinData)
+	r, err := ipam.Add(ctx, conf.IPAM.Type, args.StdinData)
 	return useIPAM(conf, r, err, result, contIndex)
 }
 
@@ -497,7 +505,7 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 	}
 	if conf.IPAM.Type != "" {
 		// host-local refuses a second allocation for the same container.
-		_ = ipam.Del(context.Background(), conf.IPAM.Type, args.StdinData)
+		_ = ipam.Del(ctx, conf.IPAM.Type, args.StdinData)
 	}
 	return true, link.Delete(hostName) // its container end goes with it
 }
@@ -750,12 +758,18 @@ func CmdDel(args *skel.CmdArgs) error {
 	case link.Exists(hostName):
 		// Something of ours is still here and OVSDB cannot be reached to remove its port.
 		return err
+	default:
+		// OVSDB cannot be reached, but no veth of ours is left: only the
+		// IP allocation may be, and its release is bounded all the same.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), cnicmd.Timeout)
+		defer cancel()
 	}
 	if err := link.Delete(hostName); err != nil {
 		return err
 	}
 	if conf.IPAM.Type != "" {
-		if err := ipam.Del(context.Background(), conf.IPAM.Type, args.StdinData); err != nil {
+		if err := ipam.Del(ctx, conf.IPAM.Type, args.StdinData); err != nil {
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 		}
 	}
@@ -779,16 +793,16 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if conf.IPAM.Type != "" {
-		if err := ipam.Check(context.Background(), conf.IPAM.Type, args.StdinData); err != nil {
-			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
-		}
-	}
 	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
 	if err != nil {
 		return err
 	}
 	defer done()
+	if conf.IPAM.Type != "" {
+		if err := ipam.Check(ctx, conf.IPAM.Type, args.StdinData); err != nil {
+			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
+		}
+	}
 
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
 	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
@@ -967,7 +981,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("bridge %q does not exist", conf.Bridge), "")
 	}
 	if conf.IPAM.Type != "" {
-		if err := ipam.Status(context.Background(), conf.IPAM.Type, args.StdinData); err != nil {
+		if err := ipam.Status(ctx, conf.IPAM.Type, args.StdinData); err != nil {
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 		}
 	}

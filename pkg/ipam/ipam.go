@@ -36,6 +36,12 @@ const (
 	busyWait    = time.Second
 )
 
+// waitDelay bounds the wait for a plugin's output once its context has
+// ended (the plugin is then killed) or it has exited: a child it left
+// behind (a shell script's sleep, a daemon) may hold its stdout open for
+// ever.
+const waitDelay = time.Second
+
 // Pending is an ADD running in the background (Start): ovs-bridge makes the
 // veth meanwhile.
 type Pending struct {
@@ -44,12 +50,12 @@ type Pending struct {
 	err  error
 }
 
-// Start runs the plugin's ADD (as Add) in the background.
-func Start(plugin string, netconf []byte) *Pending {
+// Start runs the plugin's ADD (as Add) in the background, until ctx ends.
+func Start(ctx context.Context, plugin string, netconf []byte) *Pending {
 	p := &Pending{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.r, p.err = Add(context.Background(), plugin, netconf)
+		p.r, p.err = Add(ctx, plugin, netconf)
 	}()
 	return p
 }
@@ -134,7 +140,9 @@ func withCommand(env []string, command string) []string {
 
 // run executes the plugin's command and returns its stdout. What the plugin
 // writes to stderr goes to ours when it succeeds, into the error when it
-// fails.
+// fails. A plugin still running when ctx ends is killed, and the error
+// wraps ctx's: the caller's command has a deadline, an IPAM plugin that
+// hangs must not make it hang too.
 func run(ctx context.Context, plugin, command string, netconf []byte) ([]byte, error) {
 	path, err := find(plugin, os.Getenv("CNI_PATH"))
 	if err != nil {
@@ -145,6 +153,7 @@ func run(ctx context.Context, plugin, command string, netconf []byte) ([]byte, e
 		var stdout, stderr bytes.Buffer
 		c := exec.CommandContext(ctx, path)
 		c.Env, c.Stdin, c.Stdout, c.Stderr = env, bytes.NewReader(netconf), &stdout, &stderr
+		c.WaitDelay = waitDelay
 		err := c.Run()
 		if errors.Is(err, syscall.ETXTBSY) && attempt < busyRetries {
 			select {
@@ -153,6 +162,9 @@ func run(ctx context.Context, plugin, command string, netconf []byte) ([]byte, e
 			case <-ctx.Done():
 				return nil, fmt.Errorf("%s %s: %w", plugin, command, ctx.Err())
 			}
+		}
+		if err != nil && ctx.Err() != nil {
+			return nil, fmt.Errorf("%s %s: %w (%v)", plugin, command, ctx.Err(), err)
 		}
 		if err != nil {
 			return nil, pluginError(plugin, command, err, stdout.Bytes(), stderr.Bytes())

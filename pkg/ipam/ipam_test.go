@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,7 +239,7 @@ echo "$REPLY"
 	t.Setenv("CNI_COMMAND", "ADD")
 	t.Setenv("GATE", gate)
 	t.Setenv("REPLY", result040)
-	p := Start("slow", []byte(`{"cniVersion":"0.4.0","name":"n","ipam":{"type":"slow"}}`))
+	p := Start(context.Background(), "slow", []byte(`{"cniVersion":"0.4.0","name":"n","ipam":{"type":"slow"}}`))
 	waited := make(chan error, 1)
 	go func() { _, err := p.Wait(); waited <- err }()
 	select {
@@ -254,5 +256,55 @@ echo "$REPLY"
 	r, err := p.Wait() // again: the same answer
 	if err != nil || r.Version() != "0.4.0" {
 		t.Fatalf("second Wait: got %v, %v; want the 0.4.0 result", r, err)
+	}
+}
+
+// TestHungPlugin runs a plugin that never answers (a shell script whose
+// sleep, a child of its own, holds stdout open after the script is
+// killed): every command returns once its context ends, with an error
+// wrapping the context's, and so does a Start's Wait.
+func TestHungPlugin(t *testing.T) {
+	dir := t.TempDir()
+	pids := filepath.Join(t.TempDir(), "pids")
+	writePlugin(t, dir, "hung", `cat >/dev/null
+/bin/sleep 60 &
+echo $! >>"$PIDS"
+wait
+`)
+	t.Setenv("CNI_PATH", dir)
+	t.Setenv("PIDS", pids)
+	t.Cleanup(func() {
+		// the sleeps the killed scripts left behind
+		b, _ := os.ReadFile(pids)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	conf := []byte(`{"cniVersion":"1.0.0","name":"n","ipam":{"type":"hung"}}`)
+	for _, tc := range []struct {
+		command string
+		call    func(context.Context) error
+	}{
+		{"ADD", func(ctx context.Context) error { _, err := Add(ctx, "hung", conf); return err }},
+		{"DEL", func(ctx context.Context) error { return Del(ctx, "hung", conf) }},
+		{"CHECK", func(ctx context.Context) error { return Check(ctx, "hung", conf) }},
+		{"Start", func(ctx context.Context) error { _, err := Start(ctx, "hung", conf).Wait(); return err }},
+	} {
+		t.Run(tc.command, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- tc.call(ctx) }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "hung") {
+					t.Errorf("got %v, want an error naming the plugin and wrapping context.DeadlineExceeded", err)
+				}
+			case <-time.After(30 * time.Second): // far beyond the context: it hangs
+				t.Fatalf("%s of a hung plugin did not return after its context ended", tc.command)
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ package jsonrpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -21,11 +22,20 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
+// ErrBroken is the error of a call on a connection that an earlier call
+// left broken (see Conn.Err).
+var ErrBroken = errors.New("json-rpc connection broken")
+
 // Conn is one JSON-RPC connection.
 type Conn struct {
 	conn net.Conn
 	dec  *json.Decoder
 	id   int
+	// broken is the first error of reading or writing: after it, where the
+	// stream stands is unknown (half a message may have gone out or come
+	// in, encoding/json's decoder keeps failing, a late answer may be on
+	// its way), so nothing more is sent or read.
+	broken error
 }
 
 // Dial connects to e.
@@ -39,6 +49,11 @@ func Dial(ctx context.Context, e endpoint.Endpoint) (*Conn, error) {
 
 // Close ends the connection.
 func (r *Conn) Close() { r.conn.Close() }
+
+// Err is the error that broke the connection (a call or Next that timed
+// out, was cancelled or lost the peer), or nil while it works. A broken
+// connection stays broken: dial a new one.
+func (r *Conn) Err() error { return r.broken }
 
 // Msg is one JSON-RPC message: a request, a notification or an answer.
 type Msg struct {
@@ -64,6 +79,9 @@ func (e *Error) Error() string { return e.Method + ": " + e.Detail }
 // writes and reads the bulk of its messages itself, and encoding/json
 // would only check and copy them again.
 func (r *Conn) Call(ctx context.Context, method string, params any, out any) error {
+	if r.broken != nil {
+		return fmt.Errorf("%s: %w by an earlier call: %v", method, ErrBroken, r.broken)
+	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Time{}
@@ -80,6 +98,7 @@ func (r *Conn) Call(ctx context.Context, method string, params any, out any) err
 		return err
 	}
 	if _, err := r.conn.Write(req); err != nil {
+		r.broken = err
 		return r.ctxErr(ctx, err)
 	}
 	for {
@@ -134,6 +153,9 @@ func (r *Conn) ctxErr(ctx context.Context, err error) error {
 // Next waits for the next message (a notification), answering the server's
 // echo requests on the way, until ctx ends.
 func (r *Conn) Next(ctx context.Context) (Msg, error) {
+	if r.broken != nil {
+		return Msg{}, fmt.Errorf("%w: %v", ErrBroken, r.broken)
+	}
 	stop := context.AfterFunc(ctx, func() { r.conn.SetReadDeadline(time.Now()) })
 	defer stop()
 	m, err := r.next()
@@ -141,15 +163,18 @@ func (r *Conn) Next(ctx context.Context) (Msg, error) {
 }
 
 // next reads one message, answering the server's echo requests on the way.
+// Any error breaks the connection.
 func (r *Conn) next() (Msg, error) {
 	for {
 		var m Msg
 		if err := r.dec.Decode(&m); err != nil {
+			r.broken = err
 			return m, err
 		}
 		if m.Method == "echo" {
 			reply := map[string]any{"result": m.Params, "error": nil, "id": m.ID}
 			if err := json.NewEncoder(r.conn).Encode(reply); err != nil {
+				r.broken = err
 				return m, err
 			}
 			continue

@@ -3,7 +3,9 @@ package jsonrpc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -70,5 +72,51 @@ func TestCall(t *testing.T) {
 				t.Errorf("got params %s, want %s", params, tc.want)
 			}
 		})
+	}
+}
+
+// A call that times out leaves the connection in an unknown state (the
+// decoder has failed, half a message may have been read, the answer may
+// still come): the next call on it fails at once with ErrBroken, without
+// sending, instead of failing for a reason of the past or reading a stale
+// answer.
+func TestCallAfterTimeout(t *testing.T) {
+	client, server := net.Pipe()
+	c := &Conn{conn: client, dec: json.NewDecoder(client)}
+	t.Cleanup(c.Close)
+	requests := make(chan Msg, 4)
+	go func() {
+		defer server.Close()
+		dec := json.NewDecoder(server)
+		for n := 0; ; n++ {
+			var m Msg
+			if err := dec.Decode(&m); err != nil {
+				return
+			}
+			requests <- m
+			if n == 0 {
+				continue // the first call stalls
+			}
+			server.Write([]byte(`{"result":{},"error":null,"id":` + string(m.ID) + "}\n"))
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := c.Call(ctx, "transact", []string{"first"}, nil); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("stalled call: got %v, want a deadline error", err)
+	}
+	<-requests
+	if c.Err() == nil {
+		t.Errorf("after the stalled call: got Err() nil, want the connection broken")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Call(ctx, "transact", []string{"second"}, nil); !errors.Is(err, ErrBroken) {
+		t.Errorf("call after the timeout: got %v, want ErrBroken", err)
+	}
+	select {
+	case m := <-requests:
+		t.Errorf("call on a broken connection sent %s %s", m.Method, m.Params)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

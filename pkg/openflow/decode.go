@@ -424,12 +424,15 @@ func decodeAction(typ uint16, a []byte) (Actions, error) {
 func decodeNested(b []byte, c *CT) (Actions, error) {
 	var exec Actions
 	for len(b) > 0 {
-		typ, a, rest, err := nextTLV(b, 16, 8, "ct action")
+		// The same framing as any action list: an entry may be as short as
+		// 8 bytes, so look at a Nicira subtype only where there is one
+		// (decodeAction and decodeNAT check the rest of the length).
+		typ, a, rest, err := nextTLV(b, 8, 8, "ct action")
 		if err != nil {
 			return nil, err
 		}
 		b = rest
-		if typ == ofpatExp && binary.BigEndian.Uint32(a[4:]) == nxVendor && binary.BigEndian.Uint16(a[8:]) == nxastNAT {
+		if typ == ofpatExp && len(a) >= 10 && binary.BigEndian.Uint32(a[4:]) == nxVendor && binary.BigEndian.Uint16(a[8:]) == nxastNAT {
 			nat, err := decodeNAT(a)
 			if err != nil {
 				return nil, err
@@ -447,6 +450,9 @@ func decodeNested(b []byte, c *CT) (Actions, error) {
 }
 
 func decodeNAT(a []byte) (NAT, error) {
+	if len(a) < 16 {
+		return NAT{}, decodeErr("nat of %d bytes", len(a))
+	}
 	flags, present := binary.BigEndian.Uint16(a[12:]), binary.BigEndian.Uint16(a[14:])
 	var n NAT
 	switch flags {

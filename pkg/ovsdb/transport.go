@@ -19,8 +19,15 @@ import (
 var ErrUnreachable = errors.New("ovsdb unreachable")
 
 // Client is a connection to ovsdb-server without cache or monitor.
+//
+// A call that breaks the connection (a timeout, ovsdb-server gone) fails;
+// the next one dials again. A client holds no state on the server (no
+// lock, no monitor), so a new connection serves as well as the old, and
+// what runs after a failure, the rollback of an ADD whose context ran out
+// above all, must not fail only because the failure broke the connection.
 type Client struct {
-	c *jsonrpc.Conn
+	c  *jsonrpc.Conn
+	ep endpoint.Endpoint
 	// observe, when set (by tests), sees the operations of every
 	// transaction before they are sent.
 	observe func([]operation)
@@ -36,7 +43,22 @@ func Dial(ctx context.Context, ep string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, ep, err)
 	}
-	return &Client{c: c}, nil
+	return &Client{c: c, ep: e}, nil
+}
+
+// conn is the client's connection, dialled again when a call broke it.
+func (c *Client) conn(ctx context.Context) (*jsonrpc.Conn, error) {
+	broken := c.c.Err()
+	if broken == nil {
+		return c.c, nil
+	}
+	nc, err := jsonrpc.Dial(ctx, c.ep)
+	if err != nil {
+		return nil, fmt.Errorf("%w: connecting to %s again (the connection broke: %v): %v", ErrUnreachable, c.ep, broken, err)
+	}
+	c.c.Close()
+	c.c = nc
+	return nc, nil
 }
 
 const dbName = "Open_vSwitch"
@@ -54,8 +76,12 @@ func (c *Client) transact(ctx context.Context, ops ...operation) ([]opResult, er
 	if c.observe != nil {
 		c.observe(ops)
 	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var res transactReply
-	err := c.c.Call(ctx, "transact", transactParams(ops), &res)
+	err = conn.Call(ctx, "transact", transactParams(ops), &res)
 	if err != nil {
 		if lostConnection(err) {
 			return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)

@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+)
+
+// A reconcile that runs while a dhcp ADD waits for its lease leaves the
+// port guarded. The dhcp plugin here is a stand-in found first in CNI_PATH
+// that answers only once the test lets it, so the ADD stays in its lease
+// with its port attached, its link up and the flows of a port without
+// addresses in; then `ovs-portmap reconcile` runs, and a spoofer in the
+// container sends gratuitous ARPs claiming victim V's address and frames
+// from a forged MAC. Protected: none reaches the outside or the node, the
+// reconcile having rebuilt the port's flows from its record. Control
+// (portSecurity false): they arrive.
+func TestAttackDHCPLeaseReconcile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		psec bool
+	}{{"protected", true}, {"control-portSecurity-off", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLab(t)
+			v := l.join(l.network("i12tlv", nil, nil), "victim", nil)
+
+			fake := t.TempDir()
+			gate := filepath.Join(fake, "lease")
+			// The plugins run with an empty PATH: absolute paths only.
+			script := `#!/bin/sh
+/bin/cat >/dev/null
+[ "$CNI_COMMAND" = ADD ] || exit 0
+while [ ! -e ` + gate + ` ]; do /bin/sleep 0.05; done
+echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.2.1"}]}'
+`
+			if err := os.WriteFile(filepath.Join(fake, "dhcp"), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.WriteFile(gate, nil, 0o644) }) // an ADD still waiting ends
+			entry := l.bridgeEntry(map[string]any{"portSecurity": tc.psec, "ipam": map[string]any{"type": "dhcp"}})
+			b, err := json.Marshal(conflist("1.1.0", "i12tlease", entry))
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, err := libcni.NetworkConfFromBytes(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := &cni{cfg: libcni.NewCNIConfigWithCacheDir([]string{fake, binDir}, t.TempDir(), nil), list: list}
+
+			c := newContainer(t)
+			l.watch(c, "attacker")
+			added := make(chan error, 1)
+			go func() { _, err := n.add(c, "eth0", nil); added <- err }()
+			t.Cleanup(func() { n.del(c, "eth0", nil) })
+
+			// In the lease: the port has its ofport and the link is up.
+			portsecFlows := func() string {
+				out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.ofTarget(),
+					flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity).Match())
+				return out
+			}
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				ofport, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "get", "Interface", hostVeth(c, "eth0"), "ofport")
+				up := false
+				if ifi, err := net.InterfaceByName(hostVeth(c, "eth0")); err == nil {
+					up = ifi.Flags&net.FlagUp != 0
+				}
+				ready := up && strings.TrimSpace(ofport) != "" && !strings.HasPrefix(strings.TrimSpace(ofport), "[") &&
+					strings.TrimSpace(ofport) != "-1"
+				if ready && (!tc.psec || strings.Contains(portsecFlows(), "cookie=")) {
+					break
+				}
+				select {
+				case err := <-added:
+					t.Fatalf("ADD returned before its lease: %v", err)
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the ADD did not reach its lease (ofport %q, host end up %v)", ofport, up)
+				}
+			}
+			if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
+				t.Fatalf("reconcile: %v: %s", err, out)
+			} else {
+				t.Logf("during the lease: %s", strings.TrimSpace(out))
+			}
+			if tc.psec && !strings.Contains(portsecFlows(), "cookie=") {
+				t.Errorf("after reconcile during the lease: the port has no port security flow")
+			}
+
+			snOut := sniff(t, l.outside.ns, "eth0", "outside")
+			snNode := sniff(t, nil, l.bridge, "node")
+			sp := startSpoofer(t, c, v.v4)
+			time.Sleep(500 * time.Millisecond)
+			sp.halt()
+			if sp.err != nil || sp.sent.Load() == 0 {
+				t.Fatalf("the spoofer sent %d frames: %v", sp.sent.Load(), sp.err)
+			}
+			var contMAC net.HardwareAddr
+			if err := c.ns.Do(func(_ ns.NetNS) error {
+				ifi, err := net.InterfaceByName("eth0")
+				if err == nil {
+					contMAC = ifi.HardwareAddr
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			match := spoofed(contMAC, v.v4)
+			for _, sn := range []*sniffer{snOut, snNode} {
+				got := sn.count(match)
+				if tc.psec && got > 0 {
+					t.Errorf("%s received %d spoofed frames after a reconcile during the lease, want none: %v", sn.where, got, sn.first(4, match))
+				}
+				if !tc.psec && got == 0 {
+					t.Errorf("control: %s received none of the %d spoofed frames, want some", sn.where, sp.sent.Load())
+				}
+				t.Logf("%s: %d of %d spoofed frames received", sn.where, got, sp.sent.Load())
+			}
+
+			if err := os.WriteFile(gate, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-added; err != nil {
+				t.Fatalf("ADD after the lease: %v", err)
+			}
+		})
+	}
+}

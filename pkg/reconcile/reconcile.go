@@ -149,6 +149,9 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (st
 // rebuilt).
 func (t *target) apply(ctx context.Context, name string, kept map[flows.Cookie]bool, st *Stats) error {
 	if !endpoint.Listening(name) {
+		if len(t.mods) == 0 && t.base == nil && t.shared == nil {
+			return nil // nothing of ours to put there (a bridge of someone else's)
+		}
 		// ovs-vswitchd is down or has not re-created the bridge yet.
 		return fmt.Errorf("OpenFlow endpoint %s is not there", name)
 	}

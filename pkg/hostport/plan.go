@@ -68,6 +68,7 @@ func NodeIPs(bridge string) ([]netip.Addr, error) {
 type Plan struct {
 	Port       ovsdb.OwnedPort
 	Target     string
+	Control    string // ovs-vswitchd's control socket ("": unixctl.Find)
 	Attachment flows.Attachment
 }
 
@@ -79,6 +80,8 @@ type Options struct {
 	MasqAll  bool
 	OpenFlow string // override of the bridge's OpenFlow target
 	OVSDB    string // OVSDB endpoint, to derive the default OpenFlow target
+	// VswitchdControl is ovs-vswitchd's control socket ("": unixctl.Find).
+	VswitchdControl string
 }
 
 // Resolve turns options and facts into the attachment's flow facts: node
@@ -132,5 +135,6 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 	if !a.HairpinV6.IsValid() {
 		a.IPv6 = netip.Addr{}
 	}
-	return &Plan{Port: port, Target: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, bridge), Attachment: a}, nil
+	return &Plan{Port: port, Target: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, bridge),
+		Control: conf.VswitchdControl, Attachment: a}, nil
 }

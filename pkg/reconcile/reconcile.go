@@ -42,8 +42,10 @@ func (s Stats) String() string {
 // holds now), removes the flows of attachments that no longer exist, and
 // restores recorded gateway addresses. It is idempotent: each bridge whose
 // flows differ from what the records want gets one atomic bundle that
-// replaces what is there (see inSync).
-func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (Stats, error) {
+// replaces what is there (see inSync). The zone limits go through the
+// control socket of ovs-vswitchd that ADD recorded, else control, else the
+// one unixctl.Find finds ("" for control: that one).
+func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control string) (Stats, error) {
 	var st Stats
 	bridges, err := cli.Bridges(ctx)
 	if err != nil {
@@ -57,6 +59,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (St
 		shared []flows.Flow // once per bridge
 		base   []flows.Flow // table 0's NORMAL on a fail_mode=secure bridge
 		pl     *flows.Pipeline
+		ctl    string // ovs-vswitchd's control socket, as recorded
 		mods   openflow.Bundle
 		live   map[flows.Cookie]bool
 	}
@@ -79,11 +82,14 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (St
 		if target, c, fl, ok := portsec.Rebuild(p); ok {
 			addFlows(get(target), c, fl)
 		}
-		target, pl, a, ok := hostport.Rebuild(p)
+		target, ctl, pl, a, ok := hostport.Rebuild(p)
 		if !ok {
 			continue
 		}
 		t := get(target)
+		if ctl != "" {
+			t.ctl = ctl
+		}
 		t.shared = pl.SharedFlows()
 		t.pl = &pl
 		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
@@ -130,7 +136,11 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (St
 			st.Bridges++
 		}
 		if t.pl != nil {
-			if err := hostport.SetZoneLimits(ctx, name, *t.pl); err != nil {
+			ctl := t.ctl
+			if ctl == "" {
+				ctl = control
+			}
+			if err := hostport.SetZoneLimits(ctx, name, ctl, *t.pl); err != nil {
 				return st, err
 			}
 		}
@@ -199,7 +209,7 @@ func restoreGateways(br ovsdb.Bridge) int {
 // Run reconciles the node of the OVSDB at ovsdbEndpoint once, or, with
 // watch, whenever an ovs-vswitchd (re)starts, never returning. It logs each
 // pass to out and returns the exit code of `ovs-portmap reconcile`.
-func Run(ovsdbEndpoint string, watch bool, out io.Writer) int {
+func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
 	once := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -209,7 +219,7 @@ func Run(ovsdbEndpoint string, watch bool, out io.Writer) int {
 			return err
 		}
 		defer cli.Close()
-		st, err := Reconcile(ctx, cli, ovsdbEndpoint)
+		st, err := Reconcile(ctx, cli, ovsdbEndpoint, control)
 		fmt.Fprintf(out, "%s reconcile: %s", time.Now().UTC().Format(time.RFC3339), st)
 		if err != nil {
 			fmt.Fprintf(out, " error: %v", err)

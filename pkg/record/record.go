@@ -56,8 +56,11 @@ func ClaimKey(r flows.Rule) string {
 type HostPorts struct {
 	Version  int    `json:"v"`
 	OpenFlow string `json:"openflow"` // the bridge's OpenFlow target
-	DNATZone uint16 `json:"dnatZone"`
-	SNATZone uint16 `json:"snatZone"`
+	// VswitchdControl is the control socket of ovs-vswitchd ADD was given
+	// ("": found as unixctl.Find finds it).
+	VswitchdControl string `json:"vswitchdControl,omitempty"`
+	DNATZone        uint16 `json:"dnatZone"`
+	SNATZone        uint16 `json:"snatZone"`
 	// ContainerZone and the limits: 0 in records written before they existed.
 	ContainerZone  uint16 `json:"containerZone,omitempty"`
 	Limit          uint32 `json:"conntrackLimit,omitempty"`
@@ -79,8 +82,10 @@ type HostPorts struct {
 // host ports of attachment a on the bridge at target (ovsdb.Client.Record's
 // arguments): the keys of an earlier record and its claims to remove, the
 // record to set, and the claims to take.
-func PublishHostPorts(p ovsdb.OwnedPort, target string, pl flows.Pipeline, a flows.Attachment) (unset []string, set map[string]string, claims []string, err error) {
-	raw, err := json.Marshal(newHostPorts(target, pl, a))
+func PublishHostPorts(p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.Attachment) (unset []string, set map[string]string, claims []string, err error) {
+	rec := newHostPorts(target, pl, a)
+	rec.VswitchdControl = control
+	raw, err := json.Marshal(rec)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("host port record of port %q: %w", p.Port.Name, err)
 	}

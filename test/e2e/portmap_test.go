@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -370,5 +371,44 @@ func TestPortmapVersions(t *testing.T) {
 				t.Errorf("after DEL: %v", fl)
 			}
 		})
+	}
+}
+
+// An ovs-vswitchd started with a --pidfile and --unixctl of its own: no pid
+// file names its control socket, so ADD without "vswitchdControl" fails with
+// code 7 naming the key (and leaves no flow), and with the key it sets the
+// zone limits through that socket and the host port answers.
+func TestPortmapVswitchdControl(t *testing.T) {
+	requireSandbox(t)
+	rundir := filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:"))
+	ctl := filepath.Join(rundir, "elsewhere", "vswitchd.ctl")
+	pidFile := filepath.Join(rundir, "elsewhere", "vswitchd.pid")
+	if err := os.MkdirAll(filepath.Dir(ctl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	restartVswitchd(t, nil, "--pidfile="+pidFile, "--unixctl="+ctl)
+	t.Cleanup(func() { restartVswitchdFrom(t, pidFile) })
+
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.0.0", "pmctl", nil)
+	a := newContainer(t)
+	caps := mappings(pm(8070, 80, "udp", ""))
+	_, err := n.add(a, "eth0", caps)
+	if err == nil || cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), `"vswitchdControl"`) {
+		t.Fatalf("ADD without vswitchdControl: got %v (code %d), want code 7 naming \"vswitchdControl\"", err, cniCode(err))
+	}
+	if fl := h.flowsOf(t, flows.AttachmentCookie(a.id, "eth0")); len(fl) != 0 {
+		t.Errorf("failed ADD left flows: %v", fl)
+	}
+	n.del(a, "eth0", nil)
+
+	n = h.portmapList(t, "1.0.0", "pmctl", map[string]any{"vswitchdControl": ctl, "conntrackLimit": 4321})
+	n.mustAdd(t, a, "eth0", caps)
+	t.Cleanup(func() { n.del(a, "eth0", nil) })
+	a.serveUDP(t, 80)
+	expect(t, h.outside.ns, "udp", hp(nodeV4, 8070), a, outsideV4)
+	out, err := run("ovs-appctl", "-t", ctl, "dpctl/ct-get-limits", "zone=64000")
+	if err != nil || !strings.Contains(out, "zone=64000,limit=4321,") {
+		t.Errorf("zone limits through %s: got %q, %v; want zone 64000 limited to 4321", ctl, out, err)
 	}
 }

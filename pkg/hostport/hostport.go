@@ -78,6 +78,11 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 	nftc := make(chan error, 1)
 	go func() { nftc <- applyNodeLocal(ctx, a.Rules, false) }()
 	err = openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...)
+	if flushUnsupported(err) {
+		// An ovs-vswitchd before 3.1 (no NXT_CT_FLUSH): the flows are in;
+		// stale entries of the host ports expire instead, as on DEL.
+		err = nil
+	}
 	if nerr := <-nftc; nerr == nil {
 		defer func() {
 			if retErr != nil {
@@ -94,6 +99,13 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 		return err
 	}
 	return waitRevalidation(ctx, reg.reval)
+}
+
+// flushUnsupported reports whether err says only that ovs-vswitchd has no
+// conntrack flush (openflow.ConntrackFlushError.Unsupported).
+func flushUnsupported(err error) bool {
+	var fe *openflow.ConntrackFlushError
+	return errors.As(err, &fe) && fe.Unsupported()
 }
 
 // undo runs a step of a failed Publish's clean-up with a bounded context of

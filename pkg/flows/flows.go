@@ -278,3 +278,28 @@ func ConntrackFlushes(p Pipeline, rules []Rule) []openflow.CTFlush {
 	}
 	return out
 }
+
+// WithdrawFlushes returns what a DEL flushes: for every rule, whatever its
+// protocol, the original tuple of its connections in each DNAT zone (as
+// ConntrackFlushes), and in the SNAT zone the tuple they have there, after
+// DNAT (container IP, protocol, container port). Entries of a deleted
+// attachment would otherwise stay until they expire (a TCP one for days)
+// and count against the zones' limits. Duplicates are dropped; the order is
+// that of rules, then of zones.
+func WithdrawFlushes(p Pipeline, rules []Rule) []openflow.CTFlush {
+	var out []openflow.CTFlush
+	seen := make(map[openflow.CTFlush]bool)
+	add := func(f openflow.CTFlush) {
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	for _, r := range rules {
+		for _, z := range p.Zones() {
+			add(openflow.CTFlush{Zone: z, Proto: uint8(r.Protocol), Dst: r.NodeIP, DstPort: r.HostPort})
+		}
+		add(openflow.CTFlush{Zone: p.SNATZone, Proto: uint8(r.Protocol), Dst: r.ContainerIP, DstPort: r.ContainerPort})
+	}
+	return out
+}

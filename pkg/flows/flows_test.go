@@ -330,6 +330,30 @@ func TestConntrackFlushes(t *testing.T) {
 	}
 }
 
+func TestWithdrawFlushes(t *testing.T) {
+	a := sample(t)
+	rules := append(a.Rules, a.Rules[0])
+	p := DefaultPipeline()
+	var got []string
+	for _, f := range WithdrawFlushes(p, rules) {
+		got = append(got, f.String())
+	}
+	var want []string
+	for _, r := range a.Rules { // every protocol, TCP included
+		dst := "ct_nw_dst="
+		if r.NodeIP.Is6() {
+			dst = "ct_ipv6_dst="
+		}
+		for _, z := range p.Zones() {
+			want = append(want, fmt.Sprintf("zone=%d %s%s,ct_nw_proto=%d,ct_tp_dst=%d", z, dst, r.NodeIP, r.Protocol, r.HostPort))
+		}
+		want = append(want, fmt.Sprintf("zone=%d %s%s,ct_nw_proto=%d,ct_tp_dst=%d", p.SNATZone, dst, r.ContainerIP, r.Protocol, r.ContainerPort))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name   string

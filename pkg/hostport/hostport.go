@@ -205,7 +205,7 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 		if endpoint.Listening(rec.OpenFlow) {
 			// A conntrack flush that fails (an old ovs-vswitchd) does not
 			// fail DEL: the entries expire.
-			err := openflow.DeleteFlows(ctx, rec.OpenFlow, a.Cookie.Delete(), flows.ConntrackFlushes(pl, a.Rules)...)
+			err := openflow.DeleteFlows(ctx, rec.OpenFlow, a.Cookie.Delete(), flows.WithdrawFlushes(pl, a.Rules)...)
 			if err != nil && !errors.Is(err, openflow.ErrConntrackFlush) {
 				return err
 			}

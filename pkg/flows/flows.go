@@ -20,6 +20,11 @@ type Attachment struct {
 	OFPort uint32
 	// MAC is the container interface's MAC address.
 	MAC net.HardwareAddr
+	// NodeMAC is the MAC of the bridge's internal interface, which holds the
+	// node addresses: requests are translated only when sent to it, since
+	// their destination MAC becomes the reply's source (LabelOrigEthDst).
+	// nil (records from before it): any destination MAC.
+	NodeMAC net.HardwareAddr
 	// IPv4 and IPv6 are the container's addresses; either may be zero.
 	IPv4, IPv6 netip.Addr
 	// HairpinV4 and HairpinV6 are node addresses used as the source of
@@ -47,6 +52,9 @@ func (a Attachment) Validate() error {
 	}
 	if len(a.MAC) != 6 {
 		errs = append(errs, fmt.Errorf("mac %q is not a 48-bit MAC", a.MAC))
+	}
+	if a.NodeMAC != nil && (len(a.NodeMAC) != 6 || a.NodeMAC[0]&1 != 0) {
+		errs = append(errs, fmt.Errorf("node mac %q is not a 48-bit unicast MAC", a.NodeMAC))
 	}
 	if a.IPv4.IsValid() && !a.IPv4.Is4() || a.IPv6.IsValid() && !a.IPv6.Is6() {
 		errs = append(errs, fmt.Errorf("container addresses %s, %s are of the wrong family", a.IPv4, a.IPv6))
@@ -166,6 +174,11 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 		// Untagged only: a tagged frame has no path to the node's addresses.
 		match := openflow.Match{}.Proto(ethOf(r.NodeIP), uint8(r.Protocol)).VLANTCI(0, 0x1000).
 			IPDst(openflow.Host(r.NodeIP)).TPDst(r.HostPort)
+		if nodeMAC, ok := openflow.MACFrom(a.NodeMAC); ok {
+			// The reply's source MAC is this one (LabelOrigEthDst): a
+			// request sent to any other is not ours to answer.
+			match = match.EthDst(nodeMAC)
+		}
 		if requests[match] {
 			continue
 		}

@@ -402,3 +402,23 @@ func TestPipelineDeclarations(t *testing.T) {
 		}
 	}
 }
+
+// With NodeMAC, every request classifier matches it as dl_dst, and no other
+// flow does.
+func TestRequestsMatchNodeMAC(t *testing.T) {
+	a := sample(t)
+	a.NodeMAC, _ = net.ParseMAC("02:00:00:00:00:fe")
+	if err := a.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range DefaultPipeline().AttachmentFlows(a) {
+		request := f.Table == TableClassifier && (f.Priority == PriorityRequest || f.Priority == PriorityRequestContainer)
+		if got := strings.Contains(f.Match.String(), "dl_dst=02:00:00:00:00:fe"); got != request {
+			t.Errorf("flow %s: dl_dst=NodeMAC %v, want %v", f, got, request)
+		}
+	}
+	a.NodeMAC, _ = net.ParseMAC("ff:ff:ff:ff:ff:ff")
+	if err := a.Validate(); err == nil || !strings.Contains(err.Error(), "unicast") {
+		t.Errorf("broadcast node MAC: got %v, want an error", err)
+	}
+}

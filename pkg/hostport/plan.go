@@ -64,6 +64,16 @@ func NodeIPs(bridge string) ([]netip.Addr, error) {
 	return out, nil
 }
 
+// NodeMAC is the MAC of the bridge's internal interface, where the node
+// addresses are.
+func NodeMAC(bridge string) (net.HardwareAddr, error) {
+	l, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return nil, fmt.Errorf("bridge interface %q: %w", bridge, err)
+	}
+	return l.Attrs().HardwareAddr, nil
+}
+
 // Plan is what an ADD resolved for one attachment.
 type Plan struct {
 	Port       ovsdb.OwnedPort
@@ -75,7 +85,8 @@ type Plan struct {
 // Options are the host port settings of a network.
 type Options struct {
 	Mappings []flows.Mapping
-	NodeIPs  []netip.Addr // nil: the addresses of the bridge's internal interface
+	NodeIPs  []netip.Addr     // nil: the addresses of the bridge's internal interface
+	NodeMAC  net.HardwareAddr // nil: the MAC of the bridge's internal interface
 	SNAT     bool
 	MasqAll  bool
 	OpenFlow string // override of the bridge's OpenFlow target
@@ -110,6 +121,13 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 			return nil, invalid("portMappings[%d]: hostIP %s is not a node address (%v)", i, m.HostIP, nodeIPs)
 		}
 	}
+	nodeMAC := conf.NodeMAC
+	if nodeMAC == nil {
+		var err error
+		if nodeMAC, err = NodeMAC(bridge); err != nil {
+			return nil, err
+		}
+	}
 	if port.Interface.OFPort == nil || *port.Interface.OFPort <= 0 {
 		return nil, fmt.Errorf("port %q has no ofport", port.Port.Name)
 	}
@@ -117,7 +135,7 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 		return nil, fmt.Errorf("prevResult interface %q has no MAC", ifname)
 	}
 	a := flows.Attachment{
-		Cookie: flows.AttachmentCookie(containerID, ifname), OFPort: uint32(*port.Interface.OFPort), MAC: mac,
+		Cookie: flows.AttachmentCookie(containerID, ifname), OFPort: uint32(*port.Interface.OFPort), MAC: mac, NodeMAC: nodeMAC,
 		IPv4: v4, IPv6: v6, Rules: flows.Resolve(conf.Mappings, nodeIPs, v4, v6),
 		SNAT: conf.SNAT, MasqAll: conf.MasqAll,
 	}

@@ -28,7 +28,7 @@ func TestResolvePlan(t *testing.T) {
 		return flows.Mapping{Protocol: flows.TCP, HostIP: a, HostPort: hp, ContainerPort: 80}
 	}
 	opts := Options{Mappings: []flows.Mapping{m("", 8080), m("127.0.0.1", 8081), m("::1", 8082), m("198.51.100.1", 8083)},
-		NodeIPs: node, SNAT: true, OVSDB: "unix:/run/ovs/db.sock"}
+		NodeIPs: node, NodeMAC: mac, SNAT: true, OVSDB: "unix:/run/ovs/db.sock"}
 	plan, err := Resolve(opts, "ctr", "eth0", port, v4, v6, mac)
 	if err != nil {
 		t.Fatal(err)

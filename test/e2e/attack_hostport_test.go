@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+)
+
+// A host-port reply takes its source MAC from the request's destination MAC
+// (LabelOrigEthDst). A client outside sends UDP requests to the node's
+// address and host port, one to the bridge interface's MAC (the control:
+// answered, from that MAC) and one to a forged MAC: protected, the forged
+// one is not translated, so no reply leaves with the forged MAC as its
+// source (which would teach the switches outside that the node's port holds
+// it).
+func TestAttackHostPortReplyMAC(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.0.0", "pmmac", nil)
+	a := newContainer(t)
+	n.mustAdd(t, a, "eth0", mappings(pm(5395, 53, "udp", "")))
+	t.Cleanup(func() { n.del(a, "eth0", nil) })
+	a.serveUDP(t, 53)
+	expect(t, h.outside.ns, "udp", hp(nodeV4, 5395), a, outsideV4)
+
+	ifi, err := net.InterfaceByName(h.bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeMAC := ifi.HardwareAddr
+	var outMAC net.HardwareAddr
+	if err := h.outside.ns.Do(func(ns.NetNS) error {
+		i, err := net.InterfaceByName("eth0")
+		if err == nil {
+			outMAC = i.HardwareAddr
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	forged, _ := net.ParseMAC("02:00:00:00:0b:ad")
+	src, dst := netip.MustParseAddr(outsideV4), netip.MustParseAddr(nodeV4)
+	sn := sniff(t, h.outside.ns, "eth0", "outside")
+	s := sender(t, h.outside.ns, "eth0")
+	reply := func(sport uint16) func(frame) bool {
+		return func(f frame) bool {
+			_, d, _, _, ok := f.ip()
+			sp, dp, data, uok := f.udp()
+			return ok && uok && d == src && sp == 5395 && dp == sport && bytes.HasPrefix(data, []byte("hello from "+a.id))
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		dstMAC net.HardwareAddr
+		sport  uint16
+	}{{"control-node-mac", nodeMAC, 41001}, {"forged-mac", forged, 41002}} {
+		mustSend(t, s, ethFrame(tc.dstMAC, outMAC, etherIPv4, udp4(src, dst, tc.sport, 5395, []byte("ping"))))
+		answered := sn.waitFor(time.Second, reply(tc.sport))
+		if tc.dstMAC.String() == nodeMAC.String() {
+			if !answered {
+				t.Errorf("%s: no reply to a request sent to the node's MAC %s", tc.name, nodeMAC)
+			}
+			if got := sn.first(5, func(f frame) bool { return reply(tc.sport)(f) && f.src.String() != nodeMAC.String() }); len(got) > 0 {
+				t.Errorf("%s: reply from another MAC than the node's %s: %v", tc.name, nodeMAC, got)
+			}
+			continue
+		}
+		if got := sn.first(5, func(f frame) bool { return reply(tc.sport)(f) && f.src.String() == forged.String() }); len(got) > 0 {
+			t.Errorf("%s: reply left with the forged source MAC %s: %v", tc.name, forged, got)
+		}
+	}
+	expect(t, h.outside.ns, "udp", hp(nodeV4, 5395), a, outsideV4)
+}

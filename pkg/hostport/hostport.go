@@ -226,7 +226,7 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 // Rebuild returns what the host port record of port p needs to be
 // programmed again (reconcile): the OpenFlow target, the control socket ADD
 // was given ("" when none), the pipeline and the attachment, with the ofport
-// OVSDB holds now. ok is false when p has no usable record.
+// OVSDB holds now and the bridge interface's MAC of now. ok is false when p has no usable record.
 func Rebuild(p ovsdb.OwnedPort) (target, control string, pl flows.Pipeline, a flows.Attachment, ok bool) {
 	rec, ok, err := record.HostPortsOf(p)
 	if err != nil || !ok {
@@ -238,6 +238,13 @@ func Rebuild(p ovsdb.OwnedPort) (target, control string, pl flows.Pipeline, a fl
 	}
 	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
 		a.OFPort = uint32(*p.Interface.OFPort)
+	}
+	if a.NodeMAC != nil {
+		// The bridge interface's MAC as it is now (it follows the bridge's
+		// NICs unless other_config:hwaddr pins it).
+		if m, err := NodeMAC(p.Port.ExternalIDs[ovsdb.KeyBridge]); err == nil && len(m) == 6 {
+			a.NodeMAC = m
+		}
 	}
 	return rec.OpenFlow, rec.VswitchdControl, pl, a, true
 }

@@ -147,7 +147,10 @@ const (
 // A port whose untagged frames are not on VLAN 0 (an access port of another
 // VLAN, a trunk) has no path to the node's addresses: its frames skip the
 // host port classifiers (PriorityVLANIsolation), and tagged frames never
-// match them (they match vlan_tci=0x0000/0x1000).
+// match them (they match vlan_tci=0x0000/0x1000). Such a port has no host
+// ports either (pkg/hostport refuses them): tables 40 and 41 know a
+// container by its address alone, which networks on different VLANs may
+// share.
 const (
 	PriorityPortSecGuard  uint16 = 420
 	PriorityPortSecND     uint16 = 410

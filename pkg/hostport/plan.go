@@ -74,6 +74,24 @@ func NodeMAC(bridge string) (net.HardwareAddr, error) {
 	return l.Attrs().HardwareAddr, nil
 }
 
+// vlanZero refuses host ports on a port off VLAN 0 (ovs-bridge's "vlan" or
+// "trunk"). The node's addresses are on VLAN 0: a host port there would
+// open a DNAT path from VLAN 0 into the port's VLAN, past the VLAN
+// isolation, and the pipeline's tables 40 and 41 know a container by its
+// address alone, which networks on different VLANs may share.
+func vlanZero(port ovsdb.OwnedPort, mappings int) error {
+	if mappings == 0 {
+		return nil
+	}
+	if t := port.Port.Tag; t != nil && *t != 0 {
+		return invalid(`port %q is on VLAN %d (ovs-bridge "vlan"): host ports are served on VLAN 0 only, where the node's addresses are`, port.Port.Name, *t)
+	}
+	if len(port.Port.Trunks) > 0 {
+		return invalid(`port %q is a trunk of VLANs %v (ovs-bridge "trunk"): host ports are served on VLAN 0 only, where the node's addresses are`, port.Port.Name, port.Port.Trunks)
+	}
+	return nil
+}
+
 // Plan is what an ADD resolved for one attachment.
 type Plan struct {
 	Port       ovsdb.OwnedPort
@@ -127,6 +145,9 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 		if nodeMAC, err = NodeMAC(bridge); err != nil {
 			return nil, err
 		}
+	}
+	if err := vlanZero(port, len(conf.Mappings)); err != nil {
+		return nil, err
 	}
 	if port.Interface.OFPort == nil || *port.Interface.OFPort <= 0 {
 		return nil, fmt.Errorf("port %q has no ofport", port.Port.Name)

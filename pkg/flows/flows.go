@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
@@ -136,11 +137,49 @@ func (p Pipeline) SharedFlows() []Flow {
 		flow(c, TablePortmapReplySNAT, PriorityMiss, openflow.Match{}, openflow.Normal),
 		flow(c, TablePortmapReplyRestore, PriorityReplyNAT, openflow.Match{}.CTState(reply, reply), restore...),
 		flow(c, TablePortmapReplyRestore, PriorityMiss, openflow.Match{}, openflow.Normal),
+		flow(c, TablePortmapDNAT, PriorityMiss, openflow.Match{}, openflow.Normal),
 	}
 	if p.ContainerZone != 0 {
 		out = append(out,
 			flow(c, TablePortmapReplyRestore, PriorityReplyContainer, ip.CTZone(p.DNATZone), unDNAT(p.ContainerZone)),
 			flow(c, TablePortmapReplyRestore, PriorityReplyContainer, ip6.CTZone(p.DNATZone), unDNAT(p.ContainerZone)))
+	}
+	return out
+}
+
+// fragmented reports whether datagrams of p can be fragmented host-port
+// traffic: UDP and SCTP (TCP segments carry DF and follow the path MTU).
+func fragmented(p Protocol) bool { return p == UDP || p == SCTP }
+
+// FragmentFlows returns the shared request flows for fragments (table 0,
+// PriorityFragment and PriorityFragmentContainer) to the node IPs of a's
+// UDP and SCTP rules, with the shared cookie: node IPs are
+// the bridge's, shared by every attachment that publishes on them. The
+// pipeline's comment says how a fragment goes through them.
+func (p Pipeline) FragmentFlows(a Attachment) []Flow {
+	var out []Flow
+	seen := make(map[netip.Addr]bool)
+	nodeMAC, hasMAC := openflow.MACFrom(a.NodeMAC)
+	for _, r := range a.Rules {
+		if !fragmented(r.Protocol) || seen[r.NodeIP] {
+			continue
+		}
+		seen[r.NodeIP] = true
+		// No protocol: a later IPv6 fragment shows the fragment header's
+		// (44), not the datagram's.
+		m := openflow.Match{}.EthType(ethOf(r.NodeIP)).VLANTCI(0, 0x1000).
+			IPDst(openflow.Host(r.NodeIP)).NWFrag(openflow.FragAny, openflow.FragAny)
+		if hasMAC {
+			m = m.EthDst(nodeMAC)
+		}
+		lookup := func(zone uint16) openflow.CT {
+			return openflow.CT{Zone: zone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapDNAT)}
+		}
+		out = append(out, flow(SharedCookie(), TableClassifier, PriorityFragment, m, lookup(p.DNATZone)))
+		if p.ContainerZone != 0 {
+			out = append(out, flow(SharedCookie(), TableClassifier, PriorityFragmentContainer,
+				m.RegBits(RegPortSecurityChecked, 1), lookup(p.ContainerZone)))
+		}
 	}
 	return out
 }
@@ -207,6 +246,13 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 			openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
 	}
 	flows = append(flows, replies...)
+	for _, cip := range []netip.Addr{a.IPv4, a.IPv6} {
+		if cip.IsValid() && slices.ContainsFunc(a.Rules, func(r Rule) bool { return fragmented(r.Protocol) && r.ContainerIP == cip }) {
+			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityReplyFragment,
+				openflow.Match{}.EthType(ethOf(cip)).InPort(a.OFPort).IPSrc(openflow.Host(cip)).NWFrag(openflow.FragAny, openflow.FragAny),
+				openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
+		}
+	}
 
 	var families []netip.Addr
 	if has4 && a.IPv4.Is4() {
@@ -251,7 +297,7 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 // flows atomically and a bad entry changes nothing. Bundles need OpenFlow
 // 1.4 or later on the bridge.
 func (p Pipeline) Bundle(a Attachment) openflow.Bundle {
-	shared, own := p.SharedFlows(), p.AttachmentFlows(a)
+	shared, own := append(p.SharedFlows(), p.FragmentFlows(a)...), p.AttachmentFlows(a)
 	b := make(openflow.Bundle, 0, 1+len(shared)+len(own))
 	b = append(b, a.Cookie.Delete())
 	for _, f := range shared {

@@ -197,6 +197,8 @@ func (m *Match) decodeField(class uint16, field uint8, val, mask []byte, vid, pc
 		*m = m.EthSrc(a)
 	case class == classNXM1 && field == nxmCTState && len(val) == 4:
 		*m = m.CTState(uint32(u()), uint32(um()))
+	case class == classNXM1 && field == nxmIPFrag && len(val) == 1:
+		*m = m.NWFrag(uint8(u()), uint8(um()))
 	case class == classNXM1 && field == nxmCTZone && len(val) == 2 && mask == nil:
 		*m = m.CTZone(uint16(u()))
 	case class == classBasic && (field == oxmIPv4Src || field == oxmIPv6Src) && (len(val) == 4 || len(val) == 16):

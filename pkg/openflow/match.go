@@ -77,6 +77,7 @@ type Match struct {
 	icmpCode       uint8
 	ndTarget       netip.Addr
 	ndSLL, ndTLL   MAC
+	nwFrag         masked16 // low 2 bits: FragAny, FragLater
 }
 
 type masked32 struct{ v, m uint32 }
@@ -100,7 +101,26 @@ const (
 	hasNDSLL
 	hasNDTLL
 	hasRegs // any of regs; which by mask
+	hasNWFrag
 )
+
+// Fragment bits of NXM_NX_IP_FRAG (nw_frag): FragAny is set on every
+// fragment, FragLater on all but the first.
+const (
+	FragAny   uint8 = 1
+	FragLater uint8 = 2
+)
+
+// NWFrag matches the fragment bits (FragAny, FragLater) under mask:
+// NWFrag(FragAny, FragAny) is ovs-ofctl's nw_frag=yes, NWFrag(FragAny|FragLater,
+// FragAny|FragLater) nw_frag=later. The packet must be ip or ipv6.
+func (m Match) NWFrag(value, mask uint8) Match {
+	m.nwFrag, m.has = masked16{uint16(value & mask & 3), uint16(mask & 3)}, m.has|hasNWFrag
+	return m
+}
+
+// nwFragNames are ovs-ofctl's names of the nw_frag values and masks.
+var nwFragNames = map[masked16]string{{1, 1}: "yes", {0, 1}: "no", {1, 3}: "first", {3, 3}: "later", {0, 2}: "not_later"}
 
 // EthType matches dl_type.
 func (m Match) EthType(t uint16) Match { m.ethType, m.has = t, m.has|hasEthType; return m }
@@ -313,6 +333,13 @@ func (m Match) String() string {
 			f = append(f, pre+p.name+"="+prefix(p.v))
 		}
 	}
+	if m.has&hasNWFrag != 0 {
+		if n, ok := nwFragNames[m.nwFrag]; ok {
+			f = append(f, "nw_frag="+n)
+		} else {
+			f = append(f, fmt.Sprintf("nw_frag=%#x/%#x", m.nwFrag.v, m.nwFrag.m))
+		}
+	}
 	if m.has&hasARPSHA != 0 {
 		f = append(f, "arp_sha="+m.arpSHA.String())
 	}
@@ -406,6 +433,7 @@ const (
 	nxmCTZone  = 106
 	nxmCTMark  = 107
 	nxmCTLabel = 108
+	nxmIPFrag  = 26 // NXM1
 )
 
 // l4Base returns the OXM field of tp_src for the IP protocol (tp_dst is +1).
@@ -452,6 +480,9 @@ func (m Match) Encode(b []byte) []byte {
 	}
 	if m.has&hasIPProto != 0 {
 		b = oxm(b, classBasic, oxmIPProto, []byte{m.ipProto}, nil)
+	}
+	if m.has&hasNWFrag != 0 {
+		b = oxm(b, classNXM1, nxmIPFrag, []byte{byte(m.nwFrag.v)}, []byte{byte(m.nwFrag.m)})
 	}
 	for i, p := range []netip.Prefix{m.ipSrc, m.ipDst} {
 		if p.IsValid() {
@@ -516,6 +547,9 @@ func (m Match) Validate() error {
 		if p.IsValid() && (m.has&hasEthType == 0 || p.Addr().Is4() != (m.ethType == EthIPv4) || !ip) {
 			missing = append(missing, "address "+p.String()+" without its ethertype")
 		}
+	}
+	if m.has&hasNWFrag != 0 && !ip {
+		missing = append(missing, "nw_frag without ip or ipv6")
 	}
 	if (m.arpSPA.IsValid() || m.arpTPA.IsValid() || m.has&(hasARPSHA|hasARPTHA) != 0) && m.ethType != EthARP {
 		missing = append(missing, "arp fields without arp")

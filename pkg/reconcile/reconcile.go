@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -90,7 +91,14 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 		if ctl != "" {
 			t.ctl = ctl
 		}
-		t.shared = pl.SharedFlows()
+		if t.shared == nil {
+			t.shared = pl.SharedFlows()
+		}
+		for _, f := range pl.FragmentFlows(a) {
+			if !slices.ContainsFunc(t.shared, func(g flows.Flow) bool { return g.Line() == f.Line() }) {
+				t.shared = append(t.shared, f)
+			}
+		}
 		t.pl = &pl
 		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
 		rules = append(rules, a.Rules...)

@@ -151,30 +151,55 @@ func (p Pipeline) SharedFlows() []Flow {
 // traffic: UDP and SCTP (TCP segments carry DF and follow the path MTU).
 func fragmented(p Protocol) bool { return p == UDP || p == SCTP }
 
-// FragmentFlows returns the shared request flows for fragments (table 0,
-// PriorityFragment and PriorityFragmentContainer) to the node IPs of a's
-// UDP and SCTP rules, with the shared cookie: node IPs are
-// the bridge's, shared by every attachment that publishes on them. The
+// icmpErrors are the ICMP types that report on a packet of a connection
+// (destination unreachable, fragmentation needed included; time exceeded;
+// ICMPv6 packet too big, parameter problem): conntrack finds them related
+// (+rel) to it and ct(nat) translates them, inner header included.
+var icmpErrors = map[uint16][]uint8{openflow.EthIPv4: {3, 11}, openflow.EthIPv6: {1, 2, 3, 4}}
+
+// icmpOf returns the ICMP protocol of a's family.
+func icmpOf(a netip.Addr) uint8 {
+	if a.Is4() {
+		return openflow.ProtoICMP
+	}
+	return openflow.ProtoICMPv6
+}
+
+// NodeIPFlows returns the shared request flows of the node IPs of a's
+// rules (table 0, shared cookie: node IPs are the bridge's, shared by every
+// attachment that publishes on them): the ICMP errors sent to a node IP
+// (PriorityRelated), which may be about a host-port connection (path MTU
+// discovery: fragmentation needed, packet too big), and, for node IPs with
+// UDP or SCTP rules, the fragments (PriorityFragment,
+// PriorityFragmentContainer). Both go through ct(nat) without commit: what
+// no connection translates goes to the node (table 40's PriorityMiss). The
 // pipeline's comment says how a fragment goes through them.
-func (p Pipeline) FragmentFlows(a Attachment) []Flow {
+func (p Pipeline) NodeIPFlows(a Attachment) []Flow {
 	var out []Flow
-	seen := make(map[netip.Addr]bool)
+	seen, seenFrag := make(map[netip.Addr]bool), make(map[netip.Addr]bool)
 	nodeMAC, hasMAC := openflow.MACFrom(a.NodeMAC)
+	lookup := func(zone uint16) openflow.CT {
+		return openflow.CT{Zone: zone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapDNAT)}
+	}
 	for _, r := range a.Rules {
-		if !fragmented(r.Protocol) || seen[r.NodeIP] {
+		base := openflow.Match{}.EthType(ethOf(r.NodeIP)).VLANTCI(0, 0x1000).IPDst(openflow.Host(r.NodeIP))
+		if hasMAC {
+			base = base.EthDst(nodeMAC)
+		}
+		if !seen[r.NodeIP] {
+			seen[r.NodeIP] = true
+			for _, typ := range icmpErrors[ethOf(r.NodeIP)] {
+				m := base.IPProto(icmpOf(r.NodeIP)).ICMPType(typ)
+				out = append(out, flow(SharedCookie(), TableClassifier, PriorityRelated, m, lookup(p.DNATZone)))
+			}
+		}
+		if !fragmented(r.Protocol) || seenFrag[r.NodeIP] {
 			continue
 		}
-		seen[r.NodeIP] = true
+		seenFrag[r.NodeIP] = true
 		// No protocol: a later IPv6 fragment shows the fragment header's
 		// (44), not the datagram's.
-		m := openflow.Match{}.EthType(ethOf(r.NodeIP)).VLANTCI(0, 0x1000).
-			IPDst(openflow.Host(r.NodeIP)).NWFrag(openflow.FragAny, openflow.FragAny)
-		if hasMAC {
-			m = m.EthDst(nodeMAC)
-		}
-		lookup := func(zone uint16) openflow.CT {
-			return openflow.CT{Zone: zone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapDNAT)}
-		}
+		m := base.NWFrag(openflow.FragAny, openflow.FragAny)
 		out = append(out, flow(SharedCookie(), TableClassifier, PriorityFragment, m, lookup(p.DNATZone)))
 		if p.ContainerZone != 0 {
 			out = append(out, flow(SharedCookie(), TableClassifier, PriorityFragmentContainer,
@@ -247,7 +272,17 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 	}
 	flows = append(flows, replies...)
 	for _, cip := range []netip.Addr{a.IPv4, a.IPv6} {
-		if cip.IsValid() && slices.ContainsFunc(a.Rules, func(r Rule) bool { return fragmented(r.Protocol) && r.ContainerIP == cip }) {
+		if !cip.IsValid() || !slices.ContainsFunc(a.Rules, func(r Rule) bool { return r.ContainerIP == cip }) {
+			continue
+		}
+		// ICMP errors the container sends about a packet of a host-port
+		// connection (port unreachable, ...) go down the reply path.
+		for _, typ := range icmpErrors[ethOf(cip)] {
+			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityReplyRelated,
+				openflow.Match{}.Proto(ethOf(cip), icmpOf(cip)).InPort(a.OFPort).IPSrc(openflow.Host(cip)).ICMPType(typ),
+				openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
+		}
+		if slices.ContainsFunc(a.Rules, func(r Rule) bool { return fragmented(r.Protocol) && r.ContainerIP == cip }) {
 			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityReplyFragment,
 				openflow.Match{}.EthType(ethOf(cip)).InPort(a.OFPort).IPSrc(openflow.Host(cip)).NWFrag(openflow.FragAny, openflow.FragAny),
 				openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
@@ -297,7 +332,7 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 // flows atomically and a bad entry changes nothing. Bundles need OpenFlow
 // 1.4 or later on the bridge.
 func (p Pipeline) Bundle(a Attachment) openflow.Bundle {
-	shared, own := append(p.SharedFlows(), p.FragmentFlows(a)...), p.AttachmentFlows(a)
+	shared, own := append(p.SharedFlows(), p.NodeIPFlows(a)...), p.AttachmentFlows(a)
 	b := make(openflow.Bundle, 0, 1+len(shared)+len(own))
 	b = append(b, a.Cookie.Delete())
 	for _, f := range shared {

@@ -106,9 +106,10 @@ func TestAttachmentFlows(t *testing.T) {
 		count[f.Table]++
 	}
 	// 2 mappings × 2 families requests (from outside and from containers)
-	// + 2 × 2 replies + a reply fragment flow per family (UDP);
-	// hairpin + pass and output per family.
-	want := map[uint8]int{TableClassifier: 14, TablePortmapDNAT: 4, TablePortmapOutput: 2}
+	// + 2 × 2 replies + a reply fragment flow per family (UDP) + the
+	// container's ICMP errors (2 types IPv4, 4 IPv6); hairpin + pass and
+	// output per family.
+	want := map[uint8]int{TableClassifier: 20, TablePortmapDNAT: 4, TablePortmapOutput: 2}
 	if fmt.Sprint(count) != fmt.Sprint(want) {
 		t.Errorf("flows per table: got %v, want %v", count, want)
 	}

@@ -31,6 +31,11 @@
 //	     |
 //	table 40 as above, or prio 0: not translated (no connection yet): NORMAL, to the node
 //
+//	ICMP errors about a host-port connection (+rel; path MTU discovery: fragmentation
+//	needed, packet too big) take the same two ways: to a node IP, table 0 prio 204
+//	(shared, per node IP) ct(DNAT zone, nat) -> table 40; from a container, prio 212
+//	(per attachment) ct(SNAT zone, nat) -> tables 42, 43.
+//
 //	table 0   TableClassifier           exact-match classifiers; NORMAL at priority 0 is not ours
 //	table 40  TablePortmapDNAT          requests after DNAT: choose SNAT or not
 //	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
@@ -44,7 +49,9 @@
 //	prio 205  PriorityVLANIsolation     table 0: a port off VLAN 0 has no path to the node: NORMAL, not host ports
 //	prio   0  PriorityBase              table 0: NORMAL, on a fail_mode=secure bridge only (BaseFlows)
 //	prio 65000 PriorityTombstone        table 0: a port being deleted drops everything (10 s hard timeout)
+//	prio 212  PriorityReplyRelated      table 0: an ICMP error from a container port with host ports: reply path
 //	prio 211  PriorityReplyFragment     table 0: a fragment from a container port with UDP/SCTP host ports
+//	prio 204  PriorityRelated           table 0: an ICMP error to a node IP with host ports: ct(DNAT zone, nat), table 40
 //	prio 203  PriorityFragmentContainer table 0: PriorityFragment from a container port (port security passed)
 //	prio 202  PriorityFragment          table 0: a fragment to a node IP with UDP/SCTP host ports
 //	prio 210  PriorityReply             table 0: reply from a published container port
@@ -158,6 +165,14 @@ const (
 	// UDP or SCTP host ports down the reply path: above PriorityReply, for
 	// the same reason.
 	PriorityReplyFragment uint16 = 211
+	// PriorityRelated sends an ICMP error to a node IP with host ports
+	// through ct(nat) in the DNAT zone (table 0, shared flows): when it is
+	// about a host-port connection (+rel), it reaches the container
+	// translated, inner header included. Below PriorityVLANIsolation.
+	PriorityRelated uint16 = 204
+	// PriorityReplyRelated sends an ICMP error from a container port with
+	// host ports down the reply path, above every other reply classifier.
+	PriorityReplyRelated uint16 = 212
 	// PriorityHairpin SNATs container → its own host port, in table 40.
 	PriorityHairpin uint16 = 300
 	// PriorityMasquerade SNATs every request to the container, in table 40.

@@ -94,7 +94,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 		if t.shared == nil {
 			t.shared = pl.SharedFlows()
 		}
-		for _, f := range pl.FragmentFlows(a) {
+		for _, f := range pl.NodeIPFlows(a) {
 			if !slices.ContainsFunc(t.shared, func(g flows.Flow) bool { return g.Line() == f.Line() }) {
 				t.shared = append(t.shared, f)
 			}

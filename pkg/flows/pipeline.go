@@ -56,7 +56,7 @@
 //	prio 202  PriorityFragment          table 0: a fragment to a node IP with UDP/SCTP host ports
 //	prio 210  PriorityReply             table 0: reply from a published container port
 //	prio 201  PriorityRequestContainer  table 0: the same from a container port (port security passed): container zone
-//	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort
+//	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort and the node's MAC
 //	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
 //	prio 200  PriorityMasquerade        table 40: every request SNATed (masqAll)
 //	prio 100  PriorityPass              table 40: request not SNATed
@@ -70,7 +70,7 @@
 //	limit 65536 DefaultLimit            conntrack entries of zones 64000 and 64001 (per datapath)
 //	limit 16384 DefaultContainerLimit   conntrack entries of zone 64002
 //	ct_label[0..47]    LabelOrigEthSrc  request's source MAC = reply's eth_dst
-//	ct_label[48..95]   LabelOrigEthDst  request's destination MAC = reply's eth_src
+//	ct_label[48..95]   LabelOrigEthDst  request's destination MAC (the node's, which requests match) = reply's eth_src
 //	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
 //	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
 //	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline

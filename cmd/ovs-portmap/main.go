@@ -25,9 +25,10 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "reconcile" { // run by hand or by a unit, not by a runtime
 		fs := flag.NewFlagSet("reconcile", flag.ExitOnError)
 		ovsdb := fs.String("ovsdb", endpoint.DefaultOVSDB, "OVSDB endpoint")
+		control := fs.String("vswitchd-control", "", "ovs-vswitchd's control socket, when ADD recorded none (default: found as ovs-appctl finds it)")
 		watch := fs.Bool("watch", false, "keep running: reconcile whenever ovs-vswitchd (re)starts")
 		_ = fs.Parse(os.Args[2:])
-		os.Exit(reconcile.Run(*ovsdb, *watch, os.Stderr))
+		os.Exit(reconcile.Run(*ovsdb, *control, *watch, os.Stderr))
 	}
 	skel.PluginMainFuncs(cnilog.Funcs("ovs-portmap", skel.CNIFuncs{
 		Add: portmap.CmdAdd, Del: portmap.CmdDel, Check: portmap.CmdCheck,

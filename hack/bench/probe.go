@@ -344,7 +344,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		}
 	}
 	pl := flows.DefaultPipeline()
-	if err := hostport.Publish(ctx, cli, ports[0], r.target, pl, a); err != nil {
+	if err := hostport.Publish(ctx, cli, ports[0], r.target, "", pl, a); err != nil {
 		return err
 	}
 	t.mark(phPublish)

@@ -35,6 +35,8 @@ type NetConf struct {
 	AllowRouter     bool   `json:"allowRouter,omitempty"`
 	AllowDHCPServer bool   `json:"allowDHCPServer,omitempty"`
 	OpenFlow        string `json:"openflow,omitempty"`
+	// VswitchdControl: see ovs-portmap's (Mesos port mappings only).
+	VswitchdControl string `json:"vswitchdControl,omitempty"`
 
 	RuntimeConfig struct {
 		MAC string   `json:"mac,omitempty"`
@@ -110,6 +112,9 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 		return nil, invalid(`"bridge" %q: want 1-15 characters of letters, digits, '_', '.', '-'`, n.Bridge)
 	}
 	if err := cnicmd.ValidateEndpoints(n.OVSDB, n.OpenFlow); err != nil {
+		return nil, err
+	}
+	if err := cnicmd.ValidateControl(n.VswitchdControl); err != nil {
 		return nil, err
 	}
 	switch n.DatapathType {

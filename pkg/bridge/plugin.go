@@ -557,12 +557,13 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	if !v4.IsValid() && !v6.IsValid() {
 		return nil
 	}
-	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.OVSDB},
+	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.OVSDB,
+		VswitchdControl: conf.VswitchdControl},
 		args.ContainerID, args.IfName, port, v4, v6, mac)
 	if err != nil {
 		return err
 	}
-	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, flows.DefaultPipeline(), plan.Attachment); err != nil {
+	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, flows.DefaultPipeline(), plan.Attachment); err != nil {
 		return asCNIError(err)
 	}
 	cnilog.Note("host ports %v", plan.Attachment.Rules)

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
 const (
@@ -113,6 +115,11 @@ func Error(err error) error {
 		return types.NewError(types.ErrTryAgainLater, "reconcile under way", err.Error())
 	case errors.As(err, &claimed):
 		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")
+	case errors.Is(err, unixctl.ErrNoSocket):
+		// ovs-vswitchd serves the bridge (the flows went in before the
+		// zone limits): its socket is elsewhere than the config says.
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			`ovs-vswitchd control socket not found: set "vswitchdControl" to the path of its --unixctl socket`, err.Error())
 	}
 	return err
 }
@@ -191,6 +198,15 @@ func Decode(stdin []byte, conf any, ovsdb *string) error {
 	}
 	if *ovsdb == "" {
 		*ovsdb = endpoint.DefaultOVSDB
+	}
+	return nil
+}
+
+// ValidateControl checks the "vswitchdControl" key: empty, or an absolute
+// path.
+func ValidateControl(path string) error {
+	if path != "" && !filepath.IsAbs(path) {
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(`"vswitchdControl" %q: want the absolute path of ovs-vswitchd's control socket`, path), "")
 	}
 	return nil
 }

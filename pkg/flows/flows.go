@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
@@ -20,6 +21,11 @@ type Attachment struct {
 	OFPort uint32
 	// MAC is the container interface's MAC address.
 	MAC net.HardwareAddr
+	// NodeMAC is the MAC of the bridge's internal interface, which holds the
+	// node addresses: requests are translated only when sent to it, since
+	// their destination MAC becomes the reply's source (LabelOrigEthDst).
+	// nil (records from before it): any destination MAC.
+	NodeMAC net.HardwareAddr
 	// IPv4 and IPv6 are the container's addresses; either may be zero.
 	IPv4, IPv6 netip.Addr
 	// HairpinV4 and HairpinV6 are node addresses used as the source of
@@ -47,6 +53,9 @@ func (a Attachment) Validate() error {
 	}
 	if len(a.MAC) != 6 {
 		errs = append(errs, fmt.Errorf("mac %q is not a 48-bit MAC", a.MAC))
+	}
+	if a.NodeMAC != nil && (len(a.NodeMAC) != 6 || a.NodeMAC[0]&1 != 0) {
+		errs = append(errs, fmt.Errorf("node mac %q is not a 48-bit unicast MAC", a.NodeMAC))
 	}
 	if a.IPv4.IsValid() && !a.IPv4.Is4() || a.IPv6.IsValid() && !a.IPv6.Is6() {
 		errs = append(errs, fmt.Errorf("container addresses %s, %s are of the wrong family", a.IPv4, a.IPv6))
@@ -128,11 +137,74 @@ func (p Pipeline) SharedFlows() []Flow {
 		flow(c, TablePortmapReplySNAT, PriorityMiss, openflow.Match{}, openflow.Normal),
 		flow(c, TablePortmapReplyRestore, PriorityReplyNAT, openflow.Match{}.CTState(reply, reply), restore...),
 		flow(c, TablePortmapReplyRestore, PriorityMiss, openflow.Match{}, openflow.Normal),
+		flow(c, TablePortmapDNAT, PriorityMiss, openflow.Match{}, openflow.Normal),
 	}
 	if p.ContainerZone != 0 {
 		out = append(out,
 			flow(c, TablePortmapReplyRestore, PriorityReplyContainer, ip.CTZone(p.DNATZone), unDNAT(p.ContainerZone)),
 			flow(c, TablePortmapReplyRestore, PriorityReplyContainer, ip6.CTZone(p.DNATZone), unDNAT(p.ContainerZone)))
+	}
+	return out
+}
+
+// fragmented reports whether datagrams of p can be fragmented host-port
+// traffic: UDP and SCTP (TCP segments carry DF and follow the path MTU).
+func fragmented(p Protocol) bool { return p == UDP || p == SCTP }
+
+// icmpErrors are the ICMP types that report on a packet of a connection
+// (destination unreachable, fragmentation needed included; time exceeded;
+// ICMPv6 packet too big, parameter problem): conntrack finds them related
+// (+rel) to it and ct(nat) translates them, inner header included.
+var icmpErrors = map[uint16][]uint8{openflow.EthIPv4: {3, 11}, openflow.EthIPv6: {1, 2, 3, 4}}
+
+// icmpOf returns the ICMP protocol of a's family.
+func icmpOf(a netip.Addr) uint8 {
+	if a.Is4() {
+		return openflow.ProtoICMP
+	}
+	return openflow.ProtoICMPv6
+}
+
+// NodeIPFlows returns the shared request flows of the node IPs of a's
+// rules (table 0, shared cookie: node IPs are the bridge's, shared by every
+// attachment that publishes on them): the ICMP errors sent to a node IP
+// (PriorityRelated), which may be about a host-port connection (path MTU
+// discovery: fragmentation needed, packet too big), and, for node IPs with
+// UDP or SCTP rules, the fragments (PriorityFragment,
+// PriorityFragmentContainer). Both go through ct(nat) without commit: what
+// no connection translates goes to the node (table 40's PriorityMiss). The
+// pipeline's comment says how a fragment goes through them.
+func (p Pipeline) NodeIPFlows(a Attachment) []Flow {
+	var out []Flow
+	seen, seenFrag := make(map[netip.Addr]bool), make(map[netip.Addr]bool)
+	nodeMAC, hasMAC := openflow.MACFrom(a.NodeMAC)
+	lookup := func(zone uint16) openflow.CT {
+		return openflow.CT{Zone: zone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapDNAT)}
+	}
+	for _, r := range a.Rules {
+		base := openflow.Match{}.EthType(ethOf(r.NodeIP)).VLANTCI(0, 0x1000).IPDst(openflow.Host(r.NodeIP))
+		if hasMAC {
+			base = base.EthDst(nodeMAC)
+		}
+		if !seen[r.NodeIP] {
+			seen[r.NodeIP] = true
+			for _, typ := range icmpErrors[ethOf(r.NodeIP)] {
+				m := base.IPProto(icmpOf(r.NodeIP)).ICMPType(typ)
+				out = append(out, flow(SharedCookie(), TableClassifier, PriorityRelated, m, lookup(p.DNATZone)))
+			}
+		}
+		if !fragmented(r.Protocol) || seenFrag[r.NodeIP] {
+			continue
+		}
+		seenFrag[r.NodeIP] = true
+		// No protocol: a later IPv6 fragment shows the fragment header's
+		// (44), not the datagram's.
+		m := base.IPFrag(openflow.FragAny, openflow.FragAny)
+		out = append(out, flow(SharedCookie(), TableClassifier, PriorityFragment, m, lookup(p.DNATZone)))
+		if p.ContainerZone != 0 {
+			out = append(out, flow(SharedCookie(), TableClassifier, PriorityFragmentContainer,
+				m.RegBits(RegPortSecurityChecked, 1), lookup(p.ContainerZone)))
+		}
 	}
 	return out
 }
@@ -166,6 +238,11 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 		// Untagged only: a tagged frame has no path to the node's addresses.
 		match := openflow.Match{}.Proto(ethOf(r.NodeIP), uint8(r.Protocol)).VLANTCI(0, 0x1000).
 			IPDst(openflow.Host(r.NodeIP)).TPDst(r.HostPort)
+		if nodeMAC, ok := openflow.MACFrom(a.NodeMAC); ok {
+			// The reply's source MAC is this one (LabelOrigEthDst): a
+			// request sent to any other is not ours to answer.
+			match = match.EthDst(nodeMAC)
+		}
 		if requests[match] {
 			continue
 		}
@@ -194,6 +271,23 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 			openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
 	}
 	flows = append(flows, replies...)
+	for _, cip := range []netip.Addr{a.IPv4, a.IPv6} {
+		if !cip.IsValid() || !slices.ContainsFunc(a.Rules, func(r Rule) bool { return r.ContainerIP == cip }) {
+			continue
+		}
+		// ICMP errors the container sends about a packet of a host-port
+		// connection (port unreachable, ...) go down the reply path.
+		for _, typ := range icmpErrors[ethOf(cip)] {
+			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityReplyRelated,
+				openflow.Match{}.Proto(ethOf(cip), icmpOf(cip)).InPort(a.OFPort).IPSrc(openflow.Host(cip)).ICMPType(typ),
+				openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
+		}
+		if slices.ContainsFunc(a.Rules, func(r Rule) bool { return fragmented(r.Protocol) && r.ContainerIP == cip }) {
+			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityReplyFragment,
+				openflow.Match{}.EthType(ethOf(cip)).InPort(a.OFPort).IPSrc(openflow.Host(cip)).IPFrag(openflow.FragAny, openflow.FragAny),
+				openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
+		}
+	}
 
 	var families []netip.Addr
 	if has4 && a.IPv4.Is4() {
@@ -238,7 +332,7 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 // flows atomically and a bad entry changes nothing. Bundles need OpenFlow
 // 1.4 or later on the bridge.
 func (p Pipeline) Bundle(a Attachment) openflow.Bundle {
-	shared, own := p.SharedFlows(), p.AttachmentFlows(a)
+	shared, own := append(p.SharedFlows(), p.NodeIPFlows(a)...), p.AttachmentFlows(a)
 	b := make(openflow.Bundle, 0, 1+len(shared)+len(own))
 	b = append(b, a.Cookie.Delete())
 	for _, f := range shared {
@@ -275,6 +369,31 @@ func ConntrackFlushes(p Pipeline, rules []Rule) []openflow.CTFlush {
 				out = append(out, f)
 			}
 		}
+	}
+	return out
+}
+
+// WithdrawFlushes returns what a DEL flushes: for every rule, whatever its
+// protocol, the original tuple of its connections in each DNAT zone (as
+// ConntrackFlushes), and in the SNAT zone the tuple they have there, after
+// DNAT (container IP, protocol, container port). Entries of a deleted
+// attachment would otherwise stay until they expire (a TCP one for days)
+// and count against the zones' limits. Duplicates are dropped; the order is
+// that of rules, then of zones.
+func WithdrawFlushes(p Pipeline, rules []Rule) []openflow.CTFlush {
+	var out []openflow.CTFlush
+	seen := make(map[openflow.CTFlush]bool)
+	add := func(f openflow.CTFlush) {
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	for _, r := range rules {
+		for _, z := range p.Zones() {
+			add(openflow.CTFlush{Zone: z, Proto: uint8(r.Protocol), Dst: r.NodeIP, DstPort: r.HostPort})
+		}
+		add(openflow.CTFlush{Zone: p.SNATZone, Proto: uint8(r.Protocol), Dst: r.ContainerIP, DstPort: r.ContainerPort})
 	}
 	return out
 }

@@ -106,8 +106,10 @@ func TestAttachmentFlows(t *testing.T) {
 		count[f.Table]++
 	}
 	// 2 mappings × 2 families requests (from outside and from containers)
-	// + 2 × 2 replies; hairpin + pass and output per family.
-	want := map[uint8]int{TableClassifier: 12, TablePortmapDNAT: 4, TablePortmapOutput: 2}
+	// + 2 × 2 replies + a reply fragment flow per family (UDP) + the
+	// container's ICMP errors (2 types IPv4, 4 IPv6); hairpin + pass and
+	// output per family.
+	want := map[uint8]int{TableClassifier: 20, TablePortmapDNAT: 4, TablePortmapOutput: 2}
 	if fmt.Sprint(count) != fmt.Sprint(want) {
 		t.Errorf("flows per table: got %v, want %v", count, want)
 	}
@@ -330,6 +332,30 @@ func TestConntrackFlushes(t *testing.T) {
 	}
 }
 
+func TestWithdrawFlushes(t *testing.T) {
+	a := sample(t)
+	rules := append(a.Rules, a.Rules[0])
+	p := DefaultPipeline()
+	var got []string
+	for _, f := range WithdrawFlushes(p, rules) {
+		got = append(got, f.String())
+	}
+	var want []string
+	for _, r := range a.Rules { // every protocol, TCP included
+		dst := "ct_nw_dst="
+		if r.NodeIP.Is6() {
+			dst = "ct_ipv6_dst="
+		}
+		for _, z := range p.Zones() {
+			want = append(want, fmt.Sprintf("zone=%d %s%s,ct_nw_proto=%d,ct_tp_dst=%d", z, dst, r.NodeIP, r.Protocol, r.HostPort))
+		}
+		want = append(want, fmt.Sprintf("zone=%d %s%s,ct_nw_proto=%d,ct_tp_dst=%d", p.SNATZone, dst, r.ContainerIP, r.Protocol, r.ContainerPort))
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -376,5 +402,25 @@ func TestPipelineDeclarations(t *testing.T) {
 		if tb <= TableClassifier || i > 0 && tb <= tables[i-1] {
 			t.Errorf("table %d: ct(table=N) and goto_table need increasing table numbers", tb)
 		}
+	}
+}
+
+// With NodeMAC, every request classifier matches it as dl_dst, and no other
+// flow does.
+func TestRequestsMatchNodeMAC(t *testing.T) {
+	a := sample(t)
+	a.NodeMAC, _ = net.ParseMAC("02:00:00:00:00:fe")
+	if err := a.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range DefaultPipeline().AttachmentFlows(a) {
+		request := f.Table == TableClassifier && (f.Priority == PriorityRequest || f.Priority == PriorityRequestContainer)
+		if got := strings.Contains(f.Match.String(), "dl_dst=02:00:00:00:00:fe"); got != request {
+			t.Errorf("flow %s: dl_dst=NodeMAC %v, want %v", f, got, request)
+		}
+	}
+	a.NodeMAC, _ = net.ParseMAC("ff:ff:ff:ff:ff:ff")
+	if err := a.Validate(); err == nil || !strings.Contains(err.Error(), "unicast") {
+		t.Errorf("broadcast node MAC: got %v, want an error", err)
 	}
 }

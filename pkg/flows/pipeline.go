@@ -21,6 +21,21 @@
 //	table 41
 //	  eth_src := eth_dst, eth_dst := container MAC, output container port
 //
+//	fragments of UDP and SCTP datagrams (nw_frag=yes; later fragments carry no ports):
+//	request: client -> node IP, any fragment      reply: container IP -> client, any fragment
+//	table 0  prio 202 (shared, per node IP)       table 0  prio 211 (per attachment and family)
+//	  ct(DNAT zone, nat): conntrack reassembles     ct(SNAT zone, nat), then tables 42, 43
+//	  the datagram (userspace: ipf; kernel:         as any reply: each ct reassembles, and
+//	  nf_defrag) and applies the binding of its     the fragments leave translated
+//	  connection to every fragment
+//	     |
+//	table 40 as above, or prio 0: not translated (no connection yet): NORMAL, to the node
+//
+//	ICMP errors about a host-port connection (+rel; path MTU discovery: fragmentation
+//	needed, packet too big) take the same two ways: to a node IP, table 0 prio 204
+//	(shared, per node IP) ct(DNAT zone, nat) -> table 40; from a container, prio 212
+//	(per attachment) ct(SNAT zone, nat) -> tables 42, 43.
+//
 //	table 0   TableClassifier           exact-match classifiers; NORMAL at priority 0 is not ours
 //	table 40  TablePortmapDNAT          requests after DNAT: choose SNAT or not
 //	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
@@ -35,16 +50,21 @@
 //	prio 205  PriorityVLANIsolation     table 0: a port off VLAN 0 has no path to the node: NORMAL, not host ports
 //	prio   0  PriorityBase              table 0: NORMAL, on a fail_mode=secure bridge only (BaseFlows)
 //	prio 65000 PriorityTombstone        table 0: a port being deleted drops everything (10 s hard timeout)
+//	prio 212  PriorityReplyRelated      table 0: an ICMP error from a container port with host ports: reply path
+//	prio 211  PriorityReplyFragment     table 0: a fragment from a container port with UDP/SCTP host ports
+//	prio 204  PriorityRelated           table 0: an ICMP error to a node IP with host ports: ct(DNAT zone, nat), table 40
+//	prio 203  PriorityFragmentContainer table 0: PriorityFragment from a container port (port security passed)
+//	prio 202  PriorityFragment          table 0: a fragment to a node IP with UDP/SCTP host ports
 //	prio 210  PriorityReply             table 0: reply from a published container port
 //	prio 201  PriorityRequestContainer  table 0: the same from a container port (port security passed): container zone
-//	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort
+//	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort and the node's MAC
 //	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
 //	prio 200  PriorityMasquerade        table 40: every request SNATed (masqAll)
 //	prio 100  PriorityPass              table 40: request not SNATed
 //	prio 100  PriorityOutput            table 41: deliver to the container
 //	prio 100  PriorityReplyNAT          tables 42, 43: reply handling
 //	prio  50  PriorityReplyContainer    table 43: not a reply in the DNAT zone: look in the container zone
-//	prio   0  PriorityMiss              tables 42, 43: not ours after all, NORMAL
+//	prio   0  PriorityMiss              tables 40, 42, 43: not ours after all (40: an untranslated fragment), NORMAL
 //	zone 64000  DefaultDNATZone         node IP:hostPort -> container; ct_label holds the origin
 //	zone 64001  DefaultSNATZone         hairpin/masqAll source translation
 //	zone 64002  DefaultContainerZone    as 64000, for clients in containers: a flood from one cannot fill 64000
@@ -52,7 +72,7 @@
 //	limit 65536 DefaultLimit            conntrack entries of zones 64000 and 64001 (per datapath)
 //	limit 16384 DefaultContainerLimit   conntrack entries of zone 64002
 //	ct_label[0..47]    LabelOrigEthSrc  request's source MAC = reply's eth_dst
-//	ct_label[48..95]   LabelOrigEthDst  request's destination MAC = reply's eth_src
+//	ct_label[48..95]   LabelOrigEthDst  request's destination MAC (the node's, which requests match) = reply's eth_src
 //	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
 //	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
 //	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
@@ -82,6 +102,16 @@
 //   - Hairpin needs the second zone: without the SNAT the container answers
 //     itself directly and the handshake never completes. Clients outside and
 //     in other containers need no SNAT: their replies are steered by label.
+//   - Fragments: ct() on a fragment reassembles the datagram and gives
+//     every fragment the result (NAT included) of the whole, but on the
+//     userspace datapath a later fragment has no ports, not even the
+//     original tuple's (ct_tp_dst matches the first fragment only): so no
+//     flow can choose a host port's translation for it. Fragments are
+//     therefore translated by the binding of an existing connection
+//     (ct(nat) without commit): a datagram above the MTU goes through a host
+//     port once the connection exists (after a first datagram that is not
+//     fragmented), both ways. The first datagram of a connection, when
+//     fragmented, goes to the node untranslated, as before.
 //   - One bundle may mix verbs: "delete cookie=C/-1" (no table: all tables)
 //     followed by "add" lines is applied atomically.
 //
@@ -126,6 +156,26 @@ const (
 	// reply to a SNATed request (hairpin, masqAll) is addressed to a node IP
 	// and the SNATed source port, which may be a published host port.
 	PriorityReply uint16 = 210
+	// PriorityFragment sends a fragment to a node IP with UDP or SCTP host
+	// ports through conntrack NAT in the DNAT zone (table
+	// 0, shared flows), PriorityFragmentContainer the same from a container
+	// port through the container zone: above PriorityRequest and
+	// PriorityRequestContainer, so that the first fragment, which has ports,
+	// is reassembled with the others.
+	PriorityFragment          uint16 = 202
+	PriorityFragmentContainer uint16 = 203
+	// PriorityReplyFragment sends every fragment from a container port with
+	// UDP or SCTP host ports down the reply path: above PriorityReply, for
+	// the same reason.
+	PriorityReplyFragment uint16 = 211
+	// PriorityRelated sends an ICMP error to a node IP with host ports
+	// through ct(nat) in the DNAT zone (table 0, shared flows): when it is
+	// about a host-port connection (+rel), it reaches the container
+	// translated, inner header included. Below PriorityVLANIsolation.
+	PriorityRelated uint16 = 204
+	// PriorityReplyRelated sends an ICMP error from a container port with
+	// host ports down the reply path, above every other reply classifier.
+	PriorityReplyRelated uint16 = 212
 	// PriorityHairpin SNATs container → its own host port, in table 40.
 	PriorityHairpin uint16 = 300
 	// PriorityMasquerade SNATs every request to the container, in table 40.
@@ -136,7 +186,8 @@ const (
 	PriorityOutput uint16 = 100
 	// PriorityReplyNAT un-DNATs replies (table 42) and restores them (table 43).
 	PriorityReplyNAT uint16 = 100
-	// PriorityMiss is the NORMAL fallback in tables 42 and 43.
+	// PriorityMiss is the NORMAL fallback in tables 40 (fragments that no
+	// connection translates), 42 and 43.
 	PriorityMiss uint16 = 0
 )
 
@@ -183,7 +234,10 @@ const (
 // A port whose untagged frames are not on VLAN 0 (an access port of another
 // VLAN, a trunk) has no path to the node's addresses: its frames skip the
 // host port classifiers (PriorityVLANIsolation), and tagged frames never
-// match them (they match vlan_tci=0x0000/0x1000).
+// match them (they match vlan_tci=0x0000/0x1000). Such a port has no host
+// ports either (pkg/hostport refuses them): tables 40 and 41 know a
+// container by its address alone, which networks on different VLANs may
+// share.
 const (
 	PriorityPortSecGuard  uint16 = 420
 	PriorityPortSecFrag   uint16 = 415

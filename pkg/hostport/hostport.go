@@ -22,14 +22,16 @@ import (
 )
 
 // Publish records and programs the attachment's host ports on port p,
-// replacing what an earlier ADD of the same attachment left. It installs
+// replacing what an earlier ADD of the same attachment left. target is the
+// bridge's OpenFlow endpoint, control the control socket of its
+// ovs-vswitchd ("": found by unixctl.Find). It installs
 // nothing when a claim is held by another attachment (*ovsdb.ClaimedError),
 // and removes what it did when a later step fails.
-func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target string, pl flows.Pipeline, a flows.Attachment) (retErr error) {
+func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.Attachment) (retErr error) {
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("host ports of port %q: %w", p.Port.Name, err)
 	}
-	unset, set, claims, err := record.PublishHostPorts(p, target, pl, a)
+	unset, set, claims, err := record.PublishHostPorts(p, target, control, pl, a)
 	if err != nil {
 		return err
 	}
@@ -76,6 +78,11 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	nftc := make(chan error, 1)
 	go func() { nftc <- applyNodeLocal(ctx, a.Rules, false) }()
 	err = openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...)
+	if flushUnsupported(err) {
+		// An ovs-vswitchd before 3.1 (no NXT_CT_FLUSH): the flows are in;
+		// stale entries of the host ports expire instead, as on DEL.
+		err = nil
+	}
 	if nerr := <-nftc; nerr == nil {
 		defer func() {
 			if retErr != nil {
@@ -88,10 +95,17 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target s
 	if err != nil {
 		return err
 	}
-	if err := ensureZoneLimits(ctx, cli, br, target, pl); err != nil {
+	if err := ensureZoneLimits(ctx, cli, br, target, control, pl); err != nil {
 		return err
 	}
 	return waitRevalidation(ctx, reg.reval)
+}
+
+// flushUnsupported reports whether err says only that ovs-vswitchd has no
+// conntrack flush (openflow.ConntrackFlushError.Unsupported).
+func flushUnsupported(err error) bool {
+	var fe *openflow.ConntrackFlushError
+	return errors.As(err, &fe) && fe.Unsupported()
 }
 
 // undo runs a step of a failed Publish's clean-up with a bounded context of
@@ -123,28 +137,40 @@ func waitRevalidation(ctx context.Context, reval *openflow.Revalidation) error {
 
 // SetZoneLimits bounds the conntrack entries of the pipeline's zones. The
 // limits live in the datapath, which ovs-vswitchd's control socket reaches:
-// it is found next to a unix: OpenFlow target; with a tcp: target (an
-// ovs-vswitchd elsewhere) they are the operator's to set.
-func SetZoneLimits(ctx context.Context, target string, pl flows.Pipeline) error {
-	if e, err := endpoint.Parse(target); err == nil && e.Network == "tcp" {
-		return nil
+// control, or found next to a unix: OpenFlow target (unixctl.Find); with a
+// tcp: target (an ovs-vswitchd elsewhere) and no control they are the
+// operator's to set.
+func SetZoneLimits(ctx context.Context, target, control string, pl flows.Pipeline) error {
+	sock, ok, err := controlSocket(target, control)
+	if !ok {
+		return err
 	}
-	return unixctl.SetZoneLimits(ctx, target, pl.ZoneLimits())
+	return unixctl.SetZoneLimits(ctx, sock, pl.ZoneLimits())
+}
+
+// controlSocket finds the control socket of target's ovs-vswitchd; ok is
+// false, with no error, when the zone limits are not ours to set.
+func controlSocket(target, control string) (sock string, ok bool, err error) {
+	if e, perr := endpoint.Parse(target); control == "" && perr == nil && e.Network == "tcp" {
+		return "", false, nil
+	}
+	sock, err = unixctl.Find(target, control)
+	return sock, err == nil, err
 }
 
 // ensureZoneLimits sets the zone limits unless br (the port's bridge, read
 // with the publish's record) records that this very ovs-vswitchd has them
 // already: a request to ovs-vswitchd waits behind its reconfigurations.
-func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, target string, pl flows.Pipeline) error {
-	sock, err := unixctl.Socket(target)
-	if err != nil {
-		return SetZoneLimits(ctx, target, pl) // a tcp: target, or the error
+func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, target, control string, pl flows.Pipeline) error {
+	sock, ok, err := controlSocket(target, control)
+	if !ok {
+		return err
 	}
 	want := sock + "/" + strings.Join(unixctl.ZoneLimitArgs(pl.ZoneLimits()), " ")
 	if br != nil && br.ExternalIDs[record.KeyZoneLimits] == want {
 		return nil
 	}
-	if err := SetZoneLimits(ctx, target, pl); err != nil {
+	if err := unixctl.SetZoneLimits(ctx, sock, pl.ZoneLimits()); err != nil {
 		return err
 	}
 	if br == nil {
@@ -179,7 +205,7 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 		if endpoint.Listening(rec.OpenFlow) {
 			// A conntrack flush that fails (an old ovs-vswitchd) does not
 			// fail DEL: the entries expire.
-			err := openflow.DeleteFlows(ctx, rec.OpenFlow, a.Cookie.Delete(), flows.ConntrackFlushes(pl, a.Rules)...)
+			err := openflow.DeleteFlows(ctx, rec.OpenFlow, a.Cookie.Delete(), flows.WithdrawFlushes(pl, a.Rules)...)
 			if err != nil && !errors.Is(err, openflow.ErrConntrackFlush) {
 				return err
 			}
@@ -198,20 +224,27 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 }
 
 // Rebuild returns what the host port record of port p needs to be
-// programmed again (reconcile): the OpenFlow target, the pipeline and the
-// attachment, with the ofport OVSDB holds now. ok is false when p has no
-// usable record.
-func Rebuild(p ovsdb.OwnedPort) (target string, pl flows.Pipeline, a flows.Attachment, ok bool) {
+// programmed again (reconcile): the OpenFlow target, the control socket ADD
+// was given ("" when none), the pipeline and the attachment, with the ofport
+// OVSDB holds now and the bridge interface's MAC of now. ok is false when p has no usable record.
+func Rebuild(p ovsdb.OwnedPort) (target, control string, pl flows.Pipeline, a flows.Attachment, ok bool) {
 	rec, ok, err := record.HostPortsOf(p)
 	if err != nil || !ok {
-		return "", pl, a, false
+		return "", "", pl, a, false
 	}
 	pl, a, err = rec.Attachment()
 	if err != nil {
-		return "", pl, a, false
+		return "", "", pl, a, false
 	}
 	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
 		a.OFPort = uint32(*p.Interface.OFPort)
 	}
-	return rec.OpenFlow, pl, a, true
+	if a.NodeMAC != nil {
+		// The bridge interface's MAC as it is now (it follows the bridge's
+		// NICs unless other_config:hwaddr pins it).
+		if m, err := NodeMAC(p.Port.ExternalIDs[ovsdb.KeyBridge]); err == nil && len(m) == 6 {
+			a.NodeMAC = m
+		}
+	}
+	return rec.OpenFlow, rec.VswitchdControl, pl, a, true
 }

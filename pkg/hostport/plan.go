@@ -64,21 +64,53 @@ func NodeIPs(bridge string) ([]netip.Addr, error) {
 	return out, nil
 }
 
+// NodeMAC is the MAC of the bridge's internal interface, where the node
+// addresses are.
+func NodeMAC(bridge string) (net.HardwareAddr, error) {
+	l, err := netlink.LinkByName(bridge)
+	if err != nil {
+		return nil, fmt.Errorf("bridge interface %q: %w", bridge, err)
+	}
+	return l.Attrs().HardwareAddr, nil
+}
+
+// vlanZero refuses host ports on a port off VLAN 0 (ovs-bridge's "vlan" or
+// "trunk"). The node's addresses are on VLAN 0: a host port there would
+// open a DNAT path from VLAN 0 into the port's VLAN, past the VLAN
+// isolation, and the pipeline's tables 40 and 41 know a container by its
+// address alone, which networks on different VLANs may share.
+func vlanZero(port ovsdb.OwnedPort, mappings int) error {
+	if mappings == 0 {
+		return nil
+	}
+	if t := port.Port.Tag; t != nil && *t != 0 {
+		return invalid(`port %q is on VLAN %d (ovs-bridge "vlan"): host ports are served on VLAN 0 only, where the node's addresses are`, port.Port.Name, *t)
+	}
+	if len(port.Port.Trunks) > 0 {
+		return invalid(`port %q is a trunk of VLANs %v (ovs-bridge "trunk"): host ports are served on VLAN 0 only, where the node's addresses are`, port.Port.Name, port.Port.Trunks)
+	}
+	return nil
+}
+
 // Plan is what an ADD resolved for one attachment.
 type Plan struct {
 	Port       ovsdb.OwnedPort
 	Target     string
+	Control    string // ovs-vswitchd's control socket ("": unixctl.Find)
 	Attachment flows.Attachment
 }
 
 // Options are the host port settings of a network.
 type Options struct {
 	Mappings []flows.Mapping
-	NodeIPs  []netip.Addr // nil: the addresses of the bridge's internal interface
+	NodeIPs  []netip.Addr     // nil: the addresses of the bridge's internal interface
+	NodeMAC  net.HardwareAddr // nil: the MAC of the bridge's internal interface
 	SNAT     bool
 	MasqAll  bool
 	OpenFlow string // override of the bridge's OpenFlow target
 	OVSDB    string // OVSDB endpoint, to derive the default OpenFlow target
+	// VswitchdControl is ovs-vswitchd's control socket ("": unixctl.Find).
+	VswitchdControl string
 }
 
 // Resolve turns options and facts into the attachment's flow facts: node
@@ -107,6 +139,16 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 			return nil, invalid("portMappings[%d]: hostIP %s is not a node address (%v)", i, m.HostIP, nodeIPs)
 		}
 	}
+	nodeMAC := conf.NodeMAC
+	if nodeMAC == nil {
+		var err error
+		if nodeMAC, err = NodeMAC(bridge); err != nil {
+			return nil, err
+		}
+	}
+	if err := vlanZero(port, len(conf.Mappings)); err != nil {
+		return nil, err
+	}
 	if port.Interface.OFPort == nil || *port.Interface.OFPort <= 0 {
 		return nil, fmt.Errorf("port %q has no ofport", port.Port.Name)
 	}
@@ -114,7 +156,7 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 		return nil, fmt.Errorf("prevResult interface %q has no MAC", ifname)
 	}
 	a := flows.Attachment{
-		Cookie: flows.AttachmentCookie(containerID, ifname), OFPort: uint32(*port.Interface.OFPort), MAC: mac,
+		Cookie: flows.AttachmentCookie(containerID, ifname), OFPort: uint32(*port.Interface.OFPort), MAC: mac, NodeMAC: nodeMAC,
 		IPv4: v4, IPv6: v6, Rules: flows.Resolve(conf.Mappings, nodeIPs, v4, v6),
 		SNAT: conf.SNAT, MasqAll: conf.MasqAll,
 	}
@@ -132,5 +174,6 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 	if !a.HairpinV6.IsValid() {
 		a.IPv6 = netip.Addr{}
 	}
-	return &Plan{Port: port, Target: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, bridge), Attachment: a}, nil
+	return &Plan{Port: port, Target: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, bridge),
+		Control: conf.VswitchdControl, Attachment: a}, nil
 }

@@ -28,7 +28,7 @@ func TestResolvePlan(t *testing.T) {
 		return flows.Mapping{Protocol: flows.TCP, HostIP: a, HostPort: hp, ContainerPort: 80}
 	}
 	opts := Options{Mappings: []flows.Mapping{m("", 8080), m("127.0.0.1", 8081), m("::1", 8082), m("198.51.100.1", 8083)},
-		NodeIPs: node, SNAT: true, OVSDB: "unix:/run/ovs/db.sock"}
+		NodeIPs: node, NodeMAC: mac, SNAT: true, OVSDB: "unix:/run/ovs/db.sock"}
 	plan, err := Resolve(opts, "ctr", "eth0", port, v4, v6, mac)
 	if err != nil {
 		t.Fatal(err)
@@ -49,5 +49,19 @@ func TestResolvePlan(t *testing.T) {
 	var e *types.Error
 	if !errors.As(err, &e) || e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, "203.0.113.9 is not a node address") {
 		t.Errorf("foreign hostIP: got %v", err)
+	}
+	for _, tc := range []struct {
+		name      string
+		tag       int
+		trunks    []int
+		wantField string
+	}{{"access VLAN 20", 20, nil, `"vlan"`}, {"trunk", 0, []int{20, 30}, `"trunk"`}} {
+		p := port
+		p.Port.Tag, p.Port.Trunks = &tc.tag, tc.trunks
+		opts.Mappings = []flows.Mapping{m("", 8080)}
+		_, err = Resolve(opts, "ctr", "eth0", p, v4, v6, mac)
+		if !errors.As(err, &e) || e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, tc.wantField) {
+			t.Errorf("%s: got %v, want code 7 naming %s", tc.name, err, tc.wantField)
+		}
 	}
 }

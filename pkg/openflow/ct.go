@@ -3,7 +3,6 @@ package openflow
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 )
@@ -88,7 +87,8 @@ func prop(b []byte, typ uint16, val []byte) []byte {
 
 // FlushConntrack removes the conntrack entries each flush selects, on the
 // datapath of the bridge behind target, in one exchange: every NXT_CT_FLUSH
-// then a barrier. An ovs-vswitchd before 3.1 answers OFPBRC_BAD_TYPE.
+// then a barrier. An ovs-vswitchd before 3.1 refuses the message as unknown
+// (ConntrackFlushError.Unsupported).
 func FlushConntrack(ctx context.Context, target string, flushes ...CTFlush) error {
 	if len(flushes) == 0 {
 		return nil
@@ -125,8 +125,8 @@ func (s *conn) flush(prefix []byte, first uint32, flushes []CTFlush) error {
 		}
 		return fmt.Sprintf("xid %d", xid)
 	})
-	if err != nil {
+	if err != nil || len(errs) == 0 {
 		return err
 	}
-	return errors.Join(errs...)
+	return &ConntrackFlushError{Errs: errs}
 }

@@ -28,3 +28,6 @@ func RoundTrip(f Flow) (Match, Actions, error) {
 }
 
 const MaxErrors = maxErrors
+
+// DecodeError decodes the body of an OFPT_ERROR.
+func DecodeError(body []byte, what string) error { return decodeError(body, what) }

@@ -122,7 +122,8 @@ func ApplyServed(ctx context.Context, target string, bundle Bundle, within time.
 // entry that would not encode (see Flow.Validate) fails before connecting.
 // Once the bundle is committed, it removes the conntrack entries each of
 // flushes selects (see FlushConntrack) on the same connection: a second
-// connection would wait for ovs-vswitchd's main loop to accept it.
+// connection would wait for ovs-vswitchd's main loop to accept it. When only
+// flushes fail, the error is a *ConntrackFlushError.
 func Apply(ctx context.Context, target string, bundle Bundle, flushes ...CTFlush) error {
 	for _, m := range bundle {
 		if f, ok := m.(Flow); ok {
@@ -199,7 +200,8 @@ const maxErrors = 5
 // DeleteFlows removes the flows d selects (like `ovs-ofctl del-flows TARGET
 // cookie=C/M`) and waits for a barrier so that they are gone when it
 // returns. It also removes the conntrack entries each of flushes selects, in
-// the same exchange; when only those fail, the error wraps ErrConntrackFlush.
+// the same exchange; when only those fail, the error is a
+// *ConntrackFlushError.
 func DeleteFlows(ctx context.Context, target string, d Delete, flushes ...CTFlush) error {
 	return session(ctx, target, "deleting flows", func(s *conn) error {
 		b := hello()
@@ -231,7 +233,7 @@ func DeleteFlows(ctx context.Context, target string, d Delete, flushes ...CTFlus
 		if deleteFailed {
 			return errors.Join(errs...)
 		}
-		return fmt.Errorf("%w: %w", ErrConntrackFlush, errors.Join(errs...))
+		return &ConntrackFlushError{Errs: errs}
 	})
 }
 
@@ -450,20 +452,73 @@ var errorTypes = []string{
 	"BUNDLE_FAILED",
 }
 
-// decodeError renders the body of an OFPT_ERROR about what.
+// ConntrackFlushError says that conntrack flushes sent after a bundle or
+// with a delete failed, the flows being applied or deleted; it matches
+// ErrConntrackFlush (errors.Is) and unwraps to each flush's error.
+type ConntrackFlushError struct{ Errs []error }
+
+func (e *ConntrackFlushError) Error() string {
+	return ErrConntrackFlush.Error() + ": " + errors.Join(e.Errs...).Error()
+}
+
+func (e *ConntrackFlushError) Is(target error) bool { return target == ErrConntrackFlush }
+func (e *ConntrackFlushError) Unwrap() []error      { return e.Errs }
+
+// Unsupported reports whether ovs-vswitchd knows no NXT_CT_FLUSH (it is
+// older than 3.1): every flush was refused as an unknown request.
+func (e *ConntrackFlushError) Unsupported() bool {
+	for _, err := range e.Errs {
+		var oe *Error
+		if !errors.As(err, &oe) || !oe.Unsupported() {
+			return false
+		}
+	}
+	return len(e.Errs) > 0
+}
+
+// Error is an OFPT_ERROR with which ovs-vswitchd refused a request.
+type Error struct {
+	What       string // the request, for people
+	Type, Code uint16 // OFPET_*, and the code within it
+	Vendor     uint32 // an experimenter error's (Type 0xffff)
+}
+
+func (e *Error) Error() string {
+	name := fmt.Sprintf("type %d", e.Type)
+	switch {
+	case int(e.Type) < len(errorTypes):
+		name = "OFPET_" + errorTypes[e.Type]
+	case e.Type == 0xffff:
+		name = fmt.Sprintf("experimenter %#08x", e.Vendor)
+	}
+	return fmt.Sprintf("%s: OFPT_ERROR %s code %d", e.What, name, e.Code)
+}
+
+// OFPET_BAD_REQUEST and the codes of a request the switch does not know.
+const (
+	ofpetBadRequest  = 1
+	ofpbrcBadType    = 1
+	ofpbrcBadExp     = 3
+	ofpbrcBadExpType = 4
+)
+
+// Unsupported reports whether the switch does not know the request at all
+// (OFPBRC_BAD_TYPE, BAD_EXPERIMENTER or BAD_EXP_TYPE: an ovs-vswitchd older
+// than the message), rather than refusing its content.
+func (e *Error) Unsupported() bool {
+	return e.Type == ofpetBadRequest && (e.Code == ofpbrcBadType || e.Code == ofpbrcBadExp || e.Code == ofpbrcBadExpType)
+}
+
+// decodeError decodes the body of an OFPT_ERROR about what.
 func decodeError(body []byte, what string) error {
 	if len(body) < 4 {
 		return fmt.Errorf("%s: truncated OFPT_ERROR", what)
 	}
-	typ, code := binary.BigEndian.Uint16(body), binary.BigEndian.Uint16(body[2:])
-	name := fmt.Sprintf("type %d", typ)
-	switch {
-	case int(typ) < len(errorTypes):
-		name = "OFPET_" + errorTypes[typ]
-	case typ == 0xffff && len(body) >= 8:
-		name = fmt.Sprintf("experimenter %#08x", binary.BigEndian.Uint32(body[4:]))
+	e := &Error{What: what, Type: binary.BigEndian.Uint16(body), Code: binary.BigEndian.Uint16(body[2:])}
+	if e.Type == 0xffff && len(body) >= 8 {
+		e.Vendor = binary.BigEndian.Uint32(body[4:])
 	}
-	return fmt.Errorf("%s: OFPT_ERROR %s code %d", what, name, code)
+	return e
 }
 
 // aLongTimeAgo is a deadline in the past: setting it unblocks a read at once.

@@ -21,13 +21,16 @@ import (
 // Conf is the network configuration of ovs-portmap.
 type Conf struct {
 	types.PluginConf
-	OVSDB    string   `json:"ovsdb,omitempty"`
-	OpenFlow string   `json:"openflow,omitempty"`
-	SNAT     *bool    `json:"snat,omitempty"`
-	MasqAll  bool     `json:"masqAll,omitempty"`
-	HostIPs  []string `json:"hostIPs,omitempty"`
-	DNATZone *int     `json:"dnatZone,omitempty"`
-	SNATZone *int     `json:"snatZone,omitempty"`
+	OVSDB    string `json:"ovsdb,omitempty"`
+	OpenFlow string `json:"openflow,omitempty"`
+	// VswitchdControl is the path of ovs-vswitchd's control socket (its
+	// --unixctl), for the zone limits; "": found as ovs-appctl finds it.
+	VswitchdControl string   `json:"vswitchdControl,omitempty"`
+	SNAT            *bool    `json:"snat,omitempty"`
+	MasqAll         bool     `json:"masqAll,omitempty"`
+	HostIPs         []string `json:"hostIPs,omitempty"`
+	DNATZone        *int     `json:"dnatZone,omitempty"`
+	SNATZone        *int     `json:"snatZone,omitempty"`
 	// ContainerZone tracks connections whose client is a container.
 	ContainerZone *int `json:"containerZone,omitempty"`
 	// ConntrackLimit bounds the entries of the DNAT and SNAT zones,
@@ -78,6 +81,9 @@ func LoadConf(stdin []byte) (*Conf, error) {
 		}
 	}
 	if err := cnicmd.ValidateEndpoints(c.OVSDB, c.OpenFlow); err != nil {
+		return nil, err
+	}
+	if err := cnicmd.ValidateControl(c.VswitchdControl); err != nil {
 		return nil, err
 	}
 	for _, z := range []struct {
@@ -146,7 +152,7 @@ func loadConf(args *skel.CmdArgs) (*Conf, error) { return LoadConf(args.StdinDat
 
 func (c *Conf) options() hostport.Options {
 	return hostport.Options{Mappings: c.Mappings, NodeIPs: c.NodeIPs, SNAT: *c.SNAT, MasqAll: c.MasqAll,
-		OpenFlow: c.OpenFlow, OVSDB: c.OVSDB}
+		OpenFlow: c.OpenFlow, OVSDB: c.OVSDB, VswitchdControl: c.VswitchdControl}
 }
 
 func invalid(format string, a ...any) error {

@@ -77,7 +77,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, conf.Pipeline, plan.Attachment); err != nil {
+	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, conf.Pipeline, plan.Attachment); err != nil {
 		return cnicmd.Error(err)
 	}
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -43,14 +44,16 @@ func (s Stats) String() string {
 // holds now), removes the flows of attachments that no longer exist, and
 // restores recorded gateway addresses. It is idempotent: each bridge whose
 // flows differ from what the records want gets one atomic bundle that
-// replaces what is there (see inSync).
+// replaces what is there (see inSync). The zone limits go through the
+// control socket of ovs-vswitchd that ADD recorded, else control, else the
+// one unixctl.Find finds ("" for control: that one).
 //
 // It is a sweep (ovsdb.BeginSweep): while it runs no ADD claims an ofport or
 // inserts its port and no DEL begins, so that it never removes the flows of
 // an ADD in flight (they are kept by the attachment's claim, as are those of
 // every port) nor restores those of a DEL in flight. An OpenFlow endpoint
 // that does not answer is reported, after the others are done.
-func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (st Stats, retErr error) {
+func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control string) (st Stats, retErr error) {
 	sweep, err := cli.BeginSweep(ctx)
 	if err != nil {
 		return st, err
@@ -107,12 +110,22 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (st
 		if target, c, fl, ok := portsec.Rebuild(p); ok {
 			addFlows(get(target), c, fl)
 		}
-		target, pl, a, ok := hostport.Rebuild(p)
+		target, ctl, pl, a, ok := hostport.Rebuild(p)
 		if !ok {
 			continue
 		}
 		t := get(target)
-		t.shared = pl.SharedFlows()
+		if ctl != "" {
+			t.ctl = ctl
+		}
+		if t.shared == nil {
+			t.shared = pl.SharedFlows()
+		}
+		for _, f := range pl.NodeIPFlows(a) {
+			if !slices.ContainsFunc(t.shared, func(g flows.Flow) bool { return g.Line() == f.Line() }) {
+				t.shared = append(t.shared, f)
+			}
+		}
 		t.pl = &pl
 		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
 		rules = append(rules, a.Rules...)
@@ -136,7 +149,11 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) (st
 	errs = append(errs, endSweep())
 	for name, t := range byTarget {
 		if t.pl != nil && endpoint.Listening(name) {
-			if err := hostport.SetZoneLimits(ctx, name, *t.pl); err != nil {
+			ctl := t.ctl
+			if ctl == "" {
+				ctl = control
+			}
+			if err := hostport.SetZoneLimits(ctx, name, ctl, *t.pl); err != nil {
 				errs = append(errs, fmt.Errorf("OpenFlow endpoint %s: %w", name, err))
 			}
 		}
@@ -203,6 +220,7 @@ type target struct {
 	shared []flows.Flow // once per bridge
 	base   []flows.Flow // table 0's NORMAL on a fail_mode=secure bridge
 	pl     *flows.Pipeline
+	ctl    string // ovs-vswitchd's control socket, as recorded
 	mods   openflow.Bundle
 	live   map[flows.Cookie]bool // rebuilt from the records
 }
@@ -268,7 +286,7 @@ func restoreGateways(br ovsdb.Bridge) int {
 // Run reconciles the node of the OVSDB at ovsdbEndpoint once, or, with
 // watch, whenever an ovs-vswitchd (re)starts, never returning. It logs each
 // pass to out and returns the exit code of `ovs-portmap reconcile`.
-func Run(ovsdbEndpoint string, watch bool, out io.Writer) int {
+func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
 	once := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -278,7 +296,7 @@ func Run(ovsdbEndpoint string, watch bool, out io.Writer) int {
 			return err
 		}
 		defer cli.Close()
-		st, err := Reconcile(ctx, cli, ovsdbEndpoint)
+		st, err := Reconcile(ctx, cli, ovsdbEndpoint, control)
 		fmt.Fprintf(out, "%s reconcile: %s", time.Now().UTC().Format(time.RFC3339), st)
 		if err != nil {
 			fmt.Fprintf(out, " error: %v", err)

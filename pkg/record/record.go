@@ -56,8 +56,11 @@ func ClaimKey(r flows.Rule) string {
 type HostPorts struct {
 	Version  int    `json:"v"`
 	OpenFlow string `json:"openflow"` // the bridge's OpenFlow target
-	DNATZone uint16 `json:"dnatZone"`
-	SNATZone uint16 `json:"snatZone"`
+	// VswitchdControl is the control socket of ovs-vswitchd ADD was given
+	// ("": found as unixctl.Find finds it).
+	VswitchdControl string `json:"vswitchdControl,omitempty"`
+	DNATZone        uint16 `json:"dnatZone"`
+	SNATZone        uint16 `json:"snatZone"`
 	// ContainerZone and the limits: 0 in records written before they existed.
 	ContainerZone  uint16 `json:"containerZone,omitempty"`
 	Limit          uint32 `json:"conntrackLimit,omitempty"`
@@ -65,6 +68,8 @@ type HostPorts struct {
 	Cookie         string `json:"cookie"`
 	OFPort         uint32 `json:"ofport"`
 	MAC            string `json:"mac"`
+	// NodeMAC: "" in records written before it existed.
+	NodeMAC string `json:"nodeMAC,omitempty"`
 
 	IPv4      netip.Addr   `json:"ipv4,omitzero"`
 	IPv6      netip.Addr   `json:"ipv6,omitzero"`
@@ -79,8 +84,10 @@ type HostPorts struct {
 // host ports of attachment a on the bridge at target (ovsdb.Client.Record's
 // arguments): the keys of an earlier record and its claims to remove, the
 // record to set, and the claims to take.
-func PublishHostPorts(p ovsdb.OwnedPort, target string, pl flows.Pipeline, a flows.Attachment) (unset []string, set map[string]string, claims []string, err error) {
-	raw, err := json.Marshal(newHostPorts(target, pl, a))
+func PublishHostPorts(p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.Attachment) (unset []string, set map[string]string, claims []string, err error) {
+	rec := newHostPorts(target, pl, a)
+	rec.VswitchdControl = control
+	raw, err := json.Marshal(rec)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("host port record of port %q: %w", p.Port.Name, err)
 	}
@@ -95,8 +102,16 @@ func PublishHostPorts(p ovsdb.OwnedPort, target string, pl flows.Pipeline, a flo
 func newHostPorts(target string, pl flows.Pipeline, a flows.Attachment) HostPorts {
 	return HostPorts{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
 		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
-		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), IPv4: a.IPv4, IPv6: a.IPv6,
+		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), NodeMAC: macString(a.NodeMAC), IPv4: a.IPv4, IPv6: a.IPv6,
 		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules}
+}
+
+// macString renders a MAC, "" for none.
+func macString(m net.HardwareAddr) string {
+	if m == nil {
+		return ""
+	}
+	return m.String()
 }
 
 // Attachment rebuilds the flow facts from the record.
@@ -109,10 +124,16 @@ func (r HostPorts) Attachment() (flows.Pipeline, flows.Attachment, error) {
 	if err != nil {
 		return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record MAC %q: %w", r.MAC, err)
 	}
+	var nodeMAC net.HardwareAddr
+	if r.NodeMAC != "" {
+		if nodeMAC, err = net.ParseMAC(r.NodeMAC); err != nil {
+			return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record node MAC %q: %w", r.NodeMAC, err)
+		}
+	}
 	pl := flows.Pipeline{DNATZone: r.DNATZone, SNATZone: r.SNATZone, ContainerZone: r.ContainerZone,
 		Limit: r.Limit, ContainerLimit: r.ContainerLimit}
 	return pl, flows.Attachment{
-		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, IPv4: r.IPv4, IPv6: r.IPv6,
+		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, NodeMAC: nodeMAC, IPv4: r.IPv4, IPv6: r.IPv6,
 		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, SNAT: r.SNAT, MasqAll: r.MasqAll,
 	}, nil
 }

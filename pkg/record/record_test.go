@@ -24,7 +24,7 @@ func TestHostPortsRoundTrip(t *testing.T) {
 	// An earlier ADD's record and claim are on the port: they are replaced.
 	before := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{
 		KeyHostPorts: "{}", KeyClaimPrefix + "tcp/198.51.100.1:9090": ovsdb.ClaimValue, KeyPortSecurity: "{}"}}}
-	unset, set, claims, err := PublishHostPorts(before, "unix:/run/ovs/br0.mgmt", pl, a)
+	unset, set, claims, err := PublishHostPorts(before, "unix:/run/ovs/br0.mgmt", "", pl, a)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package unixctl
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -19,26 +20,64 @@ import (
 )
 
 // ErrNoSocket says that the control socket of ovs-vswitchd could not be
-// found from the given endpoint (a tcp: endpoint, or no pid file).
-var ErrNoSocket = fmt.Errorf("no ovs-vswitchd control socket")
+// found: none was given and no pid file names one, or the one given or named
+// is not there.
+var ErrNoSocket = errors.New("no ovs-vswitchd control socket")
 
-// Socket returns the control socket of the ovs-vswitchd whose OpenFlow
-// management socket (unix:<run dir>/<bridge>.mgmt) is target.
-func Socket(target string) (string, error) {
-	e, err := endpoint.Parse(target)
-	if err != nil || e.Network != "unix" {
-		return "", fmt.Errorf("%w for %s", ErrNoSocket, target)
+// DefaultRunDir is the run directory OVS's tools use when OVS_RUNDIR is not
+// set (that of the distributions' packages).
+const DefaultRunDir = "/var/run/openvswitch"
+
+// Find returns the control socket of the ovs-vswitchd whose OpenFlow
+// management socket is target: control when it is given, else the one
+// ovs-appctl would find, the pid file ovs-vswitchd.pid naming
+// ovs-vswitchd.<pid>.ctl in the run directory. The run directories tried
+// are, in order, that of a unix: target (ovs-vswitchd puts <bridge>.mgmt in
+// its own), $OVS_RUNDIR and DefaultRunDir. An ovs-vswitchd started with
+// another --pidfile or --unixctl is found only through control.
+func Find(target, control string) (string, error) {
+	if control != "" {
+		if _, err := os.Stat(control); err != nil {
+			return "", fmt.Errorf("%w at %s: %w", ErrNoSocket, control, err)
+		}
+		return control, nil
 	}
-	dir := filepath.Dir(e.Address)
-	b, err := os.ReadFile(filepath.Join(dir, "ovs-vswitchd.pid"))
+	var dirs []string
+	if e, err := endpoint.Parse(target); err == nil && e.Network == "unix" {
+		dirs = append(dirs, filepath.Dir(e.Address))
+	}
+	if d := os.Getenv("OVS_RUNDIR"); d != "" {
+		dirs = append(dirs, d)
+	}
+	dirs = append(dirs, DefaultRunDir)
+	var tried []string
+	for _, dir := range slices.Compact(dirs) {
+		sock, err := fromPidFile(dir)
+		if err == nil {
+			return sock, nil
+		}
+		tried = append(tried, err.Error())
+	}
+	return "", fmt.Errorf("%w for %s (%s)", ErrNoSocket, target, strings.Join(tried, "; "))
+}
+
+// fromPidFile returns the control socket that dir's pid file names, if it is
+// there.
+func fromPidFile(dir string) (string, error) {
+	pf := filepath.Join(dir, "ovs-vswitchd.pid")
+	b, err := os.ReadFile(pf)
 	if err != nil {
-		return "", fmt.Errorf("%w in %s: %v", ErrNoSocket, dir, err)
+		return "", err
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		return "", fmt.Errorf("%w in %s: pid file: %v", ErrNoSocket, dir, err)
+		return "", fmt.Errorf("pid file %s: %w", pf, err)
 	}
-	return filepath.Join(dir, fmt.Sprintf("ovs-vswitchd.%d.ctl", pid)), nil
+	sock := filepath.Join(dir, fmt.Sprintf("ovs-vswitchd.%d.ctl", pid))
+	if _, err := os.Stat(sock); err != nil {
+		return "", err
+	}
+	return sock, nil
 }
 
 // call runs one unixctl command and returns its output.
@@ -61,14 +100,10 @@ func call(ctx context.Context, sock, command string, args ...string) (string, er
 }
 
 // SetZoneLimits sets the conntrack entry limit of each zone on every
-// datapath of the ovs-vswitchd behind target (0: no limit). The limits live
+// datapath of the ovs-vswitchd whose control socket is sock (0: no limit). The limits live
 // in the datapath: they survive an ovs-vswitchd restart on the kernel
 // datapath but not on the userspace one, so reconcile sets them again.
-func SetZoneLimits(ctx context.Context, target string, limits map[uint16]uint32) error {
-	sock, err := Socket(target)
-	if err != nil {
-		return err
-	}
+func SetZoneLimits(ctx context.Context, sock string, limits map[uint16]uint32) error {
 	return onEachDatapath(ctx, sock, "dpctl/ct-set-limits", ZoneLimitArgs(limits)...)
 }
 

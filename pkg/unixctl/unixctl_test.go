@@ -11,12 +11,41 @@ import (
 	"testing"
 )
 
-func TestSocketNeedsAUnixTarget(t *testing.T) {
-	if _, err := Socket("tcp:192.0.2.1:6653"); !errors.Is(err, ErrNoSocket) {
+func TestFind(t *testing.T) {
+	t.Setenv("OVS_RUNDIR", filepath.Join(t.TempDir(), "none"))
+	if _, err := Find("tcp:192.0.2.1:6653", ""); !errors.Is(err, ErrNoSocket) {
 		t.Errorf("tcp target: got %v, want ErrNoSocket", err)
 	}
-	if _, err := Socket("unix:" + filepath.Join(t.TempDir(), "br0.mgmt")); !errors.Is(err, ErrNoSocket) {
+	dir := t.TempDir()
+	target := "unix:" + filepath.Join(dir, "br0.mgmt")
+	if _, err := Find(target, ""); !errors.Is(err, ErrNoSocket) {
 		t.Errorf("no pid file: got %v, want ErrNoSocket", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ovs-vswitchd.pid"), []byte("42\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Find(target, ""); !errors.Is(err, ErrNoSocket) {
+		t.Errorf("pid file naming a missing socket: got %v, want ErrNoSocket", err)
+	}
+	want := filepath.Join(dir, "ovs-vswitchd.42.ctl")
+	if err := os.WriteFile(want, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Find(target, ""); got != want || err != nil {
+		t.Errorf("from the target's run dir: got %q, %v; want %q", got, err, want)
+	}
+	// OVS_RUNDIR, as ovs-appctl, for a tcp: target.
+	t.Setenv("OVS_RUNDIR", dir)
+	if got, err := Find("tcp:192.0.2.1:6653", ""); got != want || err != nil {
+		t.Errorf("from OVS_RUNDIR: got %q, %v; want %q", got, err, want)
+	}
+	// Given: taken when it is there, ErrNoSocket naming it when not.
+	if got, err := Find(target, want); got != want || err != nil {
+		t.Errorf("given: got %q, %v; want %q", got, err, want)
+	}
+	missing := filepath.Join(dir, "other.ctl")
+	if _, err := Find(target, missing); !errors.Is(err, ErrNoSocket) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("given, missing: got %v, want ErrNoSocket naming %s", err, missing)
 	}
 }
 
@@ -48,11 +77,11 @@ func TestSetZoneLimits(t *testing.T) {
 	}
 	target := "unix:" + filepath.Join(rundir, "ucbr0.mgmt")
 	for _, limit := range []uint32{300, 0} {
-		if err := SetZoneLimits(context.Background(), target, map[uint16]uint32{64000: 2 * limit, 64002: limit}); err != nil {
+		sock, err := Find(target, "")
+		if err != nil {
 			t.Fatal(err)
 		}
-		sock, err := Socket(target)
-		if err != nil {
+		if err := SetZoneLimits(context.Background(), sock, map[uint16]uint32{64000: 2 * limit, 64002: limit}); err != nil {
 			t.Fatal(err)
 		}
 		b, err := exec.Command("ovs-appctl", "-t", sock, "dpctl/ct-get-limits", "zone=64000,64002").CombinedOutput()

@@ -265,7 +265,7 @@ func TestBusyNode(t *testing.T) {
 		for i := k; i < total; i += callers {
 			if done.Add(1) == int64(total/2) {
 				restarted.Do(func() {
-					restartErr = killVswitchd()
+					restartErr = killAndStartVswitchd()
 					restartedAt.Store(time.Now().UnixNano())
 				})
 			}
@@ -322,9 +322,9 @@ func delAll(n *cni, cs []*container, k, callers int) error {
 	return nil
 }
 
-// killVswitchd kills ovs-vswitchd with SIGKILL and starts it again, as
+// killAndStartVswitchd kills ovs-vswitchd with SIGKILL and starts it again, as
 // restartVswitchd does, from any goroutine.
-func killVswitchd() error {
+func killAndStartVswitchd() error {
 	dir := filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:"))
 	b, err := os.ReadFile(filepath.Join(dir, "ovs-vswitchd.pid"))
 	if err != nil {

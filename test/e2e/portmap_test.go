@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -371,4 +372,95 @@ func TestPortmapVersions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An ovs-vswitchd started with a --pidfile and --unixctl of its own: no pid
+// file names its control socket, so ADD without "vswitchdControl" fails with
+// code 7 naming the key (and leaves no flow), and with the key it sets the
+// zone limits through that socket and the host port answers.
+func TestPortmapVswitchdControl(t *testing.T) {
+	requireSandbox(t)
+	rundir := filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:"))
+	ctl := filepath.Join(rundir, "elsewhere", "vswitchd.ctl")
+	pidFile := filepath.Join(rundir, "elsewhere", "vswitchd.pid")
+	if err := os.MkdirAll(filepath.Dir(ctl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	restartVswitchd(t, nil, "--pidfile="+pidFile, "--unixctl="+ctl)
+	t.Cleanup(func() { restartVswitchdFrom(t, pidFile) })
+
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.0.0", "pmctl", nil)
+	a := newContainer(t)
+	caps := mappings(pm(8070, 80, "udp", ""))
+	_, err := n.add(a, "eth0", caps)
+	if err == nil || cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), `"vswitchdControl"`) {
+		t.Fatalf("ADD without vswitchdControl: got %v (code %d), want code 7 naming \"vswitchdControl\"", err, cniCode(err))
+	}
+	if fl := h.flowsOf(t, flows.AttachmentCookie(a.id, "eth0")); len(fl) != 0 {
+		t.Errorf("failed ADD left flows: %v", fl)
+	}
+	n.del(a, "eth0", nil)
+
+	n = h.portmapList(t, "1.0.0", "pmctl", map[string]any{"vswitchdControl": ctl, "conntrackLimit": 4321})
+	n.mustAdd(t, a, "eth0", caps)
+	t.Cleanup(func() { n.del(a, "eth0", nil) })
+	a.serveUDP(t, 80)
+	expect(t, h.outside.ns, "udp", hp(nodeV4, 8070), a, outsideV4)
+	out, err := run("ovs-appctl", "-t", ctl, "dpctl/ct-get-limits", "zone=64000")
+	if err != nil || !strings.Contains(out, "zone=64000,limit=4321,") {
+		t.Errorf("zone limits through %s: got %q, %v; want zone 64000 limited to 4321", ctl, out, err)
+	}
+}
+
+// DEL flushes the attachment's conntrack entries, TCP ones included: from
+// outside (DNAT zone), from another container (container zone) and hairpin
+// (SNAT zone). Before DEL they are there, so the check after it can fail.
+func TestPortmapDelFlushesConntrack(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.portmapList(t, "1.0.0", "pmdelct", nil)
+	a, b := newContainer(t), newContainer(t)
+	ra := n.mustAdd(t, a, "eth0", mappings(pm(8085, 80, "tcp", ""), pm(5385, 53, "udp", "")))
+	n.mustAdd(t, b, "eth0", nil)
+	t.Cleanup(func() { n.del(a, "eth0", nil); n.del(b, "eth0", nil) })
+	a.serveTCP(t, 80)
+	a.serveUDP(t, 53)
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8085), a, outsideV4)
+	expect(t, h.outside.ns, "tcp", hp(nodeV6, 8085), a, outsideV6)
+	expect(t, b.ns, "tcp", hp(nodeV4, 8085), a, "")
+	expect(t, a.ns, "tcp", hp(nodeV4, 8085), a, "")
+	expect(t, h.outside.ns, "udp", hp(nodeV4, 5385), a, outsideV4)
+	aV4, aV6 := addrOf(t, ra, false), addrOf(t, ra, true)
+	entries := func() []string {
+		var out []string
+		for _, l := range strings.Split(appctl(t, "dpctl/dump-conntrack"), "\n") {
+			if (strings.Contains(l, "="+aV4+",") || strings.Contains(l, "="+aV6+",")) &&
+				(strings.Contains(l, "zone=64000") || strings.Contains(l, "zone=64001") || strings.Contains(l, "zone=64002")) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	before := entries()
+	for _, want := range []string{"tcp,orig=(src=" + outsideV4, "tcp,orig=(src=" + outsideV6, "zone=64001", "zone=64002"} {
+		if !slicesContainSubstring(before, want) {
+			t.Errorf("before DEL: no entry %q of the attachment among\n%s", want, strings.Join(before, "\n"))
+		}
+	}
+	if err := n.del(a, "eth0", nil); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if left := entries(); len(left) != 0 {
+		t.Errorf("after DEL: conntrack entries of the attachment left:\n%s", strings.Join(left, "\n"))
+	}
+}
+
+func slicesContainSubstring(lines []string, sub string) bool {
+	for _, l := range lines {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,17 +40,55 @@ func bridgeAddrs(t *testing.T, br string) []string {
 }
 
 // restartVswitchd kills ovs-vswitchd with SIGKILL and starts it again;
-// between the two it calls dead, if not nil.
-func restartVswitchd(t *testing.T, dead func()) {
+// between the two it calls dead, if not nil. With args, the new one is
+// started with the sandbox's own command line and args added (another
+// --pidfile or --unixctl, which override the sandbox's).
+func restartVswitchd(t *testing.T, dead func(), args ...string) {
 	t.Helper()
-	pidFile := filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), "ovs-vswitchd.pid")
+	killVswitchd(t, filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), "ovs-vswitchd.pid"))
+	if dead != nil {
+		dead()
+	}
+	if len(args) > 0 {
+		rundir := filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:"))
+		cmd := exec.Command("ovs-vswitchd", append([]string{ovsdbAddr, "--detach", "--no-chdir",
+			"--log-file=" + filepath.Join(rundir, "ovs-vswitchd.log"), "-vconsole:off", "-vfile:info"}, args...)...)
+		cmd.Env = append(os.Environ(), "OVS_RUNDIR="+rundir, "OVS_DBDIR="+rundir, "OVS_LOGDIR="+rundir, "OVS_SYSCONFDIR="+rundir,
+			"PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ovs-vswitchd %v: %v: %s", args, err, out)
+		}
+		return
+	}
+	startVswitchd(t)
+}
+
+// restartVswitchdFrom kills the ovs-vswitchd of pidFile and starts the
+// sandbox's own again.
+func restartVswitchdFrom(t *testing.T, pidFile string) {
+	t.Helper()
+	killVswitchd(t, pidFile)
+	startVswitchd(t)
+}
+
+func startVswitchd(t *testing.T) {
+	t.Helper()
+	if out, err := exec.Command(filepath.Join(repoRoot, "hack", "ovs-sandbox.sh"), "start-vswitchd", sandboxNS).CombinedOutput(); err != nil {
+		t.Fatalf("start-vswitchd: %v: %s", err, out)
+	}
+}
+
+// killVswitchd kills the ovs-vswitchd of pidFile with SIGKILL and waits
+// until it is gone; it removes the pid file, which SIGKILL leaves.
+func killVswitchd(t *testing.T, pidFile string) {
+	t.Helper()
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	for _, c := range strings.TrimSpace(string(b)) {
-		pid = pid*10 + int(c-'0')
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %s: %v", pidFile, err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -57,12 +96,7 @@ func restartVswitchd(t *testing.T, dead func()) {
 	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if dead != nil {
-		dead()
-	}
-	if out, err := exec.Command(filepath.Join(repoRoot, "hack", "ovs-sandbox.sh"), "start-vswitchd", sandboxNS).CombinedOutput(); err != nil {
-		t.Fatalf("start-vswitchd: %v: %s", err, out)
-	}
+	os.Remove(pidFile)
 }
 
 // Flows live in ovs-vswitchd's memory: after it is killed and started again,

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
@@ -47,15 +45,7 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 			}
 			t.Cleanup(func() { os.WriteFile(gate, nil, 0o644) }) // an ADD still waiting ends
 			entry := l.bridgeEntry(map[string]any{"portSecurity": tc.psec, "ipam": map[string]any{"type": "dhcp"}})
-			b, err := json.Marshal(conflist("1.1.0", "i12tlease", entry))
-			if err != nil {
-				t.Fatal(err)
-			}
-			list, err := libcni.NetworkConfFromBytes(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := &cni{cfg: libcni.NewCNIConfigWithCacheDir([]string{fake, binDir}, t.TempDir(), nil), list: list}
+			n := newCNI(t, conflist("1.1.0", "i12tlease", entry), fake)
 
 			c := newContainer(t)
 			l.watch(c, "attacker")

@@ -125,6 +125,14 @@ func (c *container) serveTCP(t *testing.T, port int) {
 // serveUDP answers every datagram the same way.
 func (c *container) serveUDP(t *testing.T, port int) {
 	t.Helper()
+	c.serveUDPWith(t, port, func(k int, addr net.Addr) []byte {
+		return []byte(fmt.Sprintf("hello from %s to %s", c.id, addr))
+	})
+}
+
+// serveUDPWith answers every datagram of k bytes from addr with reply(k, addr).
+func (c *container) serveUDPWith(t *testing.T, port int, reply func(k int, addr net.Addr) []byte) {
+	t.Helper()
 	var pc net.PacketConn
 	err := c.ns.Do(func(ns.NetNS) error {
 		var err error
@@ -136,13 +144,13 @@ func (c *container) serveUDP(t *testing.T, port int) {
 	}
 	t.Cleanup(func() { pc.Close() })
 	go func() {
-		buf := make([]byte, 1500)
+		buf := make([]byte, 65536)
 		for {
-			_, addr, err := pc.ReadFrom(buf)
+			k, addr, err := pc.ReadFrom(buf)
 			if err != nil {
 				return
 			}
-			pc.WriteTo([]byte(fmt.Sprintf("hello from %s to %s", c.id, addr)), addr)
+			pc.WriteTo(reply(k, addr), addr)
 		}
 	}()
 }
@@ -182,7 +190,9 @@ type cni struct {
 	list *libcni.NetworkConfigList
 }
 
-func newCNI(t *testing.T, conflist map[string]any) *cni {
+// newCNI finds the plugins in the suite's binDir, after any of dirs (a
+// test's fake plugins).
+func newCNI(t *testing.T, conflist map[string]any, dirs ...string) *cni {
 	t.Helper()
 	b, err := json.Marshal(conflist)
 	if err != nil {
@@ -192,7 +202,7 @@ func newCNI(t *testing.T, conflist map[string]any) *cni {
 	if err != nil {
 		t.Fatalf("conflist: %v\n%s", err, b)
 	}
-	return &cni{cfg: libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil), list: list}
+	return &cni{cfg: libcni.NewCNIConfigWithCacheDir(append(dirs, binDir), t.TempDir(), nil), list: list}
 }
 
 func (c *container) rt(ifname string, capArgs map[string]any) *libcni.RuntimeConf {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/containernetworking/cni/libcni"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
@@ -52,15 +49,7 @@ exit 0
 				}
 			})
 			conf := bridgeConf(br, "", map[string]any{"ipam": map[string]any{"type": name}})
-			b, err := json.Marshal(conflist("1.0.0", "ipamhang"+name, conf))
-			if err != nil {
-				t.Fatal(err)
-			}
-			list, err := libcni.NetworkConfFromBytes(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := &cni{cfg: libcni.NewCNIConfigWithCacheDir([]string{fake, binDir}, t.TempDir(), nil), list: list}
+			n := newCNI(t, conflist("1.0.0", "ipamhang"+name, conf), fake)
 
 			control := newContainer(t)
 			if _, err := n.add(control, "eth0", nil); err != nil {
@@ -79,7 +68,7 @@ exit 0
 			// libcni kills it.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*cnicmd.Timeout+time.Minute)
 			defer cancel()
-			_, err = n.cfg.AddNetworkList(ctx, n.list, c.rt("eth0", nil))
+			_, err := n.cfg.AddNetworkList(ctx, n.list, c.rt("eth0", nil))
 			t.Cleanup(func() { n.del(c, "eth0", nil) })
 			if err == nil || !strings.Contains(err.Error(), `ipam "`+name+`"`) || !strings.Contains(err.Error(), "context deadline exceeded") {
 				t.Fatalf("ADD with IPAM hung: got %v, want ovs-bridge's error naming the IPAM plugin and the deadline", err)

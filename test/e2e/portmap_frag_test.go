@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -14,28 +13,11 @@ import (
 // with "echo from <id>", so that both directions can exceed the MTU.
 func (c *container) serveUDPEcho(t *testing.T, port int) {
 	t.Helper()
-	var pc net.PacketConn
-	err := c.ns.Do(func(ns.NetNS) error {
-		var err error
-		pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
-		return err
+	c.serveUDPWith(t, port, func(k int, _ net.Addr) []byte {
+		out := bytes.Repeat([]byte{'r'}, k)
+		copy(out, "echo from "+c.id)
+		return out
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			k, addr, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			out := bytes.Repeat([]byte{'r'}, k)
-			copy(out, "echo from "+c.id)
-			pc.WriteTo(out, addr)
-		}
-	}()
 }
 
 // Datagrams above the MTU (1500 on every link here) through a UDP host

@@ -188,9 +188,16 @@ func (p Pipeline) NodeIPFlows(a Attachment) []Flow {
 		}
 		if !seen[r.NodeIP] {
 			seen[r.NodeIP] = true
+			// With commit: the kernel datapath translates an error that
+			// travels in the connection's original direction (client to
+			// node, IP_CT_RELATED) only when the ct action commits
+			// (net/openvswitch's ovs_ct_nat); committing an error creates
+			// no connection, and the userspace datapath does the same.
+			related := lookup(p.DNATZone)
+			related.Commit = true
 			for _, typ := range icmpErrors[ethOf(r.NodeIP)] {
 				m := base.IPProto(icmpOf(r.NodeIP)).ICMPType(typ)
-				out = append(out, flow(SharedCookie(), TableClassifier, PriorityRelated, m, lookup(p.DNATZone)))
+				out = append(out, flow(SharedCookie(), TableClassifier, PriorityRelated, m, related))
 			}
 		}
 		if !fragmented(r.Protocol) || seenFrag[r.NodeIP] {

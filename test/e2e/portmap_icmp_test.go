@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 	"io"
 	"net"
 	"syscall"
@@ -53,12 +52,6 @@ func (c *container) serveBulk(t *testing.T, port, size int) {
 // untranslated, the node drops them and the transfer stalls.
 func TestPortmapPathMTU(t *testing.T) {
 	requireSandbox(t)
-	if !sandbox.Userspace() {
-		// Seen under emulation (hack/ovs-vm.sh): the transfer stalls at 0
-		// bytes on the kernel datapath. Not a pass: path MTU discovery
-		// through a host port is proven on the userspace datapath only.
-		t.Skip("SKIPPED on the kernel datapath: path MTU discovery through a host port does not yet pass there")
-	}
 	h := newOVSHost(t)
 	n := h.portmapList(t, "1.0.0", "pmpmtu", nil)
 	a := newContainer(t)

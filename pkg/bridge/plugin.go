@@ -83,14 +83,6 @@ func portVLAN(conf *NetConf) flows.PortVLAN {
 	return flows.Untagged
 }
 
-func portUUIDs(ports []ovsdb.OwnedPort) []string {
-	out := make([]string, len(ports))
-	for i, p := range ports {
-		out[i] = p.Port.UUID
-	}
-	return out
-}
-
 // CmdAdd attaches a container interface. In the order of the reference
 // bridge plugin (veth, then IPAM, so that dhcp can run on the attached
 // interface); on any failure it removes what it created: veth, port, flows,
@@ -281,7 +273,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			cnicmd.Rollback(func(ctx context.Context) {
 				ports, err := cli.FindPorts(ctx, att)
 				if err == nil {
-					err = cli.DetachPorts(ctx, portUUIDs(ports)...)
+					err = cli.DetachPorts(ctx, ovsdb.PortUUIDs(ports)...)
 				}
 				portLeft = err != nil
 			})
@@ -292,10 +284,8 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		// The port goes in with the record of the flows it has until the
 		// lease (no addresses yet): a reconcile meanwhile rebuilds those,
 		// instead of removing them as an attachment's without a record.
-		if raw, ok, err := portSecRecord(conf, result, contIndex).Value(); err != nil {
+		if err := withPortSecRecord(spec, portSecRecord(conf, result, contIndex)); err != nil {
 			return err
-		} else if ok {
-			spec.ExternalIDs[record.KeyPortSecurity] = raw
 		}
 		portUUID, err = cli.AttachPort(ctx, br.UUID, spec)
 		if err != nil {
@@ -397,10 +387,8 @@ func useIPAM(conf *NetConf, r types.Result, err error, result *current.Result, c
 // ports record. When ovs-vswitchd gives the port another number (one it
 // still held for a port removed meanwhile), the flows follow.
 func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, spec ovsdb.PortSpec, res *ovsdb.Reservation) (string, int, error) {
-	if raw, ok, err := portSecRecord(conf, result, contIndex).Value(); err != nil {
+	if err := withPortSecRecord(spec, portSecRecord(conf, result, contIndex)); err != nil {
 		return "", 0, err
-	} else if ok {
-		spec.ExternalIDs[record.KeyPortSecurity] = raw
 	}
 	for attempt := 0; ; attempt++ {
 		spec.OFPort, spec.Reservation = res.OFPort, res
@@ -440,6 +428,16 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 			return "", 0, err
 		}
 	}
+}
+
+// withPortSecRecord puts rec, if it records anything, into the external_ids
+// the port is inserted with.
+func withPortSecRecord(spec ovsdb.PortSpec, rec record.PortSecurity) error {
+	raw, ok, err := rec.Value()
+	if ok && err == nil {
+		spec.ExternalIDs[record.KeyPortSecurity] = raw
+	}
+	return err
 }
 
 // reserve claims an ofport from home on and the attachment's cookie
@@ -496,7 +494,7 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 		if err := withdrawHostPorts(ctx, cli, previous); err != nil {
 			return true, err
 		}
-		err = cli.DetachPortsAndSync(ctx, ofportTimeout, portUUIDs(previous)...)
+		err = cli.DetachPortsAndSync(ctx, ofportTimeout, ovsdb.PortUUIDs(previous)...)
 	} else {
 		err = cli.SyncPending(ctx, ofportTimeout)
 	}
@@ -937,7 +935,7 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err := withdrawHostPorts(ctx, cli, stale); err != nil {
 		return err
 	}
-	if err := cli.DetachPorts(ctx, portUUIDs(stale)...); err != nil {
+	if err := cli.DetachPorts(ctx, ovsdb.PortUUIDs(stale)...); err != nil {
 		return asCNIError(err)
 	}
 	for _, p := range stale {

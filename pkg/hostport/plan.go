@@ -47,10 +47,24 @@ func ContainerFacts(r *current.Result, ifname string) (v4, v6 netip.Addr, mac ne
 
 // NodeIPs are the global unicast addresses of the bridge's internal interface.
 func NodeIPs(bridge string) ([]netip.Addr, error) {
+	l, err := bridgeLink(bridge)
+	if err != nil {
+		return nil, err
+	}
+	return nodeIPsOf(l, bridge)
+}
+
+// bridgeLink is the bridge's internal interface, where the node addresses are.
+func bridgeLink(bridge string) (netlink.Link, error) {
 	l, err := netlink.LinkByName(bridge)
 	if err != nil {
 		return nil, fmt.Errorf("bridge interface %q: %w", bridge, err)
 	}
+	return l, nil
+}
+
+// nodeIPsOf are the global unicast addresses of l, the interface of bridge.
+func nodeIPsOf(l netlink.Link, bridge string) ([]netip.Addr, error) {
 	addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("addresses of %q: %w", bridge, err)
@@ -67,9 +81,9 @@ func NodeIPs(bridge string) ([]netip.Addr, error) {
 // NodeMAC is the MAC of the bridge's internal interface, where the node
 // addresses are.
 func NodeMAC(bridge string) (net.HardwareAddr, error) {
-	l, err := netlink.LinkByName(bridge)
+	l, err := bridgeLink(bridge)
 	if err != nil {
-		return nil, fmt.Errorf("bridge interface %q: %w", bridge, err)
+		return nil, err
 	}
 	return l.Attrs().HardwareAddr, nil
 }
@@ -117,11 +131,20 @@ type Options struct {
 // addresses, hostIP checks, rules, hairpin sources.
 func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4, v6 netip.Addr, mac net.HardwareAddr) (*Plan, error) {
 	bridge := port.Port.ExternalIDs[ovsdb.KeyBridge]
-	nodeIPs := conf.NodeIPs
-	if nodeIPs == nil {
-		var err error
-		if nodeIPs, err = NodeIPs(bridge); err != nil {
+	nodeIPs, nodeMAC := conf.NodeIPs, conf.NodeMAC
+	if nodeIPs == nil || nodeMAC == nil {
+		// One lookup of the bridge interface for both.
+		l, err := bridgeLink(bridge)
+		if err != nil {
 			return nil, err
+		}
+		if nodeMAC == nil {
+			nodeMAC = l.Attrs().HardwareAddr
+		}
+		if nodeIPs == nil {
+			if nodeIPs, err = nodeIPsOf(l, bridge); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// Loopback host IPs are not served (it would take route_localnet, the
@@ -137,13 +160,6 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 	for i, m := range conf.Mappings {
 		if m.HostIP.IsValid() && !m.HostIP.IsUnspecified() && !slices.Contains(nodeIPs, m.HostIP) {
 			return nil, invalid("portMappings[%d]: hostIP %s is not a node address (%v)", i, m.HostIP, nodeIPs)
-		}
-	}
-	nodeMAC := conf.NodeMAC
-	if nodeMAC == nil {
-		var err error
-		if nodeMAC, err = NodeMAC(bridge); err != nil {
-			return nil, err
 		}
 	}
 	if err := vlanZero(port, len(conf.Mappings)); err != nil {

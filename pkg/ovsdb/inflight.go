@@ -378,7 +378,7 @@ func (c *Client) BeginDelete(ctx context.Context, a Attachment) (*Deletion, erro
 // Finish removes the ports of d, its claims and its mark in one
 // transaction.
 func (c *Client) Finish(ctx context.Context, d *Deletion) error {
-	ops := append(detachOps(portUUIDs(d.Ports)), rootMutate(mutDelete, append(d.claims, d.mark)))
+	ops := append(detachOps(PortUUIDs(d.Ports)), rootMutate(mutDelete, append(d.claims, d.mark)))
 	if len(d.Ports) > 0 {
 		ops = append(ops, bumpCfg)
 	}
@@ -388,7 +388,8 @@ func (c *Client) Finish(ctx context.Context, d *Deletion) error {
 	return nil
 }
 
-func portUUIDs(ports []OwnedPort) []string {
+// PortUUIDs are the UUIDs of the Port rows of ports.
+func PortUUIDs(ports []OwnedPort) []string {
 	out := make([]string, len(ports))
 	for i, p := range ports {
 		out[i] = p.Port.UUID

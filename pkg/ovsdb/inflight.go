@@ -257,11 +257,25 @@ func (c *Client) AfterSweep(ctx context.Context, r Reservation) error {
 	return err
 }
 
-// WaitSweep returns once no sweep is under way. A sweep that holds its mark
-// for longer than SweepTTL died: its mark is removed.
+// WaitSweep returns once no sweep is under way. It blocks in ovsdb-server
+// (a wait operation, not polling), a second at most each round, so that a
+// mark held for longer than SweepTTL, a dead sweep's, is seen and removed.
 func (c *Client) WaitSweep(ctx context.Context) error {
 	deadline := time.Now().Add(sweepWait)
 	for {
+		if left := min(time.Until(deadline), time.Second); left > 0 {
+			w := noSweep
+			w.timeout = int(left / time.Millisecond)
+			wctx, cancel := context.WithTimeout(ctx, left+2*time.Second)
+			_, err := c.transact(wctx, w)
+			cancel()
+			if err == nil {
+				return nil
+			}
+			if !waitTimedOut(err) {
+				return fmt.Errorf("waiting for the sweep: %w", err)
+			}
+		}
 		ids, err := c.rootIDs(ctx)
 		if err != nil {
 			return err
@@ -280,11 +294,6 @@ func (c *Client) WaitSweep(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("waiting for the sweep under way since %s: %w", time.Unix(since, 0).UTC().Format(time.RFC3339), ErrSweeping)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

@@ -17,7 +17,7 @@
 #   hack/kube.sh test      install, up, deploy, the checks of test/kube/checks.sh, down
 #
 # Binaries and images are cached under $OVSFLOW_KUBE_PREFIX (default /opt/ovsflow-kube;
-# the Go build cache is Go's own). The running cluster lives under /run/ovsflow-kube/i15.
+# the Go build cache is Go's own). The running cluster lives under /run/ovsflow-kube/okube.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -140,21 +140,21 @@ install_all() {
 #
 # Topology (all addresses exist only inside the two network namespaces):
 #
-#   netns i15-ext ("outside")          netns i15-node (the node: OVS sandbox + Kubernetes)
-#   eth0 203.0.113.20/25 ──── veth ──── i15-up ── br0 (OVS, netdev) 203.0.113.10/25
+#   netns okube-ext ("outside")          netns okube-node (the node: OVS sandbox + Kubernetes)
+#   eth0 203.0.113.20/25 ──── veth ──── okube-up ── br0 (OVS, netdev) 203.0.113.10/25
 #        2001:db8:15::20/64                             2001:db8:15::10/64
 #                                                   pods: 198.51.100.0/24, 2001:db8:15:100::/56
 #                                                   (a /25 and a /64 per node, by the node
 #                                                   IPAM controller); services 203.0.113.128/25,
 #                                                   2001:db8:15:ffff::/112
 #
-# etcd, the control plane, containerd and kubelet run in netns i15-node and in
+# etcd, the control plane, containerd and kubelet run in netns okube-node and in
 # a mount namespace of their own in which /run/openvswitch is the sandbox's run
 # directory and /opt/cni/bin, /etc/cni/net.d, /var/lib/kubelet, /var/log/pods,
 # /var/log/containers, /var/lib/cni and /run/containerd are directories under
 # $state. Their processes sit in cgroup pids:/$tag-sys, pods under /$tag (kubelet's
 # cgroupRoot), so teardown finds every one of them by cgroup.
-tag=i15
+tag=okube
 sb=$tag-node                  # the OVS sandbox (hack/ovs-sandbox.sh) and its netns
 ext=$tag-ext                  # the outside client's netns
 state=/run/ovsflow-kube/$tag

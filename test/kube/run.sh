@@ -22,7 +22,7 @@ t_start=$SECONDS
 kube=hack/kube.sh
 k() { $kube kubectl "$@"; }
 innode() { $kube node "$@"; }
-inext() { ip netns exec i15-ext "$@"; }
+inext() { ip netns exec okube-ext "$@"; }
 # send tcp|udp ADDR PORT: one exchange from the outside netns; prints the answer.
 send() {
 	inext python3 -c '
@@ -68,7 +68,7 @@ finish() {
 		innode ovs-vsctl --db=unix:/run/openvswitch/db.sock show 2>&1 | head -60
 		for f in kubelet containerd kube-controller-manager; do
 			echo "--- $f.log (tail)"
-			tail -15 "/run/ovsflow-kube/i15/log/$f.log" 2>/dev/null
+			tail -15 "/run/ovsflow-kube/okube/log/$f.log" 2>/dev/null
 		done
 	fi
 	[ -n "${KEEP:-}" ] || $kube down
@@ -91,9 +91,9 @@ ipamdir=/var/lib/cni/networks/ovsflow
 
 # --- state of the node ----------------------------------------------------------
 
-# pods_json: the test's pods (label suite=i15) as "name ip,ip" lines, running ones only.
+# pods_json: the test's pods (label suite=okube) as "name ip,ip" lines, running ones only.
 pod_ips() {
-	k get pods -l suite=i15 --field-selector=status.phase=Running \
+	k get pods -l suite=okube --field-selector=status.phase=Running \
 		-o jsonpath='{range .items[*]}{.metadata.name}{" "}{range .status.podIPs[*]}{.ip}{","}{end}{"\n"}{end}'
 }
 # ip_of POD [v4|v6]
@@ -229,13 +229,13 @@ web() { # web NAME HOSTPORT [HOSTIP]: a one-pod Deployment publishing container 
 	cat <<-EOF
 		apiVersion: apps/v1
 		kind: Deployment
-		metadata: {name: $1, labels: {suite: i15}}
+		metadata: {name: $1, labels: {suite: okube}}
 		spec:
 		  replicas: 1
 		  selector: {matchLabels: {app: $1}}
 		  strategy: {type: Recreate}
 		  template:
-		    metadata: {labels: {app: $1, suite: i15}}
+		    metadata: {labels: {app: $1, suite: okube}}
 		    spec:
 		      dnsPolicy: Default
 		      terminationGracePeriodSeconds: 2
@@ -260,7 +260,7 @@ pod_of() { k get pod -l "app=$1" --field-selector=status.phase=Running -o jsonpa
 	cat <<-EOF
 		apiVersion: v1
 		kind: Pod
-		metadata: {name: client, labels: {suite: i15}}
+		metadata: {name: client, labels: {suite: okube}}
 		spec:
 		  dnsPolicy: Default
 		  terminationGracePeriodSeconds: 1
@@ -309,7 +309,7 @@ hold() { # hold NAME HOSTIP: a bare pod publishing port 18090 on HOSTIP
 	cat <<-EOF
 		apiVersion: v1
 		kind: Pod
-		metadata: {name: $1, labels: {suite: i15}}
+		metadata: {name: $1, labels: {suite: okube}}
 		spec:
 		  dnsPolicy: Default
 		  terminationGracePeriodSeconds: 1
@@ -378,7 +378,7 @@ check "4 after the container restart, every attachment belongs to a running pod"
 
 # 4c kubelet restarted while pods run.
 before=$(attachments)
-kpid=$(cat /run/ovsflow-kube/i15/pid/kubelet)
+kpid=$(cat /run/ovsflow-kube/okube/pid/kubelet)
 kill "$kpid"
 for _ in $(seq 50); do kill -0 "$kpid" 2>/dev/null || break; sleep 0.1; done
 check "4 with kubelet stopped, hostPorts keep answering" answers $NODE_V4 18083 "$(pod_of web3)" $EXT_V4
@@ -403,7 +403,7 @@ k uncordon "$NODE" >/dev/null
 k apply -f - >/dev/null <<-EOF
 	apiVersion: v1
 	kind: Pod
-	metadata: {name: client, labels: {suite: i15}}
+	metadata: {name: client, labels: {suite: okube}}
 	spec:
 	  dnsPolicy: Default
 	  terminationGracePeriodSeconds: 1
@@ -417,19 +417,19 @@ echo "# 4 took $((SECONDS - t)) s"
 # --- 5. ovs-vswitchd killed under running pods -----------------------------------
 echo "# 5. ovs-vswitchd killed"
 t=$SECONDS
-restart_counts() { k get pods -l suite=i15 -o jsonpath='{range .items[*]}{.metadata.name}={.status.containerStatuses[0].restartCount}{" "}{end}'; }
+restart_counts() { k get pods -l suite=okube -o jsonpath='{range .items[*]}{.metadata.name}={.status.containerStatuses[0].restartCount}{" "}{end}'; }
 no_restarts() { local now; now=$(restart_counts); [ "$now" = "$restarts" ] || { echo "restart counts [$restarts] became [$now]"; return 1; }; }
 before=$(attachments)
 restarts=$(restart_counts)
-kill -9 "$(cat /run/ovsflow/i15-node/ovs-vswitchd.pid)"
+kill -9 "$(cat /run/ovsflow/okube-node/ovs-vswitchd.pid)"
 sleep 0.5
-hack/ovs-sandbox.sh start-vswitchd i15-node
+hack/ovs-sandbox.sh start-vswitchd okube-node
 # The node's own addresses are its network configuration's to restore (the
 # bridge's internal interface was re-created); the pods' gateways are reconcile's.
-ip -n i15-node addr replace $NODE_V4/25 dev br0
-ip -n i15-node addr replace $NODE_V6/64 dev br0 nodad
-ip -n i15-node link set br0 up
-ip netns exec i15-node ethtool -K br0 tx off >/dev/null
+ip -n okube-node addr replace $NODE_V4/25 dev br0
+ip -n okube-node addr replace $NODE_V6/64 dev br0 nodad
+ip -n okube-node link set br0 up
+ip netns exec okube-node ethtool -K br0 tx off >/dev/null
 t5=$SECONDS
 for n in 1 2 3; do
 	pod=$(pod_of web$n)
@@ -448,6 +448,6 @@ echo "# 5 took $((SECONDS - t)) s"
 all_ids=$(attachments)
 all_ips=$(pod_ips | awk '{print $2}' | tr ',' ' ')
 k delete deployment web1 web2 web3 --wait=true >/dev/null
-k delete pod -l suite=i15 --wait=true >/dev/null
+k delete pod -l suite=okube --wait=true >/dev/null
 check "all pods deleted: nothing of theirs is left on the node" retry 30 gone $all_ids $all_ips
 

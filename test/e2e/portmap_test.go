@@ -432,10 +432,22 @@ func TestPortmapDelFlushesConntrack(t *testing.T) {
 	expect(t, a.ns, "tcp", hp(nodeV4, 8085), a, "")
 	expect(t, h.outside.ns, "udp", hp(nodeV4, 5385), a, outsideV4)
 	aV4, aV6 := addrOf(t, ra, false), addrOf(t, ra, true)
+	// The attachment's connections: its address and one of its ports, as
+	// the original direction's destination port (host port, or container
+	// port after DNAT). Another test's attachment may have had the same
+	// address, and its entries live on for their timeout.
+	ownPort := func(l string) bool {
+		for _, p := range []string{"8085", "5385", "80", "53"} {
+			if strings.Contains(l, "dport="+p+")") {
+				return true
+			}
+		}
+		return false
+	}
 	entries := func() []string {
 		var out []string
 		for _, l := range strings.Split(appctl(t, "dpctl/dump-conntrack"), "\n") {
-			if (strings.Contains(l, "="+aV4+",") || strings.Contains(l, "="+aV6+",")) &&
+			if (strings.Contains(l, "="+aV4+",") || strings.Contains(l, "="+aV6+",")) && ownPort(l) &&
 				(strings.Contains(l, "zone=64000") || strings.Contains(l, "zone=64001") || strings.Contains(l, "zone=64002")) {
 				out = append(out, l)
 			}

@@ -6,6 +6,7 @@
 #   sudo hack/bench.sh -quick     N = 1 and 50; about 2 minutes (CI: no time is asserted;
 #                                 it fails when an ADD or DEL fails or a host port check fails)
 #   sudo hack/bench.sh ARGS...    any other flags go to the driver (cd hack/bench && go run . -h)
+#   hack/bench.sh -h              this text (installs and starts nothing)
 #
 # Chain A: ovs-bridge + host-local + ovs-portmap on a private Open vSwitch
 # (hack/ovs-sandbox.sh, userspace netdev datapath). Chains B and C: the
@@ -24,6 +25,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
+
+case ${1:-} in
+-h | -help | --help)
+	# The usage is the header above; nothing is installed or started.
+	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+	exit 0
+	;;
+esac
 
 if [ "$(id -u)" != 0 ]; then
 	echo "bench.sh: needs root (network namespaces, Open vSwitch, netfilter)" >&2

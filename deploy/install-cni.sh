@@ -58,7 +58,7 @@ pod_cidrs() {
 	elif [ -n "${OVSFLOW_POD_CIDRS_FILE:-}" ]; then
 		[ -r "$OVSFLOW_POD_CIDRS_FILE" ] || { log "OVSFLOW_POD_CIDRS_FILE=$OVSFLOW_POD_CIDRS_FILE: cannot read it" >&2; return 1; }
 		tr -s ' \t\n' ',,,' <"$OVSFLOW_POD_CIDRS_FILE"
-	# ---- The Node object's spec.podCIDRs (issue 15 implements node_pod_cidrs_from_api). ----
+	# ---- The Node object's spec.podCIDRs (node_pod_cidrs_from_api, deploy/node-ranges.sh). ----
 	elif command -v node_pod_cidrs_from_api >/dev/null 2>&1; then
 		node_pod_cidrs_from_api
 	else

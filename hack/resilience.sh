@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# resilience.sh: the resilience figures of issue 6.
+# resilience.sh: the resilience figures: fuzzing, injected faults, leaks (docs/resilience.md).
 #
 #   sudo hack/resilience.sh
 #

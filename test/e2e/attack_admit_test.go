@@ -39,7 +39,7 @@ func assertNothingLeft(t *testing.T, id, dataDir, network string) {
 // the same request with a unique MAC.)
 func TestAttackRuntimeMAC(t *testing.T) {
 	l := newLab(t)
-	victim := l.join(l.network("i12tmv", nil, nil), "victim", nil)
+	victim := l.join(l.network("mac-victim", nil, nil), "victim", nil)
 	uplinkMAC := func() string {
 		ifi, err := net.InterfaceByName(l.uplink(t))
 		if err != nil {
@@ -63,7 +63,7 @@ func TestAttackRuntimeMAC(t *testing.T) {
 			if tc.via == "args" {
 				extra["args"] = map[string]any{"cni": map[string]any{"mac": tc.mac}}
 			}
-			name := fmt.Sprintf("i12tmac%d", i)
+			name := fmt.Sprintf("runtime-mac%d", i)
 			n := l.network(name, extra, nil)
 			c := newContainer(t)
 			rt := c.rt("eth0", nil)
@@ -101,14 +101,14 @@ func TestAttackRuntimeMAC(t *testing.T) {
 // Control: the same ADD with a container's netns works.
 func TestAttackNodeNetNS(t *testing.T) {
 	l := newLab(t)
-	const ifname = "i12tnode0"
+	const ifname = "nodens0"
 	for _, tc := range []struct{ name, netns string }{
 		{"proc-self", "/proc/self/ns/net"},
 		{"sandbox-netns-path", filepath.Join("/run/netns", sandboxNS)},
 		{"control-container-netns", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := l.network("i12tnetns", map[string]any{"ipam": nil, "isGateway": false}, nil)
+			n := l.network("node-netns", map[string]any{"ipam": nil, "isGateway": false}, nil)
 			c := newContainer(t)
 			rt := c.rt(ifname, nil)
 			if tc.netns != "" {

@@ -133,8 +133,8 @@ func TestAttackDHCPServerPorts(t *testing.T) {
 	}{{"protected", false}, {"control-allowDHCPServer", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			v := l.join(l.network("i12tfcli", nil, nil), "victim", nil)
-			a := l.join(l.network("i12tfsrv", map[string]any{"allowDHCPServer": tc.allow}, nil), "attacker", nil)
+			v := l.join(l.network("frag-dhcp-victim", nil, nil), "victim", nil)
+			a := l.join(l.network("frag-dhcp-server", map[string]any{"allowDHCPServer": tc.allow}, nil), "attacker", nil)
 			sn := sniff(t, v.ns, "eth0", "victim")
 			s := sender(t, a.ns, "eth0")
 			bcast := netip.MustParseAddr("255.255.255.255")
@@ -209,9 +209,9 @@ func TestAttackFragments(t *testing.T) {
 				t.Skip("SKIPPED on the kernel datapath: the fragment controls do not yet pass there (crafted IPv6 fragments are not reassembled by the victim, port security off included)")
 			}
 			l := newLab(t)
-			vn := l.network("i12tfvict", nil, nil)
+			vn := l.network("frag-victim", nil, nil)
 			b, c := l.join(vn, "victim B", nil), l.join(vn, "victim C", nil)
-			a := l.join(l.network("i12tfrag", tc.extra, nil), "attacker", nil)
+			a := l.join(l.network("frag-attacker", tc.extra, nil), "attacker", nil)
 			snC := sniff(t, c.ns, "eth0", "C")
 			s := sender(t, a.ns, "eth0")
 			bcast := netip.MustParseAddr("255.255.255.255")
@@ -296,7 +296,7 @@ func TestAttackFragments(t *testing.T) {
 // and passes the legitimate ones on.
 func TestFragmentedUDP(t *testing.T) {
 	l := newLab(t)
-	n := l.network("i12tfudp", nil, nil)
+	n := l.network("frag-udp", nil, nil)
 	p1, p2 := l.join(n, "sender", nil), l.join(n, "receiver", nil)
 	for _, dst := range []netip.Addr{p2.v4, p2.v6} {
 		t.Run(fmt.Sprintf("v6=%v", dst.Is6()), func(t *testing.T) {

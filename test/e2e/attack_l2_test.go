@@ -33,8 +33,8 @@ func TestAttackVLANHopping(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			v := l.join(l.network("i12tv10", map[string]any{"vlan": 10, "isGateway": false}, nil), "VLAN-10 victim", nil)
-			a := l.join(l.network("i12tvh", tc.extra, nil), "attacker", nil)
+			v := l.join(l.network("vlan10-victim", map[string]any{"vlan": 10, "isGateway": false}, nil), "VLAN-10 victim", nil)
+			a := l.join(l.network("vlan-hopper", tc.extra, nil), "attacker", nil)
 			snV := sniff(t, v.ns, "eth0", "victim")
 			snA := sniff(t, a.ns, "eth0", "attacker")
 			s := sender(t, a.ns, "eth0")
@@ -111,13 +111,13 @@ func TestAttackVLANHostPort(t *testing.T) {
 	}{{"protected-vlan-20", 20, true}, {"control-default-vlan", nil, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			srv := l.join(l.network("i12tpub", nil, map[string]any{}), "publisher", mappings(pm(8097, 80, "tcp", "")))
+			srv := l.join(l.network("vlan0-publisher", nil, map[string]any{}), "publisher", mappings(pm(8097, 80, "tcp", "")))
 			srv.serveTCP(t, 80)
 			// The client's addresses are in subnets of their own, so that the
 			// publisher answers through its gateway (the bridge interface's MAC,
 			// where the host-port reply flows take over) rather than by ARP on
 			// its own VLAN.
-			x := l.join(l.network("i12tv20", map[string]any{"vlan": tc.vlan, "isGateway": false, "ipam": map[string]any{
+			x := l.join(l.network("vlan-overlap", map[string]any{"vlan": tc.vlan, "isGateway": false, "ipam": map[string]any{
 				"type": "static",
 				"addresses": []any{
 					map[string]any{"address": "203.0.113.20/24", "gateway": "203.0.113.1"},
@@ -157,8 +157,8 @@ func TestAttackRogueDHCP(t *testing.T) {
 	}{{"protected", false}, {"control-allowDHCPServer", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			v := l.join(l.network("i12tcli", nil, nil), "victim", nil)
-			a := l.join(l.network("i12tdhcp", map[string]any{"allowDHCPServer": tc.allow}, nil), "attacker", nil)
+			v := l.join(l.network("dhcp-victim", nil, nil), "victim", nil)
+			a := l.join(l.network("rogue-dhcp", map[string]any{"allowDHCPServer": tc.allow}, nil), "attacker", nil)
 			out := l.outside
 			outMAC, outLL := l.outsideMAC(t), linkLocal(t, out.ns, "eth0", "outside")
 			snA := sniff(t, a.ns, "eth0", "attacker")
@@ -236,8 +236,8 @@ func TestAttackDHCPClientUnicast(t *testing.T) {
 	}{{"protected", true}, {"control-portSecurity-off", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			v := l.join(l.network("i12tdv", nil, nil), "victim", nil)
-			a := l.join(l.network("i12tdu", map[string]any{"portSecurity": tc.psec}, nil), "attacker", nil)
+			v := l.join(l.network("dhcp-unicast-victim", nil, nil), "victim", nil)
+			a := l.join(l.network("dhcp-unicast", map[string]any{"portSecurity": tc.psec}, nil), "attacker", nil)
 			sn := sniff(t, v.ns, "eth0", "victim")
 			s := sender(t, a.ns, "eth0")
 			zero := netip.IPv4Unspecified()

@@ -270,7 +270,7 @@ const normalHostPort = 8099
 func (l *lab) normal(t *testing.T) {
 	t.Helper()
 	if l.np == nil {
-		n := l.network("i12tnormal", nil, map[string]any{})
+		n := l.network("normal-path", nil, map[string]any{})
 		np := &normalPath{}
 		np.p1 = l.join(n, "normal-path p1", mappings(pm(normalHostPort, 80, "tcp", "")))
 		np.p2 = l.join(n, "normal-path p2", nil)

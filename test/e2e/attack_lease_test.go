@@ -29,7 +29,7 @@ func TestAttackDHCPLeaseReconcile(t *testing.T) {
 	}{{"protected", true}, {"control-portSecurity-off", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			v := l.join(l.network("i12tlv", nil, nil), "victim", nil)
+			v := l.join(l.network("lease-victim", nil, nil), "victim", nil)
 
 			fake := t.TempDir()
 			gate := filepath.Join(fake, "lease")
@@ -45,7 +45,7 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 			}
 			t.Cleanup(func() { os.WriteFile(gate, nil, 0o644) }) // an ADD still waiting ends
 			entry := l.bridgeEntry(map[string]any{"portSecurity": tc.psec, "ipam": map[string]any{"type": "dhcp"}})
-			n := newCNI(t, conflist("1.1.0", "i12tlease", entry), fake)
+			n := newCNI(t, conflist("1.1.0", "lease-dhcp", entry), fake)
 
 			c := newContainer(t)
 			l.watch(c, "attacker")

@@ -26,8 +26,8 @@ func TestAttackRogueRouter(t *testing.T) {
 	}{{"protected", false}, {"control-allowRouter", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			victim := l.join(l.network("i12tl2", map[string]any{"ipam": nil, "isGateway": false}, nil), "L2-only victim", nil)
-			a := l.join(l.network("i12tra", map[string]any{"allowRouter": tc.allow}, nil), "attacker", nil)
+			victim := l.join(l.network("ra-l2-victim", map[string]any{"ipam": nil, "isGateway": false}, nil), "L2-only victim", nil)
+			a := l.join(l.network("rogue-router", map[string]any{"allowRouter": tc.allow}, nil), "attacker", nil)
 			out := l.outside
 			out.sh(t, "sysctl", "-qw", "net.ipv6.conf.eth0.forwarding=0", "net.ipv6.conf.eth0.accept_ra=1")
 			outLL := linkLocal(t, out.ns, "eth0", "outside")
@@ -129,9 +129,9 @@ func TestAttackLinkLocal(t *testing.T) {
 	}{{"protected", true}, {"control-portSecurity-off", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			vn := l.network("i12tvict", nil, nil)
+			vn := l.network("ll-victim", nil, nil)
 			b, c := l.join(vn, "victim B", nil), l.join(vn, "victim C", nil)
-			a := l.join(l.network("i12tll", map[string]any{"portSecurity": tc.psec}, nil), "attacker", nil)
+			a := l.join(l.network("ll-attacker", map[string]any{"portSecurity": tc.psec}, nil), "attacker", nil)
 			nodeLL := linkLocal(t, nil, l.bridge, "node")
 			gw6 := netip.MustParseAddr("2001:db8:c::1")
 			if tc.psec {

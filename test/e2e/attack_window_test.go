@@ -82,7 +82,7 @@ func (sp *spoofer) run(claim netip.Addr) error {
 		// data), so that a sniffer's lag cannot move it to another phase.
 		now := binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))
 		garp := ethFrame(broadcastMAC, mac, etherARP, append(arpPacket(1, mac, claim, make([]byte, 6), claim), now...))
-		forged := ethFrame(broadcastMAC, forgedMAC, etherIPv4, udp4(claim, netip.MustParseAddr("255.255.255.255"), 9, 9, append([]byte("i12t"), now...)))
+		forged := ethFrame(broadcastMAC, forgedMAC, etherIPv4, udp4(claim, netip.MustParseAddr("255.255.255.255"), 9, 9, append([]byte("spof"), now...)))
 		for _, f := range [][]byte{garp, forged} {
 			err := unix.Sendto(fd, f, 0, to)
 			switch {
@@ -131,7 +131,7 @@ func sentAt(f frame) time.Time {
 	var b []byte
 	if _, _, _, _, ok := f.arp(); ok && len(f.payload) >= 36 {
 		b = f.payload[28:36]
-	} else if _, _, d, ok := f.udp(); ok && len(d) >= 12 && string(d[:4]) == "i12t" {
+	} else if _, _, d, ok := f.udp(); ok && len(d) >= 12 && string(d[:4]) == "spof" {
 		b = d[4:12]
 	}
 	if b == nil {
@@ -163,8 +163,8 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 	}{{"protected", true}, {"control-portSecurity-off", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			v := l.join(l.network("i12twv", nil, nil), "victim", nil)
-			n := l.network("i12twin", map[string]any{"portSecurity": tc.psec}, nil)
+			v := l.join(l.network("addel-victim", nil, nil), "victim", nil)
+			n := l.network("addel-spoofer", map[string]any{"portSecurity": tc.psec}, nil)
 			if _, err := run("ping", "-c", "1", "-W", "2", v.v4.String()); err != nil {
 				t.Fatalf("node -> victim: %v", err)
 			}
@@ -296,7 +296,7 @@ func TestAttackRestartWindow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
 			vsctl(t, "set-fail-mode", l.bridge, tc.mode)
-			n := l.network("i12trs", nil, map[string]any{})
+			n := l.network("restart-window", nil, map[string]any{})
 			v := l.join(n, "victim", nil)
 			a := l.join(n, "attacker", nil)
 			l.normal(t)
@@ -430,7 +430,7 @@ func TestAttackConntrackFlood(t *testing.T) {
 			for _, z := range zones {
 				appctl(t, "dpctl/flush-conntrack", fmt.Sprintf("zone=%d", z))
 			}
-			n := l.network("i12tct", nil, tc.pmExtra)
+			n := l.network("ct-flood", nil, tc.pmExtra)
 			srv := l.join(n, "server", mappings(pm(5360, 53, "udp", ""), pm(8096, 80, "tcp", "")))
 			srv.serveUDP(t, 53)
 			srv.serveTCP(t, 80)
@@ -440,7 +440,7 @@ func TestAttackConntrackFlood(t *testing.T) {
 			node := netip.MustParseAddr(nodeV4)
 			start := time.Now()
 			for i := 0; i < flood; i++ {
-				mustSend(t, s, ethFrame(gw, a.mac, etherIPv4, udp4(a.v4, node, uint16(20000+i), 5360, []byte("i12t flood"))))
+				mustSend(t, s, ethFrame(gw, a.mac, etherIPv4, udp4(a.v4, node, uint16(20000+i), 5360, []byte("conntrack flood"))))
 				if i%50 == 49 {
 					time.Sleep(2 * time.Millisecond) // within the datapath's receive queue
 				}

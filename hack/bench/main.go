@@ -489,7 +489,7 @@ func (ch *chain) reconfCount(r *reconfCounter) int {
 }
 
 // setupOVSNode makes chain A's node: a netdev bridge with the node address
-// on its internal interface (the README's topology), forwarding on.
+// on its internal interface (docs/design.md, "The node"), forwarding on.
 func setupOVSNode(ep string, o ovsNode) error {
 	for _, args := range [][]string{
 		{"ovs-vsctl", "--db=" + ep, "--timeout=10", "--may-exist", "add-br", o.bridge, "--", "set", "bridge", o.bridge, "datapath_type=netdev"},

@@ -43,7 +43,7 @@ var (
 	mac    = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x0a}
 )
 
-// sample is the attachment of the README and the proof script: tcp 8080→80
+// sample is a typical attachment: tcp 8080→80
 // and udp 5353→53 on every node IP, both families.
 func sample(t testing.TB) Attachment {
 	t.Helper()

@@ -117,7 +117,9 @@
 //
 // Flows are pkg/openflow values: they render the ovs-ofctl text of the
 // golden files and encode themselves for the wire; nothing here writes text
-// for a machine to read back.
+// for a machine to read back. docs/design.md ("The pipeline") explains the
+// pipeline and names the test that proves each behaviour; it follows the
+// declarations here.
 package flows
 
 import "github.com/ovsflow/ovs-cni/pkg/openflow"

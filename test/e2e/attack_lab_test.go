@@ -1,6 +1,6 @@
 package e2e
 
-// The lab of the attack tests (attack_*_test.go): the README's OVS host
+// The lab of the attack tests (attack_*_test.go): the node of docs/design.md
 // (newOVSHost: node addresses on the bridge interface, an uplink to an
 // "outside" netns) with networks of ovs-bridge (and ovs-portmap) on it, each
 // with host-local IPAM in a range of its own of one dual-stack subnet, so that

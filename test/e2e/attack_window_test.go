@@ -283,7 +283,7 @@ func (l *lab) restoreNode(t *testing.T) {
 
 // The restart window. A continuous spoofer in an attached container, `kill
 // -9` of ovs-vswitchd, a restart and `ovs-portmap reconcile -watch`. Protected
-// (fail_mode=secure, as the README tells operators; ovs-bridge installs the
+// (fail_mode=secure, as docs/operations.md tells operators; ovs-bridge installs the
 // base NORMAL flow itself): no spoofed frame reaches the outside, and after
 // reconcile the normal path (pings, host ports, hairpin) works again.
 // Control (fail_mode standalone, the default): spoofed frames get through

@@ -18,7 +18,7 @@ import (
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
-// The "OVS host" of the README (sandbox.WireOVSHost): node addresses on the
+// The node of docs/design.md (sandbox.WireOVSHost): node addresses on the
 // bridge's internal interface, an uplink port wired to an "outside" netns,
 // containers attached by ovs-bridge with their gateway on the internal
 // interface.

@@ -116,7 +116,7 @@ func dial(n ns.NetNS, addr string) (string, error) {
 	return out, err
 }
 
-// The "OVS host" of the README (ovssandbox.WireOVSHost).
+// The node of docs/design.md (ovssandbox.WireOVSHost).
 const (
 	nodeV4    = ovssandbox.NodeV4
 	nodeV6    = ovssandbox.NodeV6

@@ -31,7 +31,7 @@ import (
 // Shared with the other suites (test/internal/sandbox).
 var allocations = sandbox.Allocations
 
-// The node of the README's topology: node addresses on the bridge's internal
+// The node of docs/design.md ("The node"): node addresses on the bridge's internal
 // interface, an uplink port wired to an "outside" netns, containers attached
 // by ovs-bridge with their gateways on the internal interface too.
 const (

@@ -10,7 +10,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/link"
 )
 
-// The "OVS host" of the README, on documentation ranges.
+// The node of docs/design.md ("The node"), on documentation ranges.
 const (
 	NodeV4    = "198.51.100.1"
 	NodeV4b   = "198.51.100.3" // a second node address
@@ -33,7 +33,7 @@ func Run(name string, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// WireOVSHost turns bridge into the README's OVS host: the node addresses on
+// WireOVSHost turns bridge into the node of docs/design.md: the node addresses on
 // its internal interface, and an uplink port (a veth) whose other end is eth0
 // of the netns outsideNS, with the outside addresses and routes to the
 // container ranges through the node. The node routes. On the userspace

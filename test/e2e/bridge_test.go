@@ -19,7 +19,7 @@ import (
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
-// Acceptance 1: two containers ping each other and the gateway; TCP works.
+// Two containers ping each other and the gateway; TCP works.
 func TestBridgeConnectivity(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
@@ -52,7 +52,7 @@ func TestBridgeConnectivity(t *testing.T) {
 	}
 }
 
-// Acceptance 2: rows carry our external_ids, ofport is set, MTU and MAC match.
+// Rows carry our external_ids, ofport is set, MTU and MAC match.
 func TestBridgePortRecord(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
@@ -105,7 +105,7 @@ func TestBridgePortRecord(t *testing.T) {
 	}
 }
 
-// Acceptance 3: VLAN 10 and 20 are isolated on one bridge.
+// VLAN 10 and 20 are isolated on one bridge.
 func TestBridgeVLAN(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
@@ -144,7 +144,7 @@ func TestBridgeVLAN(t *testing.T) {
 	}
 }
 
-// Acceptance 4: CHECK passes, then names what drifted.
+// CHECK passes, then names what drifted.
 func TestBridgeCheck(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
@@ -172,7 +172,7 @@ func TestBridgeCheck(t *testing.T) {
 	}
 }
 
-// Acceptance 5 and 6: DEL removes everything, twice, and after the netns is
+// DEL removes everything, twice, and after the netns is
 // gone; a retried ADD leaves one port.
 func TestBridgeDel(t *testing.T) {
 	requireSandbox(t)
@@ -227,7 +227,7 @@ func TestBridgeDel(t *testing.T) {
 	}
 }
 
-// Acceptance 7: bad input gets the right code and leaves nothing behind.
+// Bad input gets the right code and leaves nothing behind.
 func TestBridgeBadConfig(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
@@ -267,7 +267,7 @@ func TestBridgeBadConfig(t *testing.T) {
 	}
 }
 
-// Acceptance 8: GC removes exactly the ports not in valid-attachments.
+// GC removes exactly the ports not in valid-attachments.
 func TestBridgeGC(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
@@ -300,7 +300,7 @@ func TestBridgeGC(t *testing.T) {
 	}
 }
 
-// Acceptance 9: STATUS is fine with OVS up and code 50 with OVS stopped.
+// STATUS is fine with OVS up and code 50 with OVS stopped.
 func TestBridgeStatus(t *testing.T) {
 	requireSandbox(t)
 	sb := uniq("ovsflow-st-")
@@ -341,7 +341,7 @@ func TestBridgeStatus(t *testing.T) {
 	}
 }
 
-// Acceptance 10: 50 parallel ADDs, then 50 parallel DELs (fewer on a slow
+// 50 parallel ADDs, then 50 parallel DELs (fewer on a slow
 // machine: sandbox.Load).
 func TestBridgeParallel(t *testing.T) {
 	requireSandbox(t)
@@ -402,7 +402,7 @@ func TestBridgeCreateBridge(t *testing.T) {
 	}
 }
 
-// Acceptance 11: every cniVersion from 0.3.1 to 1.1.0, and a single 0.2.0 config.
+// Every cniVersion from 0.3.1 to 1.1.0, and a single 0.2.0 config.
 func TestBridgeVersions(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)

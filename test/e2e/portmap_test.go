@@ -96,8 +96,8 @@ func expect(t *testing.T, from ns.NetNS, network, addr string, to *container, sr
 	}
 }
 
-// Rows A, B, C, E, F, H of the datapath table, TCP and UDP, IPv4 and IPv6;
-// CHECK; DEL without runtimeConfig.
+// Rows A-F and H of the host-port table (docs/design.md), TCP and UDP,
+// IPv4 and IPv6; CHECK; DEL without runtimeConfig.
 func TestPortmapDatapath(t *testing.T) {
 	requireSandbox(t)
 	h := newOVSHost(t)
@@ -183,8 +183,8 @@ func TestPortmapDatapath(t *testing.T) {
 	}
 }
 
-// Row G: a UDP mapping moved to a new container reaches it at once, even
-// from the same client socket.
+// Row G of the host-port table (docs/design.md): a UDP mapping moved to a
+// new container reaches it at once, even from the same client socket.
 func TestPortmapStaleConntrack(t *testing.T) {
 	requireSandbox(t)
 	h := newOVSHost(t)

@@ -14,7 +14,7 @@
 #   hack/kube.sh node CMD...       run CMD in the node's network and mount namespaces
 #   hack/kube.sh restart-kubelet   start kubelet again (after a test stopped it)
 #   hack/kube.sh down      stop everything, remove every file, mount, link and cgroup it made
-#   hack/kube.sh test      install, up, deploy, the checks of test/kube/checks.sh, down
+#   hack/kube.sh test      install, up, deploy, the checks of test/kube/run.sh, down
 #
 # Binaries and images are cached under $OVSFLOW_KUBE_PREFIX (default /opt/ovsflow-kube;
 # the Go build cache is Go's own). The running cluster lives under /run/ovsflow-kube/okube.

@@ -3,6 +3,7 @@ package ovsdb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -64,8 +65,11 @@ func (w *VswitchdWatch) WaitRunning(ctx context.Context, interval time.Duration)
 }
 
 // WaitGone blocks until the running ovs-vswitchd lets go of its lock (it
-// stopped or died), then releases the lock for its successor.
-func (w *VswitchdWatch) WaitGone(ctx context.Context) error {
+// stopped or died), then calls hold (if not nil), then releases the lock for
+// its successor: what hold commits to OVSDB is what the successor starts
+// with (see SetFlowRestoreWait). An error of hold is returned after the lock
+// is released.
+func (w *VswitchdWatch) WaitGone(ctx context.Context, hold func(context.Context) error) error {
 	for {
 		m, err := w.c.Next(ctx)
 		if err != nil {
@@ -74,7 +78,11 @@ func (w *VswitchdWatch) WaitGone(ctx context.Context) error {
 		if m.Method == "locked" {
 			var name string
 			if len(m.Params) > 0 && json.Unmarshal(m.Params[0], &name) == nil && name == vswitchdLock {
-				return w.c.Call(ctx, "unlock", []string{vswitchdLock}, nil)
+				var held error
+				if hold != nil {
+					held = hold(ctx)
+				}
+				return errors.Join(w.c.Call(ctx, "unlock", []string{vswitchdLock}, nil), held)
 			}
 		}
 	}

@@ -311,7 +311,7 @@ func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
 		return 0
 	}
 	for {
-		if err := watchLoop(ovsdbEndpoint, once); err != nil {
+		if err := watchLoop(ovsdbEndpoint, once, out); err != nil {
 			fmt.Fprintf(out, "%s watch: %v; retrying\n", time.Now().UTC().Format(time.RFC3339), err)
 			time.Sleep(time.Second)
 		}
@@ -319,8 +319,14 @@ func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
 }
 
 // watchLoop reconciles whenever an ovs-vswitchd (re)starts. It learns of
-// that through OVSDB: see ovsdb.VswitchdWatch.
-func watchLoop(ovsdbEndpoint string, once func() error) error {
+// that through OVSDB: see ovsdb.VswitchdWatch. When one dies while a bridge
+// of ours is on the kernel datapath, the watch sets flow-restore-wait before
+// it lets the next one take the lock: the next ovs-vswitchd then keeps the
+// datapath's flows (they came from our secure pipeline) and forwards nothing
+// that misses them, until the pipeline is back (one bundle per bridge) and
+// the watch clears the flag. A flag of ours left by a watch that died is
+// cleared after the next pass.
+func watchLoop(ovsdbEndpoint string, once func() error, out io.Writer) error {
 	ctx := context.Background()
 	w, err := ovsdb.WatchVswitchd(ctx, ovsdbEndpoint)
 	if err != nil {
@@ -337,8 +343,66 @@ func watchLoop(ovsdbEndpoint string, once func() error) error {
 		for once() != nil && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
 		}
-		if err := w.WaitGone(ctx); err != nil {
+		if err := withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
+			cleared, err := cli.ClearFlowRestoreWait(ctx)
+			if cleared {
+				fmt.Fprintf(out, "%s watch: flow-restore-wait cleared\n", time.Now().UTC().Format(time.RFC3339))
+			}
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := w.WaitGone(ctx, func(context.Context) error {
+			return withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
+				keep, err := kernelBridges(ctx, cli)
+				if err != nil || !keep {
+					return err
+				}
+				if err := cli.SetFlowRestoreWait(ctx); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "%s watch: ovs-vswitchd is gone; flow-restore-wait set: the next one keeps the kernel datapath's flows\n", time.Now().UTC().Format(time.RFC3339))
+				return nil
+			})
+		}); err != nil {
 			return err
 		}
 	}
+}
+
+// withClient runs f with a client of the OVSDB at ep, for at most 10 s.
+func withClient(ep string, f func(context.Context, *ovsdb.Client) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cli, err := ovsdb.Dial(ctx, ep)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	return f(ctx, cli)
+}
+
+// kernelBridges reports whether a bridge of ours (tagged ours, or carrying
+// a port of ours) is on the kernel datapath, whose flows outlive
+// ovs-vswitchd. The userspace datapath's live in ovs-vswitchd and die with
+// it: there, flow-restore-wait would keep nothing.
+func kernelBridges(ctx context.Context, cli *ovsdb.Client) (bool, error) {
+	bridges, err := cli.KernelBridges(ctx)
+	if err != nil {
+		return false, err
+	}
+	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return false, err
+	}
+	ours := map[string]bool{}
+	for _, p := range ports {
+		ours[p.Port.UUID] = true
+	}
+	for _, br := range bridges {
+		if br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue || slices.ContainsFunc(br.Ports, func(u string) bool { return ours[u] }) {
+			return true, nil
+		}
+	}
+	return false, nil
 }

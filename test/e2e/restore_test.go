@@ -1,0 +1,485 @@
+package e2e
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+)
+
+// Traffic across ovs-vswitchd restarts, with `ovs-portmap reconcile -watch`
+// running: a UDP stream with sequence numbers through a UDP host port, one
+// pod to pod, and a TCP stream through a TCP host port, while ovs-vswitchd
+// is killed with SIGKILL (a crash) or stopped with SIGTERM (a planned
+// restart) and started again, five times each. On the kernel datapath the
+// watch sets flow-restore-wait before the new ovs-vswitchd takes its lock,
+// so the datapath keeps its flows: no datagram is lost and TCP retransmits
+// nothing. On the userspace datapath the flows die with the daemon: the test
+// prints the gap.
+func TestRestartKeepsTraffic(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"crash-sigkill", syscall.SIGKILL}, {"graceful-sigterm", syscall.SIGTERM}} {
+		t.Run(mode.name, func(t *testing.T) {
+			l := newLab(t)
+			vsctl(t, "set-fail-mode", l.bridge, "secure")
+			const hpUDP, hpTCP = 8097, 8098
+			n := l.network("restart", nil, map[string]any{})
+			srv := l.join(n, "server", mappings(pm(hpUDP, 9000, "udp", ""), pm(hpTCP, 9002, "tcp", "")))
+			cli := l.join(n, "client", nil)
+
+			watch := exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr, "-watch")
+			var wlog syncBuffer
+			watch.Stdout, watch.Stderr = &wlog, &wlog
+			if err := watch.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				watch.Process.Kill()
+				watch.Wait()
+				if t.Failed() {
+					t.Logf("reconcile -watch said:\n%s", wlog.String())
+				}
+			})
+
+			interval := 2 * time.Millisecond
+			streams := []*udpStream{
+				startUDPStream(t, "host port (UDP)", l.outside.ns, srv.container, hp(nodeV4, hpUDP), 9000, interval),
+				startUDPStream(t, "pod to pod (UDP)", cli.ns, srv.container, hp(srv.v4.String(), 9001), 9001, interval),
+			}
+			tcp := startTCPStream(t, l.outside.ns, srv.container, hp(nodeV4, hpTCP), 9002, interval)
+			time.Sleep(sandbox.Scaled(500 * time.Millisecond))
+			for _, s := range streams {
+				if s.received() == 0 {
+					t.Fatalf("%s: nothing received before any restart", s.name)
+				}
+			}
+			cli0, srv0 := tcpCounters(t, l.outside.ns), tcpCounters(t, srv.ns)
+
+			const restarts = 5
+			began := time.Now()
+			var events []string
+			ev := func(what string) { events = append(events, time.Now().Format("15:04:05.000")+" "+what) }
+			for i := 0; i < restarts; i++ {
+				ev("stop")
+				stopVswitchd(t, mode.sig)
+				ev("gone")
+				startVswitchd(t)
+				ev("started")
+				l.restoreNode(t)
+				waitRestoreWaitCleared(t)
+				ev("flow-restore-wait clear")
+				time.Sleep(sandbox.Scaled(700 * time.Millisecond))
+			}
+			t.Logf("restarts: %v", events)
+			time.Sleep(sandbox.Scaled(300 * time.Millisecond))
+			cli1, srv1 := tcpCounters(t, l.outside.ns), tcpCounters(t, srv.ns)
+			cliD, srvD := counterDelta(cli0, cli1), counterDelta(srv0, srv1)
+			// The baseline: as long again with no restart.
+			time.Sleep(time.Since(began))
+			cliB, srvB := counterDelta(cli1, tcpCounters(t, l.outside.ns)), counterDelta(srv1, tcpCounters(t, srv.ns))
+			for _, s := range streams {
+				s.stop()
+			}
+			sentTCP, gotTCP := tcp.stop()
+			keep := !sandbox.Userspace()
+			if tcp.err != nil && keep {
+				t.Errorf("TCP through a host port: %v", tcp.err)
+			}
+			if tcp.err != nil && !keep {
+				// The userspace datapath's conntrack lives in ovs-vswitchd:
+				// the next segment of an established connection finds no
+				// DNAT entry, reaches the node's own stack, which resets it.
+				t.Logf("%s datapath, %s: TCP through a host port: %v (conntrack died with ovs-vswitchd)", datapath, mode.name, tcp.err)
+			}
+
+			for _, s := range streams {
+				lost, gap, gaps := s.lost()
+				t.Logf("%s datapath, %s: %d restarts: %s: %d of %d datagrams lost, longest gap %d datagrams (%v at one per %v); gaps: %v",
+					datapath, mode.name, restarts, s.name, lost, s.sent, gap, time.Duration(gap)*interval, interval, gaps)
+				if keep && lost > 0 {
+					t.Errorf("%s: %d datagrams lost across %d restarts of ovs-vswitchd on the kernel datapath, want none (%d dropped by a full receive buffer in the server's netns)", s.name, lost, restarts, srvD["RcvbufErrors"])
+				}
+				if !keep && s.received() == 0 {
+					t.Errorf("%s: nothing received", s.name)
+				}
+			}
+			// TCP's own timers fire on a late ACK as on a lost segment (tail
+			// loss probes, RTOs): a retransmission whose original had arrived
+			// comes back as a duplicate (DSACK). The receiver's DSACKs say how
+			// many were needless; the baseline, as long again with no restart,
+			// what the machine's delays cause alone.
+			t.Logf("%s datapath, %s: TCP through a host port: %d of %d bytes received; across the restarts %d segments retransmitted, %d of them duplicates at the receiver (sender %v, receiver %v); baseline without restarts: %d retransmitted, %d duplicates",
+				datapath, mode.name, gotTCP, sentTCP, cliD["RetransSegs"], srvD["TCPDSACKOldSent"], cliD, srvD, cliB["RetransSegs"], srvB["TCPDSACKOldSent"])
+			if gotTCP != sentTCP && tcp.err == nil {
+				t.Errorf("TCP through a host port: %d of %d bytes received after the restarts", gotTCP, sentTCP)
+			}
+			if keep && !strings.Contains(wlog.String(), "flow-restore-wait cleared") {
+				t.Errorf("the watch never cleared a flow-restore-wait it set:\n%s", wlog.String())
+			}
+			if on := vsctl(t, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait"); strings.TrimSpace(on) != "" {
+				t.Errorf("flow-restore-wait is %q after the restarts, want it cleared", on)
+			}
+			l.normal(t)
+		})
+	}
+}
+
+// stopVswitchd stops the sandbox's ovs-vswitchd with sig and waits until it
+// is gone.
+func stopVswitchd(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if sig == syscall.SIGKILL {
+		killVswitchd(t, filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), "ovs-vswitchd.pid"))
+		return
+	}
+	pidFile := filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), "ovs-vswitchd.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 500 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if syscall.Kill(pid, 0) == nil {
+		t.Fatalf("ovs-vswitchd %d still runs 5 s after %v", pid, sig)
+	}
+}
+
+// waitRestoreWaitCleared waits until no flow-restore-wait is set (the watch
+// cleared the one it set, once the pipeline was back).
+func waitRestoreWaitCleared(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(sandbox.Scaled(20 * time.Second))
+	for {
+		out, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait")
+		if strings.TrimSpace(out) == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("flow-restore-wait still %s 20 s after ovs-vswitchd started", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// udpStream sends one datagram per interval, each carrying its sequence
+// number, from netns from to addr; the receiver in container to (bound to
+// port) records which arrived.
+type udpStream struct {
+	name string
+	sent uint64
+	quit chan struct{}
+	done sync.WaitGroup
+	mu   sync.Mutex
+	got  map[uint64]bool
+	rx   net.PacketConn
+	at   []time.Time // when each was sent
+}
+
+func startUDPStream(t *testing.T, name string, from ns.NetNS, to *container, addr string, port int, interval time.Duration) *udpStream {
+	t.Helper()
+	s := &udpStream{name: name, quit: make(chan struct{}), got: map[uint64]bool{}}
+	if err := to.ns.Do(func(ns.NetNS) error {
+		var err error
+		s.rx, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
+		if err != nil {
+			return err
+		}
+		// Room for 10 s of the stream: a receiver starved of CPU (the
+		// emulated guest while ovs-vswitchd starts) must not drop what the
+		// network delivered.
+		return forceRcvBuf(s.rx.(*net.UDPConn), 16<<20)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var tx net.Conn
+	if err := from.Do(func(ns.NetNS) error {
+		var err error
+		tx, err = net.Dial("udp", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.stop(); s.rx.Close(); tx.Close() })
+	s.done.Add(2)
+	go func() {
+		defer s.done.Done()
+		buf := make([]byte, 64)
+		for {
+			n, _, err := s.rx.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if n >= 8 {
+				s.mu.Lock()
+				s.got[binary.BigEndian.Uint64(buf)] = true
+				s.mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		defer s.done.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		b := make([]byte, 64)
+		for {
+			select {
+			case <-s.quit:
+				return
+			case <-tick.C:
+			}
+			binary.BigEndian.PutUint64(b, s.sent)
+			s.mu.Lock()
+			s.at = append(s.at, time.Now())
+			s.mu.Unlock()
+			tx.Write(b) // a refused send (ICMP unreachable while a flow is missing) is a loss like any other
+			atomic.AddUint64(&s.sent, 1)
+		}
+	}()
+	return s
+}
+
+func (s *udpStream) received() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
+}
+
+// stop ends the sender, waits for the last datagrams and ends the receiver.
+func (s *udpStream) stop() {
+	select {
+	case <-s.quit:
+		return
+	default:
+	}
+	close(s.quit)
+	time.Sleep(sandbox.Scaled(300 * time.Millisecond))
+	s.rx.SetReadDeadline(time.Now())
+	s.done.Wait()
+}
+
+// lost counts the datagrams sent that never arrived, and the longest run of
+// them; gaps names when each run began.
+func (s *udpStream) lost() (lost, longest uint64, gaps []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var run uint64
+	for i := uint64(0); i < atomic.LoadUint64(&s.sent) && i < uint64(len(s.at)); i++ {
+		if s.got[i] {
+			if run > 0 {
+				gaps = append(gaps, fmt.Sprintf("%d from %s", run, s.at[i-run].Format("15:04:05.000")))
+			}
+			run = 0
+			continue
+		}
+		lost++
+		run++
+		longest = max(longest, run)
+	}
+	return lost, longest, gaps
+}
+
+// tcpStream writes 512 bytes per interval over one TCP connection from netns
+// from to addr; the server in container to (listening on port) counts them.
+type tcpStream struct {
+	quit       chan struct{}
+	done       sync.WaitGroup
+	sent, recv atomic.Int64
+	err        error // the writer's
+	conn       net.Conn
+	ln         net.Listener
+}
+
+func startTCPStream(t *testing.T, from ns.NetNS, to *container, addr string, port int, interval time.Duration) *tcpStream {
+	t.Helper()
+	s := &tcpStream{quit: make(chan struct{})}
+	if err := to.ns.Do(func(ns.NetNS) error {
+		var err error
+		s.ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			s.recv.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	if err := from.Do(func(ns.NetNS) error {
+		var err error
+		s.conn, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.stop() })
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		b := make([]byte, 512)
+		for {
+			select {
+			case <-s.quit:
+				return
+			case <-tick.C:
+			}
+			n, err := s.conn.Write(b)
+			s.sent.Add(int64(n))
+			if err != nil {
+				s.err = err
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the writer, closes the connection (the server reads to its
+// end) and reports the bytes sent and received.
+func (s *tcpStream) stop() (sent, recv int64) {
+	select {
+	case <-s.quit:
+		return s.sent.Load(), s.recv.Load()
+	default:
+	}
+	close(s.quit)
+	time.Sleep(10 * time.Millisecond)
+	if tc, ok := s.conn.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	wait := make(chan struct{})
+	go func() { s.done.Wait(); close(wait) }()
+	select {
+	case <-wait:
+	case <-time.After(sandbox.Scaled(10 * time.Second)):
+	}
+	s.conn.Close()
+	s.ln.Close()
+	return s.sent.Load(), s.recv.Load()
+}
+
+// tcpCounters reads the TCP counters of netns n that tell a loss from a
+// late segment: Tcp RetransSegs (/proc/net/snmp) and TcpExt's
+// (/proc/net/netstat), by name.
+func tcpCounters(t *testing.T, n ns.NetNS) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	err := n.Do(func(ns.NetNS) error {
+		for _, f := range []string{"snmp", "netstat"} {
+			// The thread's netns, not the process's.
+			b, err := os.ReadFile("/proc/thread-self/net/" + f)
+			if err != nil {
+				return err
+			}
+			names := map[string][]string{}
+			for _, line := range strings.Split(string(b), "\n") {
+				fs := strings.Fields(line)
+				if len(fs) == 0 || (fs[0] != "Tcp:" && fs[0] != "TcpExt:" && fs[0] != "Udp:") {
+					continue
+				}
+				if names[fs[0]] == nil {
+					names[fs[0]] = fs
+					continue
+				}
+				for i, name := range names[fs[0]] {
+					if v, err := strconv.Atoi(fs[i]); i > 0 && i < len(fs) && err == nil {
+						got[name] = v
+					}
+				}
+			}
+		}
+		if _, ok := got["RetransSegs"]; !ok {
+			return errors.New("no Tcp RetransSegs in /proc/net/snmp")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// forceRcvBuf sets the socket's receive buffer past net.core.rmem_max
+// (SO_RCVBUFFORCE; root).
+func forceRcvBuf(c *net.UDPConn, n int) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, n)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// tcpLossCounters are the counters that tcpStream reports.
+var tcpLossCounters = []string{"RcvbufErrors", "RetransSegs", "TCPTimeouts", "TCPSpuriousRTOs", "TCPLossProbes", "TCPOFOQueue", "TCPDSACKRecv", "TCPDSACKOldSent"}
+
+func counterDelta(before, after map[string]int) map[string]int {
+	d := map[string]int{}
+	for _, k := range tcpLossCounters {
+		d[k] = after[k] - before[k]
+	}
+	return d
+}
+
+// syncBuffer is a strings.Builder safe for a process's two output streams.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+var _ io.Writer = (*syncBuffer)(nil)

@@ -33,6 +33,9 @@ type Stats struct {
 	Bridges     int // bridges reprogrammed
 	Stale       int // attachment cookies removed (no live attachment)
 	Gateways    int // gateway addresses restored
+	// InSync holds the OpenFlow endpoints whose flows are, after the pass,
+	// what the records want.
+	InSync map[string]bool
 }
 
 func (s Stats) String() string {
@@ -140,9 +143,12 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 		st.Gateways += restoreGateways(br)
 	}
 	var errs []error
+	st.InSync = map[string]bool{}
 	for name, t := range byTarget {
 		if err := t.apply(ctx, name, kept, &st); err != nil {
 			errs = append(errs, err)
+		} else {
+			st.InSync[name] = true
 		}
 	}
 	// The rest is the node's and the datapath's, not of any one port.
@@ -287,13 +293,13 @@ func restoreGateways(br ovsdb.Bridge) int {
 // watch, whenever an ovs-vswitchd (re)starts, never returning. It logs each
 // pass to out and returns the exit code of `ovs-portmap reconcile`.
 func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
-	once := func() error {
+	once := func() (Stats, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cli, err := ovsdb.Dial(ctx, ovsdbEndpoint)
 		if err != nil {
 			fmt.Fprintf(out, "%s reconcile: error: %v\n", time.Now().UTC().Format(time.RFC3339), err)
-			return err
+			return Stats{}, err
 		}
 		defer cli.Close()
 		st, err := Reconcile(ctx, cli, ovsdbEndpoint, control)
@@ -302,10 +308,10 @@ func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
 			fmt.Fprintf(out, " error: %v", err)
 		}
 		fmt.Fprintln(out)
-		return err
+		return st, err
 	}
 	if !watch {
-		if err := once(); err != nil {
+		if _, err := once(); err != nil {
 			return 1
 		}
 		return 0
@@ -326,7 +332,7 @@ func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
 // that misses them, until the pipeline is back (one bundle per bridge) and
 // the watch clears the flag. A flag of ours left by a watch that died is
 // cleared after the next pass.
-func watchLoop(ovsdbEndpoint string, once func() error, out io.Writer) error {
+func watchLoop(ovsdbEndpoint string, once func() (Stats, error), out io.Writer) error {
 	ctx := context.Background()
 	w, err := ovsdb.WatchVswitchd(ctx, ovsdbEndpoint)
 	if err != nil {
@@ -338,24 +344,28 @@ func watchLoop(ovsdbEndpoint string, once func() error, out io.Writer) error {
 			return err
 		}
 		// ovs-vswitchd re-creates its bridges after taking the lock: retry
-		// until every bridge answers.
+		// until every bridge answers. The flag goes once the bridges it
+		// protects have their pipeline (a dead endpoint elsewhere does not
+		// hold it), or after 30 s whatever the state.
 		deadline := time.Now().Add(30 * time.Second)
-		for once() != nil && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err := withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
-			cleared, err := cli.ClearFlowRestoreWait(ctx)
-			if cleared {
-				fmt.Fprintf(out, "%s watch: flow-restore-wait cleared\n", time.Now().UTC().Format(time.RFC3339))
+		cleared := false
+		for {
+			st, err := once()
+			if !cleared && (err == nil || time.Now().After(deadline) || kernelInSync(ovsdbEndpoint, st)) {
+				if err := clearRestoreWait(ovsdbEndpoint, out); err != nil {
+					return err
+				}
+				cleared = true
 			}
-			return err
-		}); err != nil {
-			return err
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		if err := w.WaitGone(ctx, func(context.Context) error {
 			return withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
-				keep, err := kernelBridges(ctx, cli)
-				if err != nil || !keep {
+				keep, err := kernelBridges(ctx, cli, ovsdbEndpoint)
+				if err != nil || len(keep) == 0 {
 					return err
 				}
 				if err := cli.SetFlowRestoreWait(ctx); err != nil {
@@ -370,6 +380,35 @@ func watchLoop(ovsdbEndpoint string, once func() error, out io.Writer) error {
 	}
 }
 
+// clearRestoreWait clears a flow-restore-wait of ours.
+func clearRestoreWait(ovsdbEndpoint string, out io.Writer) error {
+	return withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
+		cleared, err := cli.ClearFlowRestoreWait(ctx)
+		if cleared {
+			fmt.Fprintf(out, "%s watch: flow-restore-wait cleared\n", time.Now().UTC().Format(time.RFC3339))
+		}
+		return err
+	})
+}
+
+// kernelInSync reports whether every kernel-datapath bridge of ours got its
+// pipeline in the pass st.
+func kernelInSync(ovsdbEndpoint string, st Stats) bool {
+	var names []string
+	if err := withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) (err error) {
+		names, err = kernelBridges(ctx, cli, ovsdbEndpoint)
+		return err
+	}); err != nil {
+		return false
+	}
+	for _, n := range names {
+		if !st.InSync[n] {
+			return false
+		}
+	}
+	return true
+}
+
 // withClient runs f with a client of the OVSDB at ep, for at most 10 s.
 func withClient(ep string, f func(context.Context, *ovsdb.Client) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -382,27 +421,28 @@ func withClient(ep string, f func(context.Context, *ovsdb.Client) error) error {
 	return f(ctx, cli)
 }
 
-// kernelBridges reports whether a bridge of ours (tagged ours, or carrying
-// a port of ours) is on the kernel datapath, whose flows outlive
-// ovs-vswitchd. The userspace datapath's live in ovs-vswitchd and die with
-// it: there, flow-restore-wait would keep nothing.
-func kernelBridges(ctx context.Context, cli *ovsdb.Client) (bool, error) {
+// kernelBridges returns the OpenFlow endpoints of the bridges of ours
+// (tagged ours, or carrying a port of ours) on the kernel datapath, whose
+// flows outlive ovs-vswitchd. The userspace datapath's live in ovs-vswitchd
+// and die with it: there, flow-restore-wait would keep nothing.
+func kernelBridges(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) ([]string, error) {
 	bridges, err := cli.KernelBridges(ctx)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	ports, err := cli.OwnedPorts(ctx)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	ours := map[string]bool{}
 	for _, p := range ports {
 		ours[p.Port.UUID] = true
 	}
+	var names []string
 	for _, br := range bridges {
 		if br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue || slices.ContainsFunc(br.Ports, func(u string) bool { return ours[u] }) {
-			return true, nil
+			names = append(names, endpoint.OpenFlow("", ovsdbEndpoint, br.Name))
 		}
 	}
-	return false, nil
+	return names, nil
 }

@@ -32,7 +32,31 @@ const (
 	// host port): "ovsflow.io/claim/tcp/198.51.100.1:8080". At most one Port
 	// row holds a given key (ovsdb.Client.Record).
 	KeyClaimPrefix = "ovsflow.io/claim/"
+	// KeyPod holds "NAMESPACE/NAME" of the Kubernetes pod of the
+	// attachment, when the runtime passed K8S_POD_NAMESPACE and
+	// K8S_POD_NAME in CNI_ARGS: how the node tools and the metrics name
+	// it.
+	KeyPod = "ovsflow.io/pod"
 )
+
+// PodOf returns "NAMESPACE/NAME" from CNI_ARGS ("K1=V1;K2=V2"), "" when
+// either is missing.
+func PodOf(cniArgs string) string {
+	var ns, name string
+	for _, kv := range strings.Split(cniArgs, ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "K8S_POD_NAMESPACE":
+			ns = v
+		case "K8S_POD_NAME":
+			name = v
+		}
+	}
+	if ns == "" || name == "" {
+		return ""
+	}
+	return ns + "/" + name
+}
 
 // Keys of the Bridge rows.
 const (

@@ -89,3 +89,17 @@ func TestGateways(t *testing.T) {
 		t.Errorf("Gateways %v, want %v", got, want)
 	}
 }
+
+func TestPodOf(t *testing.T) {
+	for args, want := range map[string]string{
+		"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=abc": "default/web-0",
+		"K8S_POD_NAME=web-0":                "",
+		"K8S_POD_NAMESPACE=default":         "",
+		"":                                  "",
+		"K8S_POD_NAMESPACE=;K8S_POD_NAME=x": "",
+	} {
+		if got := PodOf(args); got != want {
+			t.Errorf("PodOf(%q): got %q, want %q", args, got, want)
+		}
+	}
+}

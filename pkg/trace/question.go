@@ -155,10 +155,10 @@ func rule(a Attachment, k Ask) (flows.Rule, error) {
 		return fit[0], nil
 	}
 	if k.Question == HostIP && k.HostIP.IsValid() {
-		// Not published there: ask anyway, with the first host port, to
-		// show what happens instead.
+		// Not published there: ask anyway, with a host port of the others
+		// that fits, to show what happens instead.
 		for _, r := range a.Rules {
-			if r.NodeIP.Is4() == k.HostIP.Is4() {
+			if r.NodeIP.Is4() == k.HostIP.Is4() && (proto == 0 || r.Protocol == proto) && (k.HostPort == 0 || r.HostPort == k.HostPort) {
 				r.NodeIP = k.HostIP
 				return r, nil
 			}

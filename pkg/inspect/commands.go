@@ -148,7 +148,7 @@ func (c *common) trace(ctx context.Context, ask trace.Ask) (verdict, raw string,
 	if err != nil {
 		return "", "", fmt.Errorf("%s: %w", c.which, err)
 	}
-	if len(present) == 0 {
+	if len(present) == 0 && at.ownFlows() {
 		return trace.WipedVerdict, "", nil
 	}
 	if ask.Question.HostPort() && at.facts.HostPorts && !slices.ContainsFunc(present, func(f openflow.Flow) bool {
@@ -215,7 +215,7 @@ func (c *common) flows(ctx context.Context, w io.Writer) error {
 		return fmt.Errorf("%s: %w", c.which, err)
 	}
 	fmt.Fprintln(w, Header(at.facts, at.cookie))
-	if len(own) == 0 {
+	if len(own) == 0 && at.ownFlows() {
 		fmt.Fprintln(w, trace.WipedVerdict)
 	}
 	WriteFlows(w, append(own, shared...))

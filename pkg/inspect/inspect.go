@@ -133,6 +133,16 @@ func load(p ovsdb.OwnedPort, ovsdbEndpoint string) (attachment, error) {
 	return at, nil
 }
 
+// ownFlows reports whether the records declare flows of the attachment's
+// own (port security, host ports): one with port security off and no host
+// ports has none, and their absence says nothing.
+func (at attachment) ownFlows() bool {
+	return slices.ContainsFunc(at.declared, func(f flows.Flow) bool {
+		g := flows.GroupOf(flows.Cookie(f.Cookie))
+		return g == flows.GroupPortSecurity || g == flows.GroupHostPorts
+	})
+}
+
 // uplink returns the ofport of the first port of the bridge that is
 // neither ours nor an internal interface (where clients outside come
 // from), "" when there is none.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,34 @@ func dropCounts(t *testing.T, c *container) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// zoneMetrics reads the conntrack entries and limit of a zone through
+// pkg/metrics, as Prometheus scrapes them.
+func zoneMetrics(t *testing.T, zone int) (entries, limit float64) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.New(metrics.Config{OVSDB: ovsdbAddr}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("scraping the conntrack zones: %v", err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, p := range m.GetLabel() {
+				if p.GetName() != "zone" || p.GetValue() != strconv.Itoa(zone) {
+					continue
+				}
+				switch mf.GetName() {
+				case metrics.NameConntrackEntries:
+					entries = m.GetGauge().GetValue()
+				case metrics.NameConntrackLimit:
+					limit = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return entries, limit
 }
 
 // dropWatch is the drop counters of one attachment when an attack starts.

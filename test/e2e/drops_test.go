@@ -100,3 +100,20 @@ func (w *dropWatch) check(t *testing.T, blocked bool, reasons ...string) {
 		}
 	}
 }
+
+// expect asserts that the counters of the reasons moved did and those of
+// unmoved did not.
+func (w *dropWatch) expect(t *testing.T, moved, unmoved []string) {
+	t.Helper()
+	now := dropCounts(t, w.c)
+	for _, r := range moved {
+		if now[r] <= w.before[r] {
+			t.Errorf("drop counter %s of %s: got %v, was %v, want it to move (counters now: %v)", r, w.c.id, now[r], w.before[r], now)
+		}
+	}
+	for _, r := range unmoved {
+		if now[r] != w.before[r] {
+			t.Errorf("drop counter %s of %s moved from %v to %v, want it still", r, w.c.id, w.before[r], now[r])
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/trace"
@@ -140,8 +141,23 @@ func (c *common) trace(ctx context.Context, ask trace.Ask) (verdict, raw string,
 		ask.Peer = peer(ports, at.port.Attachment(), ip)
 	}
 	probe, err := trace.Build(at.facts, ask)
+	if err == nil && ask.Question == trace.Node {
+		// What the node's nft map holds for the host port, not what it
+		// should.
+		var ok bool
+		if ask.NodeLocal, ok, err = hostport.NodeLocalTarget(probe.Rule); err == nil {
+			if !ok {
+				ask.NodeLocal = netip.AddrPort{}
+			}
+			ask.NodeLocalRead = true
+			probe, err = trace.Build(at.facts, ask)
+		}
+	}
 	if err != nil {
 		return "", "", fmt.Errorf("%s: %w", c.which, err)
+	}
+	if probe.Decided != "" {
+		return probe.Decided, "", nil
 	}
 	v, m := at.cookie.Attachment()
 	present, err := openflow.Dump(ctx, at.target, uint64(v), uint64(m))

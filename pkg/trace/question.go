@@ -103,6 +103,11 @@ type Ask struct {
 	Protocol flows.Protocol
 	IPv6     bool
 	Peer     Peer
+	// NodeLocal is what the node's nft map translates the host port of
+	// the Node question to, when NodeLocalRead (the zero AddrPort: no
+	// element). Unread, the translation is taken to be the rule's.
+	NodeLocal     netip.AddrPort
+	NodeLocalRead bool
 }
 
 // Probe is one question made concrete: the packet, the conntrack state of
@@ -116,6 +121,9 @@ type Probe struct {
 	// Prefix goes before the verdict: what happens before OVS sees the
 	// packet (the nft DNAT of the Node question).
 	Prefix string
+	// Decided is the verdict when there is nothing to trace: the packet
+	// never reaches OVS as the question wants.
+	Decided string
 }
 
 // Addresses of the clients the probes stand for: documentation ranges
@@ -206,10 +214,16 @@ func Build(a Attachment, k Ask) (Probe, error) {
 			if !node.IsValid() {
 				node = r.NodeIP
 			}
-			p.Prefix = fmt.Sprintf("from the node: nft DNAT %s -> %s in the node's nat/output hook (table ovsflow_hostport, not OVS); then ",
-				netip.AddrPortFrom(r.NodeIP, r.HostPort), netip.AddrPortFrom(r.ContainerIP, r.ContainerPort))
+			from, to := netip.AddrPortFrom(r.NodeIP, r.HostPort), netip.AddrPortFrom(r.ContainerIP, r.ContainerPort)
+			if k.NodeLocalRead {
+				if !k.NodeLocal.IsValid() {
+					p.Decided = fmt.Sprintf("from the node: no node-local DNAT of %s %s (nft map hostports of table ovsflow_hostport): run reconcile", r.Protocol, from)
+				}
+				to = k.NodeLocal
+			}
+			p.Prefix = fmt.Sprintf("from the node: nft DNAT %s -> %s in the node's nat/output hook (table ovsflow_hostport, not OVS); then ", from, to)
 			pk = Packet{InPort: "LOCAL", EthSrc: a.NodeMAC, EthDst: a.MAC, Proto: r.Protocol.String(),
-				Src: node, Dst: r.ContainerIP, SrcPort: 40000, DstPort: r.ContainerPort, ICMPType: -1}
+				Src: node, Dst: to.Addr(), SrcPort: 40000, DstPort: to.Port(), ICMPType: -1}
 		}
 		p.Packet = pk
 		return p, nil

@@ -95,3 +95,19 @@ func TestBuildErrors(t *testing.T) {
 		t.Error("ParseQuestion(bogus): got no error")
 	}
 }
+
+func TestNodeLocal(t *testing.T) {
+	a, _ := sample()
+	p, err := Build(a, Ask{Question: Node, NodeLocalRead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "from the node: no node-local DNAT of tcp 198.51.100.1:8080 (nft map hostports of table ovsflow_hostport): run reconcile"; p.Decided != want {
+		t.Errorf("no element: got %q, want %q", p.Decided, want)
+	}
+	other := netip.MustParseAddrPort("198.51.100.9:8000")
+	p, _ = Build(a, Ask{Question: Node, NodeLocalRead: true, NodeLocal: other})
+	if p.Decided != "" || p.Packet.Dst != other.Addr() || p.Packet.DstPort != other.Port() || !strings.Contains(p.Prefix, "-> 198.51.100.9:8000 ") {
+		t.Errorf("an element elsewhere: got %+v", p)
+	}
+}

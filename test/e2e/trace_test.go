@@ -146,6 +146,15 @@ func TestTraceVerdicts(t *testing.T) {
 		}
 	}
 
+	// The node-local DNAT gone (nft): trace -q node says so, with no trace.
+	if out, err := run("nft", "delete", "element", "ip", "ovsflow_hostport", "hostports", "{ "+nodeV4+" . tcp . 8093 }"); err != nil {
+		t.Fatalf("nft delete element: %v: %s", err, out)
+	}
+	if got, want := strings.TrimSpace(portmapTool(t, "trace", "-pod", "shop/web-0", "-q", "node", "-host-ip", nodeV4)),
+		"from the node: no node-local DNAT of tcp "+hp(nodeV4, 8093)+" (nft map hostports of table ovsflow_hostport): run reconcile"; got != want {
+		t.Errorf("node-local element deleted: got %q, want %q", got, want)
+	}
+
 	// Wiped: the host-port flows, then all of the attachment's.
 	c := flows.AttachmentCookie(p.id, "eth0")
 	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.ofTarget(), c.Match())
@@ -166,5 +175,8 @@ func TestTraceVerdicts(t *testing.T) {
 	// Without -in-port: trace finds the uplink.
 	if got := strings.TrimSpace(portmapTool(t, "trace", "-pod", "shop/web-0", "-host-ip", nodeV4)); !regexp.MustCompile("^" + want + "$").MatchString(got) {
 		t.Errorf("after reconcile: got %q, want %s", got, want)
+	}
+	if got := strings.TrimSpace(portmapTool(t, "trace", "-pod", "shop/web-0", "-q", "node", "-host-ip", nodeV4)); !strings.HasPrefix(got, "from the node: nft DNAT "+hp(nodeV4, 8093)+" -> "+hp(v4, 80)) {
+		t.Errorf("after reconcile, -q node: got %q", got)
 	}
 }

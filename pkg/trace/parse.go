@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Step is one flow (or table miss) a pass of the trace went through.
@@ -24,7 +25,11 @@ type Result struct {
 	Datapath []string
 }
 
-var stepLine = regexp.MustCompile(`^\s*(\d+)\. (?:(.*?),? ?priority (\d+)(?:, cookie (0x[0-9a-f]+))?|(No match\.?))\s*$`)
+// stepLine is compiled on first use: ovs-portmap's CNI commands, which
+// link this package, never pay for it.
+var stepLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^\s*(\d+)\. (?:(.*?),? ?priority (\d+)(?:, cookie (0x[0-9a-f]+))?|(No match\.?))\s*$`)
+})
 
 // Parse reads ofproto/trace's text.
 func Parse(out string) Result {
@@ -42,7 +47,7 @@ func Parse(out string) Result {
 			cur = -1
 			continue
 		}
-		if m := stepLine.FindStringSubmatch(line); m != nil {
+		if m := stepLine().FindStringSubmatch(line); m != nil {
 			t, _ := strconv.Atoi(m[1])
 			st := Step{Pass: pass, Table: uint8(t)}
 			if m[5] != "" {

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -19,11 +20,12 @@ const WipedVerdict = "no flow of this attachment on the bridge: run reconcile"
 // not.
 const WipedHostPortsVerdict = "no host-port flow of this attachment on the bridge: run reconcile"
 
+// The action patterns, compiled on first use (see stepLine).
 var (
-	natDst = regexp.MustCompile(`nat\(dst=([^)]+)\)`)
-	natSrc = regexp.MustCompile(`nat\(src=([^)]+)\)`)
-	zoneOf = regexp.MustCompile(`zone=(\d+)`)
-	output = regexp.MustCompile(`^output:(\d+|LOCAL)$`)
+	natDst = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`nat\(dst=([^)]+)\)`) })
+	natSrc = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`nat\(src=([^)]+)\)`) })
+	zoneOf = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`zone=(\d+)`) })
+	output = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^output:(\d+|LOCAL)$`) })
 )
 
 // Verdict says in one line what the trace of probe p shows: the
@@ -38,17 +40,17 @@ func Verdict(p Probe, r Result, declared []flows.Flow) string {
 				continue
 			}
 			zone := ""
-			if z := zoneOf.FindStringSubmatch(a); z != nil {
+			if z := zoneOf().FindStringSubmatch(a); z != nil {
 				zone = ", zone " + z[1]
 			}
-			if m := natDst.FindStringSubmatch(a); m != nil {
+			if m := natDst().FindStringSubmatch(a); m != nil {
 				from := p.Packet.Dst.String()
 				if p.Packet.DstPort != 0 {
 					from = fmt.Sprintf("%s:%d", bracket(p.Packet.Dst.String()), p.Packet.DstPort)
 				}
 				parts = append(parts, fmt.Sprintf("DNAT %s -> %s%s", from, m[1], zone))
 			}
-			if m := natSrc.FindStringSubmatch(a); m != nil {
+			if m := natSrc().FindStringSubmatch(a); m != nil {
 				parts = append(parts, fmt.Sprintf("SNAT %s -> %s%s", p.Packet.Src, m[1], zone))
 			}
 		}
@@ -103,7 +105,7 @@ func dropped(st Step) bool {
 // outputPort returns the port of the step's output action, if any.
 func outputPort(st Step) string {
 	for _, a := range st.Actions {
-		if m := output.FindStringSubmatch(a); m != nil {
+		if m := output().FindStringSubmatch(a); m != nil {
 			return m[1]
 		}
 	}

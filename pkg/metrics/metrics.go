@@ -244,16 +244,20 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 		}
 		groups := map[flows.Group]int{}
 		drops := map[dropKey]uint64{}
+		secured := map[flows.Cookie]bool{} // attachments with port security flows
 		for _, f := range fs {
 			cookie := flows.Cookie(f.Cookie)
-			groups[flows.GroupOf(cookie)]++
-			r := flows.DropReason(f.Flow)
-			if r == "" || flows.GroupOf(cookie) != flows.GroupPortSecurity {
+			g := flows.GroupOf(cookie)
+			groups[g]++
+			if g != flows.GroupPortSecurity {
 				continue
 			}
 			v, _ := cookie.Attachment()
-			if pt, ok := s.ports[v]; ok {
-				drops[dropKey{pt.id, r}] += f.Packets
+			secured[v] = true
+			if r := flows.DropReason(f.Flow); r != "" {
+				if pt, ok := s.ports[v]; ok {
+					drops[dropKey{pt.id, r}] += f.Packets
+				}
 			}
 		}
 		for _, g := range []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone} {
@@ -264,10 +268,10 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 		for v, pt := range s.ports {
 			for _, r := range reasons {
 				k := dropKey{pt.id, r}
-				n, ok := drops[k]
-				if !ok && !hasPortSecurity(fs, v) {
+				if !secured[v] {
 					continue
 				}
+				n := drops[k]
 				moved[k] = n
 				ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(n), append(slices.Clone(pt.labels), r)...)
 			}
@@ -316,16 +320,6 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 // reasons are the drop reasons of port security flows.
 var reasons = []string{flows.ReasonRouterAdvertisement, flows.ReasonRedirect, flows.ReasonDHCPServer,
 	flows.ReasonDoubleTag, flows.ReasonFragment, flows.ReasonNeighbourDiscovery, flows.ReasonSpoofed}
-
-// hasPortSecurity reports whether the dump holds port security flows of
-// the attachment with cookie value v.
-func hasPortSecurity(fs []openflow.FlowStats, v flows.Cookie) bool {
-	return slices.ContainsFunc(fs, func(f openflow.FlowStats) bool {
-		c := flows.Cookie(f.Cookie)
-		w, _ := c.Attachment()
-		return w == v && flows.GroupOf(c) == flows.GroupPortSecurity
-	})
-}
 
 // notify calls OnDrops for the counters that moved since the previous
 // scrape.

@@ -124,7 +124,7 @@ func New(cfg Config) *Collector {
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{Name: NameRestarts,
 			Help: "ovs-vswitchd (re)starts the node agent saw."}),
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameScrapeErrors,
-			Help: "Scrapes that could not read a source (ovsdb, openflow, conntrack)."}, []string{"source"}),
+			Help: "Scrapes that could not read a source (ovsdb, openflow, conntrack) or dropped a sample whose labels were not valid (labels)."}, []string{"source"}),
 	}
 }
 
@@ -229,7 +229,7 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 			for z := range pl.ZoneLimits() {
 				s.zones[z] = true
 			}
-			ch <- prometheus.MustNewConstMetric(c.hostPorts, prometheus.GaugeValue, float64(len(a.Rules)), pt.labels...)
+			c.emit(ch, c.hostPorts, prometheus.GaugeValue, float64(len(a.Rules)), pt.labels...)
 		}
 		state(target, bridge).ports[v] = pt
 	}
@@ -261,7 +261,7 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 			}
 		}
 		for _, g := range []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone} {
-			ch <- prometheus.MustNewConstMetric(c.flowCount, prometheus.GaugeValue, float64(groups[g]), s.name, g.String())
+			c.emit(ch, c.flowCount, prometheus.GaugeValue, float64(groups[g]), s.name, g.String())
 		}
 		// Every reason of every attachment with port security flows, so
 		// that a counter exists before its first drop.
@@ -273,7 +273,7 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 				}
 				n := drops[k]
 				moved[k] = n
-				ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(n), append(slices.Clone(pt.labels), r)...)
+				c.emit(ch, c.dropped, prometheus.CounterValue, float64(n), append(slices.Clone(pt.labels), r)...)
 			}
 		}
 		if len(s.zones) == 0 {
@@ -315,6 +315,18 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 	}
 	c.notify(moved, byTarget)
 	return nil
+}
+
+// emit sends one sample, or counts a scrape error when its label values
+// are not valid (UTF-8): they come from OVSDB rows a runtime's arguments
+// filled, and must not stop the scrape.
+func (c *Collector) emit(ch chan<- prometheus.Metric, d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	m, err := prometheus.NewConstMetric(d, t, v, labels...)
+	if err != nil {
+		c.scrapeErrors.WithLabelValues("labels").Inc()
+		return
+	}
+	ch <- m
 }
 
 // reasons are the drop reasons of port security flows.

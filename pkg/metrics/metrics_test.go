@@ -45,3 +45,21 @@ func TestUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestEmitBadLabels drops a sample whose label value is not UTF-8 and
+// counts it, instead of panicking in the scrape.
+func TestEmitBadLabels(t *testing.T) {
+	c := New(Config{})
+	ch := make(chan prometheus.Metric, 2)
+	c.emit(ch, c.hostPorts, prometheus.GaugeValue, 1, "ctr", "eth0", "ns", "\xff")
+	c.emit(ch, c.hostPorts, prometheus.GaugeValue, 1, "ctr", "eth0", "ns", "web-0")
+	if len(ch) != 1 {
+		t.Errorf("got %d samples, want 1", len(ch))
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.scrapeErrors)
+	mfs, _ := reg.Gather()
+	if len(mfs) != 1 || mfs[0].GetMetric()[0].GetCounter().GetValue() != 1 {
+		t.Errorf("scrape errors: got %v, want one of source labels", mfs)
+	}
+}

@@ -40,7 +40,9 @@ const (
 )
 
 // PodOf returns "NAMESPACE/NAME" from CNI_ARGS ("K1=V1;K2=V2"), "" when
-// either is missing.
+// either is missing or is not a Kubernetes name (a namespace is a DNS
+// label, a pod name a DNS subdomain): the value ends up in metric labels
+// and node tool output, so nothing else is recorded.
 func PodOf(cniArgs string) string {
 	var ns, name string
 	for _, kv := range strings.Split(cniArgs, ";") {
@@ -52,10 +54,30 @@ func PodOf(cniArgs string) string {
 			name = v
 		}
 	}
-	if ns == "" || name == "" {
+	if !dnsName(ns, 63, false) || !dnsName(name, 253, true) {
 		return ""
 	}
 	return ns + "/" + name
+}
+
+// dnsName reports whether s is a DNS label (RFC 1123: lower-case
+// alphanumerics and '-', alphanumeric at both ends) of at most max
+// characters, or with dots a subdomain of such labels.
+func dnsName(s string, max int, dots bool) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if !dots && label != s || label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range []byte(label) {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Keys of the Bridge rows.

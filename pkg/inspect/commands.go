@@ -275,7 +275,7 @@ func WriteFlows(w io.Writer, fs []openflow.FlowStats) {
 		}
 		fmt.Fprintf(w, "\n%s: %d flows, %d packets, %d bytes\n", g, len(in), pk, by)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "packets\tbytes\ttable\tpriority\t\t")
+		fmt.Fprintln(tw, "packets\tbytes\ttable\tpriority\t\tflow")
 		for _, f := range in {
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t\t%s\n", f.Packets, f.Bytes, f.Table, f.Priority, describe(f.Flow))
 		}

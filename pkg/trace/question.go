@@ -226,6 +226,15 @@ func Build(a Attachment, k Ask) (Probe, error) {
 				Src: node, Dst: to.Addr(), SrcPort: 40000, DstPort: to.Port(), ICMPType: -1}
 		}
 		p.Packet = pk
+		// A new connection at each ct: the DNAT commit, and the hairpin
+		// SNAT after it.
+		switch k.Question {
+		case Node:
+		case Hairpin:
+			p.CTNext = []string{"trk,new", "trk,new"}
+		default:
+			p.CTNext = []string{"trk,new"}
+		}
 		return p, nil
 	}
 	v4, v6 := a.IPv4, a.IPv6

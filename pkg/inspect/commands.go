@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -71,7 +72,7 @@ func TraceMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c common
 	c.register(fs)
-	q := fs.String("q", "outside", "the question: "+strings.Trim(fmt.Sprint(trace.Questions), "[]"))
+	q := fs.String("q", "outside", "the question: "+strings.Trim(fmt.Sprint(trace.Questions), "[]")+"; all: each in turn, one line each")
 	hostIP := fs.String("host-ip", "", "the node address of the host port asked about (default: any)")
 	hostPort := fs.Uint("host-port", 0, "the host port asked about (default: any)")
 	proto := fs.String("proto", "", "the protocol of the host port asked about: tcp, udp, sctp (default: any, tcp first)")
@@ -85,12 +86,17 @@ func TraceMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "trace:", err)
 		return 2
 	}
-	question, err := trace.ParseQuestion(*q)
-	if err != nil {
-		fmt.Fprintln(stderr, "trace:", err)
-		return 2
+	questions := trace.Questions
+	if *q != "all" {
+		question, err := trace.ParseQuestion(*q)
+		if err != nil {
+			fmt.Fprintln(stderr, "trace:", err)
+			return 2
+		}
+		questions = []trace.Question{question}
 	}
-	ask := trace.Ask{Question: question, InPort: *inPort, HostPort: uint16(*hostPort), IPv6: *v6}
+	var err error
+	ask := trace.Ask{InPort: *inPort, HostPort: uint16(*hostPort), IPv6: *v6}
 	if *hostIP != "" {
 		if ask.HostIP, err = netip.ParseAddr(*hostIP); err != nil {
 			fmt.Fprintln(stderr, "trace: -host-ip:", err)
@@ -106,16 +112,36 @@ func TraceMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	verdict, out, err := c.trace(ctx, ask)
-	if err != nil {
-		fmt.Fprintln(stderr, "trace:", err)
-		return 1
+	if len(questions) == 1 {
+		ask.Question = questions[0]
+		verdict, out, err := c.trace(ctx, ask)
+		if err != nil {
+			fmt.Fprintln(stderr, "trace:", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, verdict)
+		if *raw {
+			fmt.Fprint(stdout, out)
+		}
+		return 0
 	}
-	fmt.Fprintln(stdout, verdict)
-	if *raw {
-		fmt.Fprint(stdout, out)
+	// -q all: one line per question, those the attachment does not fit
+	// (no UDP host port, no IPv4 address) said so.
+	code := 0
+	for _, q := range questions {
+		ask.Question = q
+		verdict, _, err := c.trace(ctx, ask)
+		if errors.Is(err, trace.ErrNoRule) || errors.Is(err, trace.ErrNoAddress) {
+			verdict, err = "not asked: "+err.Error(), nil
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "trace:", err)
+			code = 1
+			continue
+		}
+		fmt.Fprintf(stdout, "%-8s %s\n", q, verdict)
 	}
-	return 0
+	return code
 }
 
 // trace answers one question: the verdict, and the packet with the raw

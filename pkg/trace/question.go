@@ -137,8 +137,14 @@ var (
 	broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 )
 
-// ErrNoRule says that the attachment has no host port the question fits.
-var ErrNoRule = errors.New("no host port of the attachment fits the question")
+var (
+	// ErrNoRule says that the attachment has no host port the question
+	// fits.
+	ErrNoRule = errors.New("no host port of the attachment fits the question")
+	// ErrNoAddress says that the attachment has no address of the
+	// family the question needs.
+	ErrNoAddress = errors.New("the attachment has no address for the question")
+)
 
 // rule chooses the host port a question is about.
 func rule(a Attachment, k Ask) (flows.Rule, error) {
@@ -248,7 +254,7 @@ func Build(a Attachment, k Ask) (Probe, error) {
 	pk := Packet{InPort: own, EthSrc: a.MAC, EthDst: clientMAC, ICMPType: -1}
 	need4 := func() error {
 		if !v4.IsValid() {
-			return fmt.Errorf("question %s: the attachment has no IPv4 address", k.Question)
+			return fmt.Errorf("question %s: %w (no IPv4 address)", k.Question, ErrNoAddress)
 		}
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/record"
+	"github.com/ovsflow/ovs-cni/pkg/trace"
 )
 
 // portmapTool runs `ovs-portmap SUBCOMMAND -ovsdb ... ARGS` and returns its
@@ -127,6 +128,23 @@ func TestTraceVerdicts(t *testing.T) {
 			}
 		})
 	}
+	// -q all: a line per question, as each alone says it.
+	all := strings.Split(strings.TrimSpace(portmapTool(t, "trace", "-pod", "shop/web-0", "-q", "all", "-host-ip", nodeV4)), "\n")
+	if len(all) != len(trace.Questions) {
+		t.Errorf("trace -q all: got %d lines, want %d:\n%s", len(all), len(trace.Questions), strings.Join(all, "\n"))
+	}
+	for i, line := range all {
+		if i >= len(trace.Questions) {
+			break
+		}
+		q := string(trace.Questions[i])
+		alone := strings.TrimSpace(portmapTool(t, "trace", "-pod", "shop/web-0", "-q", q, "-host-ip", nodeV4))
+		if f := strings.Fields(line); len(f) == 0 || f[0] != q || strings.TrimSpace(strings.TrimPrefix(line, f[0])) != alone {
+			t.Errorf("trace -q all, line %d: got %q, want %s and %q", i, line, q, alone)
+		}
+	}
+	t.Logf("ovs-portmap trace -pod shop/web-0 -q all -host-ip %s\n%s", nodeV4, strings.Join(all, "\n"))
+
 	// The unprotected control: nothing drops its forbidden frames.
 	for _, q := range []string{"ra", "dhcp4", "dhcp6", "arp", "nd", "spoof4", "spoof6"} {
 		got := strings.TrimSpace(portmapTool(t, "trace", "-container", open.id, "-q", q))

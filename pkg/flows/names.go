@@ -111,7 +111,7 @@ var reasonText = map[string]string{
 	ReasonDoubleTag:           "the port-security guard for double-tagged frames",
 	ReasonFragment:            "the port-security guard for fragments that do not reassemble",
 	ReasonNeighbourDiscovery:  "the port-security drop of neighbour discovery for other addresses",
-	ReasonSpoofed:             "the port-security drop of frames from another MAC or address",
+	ReasonSpoofed:             "the port-security drop of any other frame (another source MAC or address, a VLAN tag)",
 	ReasonTombstone:           "the tombstone of a port being deleted",
 }
 

@@ -89,7 +89,7 @@ func TestTraceVerdicts(t *testing.T) {
 		return regexp.QuoteMeta(fmt.Sprintf("dropped by %s (table 0, priority %d)", what, prio))
 	}
 	guard := func(what string) string { return drop("the port-security guard for "+what, flows.PriorityPortSecGuard) }
-	spoof := drop("the port-security drop of frames from another MAC or address", flows.PriorityPortSecDrop)
+	spoof := drop("the port-security drop of any other frame (another source MAC or address, a VLAN tag)", flows.PriorityPortSecDrop)
 	hairpin := "198.51.100.1"
 	if rec.HairpinV4.IsValid() {
 		hairpin = rec.HairpinV4.String()

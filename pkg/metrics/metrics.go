@@ -112,9 +112,9 @@ func New(cfg Config) *Collector {
 		flowCount: prometheus.NewDesc(NameFlows,
 			"Flows of the pipeline on a bridge, by group (port security, host ports, shared pipeline, tombstone).", []string{"bridge", "group"}, nil),
 		ctEntries: prometheus.NewDesc(NameConntrackEntries,
-			"Conntrack entries of a zone of the pipeline.", []string{"zone"}, nil),
+			"Conntrack entries of a zone of the pipeline, per datapath.", []string{"datapath", "zone"}, nil),
 		ctLimit: prometheus.NewDesc(NameConntrackLimit,
-			"Conntrack entry limit of a zone of the pipeline (0: none of its own).", []string{"zone"}, nil),
+			"Conntrack entry limit of a zone of the pipeline, per datapath (0: none of its own).", []string{"datapath", "zone"}, nil),
 		up: prometheus.NewDesc(NameUp,
 			"Whether the last scrape read OVSDB (1) or not (0).", nil, nil),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameReconciles,
@@ -295,22 +295,34 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 			sockets[sock][z] = true
 		}
 	}
-	seen := map[uint16]bool{}
+	type dpZone struct {
+		dp   string
+		zone uint16
+	}
+	seen := map[dpZone]bool{}
 	for sock, zones := range sockets {
 		zs := slices.Sorted(maps.Keys(zones))
-		counts, err := unixctl.ZoneCounts(ctx, sock, "", zs...)
+		dps, err := unixctl.Datapaths(ctx, sock)
 		if err != nil {
 			c.scrapeErrors.WithLabelValues("conntrack").Inc()
 			continue
 		}
-		for _, z := range counts {
-			if seen[z.Zone] {
-				continue // one datapath's zones, reached by two bridges
+		for _, dp := range dps {
+			counts, err := unixctl.ZoneCounts(ctx, sock, dp, zs...)
+			if err != nil {
+				c.scrapeErrors.WithLabelValues("conntrack").Inc()
+				continue
 			}
-			seen[z.Zone] = true
-			zone := strconv.Itoa(int(z.Zone))
-			ch <- prometheus.MustNewConstMetric(c.ctEntries, prometheus.GaugeValue, float64(z.Count), zone)
-			ch <- prometheus.MustNewConstMetric(c.ctLimit, prometheus.GaugeValue, float64(z.Limit), zone)
+			for _, z := range counts {
+				if k := (dpZone{dp, z.Zone}); seen[k] {
+					continue
+				} else {
+					seen[k] = true
+				}
+				zone := strconv.Itoa(int(z.Zone))
+				c.emit(ch, c.ctEntries, prometheus.GaugeValue, float64(z.Count), dp, zone)
+				c.emit(ch, c.ctLimit, prometheus.GaugeValue, float64(z.Limit), dp, zone)
+			}
 		}
 	}
 	c.notify(moved, byTarget)

@@ -81,3 +81,13 @@ func ParseZoneCounts(out string) ([]ZoneCount, error) {
 	}
 	return zs, nil
 }
+
+// Datapaths lists the datapaths of the ovs-vswitchd whose control socket is
+// sock (dpctl/dump-dps: "netdev@ovs-netdev", "system@ovs-system").
+func Datapaths(ctx context.Context, sock string) ([]string, error) {
+	out, err := call(ctx, sock, "dpctl/dump-dps")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}

@@ -37,7 +37,7 @@ const ofportTimeout = 10 * time.Second
 func asCNIError(err error) error { return cnicmd.Error(err) }
 
 func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[string]string {
-	return map[string]string{
+	ids := map[string]string{
 		ovsdb.KeyOwner:       ovsdb.OwnerValue,
 		ovsdb.KeyContainerID: args.ContainerID,
 		ovsdb.KeyIfName:      args.IfName,
@@ -46,6 +46,10 @@ func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[stri
 		ovsdb.KeyBridge:      conf.Bridge,
 		ovsdb.KeyMAC:         contMAC,
 	}
+	if pod := record.PodOf(args.Args); pod != "" {
+		ids[record.KeyPod] = pod
+	}
+	return ids
 }
 
 // notOwnNetNS refuses a CNI_NETNS that is the plugin's own network

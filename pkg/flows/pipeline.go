@@ -115,6 +115,10 @@
 //   - One bundle may mix verbs: "delete cookie=C/-1" (no table: all tables)
 //     followed by "add" lines is applied atomically.
 //
+// What each flow is for, as traces and counters name it (Name, DropReason,
+// GroupOf), is declared next to this in names.go, by table, priority and
+// cookie kind.
+//
 // Flows are pkg/openflow values: they render the ovs-ofctl text of the
 // golden files and encode themselves for the wire; nothing here writes text
 // for a machine to read back. docs/design.md ("The pipeline") explains the

@@ -28,13 +28,27 @@ func decodeErr(format string, a ...any) error {
 // multipart header): ofp_flow_stats entries.
 func decodeFlowStats(body []byte) ([]Flow, error) {
 	var out []Flow
+	if err := eachFlowStats(body, func(_ []byte, f Flow) { out = append(out, f) }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachFlowStats decodes the entries of an OFPMP_FLOW reply's body and
+// passes each to each with its bytes, once all of them decoded.
+func eachFlowStats(body []byte, each func(entry []byte, f Flow)) error {
+	type entry struct {
+		raw []byte
+		f   Flow
+	}
+	var out []entry
 	for len(body) > 0 {
 		if len(body) < 56 {
-			return nil, decodeErr("flow stats of %d bytes", len(body))
+			return decodeErr("flow stats of %d bytes", len(body))
 		}
 		n := int(binary.BigEndian.Uint16(body))
 		if n < 56 || n > len(body) {
-			return nil, decodeErr("flow stats length %d of %d", n, len(body))
+			return decodeErr("flow stats length %d of %d", n, len(body))
 		}
 		e := body[:n]
 		body = body[n:]
@@ -55,9 +69,12 @@ func decodeFlowStats(body []byte) ([]Flow, error) {
 			// that can be wanted.
 			f.Match, f.Actions = Match{}, Actions{Undecodable{err.Error()}}
 		}
-		out = append(out, f)
+		out = append(out, entry{e, f})
 	}
-	return out, nil
+	for _, e := range out {
+		each(e.raw, e.f)
+	}
+	return nil
 }
 
 // decodeMatch decodes an ofp_match (OXM) and returns what follows its

@@ -242,7 +242,14 @@ func DeleteFlows(ctx context.Context, target string, d Delete, flushes ...CTFlus
 // values Apply takes (see Diff for how they compare).
 func Dump(ctx context.Context, target string, cookie, mask uint64) ([]Flow, error) {
 	var out []Flow
-	err := session(ctx, target, "dumping flows", func(s *conn) error {
+	err := dump(ctx, target, cookie, mask, func(_ []byte, f Flow) { out = append(out, f) })
+	return out, err
+}
+
+// dump sends one flow stats request and calls each with every entry of the
+// reply (its ofp_flow_stats bytes) and its decoded flow.
+func dump(ctx context.Context, target string, cookie, mask uint64, each func(entry []byte, f Flow)) error {
+	return session(ctx, target, "dumping flows", func(s *conn) error {
 		b := hello()
 		start := len(b)
 		b = append(b, header(ofptMultipartReq, 1, 0)...)
@@ -278,18 +285,15 @@ func Dump(ctx context.Context, target string, cookie, mask uint64) ([]Flow, erro
 				if len(body) < 8 || binary.BigEndian.Uint16(body) != ofpmpFlow {
 					return decodeErr("multipart reply of %d bytes", len(body))
 				}
-				flows, err := decodeFlowStats(body[8:])
-				if err != nil {
+				if err := eachFlowStats(body[8:], each); err != nil {
 					return err
 				}
-				out = append(out, flows...)
 				if binary.BigEndian.Uint16(body[2:])&ofpmpfReplyMore == 0 {
 					return nil
 				}
 			}
 		}
 	})
-	return out, err
 }
 
 // session connects to target and runs fn under the deadline of ctx, bounded

@@ -743,3 +743,36 @@ func TestClearPortEquivalence(t *testing.T) {
 		t.Errorf("clearing port 7 removed nothing (%d flows, %d before)", n, len(after))
 	}
 }
+
+// TestDumpStatsCounts sends three frames through a flow (packet-out to
+// table 0) and checks that DumpStats reports them, and nothing for a flow
+// that no frame matched, as ovs-ofctl dump-flows does.
+func TestDumpStatsCounts(t *testing.T) {
+	requireOVS(t)
+	target := newBridge(t)
+	c := uint64(flows.AttachmentCookie("stats", "eth0"))
+	hit := Flow{Cookie: c, Priority: 100, Match: Match{}.EthType(EthARP), Actions: Actions{}}
+	miss := Flow{Cookie: c, Priority: 90, Match: Match{}.EthType(EthIPv6), Actions: Actions{}}
+	if err := Apply(context.Background(), target, Bundle{hit, miss}); err != nil {
+		t.Fatal(err)
+	}
+	// An ARP request of 60 bytes, in_port LOCAL, through the pipeline.
+	arp := "ffffffffffff" + "020000000001" + "0806" + "0001080006040001" + "020000000001" + "c0000201" + "000000000000" + "c0000202" + strings.Repeat("00", 18)
+	for range 3 {
+		run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "packet-out", target, "in_port=LOCAL,packet="+arp+",actions=resubmit(,0)")
+	}
+	got, err := DumpStats(context.Background(), target, c, ^uint64(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[uint16][2]uint64{}
+	for _, f := range got {
+		counts[f.Priority] = [2]uint64{f.Packets, f.Bytes}
+	}
+	if want := [2]uint64{3, 180}; counts[100] != want {
+		t.Errorf("flow %s: got packets, bytes %v, want %v\n%s", hit, counts[100], want, strings.Join(dump(t, target), "\n"))
+	}
+	if want := [2]uint64{0, 0}; counts[90] != want {
+		t.Errorf("flow %s: got packets, bytes %v, want %v", miss, counts[90], want)
+	}
+}

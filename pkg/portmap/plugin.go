@@ -80,6 +80,13 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, conf.Pipeline, plan.Attachment); err != nil {
 		return cnicmd.Error(err)
 	}
+	if pod := record.PodOf(args.Args); pod != "" && port.Port.ExternalIDs[record.KeyPod] != pod {
+		// ovs-bridge records it with the port; a port of an older one
+		// gets it here.
+		if err := cli.SetPortExternalIDs(ctx, port.Port.UUID, map[string]string{record.KeyPod: pod}); err != nil {
+			return cnicmd.Error(err)
+		}
+	}
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 }
 

@@ -32,7 +32,53 @@ const (
 	// host port): "ovsflow.io/claim/tcp/198.51.100.1:8080". At most one Port
 	// row holds a given key (ovsdb.Client.Record).
 	KeyClaimPrefix = "ovsflow.io/claim/"
+	// KeyPod holds "NAMESPACE/NAME" of the Kubernetes pod of the
+	// attachment, when the runtime passed K8S_POD_NAMESPACE and
+	// K8S_POD_NAME in CNI_ARGS: how the node tools and the metrics name
+	// it.
+	KeyPod = "ovsflow.io/pod"
 )
+
+// PodOf returns "NAMESPACE/NAME" from CNI_ARGS ("K1=V1;K2=V2"), "" when
+// either is missing or is not a Kubernetes name (a namespace is a DNS
+// label, a pod name a DNS subdomain): the value ends up in metric labels
+// and node tool output, so nothing else is recorded.
+func PodOf(cniArgs string) string {
+	var ns, name string
+	for _, kv := range strings.Split(cniArgs, ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "K8S_POD_NAMESPACE":
+			ns = v
+		case "K8S_POD_NAME":
+			name = v
+		}
+	}
+	if !dnsName(ns, 63, false) || !dnsName(name, 253, true) {
+		return ""
+	}
+	return ns + "/" + name
+}
+
+// dnsName reports whether s is a DNS label (RFC 1123: lower-case
+// alphanumerics and '-', alphanumeric at both ends) of at most max
+// characters, or with dots a subdomain of such labels.
+func dnsName(s string, max int, dots bool) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if !dots && label != s || label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range []byte(label) {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // Keys of the Bridge rows.
 const (

@@ -89,3 +89,23 @@ func TestGateways(t *testing.T) {
 		t.Errorf("Gateways %v, want %v", got, want)
 	}
 }
+
+func TestPodOf(t *testing.T) {
+	for args, want := range map[string]string{
+		"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=abc": "default/web-0",
+		"K8S_POD_NAME=web-0":                "",
+		"K8S_POD_NAMESPACE=default":         "",
+		"":                                  "",
+		"K8S_POD_NAMESPACE=;K8S_POD_NAME=x": "",
+		"K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns-5d78c9869d-abcde.x": "kube-system/coredns-5d78c9869d-abcde.x",
+		"K8S_POD_NAMESPACE=a.b;K8S_POD_NAME=x":                                  "",
+		"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=$(touch x)":                          "",
+		"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=\xff":                                "",
+		"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=-a":                                  "",
+		"K8S_POD_NAMESPACE=ns;K8S_POD_NAME=A":                                   "",
+	} {
+		if got := PodOf(args); got != want {
+			t.Errorf("PodOf(%q): got %q, want %q", args, got, want)
+		}
+	}
+}

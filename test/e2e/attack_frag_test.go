@@ -16,6 +16,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
@@ -135,6 +136,7 @@ func TestAttackDHCPServerPorts(t *testing.T) {
 			l := newLab(t)
 			v := l.join(l.network("frag-dhcp-victim", nil, nil), "victim", nil)
 			a := l.join(l.network("frag-dhcp-server", map[string]any{"allowDHCPServer": tc.allow}, nil), "attacker", nil)
+			drops := watchDrops(t, a.container)
 			sn := sniff(t, v.ns, "eth0", "victim")
 			s := sender(t, a.ns, "eth0")
 			bcast := netip.MustParseAddr("255.255.255.255")
@@ -169,6 +171,7 @@ func TestAttackDHCPServerPorts(t *testing.T) {
 				t.Errorf("the victim received %d DHCPv4 server messages to port 68 and %d DHCPv6 to 546 from the attacker's other ports, want none: %v",
 					n4, n6, sn.first(5, func(f frame) bool { return v4(f) || v6(f) }))
 			}
+			drops.check(t, !tc.allow, flows.ReasonDHCPServer)
 			if !tc.allow {
 				l.normal(t)
 			}
@@ -212,6 +215,7 @@ func TestAttackFragments(t *testing.T) {
 			vn := l.network("frag-victim", nil, nil)
 			b, c := l.join(vn, "victim B", nil), l.join(vn, "victim C", nil)
 			a := l.join(l.network("frag-attacker", tc.extra, nil), "attacker", nil)
+			drops := watchDrops(t, a.container)
 			snC := sniff(t, c.ns, "eth0", "C")
 			s := sender(t, a.ns, "eth0")
 			bcast := netip.MustParseAddr("255.255.255.255")
@@ -282,6 +286,14 @@ func TestAttackFragments(t *testing.T) {
 				t.Errorf("control: C reassembled %d IPv4 and %d IPv6 datagrams, want the large DHCP ones", n4, n6)
 			case !tc.large && n4+n6 > 0:
 				t.Errorf("C reassembled %d IPv4 and %d IPv6 datagrams from the attacker's fragments, want none", n4, n6)
+			}
+			switch { // small fragments never reassemble; large ones are DHCP
+			case tc.all:
+				drops.check(t, false)
+			case tc.large:
+				drops.expect(t, []string{flows.ReasonFragment}, []string{flows.ReasonDHCPServer})
+			default:
+				drops.check(t, true, flows.ReasonFragment, flows.ReasonDHCPServer)
 			}
 			if tc.extra == nil {
 				l.normal(t)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
@@ -25,16 +26,21 @@ func TestAttackVLANHopping(t *testing.T) {
 		name    string
 		extra   map[string]any
 		blocked bool
+		// drops are the reasons port security drops some of it for:
+		// a tag on an access port is not from the port's own frames, a
+		// second tag on a trunk is; the rest is ovs-vswitchd's VLANs.
+		drops []string
 	}{
-		{"protected-no-vlan", nil, true},
-		{"protected-no-vlan-portSecurity-off", map[string]any{"portSecurity": false}, true},
-		{"protected-trunk-20", map[string]any{"trunk": []any{map[string]any{"id": 20}}}, true},
-		{"control-trunk-10-portSecurity-off", map[string]any{"trunk": []any{map[string]any{"id": 10}}, "portSecurity": false}, false},
+		{"protected-no-vlan", nil, true, []string{flows.ReasonSpoofed}},
+		{"protected-no-vlan-portSecurity-off", map[string]any{"portSecurity": false}, true, nil},
+		{"protected-trunk-20", map[string]any{"trunk": []any{map[string]any{"id": 20}}}, true, []string{flows.ReasonDoubleTag}},
+		{"control-trunk-10-portSecurity-off", map[string]any{"trunk": []any{map[string]any{"id": 10}}, "portSecurity": false}, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
 			v := l.join(l.network("vlan10-victim", map[string]any{"vlan": 10, "isGateway": false}, nil), "VLAN-10 victim", nil)
 			a := l.join(l.network("vlan-hopper", tc.extra, nil), "attacker", nil)
+			drops := watchDrops(t, a.container)
 			snV := sniff(t, v.ns, "eth0", "victim")
 			snA := sniff(t, a.ns, "eth0", "attacker")
 			s := sender(t, a.ns, "eth0")
@@ -90,6 +96,7 @@ func TestAttackVLANHopping(t *testing.T) {
 					t.Errorf("%s: %v, want %v (first frames: %v)", c.what, got, !tc.blocked, c.sn.first(3, c.match))
 				}
 			}
+			drops.check(t, len(tc.drops) > 0, tc.drops...)
 			if tc.blocked {
 				l.normal(t)
 			}
@@ -159,6 +166,7 @@ func TestAttackRogueDHCP(t *testing.T) {
 			l := newLab(t)
 			v := l.join(l.network("dhcp-victim", nil, nil), "victim", nil)
 			a := l.join(l.network("rogue-dhcp", map[string]any{"allowDHCPServer": tc.allow}, nil), "attacker", nil)
+			drops := watchDrops(t, a.container)
 			out := l.outside
 			outMAC, outLL := l.outsideMAC(t), linkLocal(t, out.ns, "eth0", "outside")
 			snA := sniff(t, a.ns, "eth0", "attacker")
@@ -218,6 +226,7 @@ func TestAttackRogueDHCP(t *testing.T) {
 						victim.name, n4, n6, sn.first(5, func(f frame) bool { return v4(f) || v6(f) }))
 				}
 			}
+			drops.check(t, !tc.allow, flows.ReasonDHCPServer)
 			if !tc.allow {
 				l.normal(t)
 			}
@@ -238,6 +247,7 @@ func TestAttackDHCPClientUnicast(t *testing.T) {
 			l := newLab(t)
 			v := l.join(l.network("dhcp-unicast-victim", nil, nil), "victim", nil)
 			a := l.join(l.network("dhcp-unicast", map[string]any{"portSecurity": tc.psec}, nil), "attacker", nil)
+			drops := watchDrops(t, a.container)
 			sn := sniff(t, v.ns, "eth0", "victim")
 			s := sender(t, a.ns, "eth0")
 			zero := netip.IPv4Unspecified()
@@ -258,6 +268,7 @@ func TestAttackDHCPClientUnicast(t *testing.T) {
 			if got == tc.psec {
 				t.Errorf("unicast DHCP client frame 0.0.0.0:68 -> %s:67 received %v, want %v", v.v4, got, !tc.psec)
 			}
+			drops.check(t, tc.psec, flows.ReasonSpoofed)
 			if tc.psec {
 				l.normal(t)
 			}

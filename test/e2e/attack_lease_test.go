@@ -90,6 +90,7 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 
 			snOut := sniff(t, l.outside.ns, "eth0", "outside")
 			snNode := sniff(t, nil, l.bridge, "node")
+			drops := watchDrops(t, c)
 			sp := startSpoofer(t, c, v.v4)
 			time.Sleep(500 * time.Millisecond)
 			sp.halt()
@@ -117,6 +118,7 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 				}
 				t.Logf("%s: %d of %d spoofed frames received", sn.where, got, sp.sent.Load())
 			}
+			drops.check(t, tc.psec, flows.ReasonSpoofed)
 
 			if err := os.WriteFile(gate, nil, 0o644); err != nil {
 				t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
 )
 
 // attackerPrefix is the prefix a rogue router advertises.
@@ -28,6 +30,7 @@ func TestAttackRogueRouter(t *testing.T) {
 			l := newLab(t)
 			victim := l.join(l.network("ra-l2-victim", map[string]any{"ipam": nil, "isGateway": false}, nil), "L2-only victim", nil)
 			a := l.join(l.network("rogue-router", map[string]any{"allowRouter": tc.allow}, nil), "attacker", nil)
+			drops := watchDrops(t, a.container)
 			out := l.outside
 			out.sh(t, "sysctl", "-qw", "net.ipv6.conf.eth0.forwarding=0", "net.ipv6.conf.eth0.accept_ra=1")
 			outLL := linkLocal(t, out.ns, "eth0", "outside")
@@ -110,6 +113,7 @@ func TestAttackRogueRouter(t *testing.T) {
 					t.Logf("control: %s kept hop limit %s after an RA with cur hop limit 1", v.name, hop)
 				}
 			}
+			drops.check(t, !tc.allow, flows.ReasonRouterAdvertisement, flows.ReasonRedirect)
 			if !tc.allow {
 				l.normal(t)
 			}
@@ -132,6 +136,7 @@ func TestAttackLinkLocal(t *testing.T) {
 			vn := l.network("ll-victim", nil, nil)
 			b, c := l.join(vn, "victim B", nil), l.join(vn, "victim C", nil)
 			a := l.join(l.network("ll-attacker", map[string]any{"portSecurity": tc.psec}, nil), "attacker", nil)
+			drops := watchDrops(t, a.container)
 			nodeLL := linkLocal(t, nil, l.bridge, "node")
 			gw6 := netip.MustParseAddr("2001:db8:c::1")
 			if tc.psec {
@@ -254,6 +259,7 @@ func TestAttackLinkLocal(t *testing.T) {
 					t.Errorf("A's NA for its own %s did not reach C", a.v6)
 				}
 			})
+			drops.check(t, tc.psec, flows.ReasonSpoofed, flows.ReasonNeighbourDiscovery)
 			if tc.psec {
 				l.normal(t)
 			}

@@ -182,6 +182,7 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 				t.Fatalf("ADD: %v", err)
 			}
 			t.Cleanup(func() { n.del(c, "eth0", nil) })
+			drops := watchDrops(t, c)
 			mac, _ := net.ParseMAC(r.Interfaces[1].Mac)
 			time.Sleep(300 * time.Millisecond)
 			if sp.sent.Load() == 0 {
@@ -200,6 +201,7 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 				poisoned = neighMAC(t, nil, l.bridge, v.v4) == mac.String()
 			}
 
+			drops.check(t, tc.psec, flows.ReasonSpoofed)
 			delStart := time.Now()
 			if err := n.del(c, "eth0", nil); err != nil {
 				t.Fatalf("DEL: %v", err)
@@ -363,7 +365,11 @@ func TestAttackRestartWindow(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			back := time.Since(killed)
+			// Reconcile has put the attacker's port security back on
+			// either bridge: from then on its drop counter moves.
+			drops := watchDrops(t, a.container)
 			time.Sleep(200 * time.Millisecond)
+			drops.check(t, true, flows.ReasonSpoofed)
 			sp.halt()
 			if sp.err != nil {
 				t.Fatal(sp.err)
@@ -464,6 +470,15 @@ func TestAttackConntrackFlood(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 			got := conntrackCount(t, zones...)
 			t.Logf("%d datagrams in %v; conntrack entries per zone %v", flood, time.Since(start).Round(time.Millisecond), got)
+			// The metrics see the same entries, and the zone's limit.
+			wantLimit := float64(flows.DefaultContainerLimit)
+			if _, limited := tc.pmExtra["containerConntrackLimit"]; limited {
+				wantLimit = 300
+			}
+			// (Read a moment later: within 5% of the dump's count.)
+			if entries, limit := zoneMetrics(t, 64002); entries < 0.95*float64(got[64002]) || entries > 1.05*float64(got[64002]) || limit != wantLimit {
+				t.Errorf("metrics of zone 64002: %v entries, limit %v; want %d (dpctl/dump-conntrack), %v", entries, limit, got[64002], wantLimit)
+			}
 			if _, limited := tc.pmExtra["containerConntrackLimit"]; limited {
 				if got[64002] > 300 || got[64002] < 250 {
 					t.Errorf("zone 64002 (containers -> host ports) holds %d entries after the flood, want 250-300 (the limit)", got[64002])

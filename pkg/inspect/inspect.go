@@ -1,0 +1,181 @@
+// Package inspect is the node tools that show what the flows of one
+// attachment do: `ovs-portmap trace` (one packet through the pipeline,
+// pkg/trace) and `ovs-portmap flows` (the attachment's flows with their
+// counters). They read the attachment's record in OVSDB, never write
+// anything, and find the attachment by container ID and ifname or by the
+// pod recorded with it (record.KeyPod).
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/portsec"
+	"github.com/ovsflow/ovs-cni/pkg/record"
+	"github.com/ovsflow/ovs-cni/pkg/trace"
+)
+
+// ErrNotFound says that no port of ours is the attachment asked for.
+var ErrNotFound = errors.New("no such attachment")
+
+// Which names an attachment: ContainerID and IfName, or Pod
+// (NAMESPACE/NAME, as recorded).
+type Which struct {
+	ContainerID, IfName, Pod string
+}
+
+func (w Which) String() string {
+	if w.Pod != "" {
+		return "pod " + w.Pod
+	}
+	return w.ContainerID + "/" + w.IfName
+}
+
+// find returns the port of the attachment w names.
+func find(ctx context.Context, cli *ovsdb.Client, w Which) (ovsdb.OwnedPort, error) {
+	var ports []ovsdb.OwnedPort
+	var err error
+	if w.Pod != "" {
+		all, err := cli.OwnedPorts(ctx)
+		if err != nil {
+			return ovsdb.OwnedPort{}, err
+		}
+		for _, p := range all {
+			if p.Port.ExternalIDs[record.KeyPod] == w.Pod && (w.IfName == "" || p.Attachment().IfName == w.IfName) {
+				ports = append(ports, p)
+			}
+		}
+	} else if ports, err = cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: w.ContainerID, IfName: w.IfName}); err != nil {
+		return ovsdb.OwnedPort{}, err
+	}
+	switch len(ports) {
+	case 0:
+		return ovsdb.OwnedPort{}, fmt.Errorf("%w: %s", ErrNotFound, w)
+	case 1:
+		return ports[0], nil
+	}
+	return ovsdb.OwnedPort{}, fmt.Errorf("%s: %d attachments (give -ifname)", w, len(ports))
+}
+
+// attachment is what the records of one port say.
+type attachment struct {
+	port     ovsdb.OwnedPort
+	facts    trace.Attachment
+	cookie   flows.Cookie // CookieKindAttachment
+	target   string       // the bridge's OpenFlow endpoint
+	control  string       // ovs-vswitchd's control socket, as recorded
+	declared []flows.Flow // what the records want on the bridge
+}
+
+// load reads the records of port p (ovsdbEndpoint: to find the bridge's
+// OpenFlow endpoint when no record names it).
+func load(p ovsdb.OwnedPort, ovsdbEndpoint string) (attachment, error) {
+	id := p.Attachment()
+	at := attachment{port: p, cookie: flows.AttachmentCookie(id.ContainerID, id.IfName)}
+	f := trace.Attachment{ContainerID: id.ContainerID, IfName: id.IfName, Pod: p.Port.ExternalIDs[record.KeyPod],
+		Bridge: p.Port.ExternalIDs[ovsdb.KeyBridge]}
+	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
+		f.OFPort = uint32(*p.Interface.OFPort)
+	}
+	if m, err := net.ParseMAC(p.Port.ExternalIDs[ovsdb.KeyMAC]); err == nil {
+		f.MAC = m
+	}
+	at.target = endpoint.OpenFlow("", ovsdbEndpoint, f.Bridge)
+	if rec, ok := record.PortSecurityOf(p); ok {
+		at.target = rec.OpenFlow
+		f.PortSec = !rec.Disabled
+		if m, err := net.ParseMAC(rec.MAC); err == nil {
+			f.MAC = m
+		}
+		for _, ip := range rec.IPs {
+			if ip.Is4() && !f.IPv4.IsValid() {
+				f.IPv4 = ip
+			} else if ip.Is6() && !f.IPv6.IsValid() {
+				f.IPv6 = ip
+			}
+		}
+		if _, _, fl, ok := portsec.Rebuild(p); ok {
+			at.declared = append(at.declared, fl...)
+		}
+	}
+	if target, ctl, pl, a, ok := hostport.Rebuild(p); ok {
+		at.target, at.control = target, ctl
+		f.HostPorts = true
+		f.Pipeline, f.Rules, f.NodeMAC = pl, a.Rules, a.NodeMAC
+		f.HairpinV4, f.HairpinV6, f.SNAT = a.HairpinV4, a.HairpinV6, a.SNAT
+		if a.IPv4.IsValid() {
+			f.IPv4 = a.IPv4
+		}
+		if a.IPv6.IsValid() {
+			f.IPv6 = a.IPv6
+		}
+		if f.MAC == nil {
+			f.MAC = a.MAC
+		}
+		at.declared = append(at.declared, pl.SharedFlows()...)
+		at.declared = append(at.declared, pl.NodeIPFlows(a)...)
+		at.declared = append(at.declared, pl.AttachmentFlows(a)...)
+	}
+	if f.MAC == nil {
+		return at, fmt.Errorf("attachment %s: no MAC recorded", id)
+	}
+	f.LinkLocal = flows.LinkLocalOf(f.MAC)
+	at.declared = append(at.declared, flows.BaseFlows()...)
+	at.facts = f
+	return at, nil
+}
+
+// ownFlows reports whether the records declare flows of the attachment's
+// own (port security, host ports): one with port security off and no host
+// ports has none, and their absence says nothing.
+func (at attachment) ownFlows() bool {
+	return slices.ContainsFunc(at.declared, func(f flows.Flow) bool {
+		g := flows.GroupOf(flows.Cookie(f.Cookie))
+		return g == flows.GroupPortSecurity || g == flows.GroupHostPorts
+	})
+}
+
+// uplink returns the ofport of the first port of the bridge that is
+// neither ours nor an internal interface (where clients outside come
+// from), "" when there is none.
+func uplink(ports []ovsdb.OwnedPort) string {
+	for _, p := range ports {
+		if p.Port.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue || p.Interface.Type == "internal" ||
+			p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
+			continue
+		}
+		return fmt.Sprint(*p.Interface.OFPort)
+	}
+	return ""
+}
+
+// peer returns another attachment of the bridge with port security and an
+// address of the family of ip: the client of trace.Pod.
+func peer(ports []ovsdb.OwnedPort, self ovsdb.Attachment, ip netip.Addr) trace.Peer {
+	for _, p := range ports {
+		if p.Port.ExternalIDs[ovsdb.KeyOwner] != ovsdb.OwnerValue || p.Attachment() == self ||
+			p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
+			continue
+		}
+		rec, ok := record.PortSecurityOf(p)
+		if !ok || rec.Disabled || rec.L2Only {
+			continue
+		}
+		mac, err := net.ParseMAC(rec.MAC)
+		if err != nil {
+			continue
+		}
+		if i := slices.IndexFunc(rec.IPs, func(a netip.Addr) bool { return a.Is4() == ip.Is4() }); i >= 0 {
+			return trace.Peer{OFPort: uint32(*p.Interface.OFPort), MAC: mac, IP: rec.IPs[i]}
+		}
+	}
+	return trace.Peer{}
+}

@@ -1,0 +1,381 @@
+// Package metrics exposes what the pipeline does on a node to Prometheus:
+// the packets port security dropped per attachment and reason, the
+// conntrack entries and limit of each of the pipeline's zones, the host
+// ports published, the flows by group, and the node agent's own events
+// (reconcile passes, ovs-vswitchd restarts). Everything but the events is
+// read from OVS when Prometheus scrapes (a Collector): the records in
+// OVSDB, one OpenFlow flow-stats dump per bridge, dpctl/ct-get-limits per
+// ovs-vswitchd.
+//
+// It imports prometheus/client_golang and is for the long-running node
+// agent only: the plugins never import it.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/portsec"
+	"github.com/ovsflow/ovs-cni/pkg/record"
+	"github.com/ovsflow/ovs-cni/pkg/unixctl"
+)
+
+// Config is where the collector reads OVS.
+type Config struct {
+	// OVSDB is the OVSDB endpoint (default endpoint.DefaultOVSDB).
+	OVSDB string
+	// VswitchdControl is ovs-vswitchd's control socket for records that
+	// name none (default: found as ovs-appctl finds it).
+	VswitchdControl string
+	// Timeout bounds one scrape (default 10 s).
+	Timeout time.Duration
+	// OnDrops, when set, is called during a scrape for every attachment
+	// whose drop counter of a reason moved since the previous scrape (not
+	// on the first): the hook for an event on the pod. Off by default.
+	OnDrops func(Drops)
+}
+
+// Drops is the movement of one attachment's drop counter.
+type Drops struct {
+	Attachment ovsdb.Attachment
+	Pod        string // NAMESPACE/NAME, "" when not recorded
+	Reason     string // flows.Reason*
+	Packets    uint64 // since the previous scrape
+}
+
+// Collector is a prometheus.Collector of the node's pipeline.
+type Collector struct {
+	cfg Config
+
+	dropped, hostPorts, flowCount, ctEntries, ctLimit, up *prometheus.Desc
+
+	reconciles       *prometheus.CounterVec
+	reconcileSeconds prometheus.Histogram
+	restarts         prometheus.Counter
+	scrapeErrors     *prometheus.CounterVec
+
+	mu   sync.Mutex
+	last map[dropKey]uint64 // drop counters of the previous scrape (OnDrops)
+}
+
+type dropKey struct {
+	a      ovsdb.Attachment
+	reason string
+}
+
+// Metric names.
+const (
+	NameDropped          = "ovsflow_port_security_dropped_packets_total"
+	NameHostPorts        = "ovsflow_host_ports"
+	NameFlows            = "ovsflow_flows"
+	NameConntrackEntries = "ovsflow_conntrack_entries"
+	NameConntrackLimit   = "ovsflow_conntrack_zone_limit"
+	NameUp               = "ovsflow_up"
+	NameReconciles       = "ovsflow_reconcile_total"
+	NameReconcileSeconds = "ovsflow_reconcile_duration_seconds"
+	NameRestarts         = "ovsflow_vswitchd_restarts_total"
+	NameScrapeErrors     = "ovsflow_scrape_errors_total"
+)
+
+var attachmentLabels = []string{"container", "ifname", "namespace", "pod"}
+
+// New returns the collector of cfg.
+func New(cfg Config) *Collector {
+	if cfg.OVSDB == "" {
+		cfg.OVSDB = endpoint.DefaultOVSDB
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	return &Collector{
+		cfg: cfg,
+		dropped: prometheus.NewDesc(NameDropped,
+			"Packets the port security of an attachment dropped, by reason (the packet counters of its drop flows; they restart when the flows are reinstalled).",
+			append(slices.Clone(attachmentLabels), "reason"), nil),
+		hostPorts: prometheus.NewDesc(NameHostPorts,
+			"Host ports an attachment publishes (resolved rules: protocol, node address, host port).", attachmentLabels, nil),
+		flowCount: prometheus.NewDesc(NameFlows,
+			"Flows of the pipeline on a bridge, by group (port security, host ports, shared pipeline, tombstone).", []string{"bridge", "group"}, nil),
+		ctEntries: prometheus.NewDesc(NameConntrackEntries,
+			"Conntrack entries of a zone of the pipeline, per datapath.", []string{"datapath", "zone"}, nil),
+		ctLimit: prometheus.NewDesc(NameConntrackLimit,
+			"Conntrack entry limit of a zone of the pipeline, per datapath (0: none of its own).", []string{"datapath", "zone"}, nil),
+		up: prometheus.NewDesc(NameUp,
+			"Whether the last scrape read OVSDB (1) or not (0).", nil, nil),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameReconciles,
+			Help: "Reconcile passes of the node agent, by result (ok, error)."}, []string{"result"}),
+		reconcileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: NameReconcileSeconds,
+			Help: "How long the node agent's reconcile passes took.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{Name: NameRestarts,
+			Help: "ovs-vswitchd (re)starts the node agent saw."}),
+		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameScrapeErrors,
+			Help: "Scrapes that could not read a source (ovsdb, openflow, conntrack) or dropped a sample whose labels were not valid (labels)."}, []string{"source"}),
+	}
+}
+
+// ReconcileDone records one reconcile pass of the agent.
+func (c *Collector) ReconcileDone(d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	c.reconciles.WithLabelValues(result).Inc()
+	c.reconcileSeconds.Observe(d.Seconds())
+}
+
+// VswitchdRestart records an ovs-vswitchd (re)start the agent saw.
+func (c *Collector) VswitchdRestart() { c.restarts.Inc() }
+
+// Handler serves the collector (and nothing else: no Go runtime metrics,
+// which the agent may add to a registry of its own) in Prometheus's
+// exposition format.
+func (c *Collector) Handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.dropped, c.hostPorts, c.flowCount, c.ctEntries, c.ctLimit, c.up} {
+		ch <- d
+	}
+	c.reconciles.Describe(ch)
+	c.reconcileSeconds.Describe(ch)
+	c.restarts.Describe(ch)
+	c.scrapeErrors.Describe(ch)
+}
+
+// Collect implements prometheus.Collector: it reads OVS.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	defer cancel()
+	up := 1.0
+	if err := c.collect(ctx, ch); err != nil {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+	c.reconciles.Collect(ch)
+	c.reconcileSeconds.Collect(ch)
+	c.restarts.Collect(ch)
+	c.scrapeErrors.Collect(ch)
+}
+
+// port is one attachment of the node as its records say.
+type port struct {
+	id     ovsdb.Attachment
+	labels []string // attachmentLabels' values
+	pod    string
+}
+
+// bridgeState is what one OpenFlow endpoint serves.
+type bridgeState struct {
+	name    string
+	ports   map[flows.Cookie]port // by the attachment's cookie (kind 0)
+	zones   map[uint16]bool
+	control string
+}
+
+// collect reads the node; the error says only that OVSDB could not be
+// read (the other sources count in scrapeErrors).
+func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
+	cli, err := ovsdb.Dial(ctx, c.cfg.OVSDB)
+	if err != nil {
+		c.scrapeErrors.WithLabelValues("ovsdb").Inc()
+		return err
+	}
+	owned, err := cli.OwnedPorts(ctx)
+	cli.Close()
+	if err != nil {
+		c.scrapeErrors.WithLabelValues("ovsdb").Inc()
+		return err
+	}
+	byTarget := map[string]*bridgeState{}
+	state := func(target, bridge string) *bridgeState {
+		if byTarget[target] == nil {
+			byTarget[target] = &bridgeState{name: bridge, ports: map[flows.Cookie]port{}, zones: map[uint16]bool{}}
+		}
+		return byTarget[target]
+	}
+	for _, p := range owned {
+		id := p.Attachment()
+		pod := p.Port.ExternalIDs[record.KeyPod]
+		ns, name, _ := strings.Cut(pod, "/")
+		pt := port{id: id, pod: pod, labels: []string{id.ContainerID, id.IfName, ns, name}}
+		bridge := p.Port.ExternalIDs[ovsdb.KeyBridge]
+		target := portsec.Target(p, endpoint.OpenFlow("", c.cfg.OVSDB, bridge))
+		v, _ := flows.AttachmentCookie(id.ContainerID, id.IfName).Attachment()
+		if t, ctl, pl, a, ok := hostport.Rebuild(p); ok {
+			target = t
+			s := state(target, bridge)
+			if ctl != "" {
+				s.control = ctl
+			}
+			for z := range pl.ZoneLimits() {
+				s.zones[z] = true
+			}
+			c.emit(ch, c.hostPorts, prometheus.GaugeValue, float64(len(a.Rules)), pt.labels...)
+		}
+		state(target, bridge).ports[v] = pt
+	}
+	moved := map[dropKey]uint64{}
+	sockets := map[string]map[uint16]bool{}
+	for target, s := range byTarget {
+		suite := flows.SuiteDelete()
+		fs, err := openflow.DumpStats(ctx, target, suite.Cookie, suite.Mask)
+		if err != nil {
+			c.scrapeErrors.WithLabelValues("openflow").Inc()
+			continue
+		}
+		groups := map[flows.Group]int{}
+		drops := map[dropKey]uint64{}
+		secured := map[flows.Cookie]bool{} // attachments with port security flows
+		for _, f := range fs {
+			cookie := flows.Cookie(f.Cookie)
+			g := flows.GroupOf(cookie)
+			groups[g]++
+			if g != flows.GroupPortSecurity {
+				continue
+			}
+			v, _ := cookie.Attachment()
+			secured[v] = true
+			if r := flows.DropReason(f.Flow); r != "" {
+				if pt, ok := s.ports[v]; ok {
+					drops[dropKey{pt.id, r}] += f.Packets
+				}
+			}
+		}
+		for _, g := range []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone} {
+			c.emit(ch, c.flowCount, prometheus.GaugeValue, float64(groups[g]), s.name, g.String())
+		}
+		// Every reason of every attachment with port security flows, so
+		// that a counter exists before its first drop.
+		for v, pt := range s.ports {
+			for _, r := range reasons {
+				k := dropKey{pt.id, r}
+				if !secured[v] {
+					continue
+				}
+				n := drops[k]
+				moved[k] = n
+				c.emit(ch, c.dropped, prometheus.CounterValue, float64(n), append(slices.Clone(pt.labels), r)...)
+			}
+		}
+		if len(s.zones) == 0 {
+			continue
+		}
+		ctl := s.control
+		if ctl == "" {
+			ctl = c.cfg.VswitchdControl
+		}
+		sock, err := unixctl.Find(target, ctl)
+		if err != nil {
+			c.scrapeErrors.WithLabelValues("conntrack").Inc()
+			continue
+		}
+		if sockets[sock] == nil {
+			sockets[sock] = map[uint16]bool{}
+		}
+		for z := range s.zones {
+			sockets[sock][z] = true
+		}
+	}
+	type dpZone struct {
+		dp   string
+		zone uint16
+	}
+	seen := map[dpZone]bool{}
+	for sock, zones := range sockets {
+		zs := slices.Sorted(maps.Keys(zones))
+		dps, err := unixctl.Datapaths(ctx, sock)
+		if err != nil {
+			c.scrapeErrors.WithLabelValues("conntrack").Inc()
+			continue
+		}
+		for _, dp := range dps {
+			counts, err := unixctl.ZoneCounts(ctx, sock, dp, zs...)
+			if err != nil {
+				c.scrapeErrors.WithLabelValues("conntrack").Inc()
+				continue
+			}
+			for _, z := range counts {
+				if k := (dpZone{dp, z.Zone}); seen[k] {
+					continue
+				} else {
+					seen[k] = true
+				}
+				zone := strconv.Itoa(int(z.Zone))
+				c.emit(ch, c.ctEntries, prometheus.GaugeValue, float64(z.Count), dp, zone)
+				c.emit(ch, c.ctLimit, prometheus.GaugeValue, float64(z.Limit), dp, zone)
+			}
+		}
+	}
+	c.notify(moved, byTarget)
+	return nil
+}
+
+// emit sends one sample, or counts a scrape error when its label values
+// are not valid (UTF-8): they come from OVSDB rows a runtime's arguments
+// filled, and must not stop the scrape.
+func (c *Collector) emit(ch chan<- prometheus.Metric, d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	m, err := prometheus.NewConstMetric(d, t, v, labels...)
+	if err != nil {
+		c.scrapeErrors.WithLabelValues("labels").Inc()
+		return
+	}
+	ch <- m
+}
+
+// reasons are the drop reasons of port security flows.
+var reasons = []string{flows.ReasonRouterAdvertisement, flows.ReasonRedirect, flows.ReasonDHCPServer,
+	flows.ReasonDoubleTag, flows.ReasonFragment, flows.ReasonNeighbourDiscovery, flows.ReasonSpoofed}
+
+// notify calls OnDrops for the counters that moved since the previous
+// scrape.
+func (c *Collector) notify(now map[dropKey]uint64, byTarget map[string]*bridgeState) {
+	if c.cfg.OnDrops == nil {
+		return
+	}
+	pods := map[ovsdb.Attachment]string{}
+	for _, s := range byTarget {
+		for _, pt := range s.ports {
+			pods[pt.id] = pt.pod
+		}
+	}
+	c.mu.Lock()
+	last := c.last
+	c.last = now
+	c.mu.Unlock()
+	if last == nil {
+		return
+	}
+	for k, n := range now {
+		if before, ok := last[k]; ok && n > before {
+			c.cfg.OnDrops(Drops{Attachment: k.a, Pod: pods[k.a], Reason: k.reason, Packets: n - before})
+		}
+	}
+}
+
+// String renders a Drops for logs and events.
+func (d Drops) String() string {
+	who := d.Attachment.String()
+	if d.Pod != "" {
+		who = "pod " + d.Pod + " (" + who + ")"
+	}
+	return fmt.Sprintf("%s: port security dropped %d packets (%s)", who, d.Packets, d.Reason)
+}

@@ -1,0 +1,65 @@
+package metrics
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestUnreachable scrapes a collector whose OVSDB is not there: the scrape
+// succeeds with ovsflow_up 0 and one OVSDB scrape error, and the agent's
+// events still count.
+func TestUnreachable(t *testing.T) {
+	c := New(Config{OVSDB: "unix:" + filepath.Join(t.TempDir(), "none.sock"), Timeout: time.Second})
+	c.ReconcileDone(time.Second, nil)
+	c.ReconcileDone(time.Second, errors.New("x"))
+	c.VswitchdRestart()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			k := mf.GetName()
+			for _, l := range m.GetLabel() {
+				k += "/" + l.GetValue()
+			}
+			switch {
+			case m.Gauge != nil:
+				got[k] = m.GetGauge().GetValue()
+			case m.Counter != nil:
+				got[k] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	for k, want := range map[string]float64{NameUp: 0, NameScrapeErrors + "/ovsdb": 1, NameReconciles + "/ok": 1,
+		NameReconciles + "/error": 1, NameRestarts: 1} {
+		if got[k] != want {
+			t.Errorf("%s: got %v, want %v (all: %v)", k, got[k], want, got)
+		}
+	}
+}
+
+// TestEmitBadLabels drops a sample whose label value is not UTF-8 and
+// counts it, instead of panicking in the scrape.
+func TestEmitBadLabels(t *testing.T) {
+	c := New(Config{})
+	ch := make(chan prometheus.Metric, 2)
+	c.emit(ch, c.hostPorts, prometheus.GaugeValue, 1, "ctr", "eth0", "ns", "\xff")
+	c.emit(ch, c.hostPorts, prometheus.GaugeValue, 1, "ctr", "eth0", "ns", "web-0")
+	if len(ch) != 1 {
+		t.Errorf("got %d samples, want 1", len(ch))
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.scrapeErrors)
+	mfs, _ := reg.Gather()
+	if len(mfs) != 1 || mfs[0].GetMetric()[0].GetCounter().GetValue() != 1 {
+		t.Errorf("scrape errors: got %v, want one of source labels", mfs)
+	}
+}

@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/metrics"
+)
+
+// sample is one line of Prometheus's text exposition format.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$`)
+var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+
+// scrape GETs url and parses the samples.
+func scrape(t *testing.T, url string) []sample {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %d, %v\n%s", resp.StatusCode, err, b)
+	}
+	var out []sample
+	for _, line := range strings.Split(string(b), "\n") {
+		m := sampleLine.FindStringSubmatch(line)
+		if m == nil || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[3], 64)
+		if err != nil {
+			t.Fatalf("scrape: line %q: %v", line, err)
+		}
+		s := sample{name: m[1], labels: map[string]string{}, value: v}
+		for _, p := range labelPair.FindAllStringSubmatch(m[2], -1) {
+			s.labels[p[1]] = p[2]
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// value returns the value of the sample of name with (at least) labels.
+func value(samples []sample, name string, labels map[string]string) (float64, bool) {
+	for _, s := range samples {
+		if s.name != name {
+			continue
+		}
+		match := true
+		for k, v := range labels {
+			match = match && s.labels[k] == v
+		}
+		if match {
+			return s.value, true
+		}
+	}
+	return 0, false
+}
+
+// TestMetricsScrape builds the collector in process against the sandbox's
+// OVS, as the node agent does, and scrapes it over HTTP. A pod sends three
+// router advertisements and three frames from another IPv4 address; the
+// control, a pod of the same network, sends nothing forbidden. The pod's
+// counters of the two reasons move by three, the control's by nothing;
+// one connection from outside leaves an entry in the DNAT zone, whose
+// limit is the default; the pod publishes three host ports; the agent's
+// events count; OnDrops reports each movement once, with the pod's name.
+func TestMetricsScrape(t *testing.T) {
+	l := newLab(t)
+	n := l.network("metrics", nil, map[string]any{})
+	p := l.joinPod(n, "attacker pod", "shop/api-0", mappings(pm(8091, 80, "tcp", ""), pm(8092, 53, "udp", "")))
+	ctl := l.joinPod(n, "control pod", "shop/api-1", nil)
+	p.serveTCP(t, 80)
+	var mu sync.Mutex
+	var events []metrics.Drops
+	c := metrics.New(metrics.Config{OVSDB: ovsdbAddr, OnDrops: func(d metrics.Drops) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, d)
+	}})
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	appctl(t, "revalidator/wait")
+	before := scrape(t, srv.URL)
+	pod := func(m *member, name, reason string) map[string]string {
+		return map[string]string{"container": m.id, "ifname": "eth0", "namespace": "shop", "pod": name, "reason": reason}
+	}
+	for _, who := range []struct {
+		m    *member
+		name string
+	}{{p, "api-0"}, {ctl, "api-1"}} {
+		for _, r := range []string{flows.ReasonRouterAdvertisement, flows.ReasonSpoofed} {
+			if v, ok := value(before, metrics.NameDropped, pod(who.m, who.name, r)); !ok || v != 0 {
+				t.Errorf("before: %s %s of %s: got %v, %v; want a counter at 0", metrics.NameDropped, r, who.name, v, ok)
+			}
+		}
+	}
+
+	s := sender(t, p.ns, "eth0")
+	allNodes := netip.MustParseAddr("ff02::1")
+	ra := ethFrame(multicastMAC(allNodes), p.mac, etherIPv6, icmp6Packet(p.ll, allNodes, icmp6RA, 0, raBody(1, 1800, p.mac, attackerPrefix)))
+	spoofed := ethFrame(l.bridgeMAC(t), p.mac, etherIPv4, udp4(netip.MustParseAddr("192.0.2.250"), netip.MustParseAddr(outsideV4), 40000, 53, []byte("x")))
+	for range 3 {
+		mustSend(t, s, ra, spoofed)
+	}
+	expect(t, l.outside.ns, "tcp", hp(nodeV4, 8091), p.container, outsideV4)
+	c.ReconcileDone(1500*time.Millisecond, nil)
+	c.ReconcileDone(200*time.Millisecond, errors.New("bridge br0 is not there"))
+	c.VswitchdRestart()
+	appctl(t, "revalidator/wait")
+	after := scrape(t, srv.URL)
+	var shown []string
+	for _, x := range after {
+		if c := x.labels["container"]; c == "" || c == p.id {
+			shown = append(shown, fmt.Sprintf("%s%v %v", x.name, x.labels, x.value))
+		}
+	}
+	t.Logf("scrape after the attack:\n%s", strings.Join(shown, "\n"))
+
+	for _, tc := range []struct {
+		what    string
+		name    string
+		labels  map[string]string
+		want    float64
+		atLeast bool
+	}{
+		{"pod's router advertisements dropped", metrics.NameDropped, pod(p, "api-0", flows.ReasonRouterAdvertisement), 3, false},
+		{"pod's spoofed frames dropped", metrics.NameDropped, pod(p, "api-0", flows.ReasonSpoofed), 3, false},
+		{"control's router advertisements dropped", metrics.NameDropped, pod(ctl, "api-1", flows.ReasonRouterAdvertisement), 0, false},
+		{"control's spoofed frames dropped", metrics.NameDropped, pod(ctl, "api-1", flows.ReasonSpoofed), 0, false},
+		{"host ports of the pod", metrics.NameHostPorts, map[string]string{"container": p.id, "pod": "api-0"}, 0, true},
+		{"conntrack entries of the DNAT zone", metrics.NameConntrackEntries, map[string]string{"zone": "64000"}, 1, true},
+		{"limit of the DNAT zone", metrics.NameConntrackLimit, map[string]string{"zone": "64000"}, float64(flows.DefaultLimit), false},
+		{"limit of the container zone", metrics.NameConntrackLimit, map[string]string{"zone": "64002"}, float64(flows.DefaultContainerLimit), false},
+		{"port security flows", metrics.NameFlows, map[string]string{"bridge": l.bridge, "group": "port security"}, 1, true},
+		{"host port flows", metrics.NameFlows, map[string]string{"bridge": l.bridge, "group": "host ports"}, 1, true},
+		{"reconciles ok", metrics.NameReconciles, map[string]string{"result": "ok"}, 1, false},
+		{"reconciles failed", metrics.NameReconciles, map[string]string{"result": "error"}, 1, false},
+		{"reconcile durations", metrics.NameReconcileSeconds + "_count", nil, 2, false},
+		{"ovs-vswitchd restarts", metrics.NameRestarts, nil, 1, false},
+		{"up", metrics.NameUp, nil, 1, false},
+	} {
+		got, ok := value(after, tc.name, tc.labels)
+		if !ok || tc.atLeast && got < tc.want || !tc.atLeast && got != tc.want {
+			t.Errorf("%s: %s%v = %v (present %v), want %v%s", tc.what, tc.name, tc.labels, got, ok, tc.want, map[bool]string{true: " or more"}[tc.atLeast])
+		}
+	}
+	// The host ports: tcp and udp on every node address of both families.
+	hpWant := float64(len(hostPortRecord(t, p.container).Rules))
+	if got, _ := value(after, metrics.NameHostPorts, map[string]string{"container": p.id}); got != hpWant || hpWant < 2 {
+		t.Errorf("%s of the pod: got %v, want %v (its record's rules)", metrics.NameHostPorts, got, hpWant)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	got := map[string]uint64{}
+	for _, e := range events {
+		if e.Pod == "shop/api-1" {
+			t.Errorf("OnDrops: an event for the control: %s", e)
+		}
+		if e.Pod == "shop/api-0" {
+			got[e.Reason] += e.Packets
+		}
+	}
+	if got[flows.ReasonRouterAdvertisement] != 3 || got[flows.ReasonSpoofed] != 3 {
+		t.Errorf("OnDrops: got %v for the pod, want 3 router advertisements and 3 spoofed frames (events %v)", got, events)
+	}
+}

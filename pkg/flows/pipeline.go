@@ -41,6 +41,7 @@
 //	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
 //	table 42  TablePortmapReplySNAT     replies after un-SNAT: un-DNAT them
 //	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
+//	prio 430  PriorityBandwidth         table 0: a frame from a container port with an egress limit: its meter, once, then table 0 again
 //	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, double tag; invalid fragments
 //	prio 415  PriorityPortSecFrag       table 0: an IP fragment from a container: ct(zone 64003, table 0) first, to classify the datagram
 //	prio 410  PriorityPortSecND         table 0: a container's neighbour discovery for its own addresses and MAC
@@ -76,9 +77,11 @@
 //	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
 //	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
 //	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
-//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3
+//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3, CookieKindBandwidth 4
 //	reg1[0]            RegPortSecurityChecked  table 0: the frame passed port security and was resubmitted
 //	reg1[1]            RegPortSecurityDefragged table 0: the fragment went through ct(zone 64003) once
+//	reg1[2]            RegBandwidthMetered     table 0: the frame went through its port's meter (ovs-bandwidth)
+//	meter = ofport     MeterOf          the egress meter of a container port (ovs-bandwidth): one per port, numbered as the port
 //	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname
 //
 // The ct_label of the DNAT connection remembers where the request came from,
@@ -258,7 +261,19 @@ const (
 	// hour (ofproto's alloc_ofp_port).
 	PriorityTombstone uint16 = 65000
 	TombstoneTimeout         = 10 // seconds
+	// PriorityBandwidth sends every frame from a container port with an
+	// egress limit (ovs-bandwidth) through the port's meter once
+	// (RegBandwidthMetered), then back to table 0, where port security and
+	// the rest of the pipeline see it as before: above every other flow of
+	// a container port but the tombstone.
+	PriorityBandwidth uint16 = 430
 )
+
+// MeterOf is the OpenFlow meter of the egress limit of the container port
+// with ofport: the ofport is unique on its bridge and claimed in OVSDB by
+// ovs-bridge, so two attachments never share a meter. Meters 1-65279 of a
+// bridge with our ports are therefore ours.
+func MeterOf(ofport uint32) uint32 { return ofport }
 
 // Conntrack zones. Zone 0 is the default zone of every other ct() user and is
 // never used here.
@@ -296,6 +311,10 @@ var (
 	// RegPortSecurityDefragged is set on a fragment before it goes through
 	// ct(zone=PortSecDefragZone), so that it does so once.
 	RegPortSecurityDefragged = openflow.Reg(1).Bit(1)
+	// RegBandwidthMetered is set once a frame went through its port's
+	// meter (PriorityBandwidth), so that the resubmit and a recirculation
+	// after ct() do not meter it again.
+	RegBandwidthMetered = openflow.Reg(1).Bit(2)
 )
 
 // Cookie layout: suite tag | kind | attachment hash.
@@ -316,6 +335,9 @@ const (
 	// CookieKindTombstone marks the tombstone flows of ports being deleted
 	// (hash 0: no attachment delete touches them).
 	CookieKindTombstone uint8 = 3
+	// CookieKindBandwidth marks the egress limit flows of one attachment
+	// (written by ovs-bandwidth, same hash).
+	CookieKindBandwidth uint8 = 4
 	// AttachmentMask selects suite tag and hash, any kind: every flow of one
 	// attachment, for the single masked delete of ovs-bridge's DEL.
 	AttachmentMask Cookie = SuiteMask | CookieHashMask

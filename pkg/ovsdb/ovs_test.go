@@ -211,7 +211,9 @@ func TestOperationsFitSchema(t *testing.T) {
 		QueueConfig: map[string]string{"max-rate": "20000000", "burst": "10000000"},
 		ExternalIDs: map[string]string{KeyNetwork: "ovsdb-test"}}
 	for _, n := range []string{"SetPortQoS", "SetPortQoS (again)"} {
-		do(n, func() error { return cli.SetPortQoS(ctx, a, spec, 10*time.Second) })
+		do(n, func() error {
+			return cli.SetPortQoS(ctx, a, &spec, map[string]string{"ovsflow.io/q": "1"}, []string{"ovsflow.io/q0"}, 10*time.Second)
+		})
 	}
 	do("PortQoS", func() error {
 		q, err := cli.PortQoS(ctx, a)
@@ -223,7 +225,7 @@ func TestOperationsFitSchema(t *testing.T) {
 	})
 	do("SetPortQoS (no port)", func() error {
 		none := Attachment{ContainerID: "none", IfName: "eth0"}
-		if err := cli.SetPortQoS(ctx, none, spec, 10*time.Second); !errors.Is(err, ErrNoPort) {
+		if err := cli.SetPortQoS(ctx, none, &spec, nil, nil, 10*time.Second); !errors.Is(err, ErrNoPort) {
 			return fmt.Errorf("got %v, want ErrNoPort", err)
 		}
 		if q, err := cli.PortQoS(ctx, none); err != nil || len(q.QoS)+len(q.Queues) != 0 {
@@ -238,7 +240,8 @@ func TestOperationsFitSchema(t *testing.T) {
 		}
 		return err
 	})
-	do("ClearPortQoS", func() error { return cli.ClearPortQoS(ctx, a, b) })
+	do("SetPortQoS (none)", func() error { return cli.SetPortQoS(ctx, b, nil, nil, []string{"ovsflow.io/q"}, 10*time.Second) })
+	do("ClearPortQoS", func() error { return cli.ClearPortQoS(ctx, []string{"ovsflow.io/q"}, a, b) })
 	do("PortQoS (cleared)", func() error {
 		q, err := cli.PortQoS(ctx, a)
 		if err == nil && (len(q.QoS) != 0 || len(q.Queues) != 0 || q.PortQoS != nil) {

@@ -62,35 +62,41 @@ type AttachmentQoS struct {
 	PortQoS *string
 }
 
-// SetPortQoS gives our port of attachment a the QoS of spec, in one
-// transaction: the QoS and Queue rows tagged with a's identity go, new ones
-// go in, the port points at the new QoS. It then waits (at most timeout)
-// until ovs-vswitchd has applied it.
-func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec QoSSpec, timeout time.Duration) error {
-	ids := strMap(maps.Clone(spec.ExternalIDs))
-	ids[KeyOwner], ids[KeyContainerID], ids[KeyIfName] = OwnerValue, a.ContainerID, a.IfName
+// SetPortQoS gives our port of attachment a the QoS of spec (nil: none) and
+// sets the keys of set (after removing those of unset) in its
+// external_ids, in one transaction: the QoS and Queue rows tagged with a's
+// identity go, new ones go in, the port points at the new QoS. It then
+// waits (at most timeout) until ovs-vswitchd has applied it. Without the
+// port, it changes nothing and fails with ErrNoPort.
+func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec *QoSSpec, set map[string]string, unset []string, timeout time.Duration) error {
 	// The port must be there (a wait that fails at once otherwise): rows
 	// of no port would be left behind.
 	ops := append([]operation{{op: opWait, table: tablePort, where: a.where(), columns: []string{"_uuid"},
 		until: fnNotEqual, rows: []row{}}}, qosDeleteOps(a)...)
-	ops = append(ops,
-		operation{op: opInsert, table: tableQueue, uuidName: "queue0",
-			row: row{{"other_config", strMap(spec.QueueConfig)}, {"external_ids", ids}}},
-		operation{op: opInsert, table: tableQoS, uuidName: "qos",
-			row: row{{"type", str(spec.Type)}, {"other_config", strMap(spec.OtherConfig)},
-				{"queues", intUUIDMap{0: "queue0"}}, {"external_ids", ids}}},
-		operation{op: opUpdate, table: tablePort, where: a.where(), row: row{{"qos", named("qos")}}},
-		bumpCfg,
-		operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"next_cfg"}})
+	qos := value(strSet{})
+	if spec != nil {
+		ids := strMap(maps.Clone(spec.ExternalIDs))
+		if ids == nil {
+			ids = strMap{}
+		}
+		ids[KeyOwner], ids[KeyContainerID], ids[KeyIfName] = OwnerValue, a.ContainerID, a.IfName
+		ops = append(ops,
+			operation{op: opInsert, table: tableQueue, uuidName: "queue0",
+				row: row{{"other_config", strMap(spec.QueueConfig)}, {"external_ids", ids}}},
+			operation{op: opInsert, table: tableQoS, uuidName: "qos",
+				row: row{{"type", str(spec.Type)}, {"other_config", strMap(spec.OtherConfig)},
+					{"queues", intUUIDMap{0: "queue0"}}, {"external_ids", ids}}})
+		qos = named("qos")
+	}
+	ops = append(ops, operation{op: opUpdate, table: tablePort, where: a.where(), row: row{{"qos", qos}}})
+	ops = append(ops, externalIDsOps(a, set, unset)...)
+	ops = append(ops, bumpCfg, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"next_cfg"}})
 	res, err := c.transact(ctx, ops...)
 	if waitTimedOut(err) {
 		return fmt.Errorf("setting the QoS of port %s: %w", a, ErrNoPort)
 	}
 	if err != nil {
 		return fmt.Errorf("setting the QoS of port %s: %w", a, err)
-	}
-	if n := res[len(ops)-3].count; n != 1 {
-		return fmt.Errorf("setting the QoS of port %s: %d ports of the attachment, want 1", a, n)
 	}
 	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].rows)
 	if err != nil || len(roots) != 1 {
@@ -99,14 +105,33 @@ func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec QoSSpec, tim
 	return c.waitCfg(ctx, roots[0].NextCfg, timeout)
 }
 
-// ClearPortQoS removes the QoS of attachment a, in one transaction: its
-// port (if any) has no QoS, and the QoS and Queue rows tagged with a's
-// identity go. None is no error.
-func (c *Client) ClearPortQoS(ctx context.Context, a ...Attachment) error {
+// externalIDsOps remove the keys of unset and set from the external_ids of
+// a's port, then insert set.
+func externalIDsOps(a Attachment, set map[string]string, unset []string) []operation {
+	keys := slices.Clone(strSet(unset))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	muts := []mutation{{"external_ids", mutDelete, keys}}
+	if len(set) > 0 {
+		muts = append(muts, mutation{"external_ids", mutInsert, strMap(set)})
+	}
+	return []operation{{op: opMutate, table: tablePort, where: a.where(), mutations: muts}}
+}
+
+// ClearPortQoS removes the QoS of each attachment, and the keys of unset
+// from its port's external_ids, in one transaction: its port (if any) has
+// no QoS, and the QoS and Queue rows tagged with its identity go. None is
+// no error.
+func (c *Client) ClearPortQoS(ctx context.Context, unset []string, a ...Attachment) error {
 	var ops []operation
 	for _, at := range a {
 		ops = append(ops, operation{op: opUpdate, table: tablePort, where: at.where(), row: row{{"qos", strSet{}}}})
 		ops = append(ops, qosDeleteOps(at)...)
+		ops = append(ops, externalIDsOps(at, nil, unset)...)
 	}
 	if len(ops) == 0 {
 		return nil

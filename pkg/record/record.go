@@ -32,6 +32,8 @@ const (
 	// host port): "ovsflow.io/claim/tcp/198.51.100.1:8080". At most one Port
 	// row holds a given key (ovsdb.Client.Record).
 	KeyClaimPrefix = "ovsflow.io/claim/"
+	// KeyBandwidth holds ovs-bandwidth's Bandwidth record (JSON).
+	KeyBandwidth = "ovsflow.io/bandwidth"
 )
 
 // Keys of the Bridge rows.
@@ -232,6 +234,42 @@ func PortSecurityOf(p ovsdb.OwnedPort) (PortSecurity, bool) {
 		return r, false
 	}
 	return r, true
+}
+
+// Bandwidth is ovs-bandwidth's record of a port's limits, stored as JSON in
+// the port's external_ids[KeyBandwidth]: what reconcile needs to put the
+// egress meter and its flow back (the ingress limit is the port's QoS row,
+// which OVSDB keeps), and what CHECK compares the config with. Rates are in
+// bits per second, bursts in bits, as in the config.
+type Bandwidth struct {
+	OpenFlow     string `json:"openflow"`
+	IngressRate  uint64 `json:"ingressRate,omitempty"`
+	IngressBurst uint64 `json:"ingressBurst,omitempty"`
+	EgressRate   uint64 `json:"egressRate,omitempty"`
+	EgressBurst  uint64 `json:"egressBurst,omitempty"`
+}
+
+// Value is the external_ids value of the record.
+func (r Bandwidth) Value() (string, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("bandwidth record: %w", err)
+	}
+	return string(b), nil
+}
+
+// BandwidthOf reads the bandwidth record of a port; ok is false when it
+// has none.
+func BandwidthOf(p ovsdb.OwnedPort) (Bandwidth, bool, error) {
+	var r Bandwidth
+	raw, ok := p.Port.ExternalIDs[KeyBandwidth]
+	if !ok {
+		return r, false, nil
+	}
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return r, true, fmt.Errorf("bandwidth record of port %q: %w", p.Port.Name, err)
+	}
+	return r, true, nil
 }
 
 // Gateways lists the gateway addresses recorded in a bridge's external_ids.

@@ -215,3 +215,56 @@ func sameConfig(got, want map[string]string) bool {
 	}
 	return true
 }
+
+// RemoveOrphans removes the egress flows and meters of attachments that
+// have no port of ours any more (their port went without a DEL, and with
+// it the record): on every bridge, the bandwidth flows whose attachment
+// hash is of no port, and the meters they name. openflowKey is the
+// config's "openflow" ("" for each bridge's default endpoint). An ADD in
+// flight is safe: ovs-bridge has inserted its port before ovs-bandwidth
+// runs.
+func RemoveOrphans(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, openflowKey string) error {
+	bridges, err := cli.Bridges(ctx)
+	if err != nil {
+		return err
+	}
+	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return err
+	}
+	live := map[flows.Cookie]bool{}
+	for _, p := range ports {
+		a := p.Attachment()
+		live[flows.AttachmentCookie(a.ContainerID, a.IfName).WithKind(flows.CookieKindBandwidth)] = true
+	}
+	kind := flows.CookieSuite | flows.Cookie(flows.CookieKindBandwidth)<<flows.CookieKindShift
+	mask := flows.SuiteMask | flows.Cookie(0xff)<<flows.CookieKindShift
+	var errs []error
+	for _, br := range bridges {
+		target := endpoint.OpenFlow(openflowKey, ovsdbEndpoint, br.Name)
+		if !endpoint.Listening(target) {
+			continue
+		}
+		dumped, err := openflow.Dump(ctx, target, uint64(kind), uint64(mask))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range dumped {
+			c := flows.Cookie(f.Cookie)
+			if live[c] {
+				continue
+			}
+			if err := openflow.DeleteFlows(ctx, target, c.Delete()); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if len(f.Actions) > 0 {
+				if m, ok := f.Actions[0].(openflow.Meter); ok {
+					errs = append(errs, openflow.DeleteMeters(ctx, target, m.ID))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

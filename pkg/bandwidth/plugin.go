@@ -114,8 +114,8 @@ func CmdCheck(args *skel.CmdArgs) error {
 }
 
 // CmdGC removes the limits of our attachments of the network not in
-// cni.dev/valid-attachments, and the QoS rows of attachments whose port is
-// gone.
+// cni.dev/valid-attachments, and the QoS rows, egress flows and meters of
+// attachments whose port is gone.
 func CmdGC(args *skel.CmdArgs) error {
 	gc, err := cnicmd.OpenGC(args, loadConf)
 	if err != nil {
@@ -139,7 +139,10 @@ func CmdGC(args *skel.CmdArgs) error {
 			orphans = append(orphans, a)
 		}
 	}
-	return cnicmd.Error(gc.OVSDB.ClearPortQoS(gc.Ctx, nil, orphans...))
+	if err := gc.OVSDB.ClearPortQoS(gc.Ctx, nil, orphans...); err != nil {
+		return cnicmd.Error(err)
+	}
+	return cnicmd.Error(RemoveOrphans(gc.Ctx, gc.OVSDB, gc.Conf.OVSDB, gc.Conf.OpenFlow))
 }
 
 // CmdStatus reports OVSDB unreachable as code 50.

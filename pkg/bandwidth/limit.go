@@ -159,9 +159,7 @@ func Rebuild(p ovsdb.OwnedPort) (target string, meter openflow.MeterBand, fl []f
 var ErrLimitMissing = errors.New("limit not in force")
 
 // Check verifies that port p has exactly the limits l: the record, the QoS
-// the port uses with its queue, and the egress flow with its meter (a flow
-// that names a meter implies the meter: deleting a meter deletes its
-// flows).
+// the port uses with its queue, the egress flow and its meter's band.
 func Check(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target string, l Entry) error {
 	rec, ok, err := record.BandwidthOf(p)
 	if err != nil {
@@ -201,6 +199,17 @@ func Check(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target str
 	}
 	if err := openflow.Diff(wantFlows, got); err != nil {
 		return fmt.Errorf("port %q: egress %w: %w", p.Port.Name, ErrLimitMissing, err)
+	}
+	if !l.Egress() {
+		return nil
+	}
+	bw, _ := egress(p, l)
+	m, ok, err := openflow.DumpMeter(ctx, target, bw.Meter().ID)
+	if err != nil {
+		return err
+	}
+	if !ok || m != bw.Meter() {
+		return fmt.Errorf("port %q: egress %w: meter %v, want %s", p.Port.Name, ErrLimitMissing, m, bw.Meter())
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ const (
 	ofpmbtDrop         = 1
 	ofpetMeterModFail  = 12
 	ofpmmfcMeterExists = 1
-	ofpmmfcUnknown     = 7 // OFPMMFC_UNKNOWN_METER
+	ofpmmfcUnknown     = 3 // OFPMMFC_UNKNOWN_METER
 
 	// MeterMax is the highest meter ID OpenFlow allows (OFPM_MAX).
 	MeterMax = 0xffff0000
@@ -140,4 +140,77 @@ func (s *conn) meterExchange(xid uint32, cmd uint16, m MeterBand) error {
 		return err
 	}
 	return errors.Join(errs...)
+}
+
+// ofpmpMeterConfig is the OFPMP_METER_CONFIG multipart type.
+const ofpmpMeterConfig = 10
+
+// DumpMeter returns meter id as ovs-vswitchd holds it (like `ovs-ofctl
+// dump-meters TARGET meter=ID`): its first band, if it is a drop band with
+// the kbps and burst flags; ok is false when there is no such meter, or it
+// is another kind.
+func DumpMeter(ctx context.Context, target string, id uint32) (m MeterBand, ok bool, err error) {
+	err = session(ctx, target, "dumping meters", func(s *conn) error {
+		b := hello()
+		b = append(b, header(ofptMultipartReq, 1, 24)...)
+		b = binary.BigEndian.AppendUint16(b, ofpmpMeterConfig)
+		b = append(b, 0, 0, 0, 0, 0, 0) // flags, pad
+		b = binary.BigEndian.AppendUint32(b, id)
+		b = append(b, 0, 0, 0, 0)
+		if err := s.send(b); err != nil {
+			return err
+		}
+		if err := s.hello(); err != nil {
+			return err
+		}
+		for {
+			typ, xid, body, err := s.recv()
+			if err != nil {
+				return err
+			}
+			switch {
+			case typ == ofptError && xid == 1:
+				if err := decodeError(body, "meter config request"); !meterError(err, ofpmmfcUnknown) {
+					return err
+				}
+				return nil
+			case typ == ofptEchoRequest:
+				if err := s.send(append(header(ofptEchoReply, xid, 8+len(body)), body...)); err != nil {
+					return err
+				}
+			case typ == ofptMultipartReply && xid == 1:
+				if len(body) < 8 || binary.BigEndian.Uint16(body) != ofpmpMeterConfig {
+					return decodeErr("meter config reply of %d bytes", len(body))
+				}
+				m, ok, err = decodeMeterConfig(body[8:], id)
+				if err != nil || ok || binary.BigEndian.Uint16(body[2:])&ofpmpfReplyMore == 0 {
+					return err
+				}
+			}
+		}
+	})
+	return m, ok, err
+}
+
+// decodeMeterConfig finds meter id in a list of ofp_meter_config.
+func decodeMeterConfig(b []byte, id uint32) (MeterBand, bool, error) {
+	for len(b) > 0 {
+		if len(b) < 8 {
+			return MeterBand{}, false, decodeErr("meter config of %d bytes", len(b))
+		}
+		n := int(binary.BigEndian.Uint16(b))
+		if n < 8 || n > len(b) {
+			return MeterBand{}, false, decodeErr("meter config length %d of %d bytes", n, len(b))
+		}
+		flags, mid, bands := binary.BigEndian.Uint16(b[2:]), binary.BigEndian.Uint32(b[4:]), b[8:n]
+		b = b[n:]
+		if mid != id {
+			continue
+		}
+		if flags&(ofpmfKbps|ofpmfBurst) != ofpmfKbps|ofpmfBurst || len(bands) < 16 || binary.BigEndian.Uint16(bands) != ofpmbtDrop {
+			return MeterBand{}, false, nil
+		}
+		return MeterBand{ID: mid, RateKbps: binary.BigEndian.Uint32(bands[4:]), BurstKb: binary.BigEndian.Uint32(bands[8:])}, true, nil
+	}
+	return MeterBand{}, false, nil
 }

@@ -778,9 +778,15 @@ func TestMeters(t *testing.T) {
 	if err := Diff([]Flow{f}, got); err != nil {
 		t.Fatalf("dump differs: %v", err)
 	}
+	if got, ok, err := DumpMeter(ctx, target, 7); err != nil || !ok || got != m {
+		t.Fatalf("DumpMeter: got %v, %v, %v; want %v", got, ok, err, m)
+	}
 	m.RateKbps = 10000
 	if err := SetMeters(ctx, target, m); err != nil {
 		t.Fatal(err)
+	}
+	if got, ok, err := DumpMeter(ctx, target, 7); err != nil || !ok || got != m {
+		t.Fatalf("DumpMeter after modify: got %v, %v, %v; want %v", got, ok, err, m)
 	}
 	if got, want := meters(), "meter=7 kbps burst stats bands= type=drop rate=10000 burst_size=2000"; got != want {
 		t.Fatalf("meter after modify: got %q", got)
@@ -793,6 +799,9 @@ func TestMeters(t *testing.T) {
 	}
 	if got := meters(); got != "" {
 		t.Fatalf("meters after delete: got %q, want none", got)
+	}
+	if got, ok, err := DumpMeter(ctx, target, 7); err != nil || ok {
+		t.Fatalf("DumpMeter after delete: got %v, %v, %v; want none", got, ok, err)
 	}
 	if got := dump(t, target); len(got) != 1 {
 		t.Fatalf("flows after delete: got %q, want NORMAL only (a meter's flows go with it)", got)

@@ -329,8 +329,9 @@ func TestBandwidthShapes(t *testing.T) {
 	}
 }
 
-// CHECK fails when a limit was removed behind the plugin's back: the port's
-// QoS, the meter (and with it its flow), the flow alone.
+// CHECK fails when a limit was removed or changed behind the plugin's back:
+// the port's QoS, the meter (and with it its flow), the meter's rate, the
+// flow alone.
 func TestBandwidthCheckDetectsRemoval(t *testing.T) {
 	requireSandbox(t)
 	h := newOVSHost(t)
@@ -345,6 +346,12 @@ func TestBandwidthCheckDetectsRemoval(t *testing.T) {
 		{"port QoS cleared", func() { vsctl(t, "clear", "Port", hostVeth(c, "eth0"), "qos") }},
 		{"meter deleted", func() {
 			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-meter", h.ofTarget(), "meter="+fmt.Sprint(ofportOf(t, c))); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"meter band changed", func() {
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "mod-meter", h.ofTarget(),
+				fmt.Sprintf("meter=%d,kbps,burst,band=type=drop,rate=%d,burst_size=%d", ofportOf(t, c), bwRate/2000, bwBurst/1000)); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -506,3 +506,80 @@ func TestBandwidthBadInput(t *testing.T) {
 		t.Errorf("ADD without prevResult: got %v, want the chained plugin error", err)
 	}
 }
+
+// Concurrent ADDs, with GC sweeping orphans meanwhile, each get their own
+// rows, meter and flow; concurrent DELs leave nothing.
+func TestBandwidthParallel(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.bandwidthList(t, "bwpar", nil)
+	const N = 8
+	cs := make([]*container, N)
+	for i := range cs {
+		cs[i] = newContainer(t)
+	}
+	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
+	t.Cleanup(func() {
+		for _, c := range cs {
+			n.del(c, "eth0", bw)
+		}
+	})
+	var valid []any
+	for _, c := range cs {
+		valid = append(valid, map[string]any{"containerID": c.id, "ifname": "eth0"})
+	}
+	gc := map[string]any{"cniVersion": "1.1.0", "name": "bwpar", "type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "cni.dev/valid-attachments": valid}
+	stop := make(chan struct{})
+	gcDone := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				gcDone <- nil
+				return
+			default:
+			}
+			if _, err := execPlugin(t, "ovs-bandwidth", "GC", cs[0], "eth0", gc); err != nil {
+				gcDone <- err
+				return
+			}
+		}
+	}()
+	errs := parallel(N, func(i int) error { _, err := n.add(cs[i], "eth0", bw); return err })
+	close(stop)
+	if err := <-gcDone; err != nil {
+		t.Errorf("GC during the ADDs: %v", err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("ADD %d: %v", i, err)
+		}
+	}
+	meters := map[string]bool{}
+	for _, c := range cs {
+		h.wantLimits(t, c, "eth0")
+		m := h.bwStateOf(t, c, "eth0").meter
+		if meters[m] {
+			t.Errorf("meter %q shared", m)
+		}
+		meters[m] = true
+		if err := n.check(c, "eth0", bw); err != nil {
+			t.Errorf("CHECK %s: %v", c.id, err)
+		}
+	}
+	ids := make([]string, N)
+	for i, c := range cs {
+		ids[i] = fmt.Sprint(ofportOf(t, c))
+	}
+	for i, err := range parallel(N, func(i int) error { return n.del(cs[i], "eth0", bw) }) {
+		if err != nil {
+			t.Errorf("DEL %d: %v", i, err)
+		}
+	}
+	for i, c := range cs {
+		h.wantNoLimits(t, c, "eth0", ids[i])
+	}
+	if out := vsctl(t, "--no-headings", "--columns=_uuid", "find", "QoS", "external_ids:ovsflow.io/network=bwpar"); out != "" {
+		t.Errorf("QoS rows of the network left: %s", out)
+	}
+}

@@ -76,8 +76,8 @@ const maxMeterBits = math.MaxUint32 * 1000
 // runtimeConfig.bandwidth), then validates them as the reference plugin
 // does, with code 7 naming the key.
 func LoadConf(stdin []byte) (*Conf, error) {
-	c := &Conf{}
-	if err := cnicmd.Decode(stdin, c, &c.OVSDB); err != nil {
+	c, err := loadEndpoints(stdin)
+	if err != nil {
 		return nil, err
 	}
 	prefix := ""
@@ -86,9 +86,6 @@ func LoadConf(stdin []byte) (*Conf, error) {
 		c.Limits = *c.Entry
 	case c.RuntimeConfig.Bandwidth != nil:
 		c.Limits, prefix = *c.RuntimeConfig.Bandwidth, "runtimeConfig.bandwidth."
-	}
-	if err := cnicmd.ValidateEndpoints(c.OVSDB, c.OpenFlow); err != nil {
-		return nil, err
 	}
 	for _, d := range []struct {
 		dir         string
@@ -112,6 +109,19 @@ func LoadConf(stdin []byte) (*Conf, error) {
 			return nil, invalid("%q is not supported by ovs-bandwidth: the ingress limit is the port's QoS queue, "+
 				"which takes every packet to the container whatever its source, so the limits apply to all traffic of the interface", key)
 		}
+	}
+	return c, nil
+}
+
+// loadEndpoints decodes stdin and validates the endpoints only: DEL needs
+// no more, and must not fail on limits it does not use.
+func loadEndpoints(stdin []byte) (*Conf, error) {
+	c := &Conf{}
+	if err := cnicmd.Decode(stdin, c, &c.OVSDB); err != nil {
+		return nil, err
+	}
+	if err := cnicmd.ValidateEndpoints(c.OVSDB, c.OpenFlow); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

@@ -69,9 +69,10 @@ func CmdAdd(args *skel.CmdArgs) error {
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 }
 
-// CmdDel removes the limits of the attachment, found by its identity alone.
+// CmdDel removes the limits of the attachment, found by its identity alone
+// (limits in the config, valid or not, are not looked at).
 func CmdDel(args *skel.CmdArgs) error {
-	conf, err := LoadConf(args.StdinData)
+	conf, err := loadEndpoints(args.StdinData)
 	if err != nil {
 		return err
 	}

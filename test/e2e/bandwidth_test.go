@@ -471,7 +471,8 @@ func TestBandwidthGC(t *testing.T) {
 }
 
 // Bad input fails ADD with the reference plugin's messages, code 7 naming
-// the key, and installs nothing; no prevResult fails too.
+// the key, and installs nothing; DEL with the same input succeeds; no
+// prevResult fails ADD too.
 func TestBandwidthBadInput(t *testing.T) {
 	requireSandbox(t)
 	h := newOVSHost(t)
@@ -496,7 +497,14 @@ func TestBandwidthBadInput(t *testing.T) {
 				t.Errorf("ADD: got %v (code %d), want code %d saying %q", err, got, tc.code, tc.msg)
 			}
 			h.wantNoLimits(t, c, "eth0", "")
-			n.del(c, "eth0", tc.capArgs)
+			// DEL looks at no limit: the bad ones do not keep the chain's
+			// DEL from removing ovs-bridge's port.
+			if err := n.del(c, "eth0", tc.capArgs); err != nil {
+				t.Errorf("DEL: %v", err)
+			}
+			if ps := portsOf(t, "ovsflow.io/container-id", c.id); len(ps) != 0 {
+				t.Errorf("ports left after DEL: %v", ps)
+			}
 		})
 	}
 	c := newContainer(t)

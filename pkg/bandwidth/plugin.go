@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -66,6 +67,8 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if err := Apply(ctx, cli, port, target, conf.Name, conf.Limits); err != nil {
 		return cnicmd.Error(err)
 	}
+	l := conf.Limits
+	cnilog.Note("port %s: ingress %d bit/s burst %d, egress %d bit/s burst %d", port.Port.Name, l.IngressRate, l.IngressBurst, l.EgressRate, l.EgressBurst)
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 }
 

@@ -1,6 +1,10 @@
 package flows
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 func TestBandwidthFlows(t *testing.T) {
 	c := AttachmentCookie("ctr", "eth0")
@@ -15,6 +19,60 @@ func TestBandwidthFlows(t *testing.T) {
 		t.Errorf("Meter: got %s, want %s", got, want)
 	}
 	for _, f := range BandwidthFlows(b) {
+		if err := f.Validate(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// With a new-connection rate, the request classifiers only look up; table
+// 39 meters and commits what is new, per mapping, and passes the rest on.
+func TestConnRateFlows(t *testing.T) {
+	a := sample(t)
+	a.ConnRate, a.ConnBurst = 20, 10
+	if err := a.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := DefaultPipeline()
+	var got []string
+	for _, f := range p.AttachmentFlows(a) {
+		if s := f.String(); strings.Contains(s, "table=39") || strings.Contains(s, "priority=200,") || strings.Contains(s, "priority=201,") {
+			got = append(got, s)
+		}
+	}
+	plain := a
+	plain.ConnRate = 0
+	if n := len(p.AttachmentFlows(a)) - len(p.AttachmentFlows(plain)); n <= 0 {
+		t.Errorf("rate adds %d flows", n)
+	}
+	for _, f := range p.AttachmentFlows(plain) {
+		if strings.Contains(f.String(), "table=39") || strings.Contains(f.String(), "meter:") {
+			t.Errorf("without a rate: %s", f)
+		}
+	}
+	ms := ConnMeters(a)
+	if len(ms) == 0 {
+		t.Fatal("no meters")
+	}
+	for i, m := range ms {
+		if m.ID != ConnMeterOf(a.OFPort, i) || !m.Pkts || m.RateKbps != 20 || m.BurstKb != 10 {
+			t.Errorf("meter %d: %s", i, m)
+		}
+	}
+	joined := strings.Join(got, "\n")
+	for _, want := range []string{
+		"priority=200,", "actions=ct(zone=64000,nat,table=39)",
+		"actions=ct(zone=64002,nat,table=39)",
+		"table=39,priority=100,", "ct_state=+trk+new", fmt.Sprintf("actions=meter:%d,ct(commit,zone=64000,", ConnMeterOf(a.OFPort, 0)),
+		fmt.Sprintf("actions=meter:%d,ct(commit,zone=64002,", ConnMeterOf(a.OFPort, 0)),
+		fmt.Sprintf("actions=meter:%d,ct(commit,zone=64000,nat(dst=192.0.2.10:53)", ConnMeterOf(a.OFPort, 1)),
+		"table=39,priority=50,", "ct_state=+trk-new-inv", "actions=goto_table:40",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("flows do not say %q:\n%s", want, joined)
+		}
+	}
+	for _, f := range p.AttachmentFlows(a) {
 		if err := f.Validate(); err != nil {
 			t.Error(err)
 		}

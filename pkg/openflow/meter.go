@@ -21,13 +21,28 @@ func (m Meter) encode(b []byte) []byte { return b } // an instruction, see encod
 // (kilobits per second, 1000 bits), after a burst of BurstKb kilobits, are
 // dropped. It is what `ovs-ofctl add-meter BRIDGE
 // meter=ID,kbps,burst,band=type=drop,rate=R,burst_size=B` installs.
+//
+// With Pkts, the rate and burst count packets instead (pktps).
 type MeterBand struct {
 	ID                uint32
 	RateKbps, BurstKb uint32
+	Pkts              bool
 }
 
 func (m MeterBand) String() string {
-	return fmt.Sprintf("meter=%d,kbps,burst,band=type=drop,rate=%d,burst_size=%d", m.ID, m.RateKbps, m.BurstKb)
+	unit := "kbps"
+	if m.Pkts {
+		unit = "pktps"
+	}
+	return fmt.Sprintf("meter=%d,%s,burst,band=type=drop,rate=%d,burst_size=%d", m.ID, unit, m.RateKbps, m.BurstKb)
+}
+
+// flags are the meter's OFPMF_* flags.
+func (m MeterBand) flags() uint16 {
+	if m.Pkts {
+		return ofpmfPktps | ofpmfBurst | ofpmfStats
+	}
+	return ofpmfKbps | ofpmfBurst | ofpmfStats
 }
 
 // OpenFlow 1.4 meter constants.
@@ -38,6 +53,7 @@ const (
 	ofpmcModify        = 1
 	ofpmcDelete        = 2
 	ofpmfKbps          = 1
+	ofpmfPktps         = 2
 	ofpmfBurst         = 4
 	ofpmfStats         = 8
 	ofpmbtDrop         = 1
@@ -54,7 +70,7 @@ func meterMod(b []byte, xid uint32, cmd uint16, m MeterBand) []byte {
 	start := len(b)
 	b = append(b, header(ofptMeterMod, xid, 0)...)
 	b = binary.BigEndian.AppendUint16(b, cmd)
-	b = binary.BigEndian.AppendUint16(b, ofpmfKbps|ofpmfBurst|ofpmfStats)
+	b = binary.BigEndian.AppendUint16(b, m.flags())
 	b = binary.BigEndian.AppendUint32(b, m.ID)
 	if cmd != ofpmcDelete {
 		b = binary.BigEndian.AppendUint16(b, ofpmbtDrop)
@@ -147,7 +163,7 @@ const ofpmpMeterConfig = 10
 
 // DumpMeter returns meter id as ovs-vswitchd holds it (like `ovs-ofctl
 // dump-meters TARGET meter=ID`): its first band, if it is a drop band with
-// the kbps and burst flags; ok is false when there is no such meter, or it
+// the burst flag and kbps or pktps; ok is false when there is no such meter, or it
 // is another kind.
 func DumpMeter(ctx context.Context, target string, id uint32) (m MeterBand, ok bool, err error) {
 	err = session(ctx, target, "dumping meters", func(s *conn) error {
@@ -207,10 +223,11 @@ func decodeMeterConfig(b []byte, id uint32) (MeterBand, bool, error) {
 		if mid != id {
 			continue
 		}
-		if flags&(ofpmfKbps|ofpmfBurst) != ofpmfKbps|ofpmfBurst || len(bands) < 16 || binary.BigEndian.Uint16(bands) != ofpmbtDrop {
+		unit := flags & (ofpmfKbps | ofpmfPktps)
+		if flags&ofpmfBurst == 0 || unit != ofpmfKbps && unit != ofpmfPktps || len(bands) < 16 || binary.BigEndian.Uint16(bands) != ofpmbtDrop {
 			return MeterBand{}, false, nil
 		}
-		return MeterBand{ID: mid, RateKbps: binary.BigEndian.Uint32(bands[4:]), BurstKb: binary.BigEndian.Uint32(bands[8:])}, true, nil
+		return MeterBand{ID: mid, RateKbps: binary.BigEndian.Uint32(bands[4:]), BurstKb: binary.BigEndian.Uint32(bands[8:]), Pkts: unit == ofpmfPktps}, true, nil
 	}
 	return MeterBand{}, false, nil
 }

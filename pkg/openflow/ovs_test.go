@@ -794,6 +794,16 @@ func TestMeters(t *testing.T) {
 	if got := dump(t, target); len(got) != 2 {
 		t.Fatalf("flows after modify: got %q, want the flow", got)
 	}
+	pk := MeterBand{ID: 8, RateKbps: 50, BurstKb: 10, Pkts: true}
+	if err := SetMeters(ctx, target, pk); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := DumpMeter(ctx, target, 8); err != nil || !ok || got != pk {
+		t.Fatalf("DumpMeter (pktps): got %v, %v, %v; want %v", got, ok, err, pk)
+	}
+	if out := run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "dump-meters", target, "meter=8"); !strings.Contains(strings.Join(strings.Fields(out), " "), "meter=8 pktps burst stats bands= type=drop rate=50 burst_size=10") {
+		t.Fatalf("pktps meter: got %q", out)
+	}
 	if err := DeleteMeters(ctx, target, 7, 8); err != nil {
 		t.Fatal(err)
 	}

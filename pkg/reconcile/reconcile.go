@@ -134,6 +134,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 			}
 		}
 		t.pl = &pl
+		t.meters = append(t.meters, flows.ConnMeters(a)...)
 		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
 		rules = append(rules, a.Rules...)
 		st.Attachments++

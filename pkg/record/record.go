@@ -80,6 +80,9 @@ type HostPorts struct {
 	SNAT      bool         `json:"snat"`
 	MasqAll   bool         `json:"masqAll"`
 	Rules     []flows.Rule `json:"rules"`
+	// ConnRate and ConnBurst: 0 without newConnectionRate.
+	ConnRate  uint32 `json:"newConnectionRate,omitempty"`
+	ConnBurst uint32 `json:"newConnectionBurst,omitempty"`
 }
 
 // PublishHostPorts is the change of port p's external_ids that records the
@@ -105,7 +108,8 @@ func newHostPorts(target string, pl flows.Pipeline, a flows.Attachment) HostPort
 	return HostPorts{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
 		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
 		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), NodeMAC: macString(a.NodeMAC), IPv4: a.IPv4, IPv6: a.IPv6,
-		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules}
+		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules,
+		ConnRate: a.ConnRate, ConnBurst: a.ConnBurst}
 }
 
 // macString renders a MAC, "" for none.
@@ -137,6 +141,7 @@ func (r HostPorts) Attachment() (flows.Pipeline, flows.Attachment, error) {
 	return pl, flows.Attachment{
 		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, NodeMAC: nodeMAC, IPv4: r.IPv4, IPv6: r.IPv6,
 		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, SNAT: r.SNAT, MasqAll: r.MasqAll,
+		ConnRate: r.ConnRate, ConnBurst: r.ConnBurst,
 	}, nil
 }
 

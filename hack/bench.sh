@@ -5,6 +5,8 @@
 #   sudo hack/bench.sh            N = 1, 10, 50, 110, 200, 500; 9-16 minutes on 2 loaded cores
 #   sudo hack/bench.sh -quick     N = 1 and 50; about 2 minutes (CI: no time is asserted;
 #                                 it fails when an ADD or DEL fails or a host port check fails)
+#   sudo hack/bench.sh -bandwidth -levels 1,50   only ovs-bandwidth's chain against the reference
+#                                 bandwidth plugin's (ADD and DEL, both directions limited)
 #   sudo hack/bench.sh ARGS...    any other flags go to the driver (cd hack/bench && go run . -h)
 #   hack/bench.sh -h              this text (installs and starts nothing)
 #
@@ -60,7 +62,8 @@ mkdir -p "$work/bin"
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/bin" ./cmd/... \
 	github.com/containernetworking/plugins/plugins/ipam/host-local \
 	github.com/containernetworking/plugins/plugins/main/bridge \
-	github.com/containernetworking/plugins/plugins/meta/portmap
+	github.com/containernetworking/plugins/plugins/meta/portmap \
+	github.com/containernetworking/plugins/plugins/meta/bandwidth
 # The driver is a module of its own (hack/bench/go.mod), on this checkout.
 (cd hack/bench && go build -o "$work/bench" . && go build -o "$work/rssshim" ./rssshim)
 if [ -n "${BENCH_OURS_DIR:-}" ]; then

@@ -41,11 +41,12 @@ type chain struct {
 	netns     *netnsDir
 	cacheDir  string
 
-	attached []*container // filler containers, in the order they were added
-	made     int          // containers ever made, for unique IDs
-	probe    ns.NetNS     // netns of the measured container, reused
-	ovs      *ovsNode     // chain P: its bridge (A's is nodeA)
-	floor    *floorChain  // chain F: no CNI chain, the bare Open vSwitch floor
+	attached []*container   // filler containers, in the order they were added
+	made     int            // containers ever made, for unique IDs
+	probe    ns.NetNS       // netns of the measured container, reused
+	ovs      *ovsNode       // chain P: its bridge (A's is nodeA)
+	floor    *floorChain    // chain F: no CNI chain, the bare Open vSwitch floor
+	capArgs  map[string]any // the capability arguments of every ADD and DEL (nil: port mappings)
 
 	mu *sync.Mutex // made and attached, while the churn scenario runs (shared by copies)
 }
@@ -131,7 +132,7 @@ func (ch *chain) add(ctx context.Context, c *container, hostPort int) (time.Dura
 			d = time.Since(start)
 			return err
 		}
-		_, err := ch.cfg.AddNetworkList(withChain(ctx, ch.key), ch.list, c.rt(hostPort))
+		_, err := ch.cfg.AddNetworkList(withChain(ctx, ch.key), ch.list, ch.rtOf(c, hostPort))
 		d = time.Since(start)
 		return err
 	})
@@ -150,7 +151,7 @@ func (ch *chain) del(ctx context.Context, c *container, hostPort int) (time.Dura
 			d = time.Since(start)
 			return err
 		}
-		err := ch.cfg.DelNetworkList(withChain(ctx, ch.key), ch.list, c.rt(hostPort))
+		err := ch.cfg.DelNetworkList(withChain(ctx, ch.key), ch.list, ch.rtOf(c, hostPort))
 		d = time.Since(start)
 		return err
 	})

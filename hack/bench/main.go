@@ -174,6 +174,15 @@ func main() {
 	if err := setupOVSNode(*ovsdbEP, nodeA); err != nil {
 		fatalf("chain A node: %v", err)
 	}
+	if *bandwidthF {
+		if err := runBandwidth(ctx, os.Stdout, nodeNS, target, work, levels, reps, ex, nd); err != nil {
+			fatalf("bandwidth: %v", err)
+		}
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+		return
+	}
 	baseFlows, _ := ovsFlowCount(target)
 	baseRows, _ := ovsRowCount(*ovsdbEP)
 	ovsConf := ovsConflist("bench-ovs", nodeA, *ovsdbEP, mustMkdir(filepath.Join(work, "ipam-A")))

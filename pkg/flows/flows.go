@@ -38,6 +38,10 @@ type Attachment struct {
 	// MasqAll SNATs every request to the container to the hairpin address,
 	// hiding the client's address.
 	MasqAll bool
+	// ConnRate bounds the new connections (ct_state +new) per second of
+	// each mapping, after a burst of ConnBurst (0: no bound); see
+	// TablePortmapNew.
+	ConnRate, ConnBurst uint32
 }
 
 // Validate reports facts AttachmentFlows cannot render correctly.
@@ -74,7 +78,43 @@ func (a Attachment) Validate() error {
 			errs = append(errs, fmt.Errorf("rule %s: snat needs a hairpin address of its family", r))
 		}
 	}
+	if a.ConnRate > 0 && len(a.connMappings()) > MaxConnMeters {
+		errs = append(errs, fmt.Errorf("%d mappings with a new-connection rate, at most %d", len(a.connMappings()), MaxConnMeters))
+	}
 	return errors.Join(errs...)
+}
+
+// connMapping is what a new-connection meter is per: a mapping's protocol
+// and host port, on every node IP.
+type connMapping struct {
+	proto Protocol
+	port  uint16
+}
+
+// connMappings numbers the distinct mappings of the rules, in rule order.
+func (a Attachment) connMappings() map[connMapping]int {
+	m := map[connMapping]int{}
+	for _, r := range a.Rules {
+		k := connMapping{r.Protocol, r.HostPort}
+		if _, ok := m[k]; !ok {
+			m[k] = len(m)
+		}
+	}
+	return m
+}
+
+// ConnMeters returns the new-connection meters of a (none without
+// ConnRate), in packets per second.
+func ConnMeters(a Attachment) []openflow.MeterBand {
+	if a.ConnRate == 0 {
+		return nil
+	}
+	m := a.connMappings()
+	out := make([]openflow.MeterBand, len(m))
+	for _, i := range m {
+		out[i] = openflow.MeterBand{ID: ConnMeterOf(a.OFPort, i), RateKbps: a.ConnRate, BurstKb: max(a.ConnBurst, 1), Pkts: true}
+	}
+	return out
 }
 
 func (a Attachment) containerIP(family netip.Addr) netip.Addr {
@@ -241,6 +281,7 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 		openflow.Move{Src: openflow.FieldInPort.All(), Dst: LabelOrigInPort},
 	}
 	mac, _ := openflow.MACFrom(a.MAC)
+	conns := a.connMappings()
 	for _, r := range a.Rules {
 		// Untagged only: a tagged frame has no path to the node's addresses.
 		match := openflow.Match{}.Proto(ethOf(r.NodeIP), uint8(r.Protocol)).VLANTCI(0, 0x1000).
@@ -261,10 +302,28 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 				NAT:  &openflow.NAT{Dst: true, Addr: r.ContainerIP, Port: r.ContainerPort},
 				Exec: label, Table: openflow.Table(TablePortmapDNAT)}
 		}
-		flows = append(flows, flow(a.Cookie, TableClassifier, PriorityRequest, match, dnat(p.DNATZone)))
-		if p.ContainerZone != 0 {
-			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityRequestContainer,
-				match.RegBits(RegPortSecurityChecked, 1), dnat(p.ContainerZone)))
+		if a.ConnRate == 0 {
+			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityRequest, match, dnat(p.DNATZone)))
+			if p.ContainerZone != 0 {
+				flows = append(flows, flow(a.Cookie, TableClassifier, PriorityRequestContainer,
+					match.RegBits(RegPortSecurityChecked, 1), dnat(p.ContainerZone)))
+			}
+		} else {
+			// A lookup first; table 39 meters what is new.
+			lookup := func(zone uint16) openflow.CT {
+				return openflow.CT{Zone: zone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapNew)}
+			}
+			meter := openflow.Meter{ID: ConnMeterOf(a.OFPort, conns[connMapping{r.Protocol, r.HostPort}])}
+			isNew := match.CTState(openflow.CTNew|openflow.CTTrk, openflow.CTNew|openflow.CTTrk)
+			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityRequest, match, lookup(p.DNATZone)))
+			if p.ContainerZone != 0 {
+				flows = append(flows,
+					flow(a.Cookie, TableClassifier, PriorityRequestContainer, match.RegBits(RegPortSecurityChecked, 1), lookup(p.ContainerZone)),
+					flow(a.Cookie, TablePortmapNew, PriorityNewConnection, isNew.RegBits(RegPortSecurityChecked, 0), meter, dnat(p.DNATZone)),
+					flow(a.Cookie, TablePortmapNew, PriorityNewConnection, isNew.RegBits(RegPortSecurityChecked, 1), meter, dnat(p.ContainerZone)))
+			} else {
+				flows = append(flows, flow(a.Cookie, TablePortmapNew, PriorityNewConnection, isNew, meter, dnat(p.DNATZone)))
+			}
 		}
 
 		k := replyKey{r.ContainerIP, r.Protocol, r.ContainerPort}
@@ -320,6 +379,16 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 		}
 		flows = append(flows, flow(a.Cookie, TablePortmapDNAT, PriorityPass, toContainer,
 			openflow.GotoTable{Table: TablePortmapOutput}))
+	}
+	if a.ConnRate > 0 {
+		// +trk-new-inv: a packet of a connection the lookup knew, and
+		// translated.
+		tracked := openflow.CTTrk | openflow.CTNew | openflow.CTInv
+		for _, cip := range families {
+			flows = append(flows, flow(a.Cookie, TablePortmapNew, PriorityTracked,
+				openflow.Match{}.EthType(ethOf(cip)).IPDst(openflow.Host(cip)).CTState(openflow.CTTrk, tracked),
+				openflow.GotoTable{Table: TablePortmapDNAT}))
+		}
 	}
 	for _, cip := range families {
 		flows = append(flows, flow(a.Cookie, TablePortmapOutput, PriorityOutput,

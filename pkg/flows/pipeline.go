@@ -37,10 +37,12 @@
 //	(per attachment) ct(SNAT zone, nat) -> tables 42, 43.
 //
 //	table 0   TableClassifier           exact-match classifiers; NORMAL at priority 0 is not ours
+//	table 39  TablePortmapNew           requests of an attachment with a new-connection rate, after a ct lookup
 //	table 40  TablePortmapDNAT          requests after DNAT: choose SNAT or not
 //	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
 //	table 42  TablePortmapReplySNAT     replies after un-SNAT: un-DNAT them
 //	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
+//	prio 430  PriorityBandwidth         table 0: a frame from a container port with an egress limit: its meter, once, then table 0 again
 //	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, double tag; invalid fragments
 //	prio 415  PriorityPortSecFrag       table 0: an IP fragment from a container: ct(zone 64003, table 0) first, to classify the datagram
 //	prio 410  PriorityPortSecND         table 0: a container's neighbour discovery for its own addresses and MAC
@@ -58,6 +60,9 @@
 //	prio 210  PriorityReply             table 0: reply from a published container port
 //	prio 201  PriorityRequestContainer  table 0: the same from a container port (port security passed): container zone
 //	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort and the node's MAC
+//	                                    (with newConnectionRate: ct(zone, nat) lookup only, then table 39)
+//	prio 100  PriorityNewConnection     table 39: a new connection of a rule: its mapping's meter, then the ct(commit, nat(dst)) of prio 200/201
+//	prio  50  PriorityTracked           table 39: a packet of a known connection (already translated): table 40; anything else is dropped
 //	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
 //	prio 200  PriorityMasquerade        table 40: every request SNATed (masqAll)
 //	prio 100  PriorityPass              table 40: request not SNATed
@@ -76,9 +81,12 @@
 //	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
 //	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
 //	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
-//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3
+//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3, CookieKindBandwidth 4
 //	reg1[0]            RegPortSecurityChecked  table 0: the frame passed port security and was resubmitted
 //	reg1[1]            RegPortSecurityDefragged table 0: the fragment went through ct(zone 64003) once
+//	reg1[2]            RegBandwidthMetered     table 0: the frame went through its port's meter (ovs-bandwidth)
+//	meter = ofport     MeterOf          the egress meter of a container port (ovs-bandwidth): one per port, numbered as the port
+//	meter = 0x10000000 | ofport<<12 | i  ConnMeterOf  new connections of the i-th mapping (protocol, host port) of an attachment (ovs-portmap's newConnectionRate)
 //	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname
 //
 // The ct_label of the DNAT connection remembers where the request came from,
@@ -143,6 +151,12 @@ const (
 	// TablePortmapReplyRestore sends un-DNATed replies back where the request
 	// came from, using the ct_label of the DNAT connection.
 	TablePortmapReplyRestore uint8 = 43
+	// TablePortmapNew receives, after a ct lookup without commit, the
+	// requests of an attachment with a new-connection rate: a new
+	// connection goes through its mapping's meter before it is committed
+	// with its DNAT, the packets of known connections (translated by the
+	// lookup) go on to TablePortmapDNAT.
+	TablePortmapNew uint8 = 39
 )
 
 // Priorities.
@@ -195,7 +209,24 @@ const (
 	// PriorityMiss is the NORMAL fallback in tables 40 (fragments that no
 	// connection translates), 42 and 43.
 	PriorityMiss uint16 = 0
+	// PriorityNewConnection meters and commits a rule's new connection, in
+	// table 39; PriorityTracked passes the packets of known connections to
+	// the container on to table 40. Table 39 has no miss flow: an invalid
+	// packet, or a new one of no rule, is dropped.
+	PriorityNewConnection uint16 = 100
+	PriorityTracked       uint16 = 50
 )
+
+// ConnMeterOf is the meter of the new connections of the i-th mapping
+// (distinct protocol and host port, in rule order) of the attachment on
+// ofport: unique on the bridge as the ofport is, above the egress meters
+// (MeterOf), and in OpenFlow's range for every ofport below 0xff00 and i
+// below MaxConnMeters.
+func ConnMeterOf(ofport uint32, i int) uint32 { return 0x10000000 | ofport<<12 | uint32(i) }
+
+// MaxConnMeters is how many mappings of one attachment can have a
+// new-connection meter.
+const MaxConnMeters = 1 << 12
 
 // Port security (ovs-bridge's portSecurity): in table 0, a frame from a
 // container port that has not been checked yet (RegPortSecurityChecked = 0)
@@ -264,7 +295,19 @@ const (
 	// hour (ofproto's alloc_ofp_port).
 	PriorityTombstone uint16 = 65000
 	TombstoneTimeout         = 10 // seconds
+	// PriorityBandwidth sends every frame from a container port with an
+	// egress limit (ovs-bandwidth) through the port's meter once
+	// (RegBandwidthMetered), then back to table 0, where port security and
+	// the rest of the pipeline see it as before: above every other flow of
+	// a container port but the tombstone.
+	PriorityBandwidth uint16 = 430
 )
+
+// MeterOf is the OpenFlow meter of the egress limit of the container port
+// with ofport: the ofport is unique on its bridge and claimed in OVSDB by
+// ovs-bridge, so two attachments never share a meter. Meters 1-65279 of a
+// bridge with our ports are therefore ours.
+func MeterOf(ofport uint32) uint32 { return ofport }
 
 // Conntrack zones. Zone 0 is the default zone of every other ct() user and is
 // never used here.
@@ -302,6 +345,10 @@ var (
 	// RegPortSecurityDefragged is set on a fragment before it goes through
 	// ct(zone=PortSecDefragZone), so that it does so once.
 	RegPortSecurityDefragged = openflow.Reg(1).Bit(1)
+	// RegBandwidthMetered is set once a frame went through its port's
+	// meter (PriorityBandwidth), so that the resubmit and a recirculation
+	// after ct() do not meter it again.
+	RegBandwidthMetered = openflow.Reg(1).Bit(2)
 )
 
 // Cookie layout: suite tag | kind | attachment hash.
@@ -322,6 +369,9 @@ const (
 	// CookieKindTombstone marks the tombstone flows of ports being deleted
 	// (hash 0: no attachment delete touches them).
 	CookieKindTombstone uint8 = 3
+	// CookieKindBandwidth marks the egress limit flows of one attachment
+	// (written by ovs-bandwidth, same hash).
+	CookieKindBandwidth uint8 = 4
 	// AttachmentMask selects suite tag and hash, any kind: every flow of one
 	// attachment, for the single masked delete of ovs-bridge's DEL.
 	AttachmentMask Cookie = SuiteMask | CookieHashMask

@@ -75,6 +75,18 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 			undo(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
 		}
 	}()
+	// The new-connection meters go before the flows that use them (they
+	// cannot be part of the bundle); set again, they keep their flows.
+	if meters := flows.ConnMeters(a); len(meters) > 0 {
+		defer func() {
+			if retErr != nil {
+				undo(func(ctx context.Context) { _ = openflow.DeleteMeters(ctx, target, meterIDs(meters)...) })
+			}
+		}()
+		if err := openflow.SetMeters(ctx, target, meters...); err != nil {
+			return err
+		}
+	}
 	nftc := make(chan error, 1)
 	go func() { nftc <- applyNodeLocal(ctx, a.Rules, false) }()
 	err = openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...)
@@ -98,7 +110,38 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 	if err := ensureZoneLimits(ctx, cli, br, target, control, pl); err != nil {
 		return err
 	}
+	if stale := staleConnMeters(p, a); len(stale) > 0 {
+		// An earlier ADD's meters that no flow uses any more.
+		if err := openflow.DeleteMeters(ctx, target, stale...); err != nil {
+			return err
+		}
+	}
 	return waitRevalidation(ctx, reg.reval)
+}
+
+// staleConnMeters are the new-connection meters of the record port p held
+// before this ADD that attachment a does not use.
+func staleConnMeters(p ovsdb.OwnedPort, a flows.Attachment) []uint32 {
+	old, ok, err := record.HostPortsOf(p)
+	if err != nil || !ok || old.ConnRate == 0 {
+		return nil
+	}
+	_, oa, err := old.Attachment()
+	if err != nil {
+		return nil
+	}
+	oa.OFPort = a.OFPort
+	keep := map[uint32]bool{}
+	for _, m := range flows.ConnMeters(a) {
+		keep[m.ID] = true
+	}
+	var stale []uint32
+	for _, m := range flows.ConnMeters(oa) {
+		if !keep[m.ID] {
+			stale = append(stale, m.ID)
+		}
+	}
+	return stale
 }
 
 // flushUnsupported reports whether err says only that ovs-vswitchd has no
@@ -209,6 +252,11 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 			if err != nil && !errors.Is(err, openflow.ErrConntrackFlush) {
 				return err
 			}
+			if a.OFPort = recordedOrCurrent(p, a.OFPort); a.ConnRate > 0 {
+				if err := openflow.DeleteMeters(ctx, rec.OpenFlow, meterIDs(flows.ConnMeters(a))...); err != nil {
+					return err
+				}
+			}
 		}
 		if err := applyNodeLocal(ctx, a.Rules, true); err != nil {
 			return err
@@ -247,4 +295,23 @@ func Rebuild(p ovsdb.OwnedPort) (target, control string, pl flows.Pipeline, a fl
 		}
 	}
 	return rec.OpenFlow, rec.VswitchdControl, pl, a, true
+}
+
+// meterIDs are the IDs of the meters.
+func meterIDs(ms []openflow.MeterBand) []uint32 {
+	ids := make([]uint32, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// recordedOrCurrent is the ofport the attachment's meters are numbered
+// by: the port's own now (reconcile numbers them so after a restart), else
+// the recorded one.
+func recordedOrCurrent(p ovsdb.OwnedPort, recorded uint32) uint32 {
+	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
+		return uint32(*p.Interface.OFPort)
+	}
+	return recorded
 }

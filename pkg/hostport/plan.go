@@ -125,6 +125,9 @@ type Options struct {
 	OVSDB    string // OVSDB endpoint, to derive the default OpenFlow target
 	// VswitchdControl is ovs-vswitchd's control socket ("": unixctl.Find).
 	VswitchdControl string
+	// ConnRate and ConnBurst bound each mapping's new connections per
+	// second (0: no bound; see flows.TablePortmapNew).
+	ConnRate, ConnBurst uint32
 }
 
 // Resolve turns options and facts into the attachment's flow facts: node
@@ -174,7 +177,7 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 	a := flows.Attachment{
 		Cookie: flows.AttachmentCookie(containerID, ifname), OFPort: uint32(*port.Interface.OFPort), MAC: mac, NodeMAC: nodeMAC,
 		IPv4: v4, IPv6: v6, Rules: flows.Resolve(conf.Mappings, nodeIPs, v4, v6),
-		SNAT: conf.SNAT, MasqAll: conf.MasqAll,
+		SNAT: conf.SNAT, MasqAll: conf.MasqAll, ConnRate: conf.ConnRate, ConnBurst: conf.ConnBurst,
 	}
 	for _, n := range nodeIPs {
 		if n.Is4() && !a.HairpinV4.IsValid() {

@@ -405,9 +405,17 @@ func pad8(b []byte, start int) []byte {
 }
 
 // encodeInstructions renders the actions as ovs-ofctl does for OpenFlow 1.4:
-// one apply_actions instruction with every action but a final GotoTable,
+// a Meter first becomes the meter instruction, then one apply_actions instruction with every action but a final GotoTable,
 // then goto_table. No actions is no instruction at all (drop).
 func encodeInstructions(b []byte, as Actions) []byte {
+	if len(as) > 0 {
+		if m, ok := as[0].(Meter); ok {
+			b = binary.BigEndian.AppendUint16(b, ofpitMeter)
+			b = binary.BigEndian.AppendUint16(b, 8)
+			b = binary.BigEndian.AppendUint32(b, m.ID)
+			as = as[1:]
+		}
+	}
 	var gotoTable *GotoTable
 	if n := len(as); n > 0 {
 		if g, ok := as[n-1].(GotoTable); ok {
@@ -463,6 +471,10 @@ func (as Actions) Validate() error {
 				}
 			case Resubmit:
 				if inCT || a.Table == 0xff {
+					errs = append(errs, a.String())
+				}
+			case Meter:
+				if inCT || i != 0 || a.ID == 0 || a.ID > MeterMax {
 					errs = append(errs, a.String())
 				}
 			case GotoTable:

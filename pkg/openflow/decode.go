@@ -287,6 +287,8 @@ func decodeInstructions(b []byte) (Actions, error) {
 			out = append(out, as...)
 		case ofpitGotoTable:
 			gotoTable = &GotoTable{in[4]}
+		case ofpitMeter:
+			out = append(Actions{Meter{binary.BigEndian.Uint32(in[4:])}}, out...)
 		default:
 			return nil, decodeErr("instruction type %d", typ)
 		}

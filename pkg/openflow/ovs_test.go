@@ -776,3 +776,77 @@ func TestDumpStatsCounts(t *testing.T) {
 		t.Errorf("flow %s: got packets, bytes %v, want %v", miss, counts[90], want)
 	}
 }
+
+// TestMeters: SetMeters installs what ovs-ofctl add-meter does, modifies a
+// meter in place (the flow using it stays), a flow with a Meter applies and
+// dumps back equal, and DeleteMeters removes the meter and its flow.
+func TestMeters(t *testing.T) {
+	requireOVS(t)
+	target := newBridge(t)
+	ctx := context.Background()
+	meters := func() string {
+		out := run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "dump-meters", target)
+		_, body, _ := strings.Cut(out, "\n") // the OFPST_METER_CONFIG line
+		return strings.Join(strings.Fields(body), " ")
+	}
+	m := MeterBand{ID: 7, RateKbps: 20000, BurstKb: 2000}
+	if err := SetMeters(ctx, target, m); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := meters(), "meter=7 kbps burst stats bands= type=drop rate=20000 burst_size=2000"; got != want {
+		t.Fatalf("meters: got %q, want %q", got, want)
+	}
+	f := Flow{Cookie: 0x0fc5040000000001, Priority: 430, Match: Match{}.InPort(3),
+		Actions: Actions{Meter{7}, Load{Value: 1, Dst: Reg(1).Bit(2)}, Resubmit{0}}}
+	if err := Apply(ctx, target, Bundle{f}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, target), []string{"cookie=0xfc5040000000001, priority=430,in_port=3 actions=meter:7,load:0x1->NXM_NX_REG1[2],resubmit(,0)", "priority=0 actions=NORMAL"}; !slices.Equal(got, want) {
+		t.Fatalf("flows: got %q, want %q", got, want)
+	}
+	got, err := Dump(ctx, target, f.Cookie, ^uint64(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Diff([]Flow{f}, got); err != nil {
+		t.Fatalf("dump differs: %v", err)
+	}
+	if got, ok, err := DumpMeter(ctx, target, 7); err != nil || !ok || got != m {
+		t.Fatalf("DumpMeter: got %v, %v, %v; want %v", got, ok, err, m)
+	}
+	m.RateKbps = 10000
+	if err := SetMeters(ctx, target, m); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := DumpMeter(ctx, target, 7); err != nil || !ok || got != m {
+		t.Fatalf("DumpMeter after modify: got %v, %v, %v; want %v", got, ok, err, m)
+	}
+	if got, want := meters(), "meter=7 kbps burst stats bands= type=drop rate=10000 burst_size=2000"; got != want {
+		t.Fatalf("meter after modify: got %q", got)
+	}
+	if got := dump(t, target); len(got) != 2 {
+		t.Fatalf("flows after modify: got %q, want the flow", got)
+	}
+	pk := MeterBand{ID: 8, RateKbps: 50, BurstKb: 10, Pkts: true}
+	if err := SetMeters(ctx, target, pk); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := DumpMeter(ctx, target, 8); err != nil || !ok || got != pk {
+		t.Fatalf("DumpMeter (pktps): got %v, %v, %v; want %v", got, ok, err, pk)
+	}
+	if out := run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "dump-meters", target, "meter=8"); !strings.Contains(strings.Join(strings.Fields(out), " "), "meter=8 pktps burst stats bands= type=drop rate=50 burst_size=10") {
+		t.Fatalf("pktps meter: got %q", out)
+	}
+	if err := DeleteMeters(ctx, target, 7, 8); err != nil {
+		t.Fatal(err)
+	}
+	if got := meters(); got != "" {
+		t.Fatalf("meters after delete: got %q, want none", got)
+	}
+	if got, ok, err := DumpMeter(ctx, target, 7); err != nil || ok {
+		t.Fatalf("DumpMeter after delete: got %v, %v, %v; want none", got, ok, err)
+	}
+	if got := dump(t, target); len(got) != 1 {
+		t.Fatalf("flows after delete: got %q, want NORMAL only (a meter's flows go with it)", got)
+	}
+}

@@ -27,7 +27,7 @@ func toLibovsdb(ops []operation) []ovsdb.Operation {
 		for _, m := range o.mutations {
 			l.Mutations = append(l.Mutations, *ovsdb.NewMutation(m.column, ovsdb.Mutator(m.mutator), libovsdbValue(m.value)))
 		}
-		if o.op == opInsert {
+		if o.op == opInsert || o.op == opUpdate {
 			l.Row = libovsdbRow(o.row)
 		}
 		if o.op == opWait {
@@ -70,6 +70,12 @@ func libovsdbValue(v value) any {
 		m := make(map[any]any, len(v))
 		for k, val := range v {
 			m[k] = val
+		}
+		return ovsdb.OvsMap{GoMap: m}
+	case intUUIDMap:
+		m := make(map[any]any, len(v))
+		for k, val := range v {
+			m[k] = ovsdb.UUID{GoUUID: val}
 		}
 		return ovsdb.OvsMap{GoMap: m}
 	}

@@ -207,6 +207,48 @@ func TestOperationsFitSchema(t *testing.T) {
 	do("SetPortExternalIDs", func() error {
 		return cli.SetPortExternalIDs(ctx, portA, map[string]string{"ovsflow.io/k3": "v"}, "ovsflow.io/k2")
 	})
+	spec := QoSSpec{Type: "linux-htb", OtherConfig: map[string]string{"max-rate": "20000000"},
+		QueueConfig: map[string]string{"max-rate": "20000000", "burst": "10000000"},
+		ExternalIDs: map[string]string{KeyNetwork: "ovsdb-test"}}
+	for _, n := range []string{"SetPortQoS", "SetPortQoS (again)"} {
+		do(n, func() error {
+			return cli.SetPortQoS(ctx, a, &spec, map[string]string{"ovsflow.io/q": "1"}, []string{"ovsflow.io/q0"}, 10*time.Second)
+		})
+	}
+	do("PortQoS", func() error {
+		q, err := cli.PortQoS(ctx, a)
+		if err == nil && (len(q.QoS) != 1 || len(q.Queues) != 1 || q.PortQoS == nil || *q.PortQoS != q.QoS[0].UUID ||
+			q.QoS[0].OtherConfig["max-rate"] != "20000000" || q.Queues[0].OtherConfig["burst"] != "10000000") {
+			err = fmt.Errorf("got %+v, want one QoS the port uses and its queue", q)
+		}
+		return err
+	})
+	do("SetPortQoS (no port)", func() error {
+		none := Attachment{ContainerID: "none", IfName: "eth0"}
+		if err := cli.SetPortQoS(ctx, none, &spec, nil, nil, 10*time.Second); !errors.Is(err, ErrNoPort) {
+			return fmt.Errorf("got %v, want ErrNoPort", err)
+		}
+		if q, err := cli.PortQoS(ctx, none); err != nil || len(q.QoS)+len(q.Queues) != 0 {
+			return fmt.Errorf("rows left: %+v (%v)", q, err)
+		}
+		return nil
+	})
+	do("OwnedQoSAttachments", func() error {
+		got, err := cli.OwnedQoSAttachments(ctx)
+		if n, ok := got[a]; err == nil && (!ok || n != "ovsdb-test") {
+			err = fmt.Errorf("got %v, want %s of network ovsdb-test", got, a)
+		}
+		return err
+	})
+	do("SetPortQoS (none)", func() error { return cli.SetPortQoS(ctx, b, nil, nil, []string{"ovsflow.io/q"}, 10*time.Second) })
+	do("ClearPortQoS", func() error { return cli.ClearPortQoS(ctx, []string{"ovsflow.io/q"}, a, b) })
+	do("PortQoS (cleared)", func() error {
+		q, err := cli.PortQoS(ctx, a)
+		if err == nil && (len(q.QoS) != 0 || len(q.Queues) != 0 || q.PortQoS != nil) {
+			err = fmt.Errorf("got %+v, want nothing", q)
+		}
+		return err
+	})
 	c := Attachment{ContainerID: newName("ctr-c-"), IfName: "eth0"}
 	vethC := newVeth(t)
 	var res Reservation

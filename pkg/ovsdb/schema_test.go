@@ -25,7 +25,7 @@ import (
 var embeddedSchema []byte
 
 // extraColumns are written by operations but not read into models.
-var extraColumns = map[string][]string{tablePort: {"vlan_mode"}, tableInterface: {"ofport_request"}, tableRoot: {"other_config"}}
+var extraColumns = map[string][]string{tablePort: {"vlan_mode", "qos"}, tableInterface: {"ofport_request"}, tableQoS: {"queues"}, tableRoot: {"other_config"}}
 
 // schemaOnce is the embedded schema, decoded.
 var schemaOnce = sync.OnceValues(func() (ovsdb.DatabaseSchema, error) {
@@ -43,6 +43,8 @@ func clientDBModel() (model.ClientDBModel, error) {
 		tableBridge:    &Bridge{},
 		tablePort:      &Port{},
 		tableInterface: &Interface{},
+		tableQoS:       &QoS{},
+		tableQueue:     &Queue{},
 	})
 }
 
@@ -69,7 +71,7 @@ func databaseModel(t testing.TB) model.DatabaseModel {
 func modelColumns() map[string][]string {
 	out := map[string][]string{}
 	for table, m := range map[string]any{tableRoot: OpenvSwitch{}, tableBridge: Bridge{},
-		tablePort: Port{}, tableInterface: Interface{}} {
+		tablePort: Port{}, tableInterface: Interface{}, tableQoS: QoS{}, tableQueue: Queue{}} {
 		t := reflect.TypeOf(m)
 		for i := 0; i < t.NumField(); i++ {
 			if col := t.Field(i).Tag.Get("ovsdb"); col != "" && col != "_uuid" {

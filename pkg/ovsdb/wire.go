@@ -146,6 +146,8 @@ const (
 	opInsert opKind = "insert"
 	opMutate opKind = "mutate"
 	opWait   opKind = "wait"
+	opUpdate opKind = "update"
+	opDelete opKind = "delete"
 )
 
 // A function compares in a condition, or in a wait's "until" (== and !=).
@@ -200,7 +202,7 @@ type operation struct {
 	table     string
 	where     []condition
 	columns   []string
-	row       row        // insert
+	row       row        // insert, update
 	uuidName  string     // insert
 	mutations []mutation // mutate
 	timeout   int        // wait: milliseconds (0: fail at once)
@@ -244,6 +246,8 @@ func (o *operation) appendJSON(b []byte) []byte {
 		if o.uuidName != "" {
 			b = appendString(append(b, `,"uuid-name":`...), o.uuidName)
 		}
+	case opUpdate:
+		b = o.row.appendJSON(append(b, `,"row":`...))
 	case opMutate:
 		b = append(b, `,"mutations":[`...)
 		for i, m := range o.mutations {

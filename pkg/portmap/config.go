@@ -37,6 +37,11 @@ type Conf struct {
 	// ContainerConntrackLimit those of the container zone (0: no limit).
 	ConntrackLimit          *int64 `json:"conntrackLimit,omitempty"`
 	ContainerConntrackLimit *int64 `json:"containerConntrackLimit,omitempty"`
+	// NewConnectionRate bounds each mapping's new connections per second
+	// (0: no bound), after a burst of NewConnectionBurst (default: the
+	// rate).
+	NewConnectionRate  *int64 `json:"newConnectionRate,omitempty"`
+	NewConnectionBurst *int64 `json:"newConnectionBurst,omitempty"`
 
 	// Keys of the iptables/nftables portmap that do not apply here; rejected
 	// rather than silently ignored.
@@ -53,9 +58,10 @@ type Conf struct {
 	LogFile string         `json:"logFile,omitempty"` // see package cnilog
 
 	// Resolved by LoadConf.
-	Mappings []flows.Mapping `json:"-"`
-	NodeIPs  []netip.Addr    `json:"-"` // from hostIPs; nil: the bridge's addresses
-	Pipeline flows.Pipeline  `json:"-"`
+	ConnRate, ConnBurst uint32          `json:"-"`
+	Mappings            []flows.Mapping `json:"-"`
+	NodeIPs             []netip.Addr    `json:"-"` // from hostIPs; nil: the bridge's addresses
+	Pipeline            flows.Pipeline  `json:"-"`
 }
 
 // LoadConf decodes stdin, applies defaults, then validates.
@@ -121,6 +127,25 @@ func LoadConf(stdin []byte) (*Conf, error) {
 		}
 		*l.to = uint32(*l.v)
 	}
+	for _, l := range []struct {
+		key string
+		v   *int64
+		to  *uint32
+	}{{"newConnectionRate", c.NewConnectionRate, &c.ConnRate}, {"newConnectionBurst", c.NewConnectionBurst, &c.ConnBurst}} {
+		if l.v == nil {
+			continue
+		}
+		if *l.v < 0 || *l.v > 1<<32-1 {
+			return nil, invalid("%q %d: want 0 to 4294967295 connections", l.key, *l.v)
+		}
+		*l.to = uint32(*l.v)
+	}
+	switch {
+	case c.ConnRate == 0 && c.ConnBurst != 0:
+		return nil, invalid(`"newConnectionBurst" %d without "newConnectionRate"`, c.ConnBurst)
+	case c.ConnBurst == 0:
+		c.ConnBurst = c.ConnRate
+	}
 	for i, s := range c.HostIPs {
 		a, err := netip.ParseAddr(s)
 		if err != nil || a.Zone() != "" || a.IsUnspecified() {
@@ -152,7 +177,7 @@ func loadConf(args *skel.CmdArgs) (*Conf, error) { return LoadConf(args.StdinDat
 
 func (c *Conf) options() hostport.Options {
 	return hostport.Options{Mappings: c.Mappings, NodeIPs: c.NodeIPs, SNAT: *c.SNAT, MasqAll: c.MasqAll,
-		OpenFlow: c.OpenFlow, OVSDB: c.OVSDB, VswitchdControl: c.VswitchdControl}
+		OpenFlow: c.OpenFlow, OVSDB: c.OVSDB, VswitchdControl: c.VswitchdControl, ConnRate: c.ConnRate, ConnBurst: c.ConnBurst}
 }
 
 func invalid(format string, a ...any) error {

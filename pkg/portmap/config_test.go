@@ -117,3 +117,32 @@ func FuzzLoadConf(f *testing.F) {
 		}
 	})
 }
+
+func TestNewConnectionRate(t *testing.T) {
+	const base = `{"cniVersion":"1.0.0","name":"n","type":"ovs-portmap"`
+	for _, tc := range []struct {
+		conf        string
+		rate, burst uint32
+		wantCode    uint
+		wantMsg     string
+	}{
+		{conf: base + `}`},
+		{conf: base + `,"newConnectionRate":20}`, rate: 20, burst: 20},
+		{conf: base + `,"newConnectionRate":20,"newConnectionBurst":5}`, rate: 20, burst: 5},
+		{conf: base + `,"newConnectionBurst":5}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `"newConnectionBurst" 5 without "newConnectionRate"`},
+		{conf: base + `,"newConnectionRate":-1}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `"newConnectionRate" -1`},
+		{conf: base + `,"newConnectionRate":4294967296}`, wantCode: types.ErrInvalidNetworkConfig, wantMsg: `"newConnectionRate" 4294967296`},
+	} {
+		c, err := LoadConf([]byte(tc.conf))
+		if tc.wantCode != 0 {
+			var e *types.Error
+			if !errors.As(err, &e) || e.Code != tc.wantCode || !strings.Contains(e.Msg, tc.wantMsg) {
+				t.Errorf("%s: got %v, want code %d saying %q", tc.conf, err, tc.wantCode, tc.wantMsg)
+			}
+			continue
+		}
+		if err != nil || c.ConnRate != tc.rate || c.ConnBurst != tc.burst {
+			t.Errorf("%s: got %v, rate %d, burst %d; want %d, %d", tc.conf, err, c.ConnRate, c.ConnBurst, tc.rate, tc.burst)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 // Package reconcile rebuilds, from OVSDB alone, what ovs-vswitchd forgets
 // when it restarts: the flows of every live attachment (port security from
-// pkg/portsec, host ports from pkg/hostport), the node-local nft elements and
+// pkg/portsec, host ports from pkg/hostport, egress limits and their meters
+// from pkg/bandwidth), the node-local nft elements and
 // the gateway addresses of the bridges; it removes the flows of attachments
 // that are gone. `ovs-portmap reconcile` runs it once, or on every
 // ovs-vswitchd start (Run).
@@ -17,6 +18,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
@@ -113,6 +115,11 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 		if target, c, fl, ok := portsec.Rebuild(p); ok {
 			addFlows(get(target), c, fl)
 		}
+		if target, meter, fl, ok := bandwidth.Rebuild(p); ok {
+			t := get(target)
+			t.meters = append(t.meters, meter)
+			addFlows(t, flows.Cookie(fl[0].Cookie), fl)
+		}
 		target, ctl, pl, a, ok := hostport.Rebuild(p)
 		if !ok {
 			continue
@@ -130,6 +137,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 			}
 		}
 		t.pl = &pl
+		t.meters = append(t.meters, flows.ConnMeters(a)...)
 		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
 		rules = append(rules, a.Rules...)
 		st.Attachments++
@@ -190,11 +198,14 @@ func (t *target) apply(ctx context.Context, name string, kept map[flows.Cookie]b
 	b = append(b, t.mods...)
 	// Port security flows that no record rebuilt are kept for every port
 	// and every ADD in flight: they go in before the record is written.
-	// Host port flows without a record are stale: ovs-portmap records
-	// before it installs, and removes the record last.
+	// So are egress limit flows: ovs-bandwidth's ADD, which no sweep
+	// holds off, may have recorded and installed them since the ports were
+	// read. Host port flows without a record are stale: ovs-portmap
+	// records before it installs, and removes the record last.
 	keptFlows := func(c flows.Cookie) bool {
 		v, _ := c.Attachment()
-		return c.Kind() == flows.CookieKindPortSecurity && !t.live[c] && kept[v]
+		k := c.Kind()
+		return (k == flows.CookieKindPortSecurity || k == flows.CookieKindBandwidth) && !t.live[c] && kept[v]
 	}
 	var present []openflow.Flow // what the bundle is compared with
 	for _, f := range dumped {
@@ -212,6 +223,11 @@ func (t *target) apply(ctx context.Context, name string, kept map[flows.Cookie]b
 	if len(b) == 0 {
 		return nil
 	}
+	// Meters are not part of a bundle, and must be there before the flows
+	// that use them; set again, they keep their flows.
+	if err := openflow.SetMeters(ctx, name, t.meters...); err != nil {
+		return fmt.Errorf("OpenFlow endpoint %s: %w", name, err)
+	}
 	if !inSync(b, present) {
 		if err := openflow.Apply(ctx, name, b); err != nil {
 			return fmt.Errorf("OpenFlow endpoint %s: %w", name, err)
@@ -228,6 +244,7 @@ type target struct {
 	pl     *flows.Pipeline
 	ctl    string // ovs-vswitchd's control socket, as recorded
 	mods   openflow.Bundle
+	meters []openflow.MeterBand  // of the egress limits
 	live   map[flows.Cookie]bool // rebuilt from the records
 }
 

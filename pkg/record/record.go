@@ -37,6 +37,8 @@ const (
 	// K8S_POD_NAME in CNI_ARGS: how the node tools and the metrics name
 	// it.
 	KeyPod = "ovsflow.io/pod"
+	// KeyBandwidth holds ovs-bandwidth's Bandwidth record (JSON).
+	KeyBandwidth = "ovsflow.io/bandwidth"
 )
 
 // PodOf returns "NAMESPACE/NAME" from CNI_ARGS ("K1=V1;K2=V2"), "" when
@@ -124,6 +126,9 @@ type HostPorts struct {
 	SNAT      bool         `json:"snat"`
 	MasqAll   bool         `json:"masqAll"`
 	Rules     []flows.Rule `json:"rules"`
+	// ConnRate and ConnBurst: 0 without newConnectionRate.
+	ConnRate  uint32 `json:"newConnectionRate,omitempty"`
+	ConnBurst uint32 `json:"newConnectionBurst,omitempty"`
 }
 
 // PublishHostPorts is the change of port p's external_ids that records the
@@ -149,7 +154,8 @@ func newHostPorts(target string, pl flows.Pipeline, a flows.Attachment) HostPort
 	return HostPorts{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
 		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
 		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), NodeMAC: macString(a.NodeMAC), IPv4: a.IPv4, IPv6: a.IPv6,
-		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules}
+		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules,
+		ConnRate: a.ConnRate, ConnBurst: a.ConnBurst}
 }
 
 // macString renders a MAC, "" for none.
@@ -181,6 +187,7 @@ func (r HostPorts) Attachment() (flows.Pipeline, flows.Attachment, error) {
 	return pl, flows.Attachment{
 		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, NodeMAC: nodeMAC, IPv4: r.IPv4, IPv6: r.IPv6,
 		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, SNAT: r.SNAT, MasqAll: r.MasqAll,
+		ConnRate: r.ConnRate, ConnBurst: r.ConnBurst,
 	}, nil
 }
 
@@ -278,6 +285,42 @@ func PortSecurityOf(p ovsdb.OwnedPort) (PortSecurity, bool) {
 		return r, false
 	}
 	return r, true
+}
+
+// Bandwidth is ovs-bandwidth's record of a port's limits, stored as JSON in
+// the port's external_ids[KeyBandwidth]: what reconcile needs to put the
+// egress meter and its flow back (the ingress limit is the port's QoS row,
+// which OVSDB keeps), and what CHECK compares the config with. Rates are in
+// bits per second, bursts in bits, as in the config.
+type Bandwidth struct {
+	OpenFlow     string `json:"openflow"`
+	IngressRate  uint64 `json:"ingressRate,omitempty"`
+	IngressBurst uint64 `json:"ingressBurst,omitempty"`
+	EgressRate   uint64 `json:"egressRate,omitempty"`
+	EgressBurst  uint64 `json:"egressBurst,omitempty"`
+}
+
+// Value is the external_ids value of the record.
+func (r Bandwidth) Value() (string, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("bandwidth record: %w", err)
+	}
+	return string(b), nil
+}
+
+// BandwidthOf reads the bandwidth record of a port; ok is false when it
+// has none.
+func BandwidthOf(p ovsdb.OwnedPort) (Bandwidth, bool, error) {
+	var r Bandwidth
+	raw, ok := p.Port.ExternalIDs[KeyBandwidth]
+	if !ok {
+		return r, false, nil
+	}
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return r, true, fmt.Errorf("bandwidth record of port %q: %w", p.Port.Name, err)
+	}
+	return r, true, nil
 }
 
 // Gateways lists the gateway addresses recorded in a bridge's external_ids.

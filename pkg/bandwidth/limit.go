@@ -1,0 +1,279 @@
+package bandwidth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/record"
+)
+
+// QoSType is the QoS of the ingress limit: tc htb on the port's device.
+// Both datapaths send to a veth through the kernel's qdisc (the kernel
+// datapath's vport, and the userspace datapath's packet socket alike).
+// Open vSwitch's egress-policer would be the userspace alternative, but it
+// serves DPDK ports only.
+const QoSType = "linux-htb"
+
+// applyTimeout bounds the wait for ovs-vswitchd to apply a QoS.
+const applyTimeout = 10 * time.Second
+
+// kilo converts bits (per second) to the kilobits of a meter, rounded to
+// the nearest and at least 1.
+func kilo(bits uint64) uint32 { return uint32(max((bits+500)/1000, 1)) }
+
+// egress is the egress limit of port p, in flow facts.
+func egress(p ovsdb.OwnedPort, l Entry) (flows.Bandwidth, error) {
+	if p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
+		return flows.Bandwidth{}, fmt.Errorf("port %q has no ofport", p.Port.Name)
+	}
+	a := p.Attachment()
+	return flows.Bandwidth{Cookie: flows.AttachmentCookie(a.ContainerID, a.IfName), OFPort: uint32(*p.Interface.OFPort),
+		RateKbps: kilo(l.EgressRate), BurstKb: kilo(l.EgressBurst)}, nil
+}
+
+// qosSpec is the ingress limit of the attachment of network, in OVSDB rows.
+func qosSpec(l Entry, network string) *ovsdb.QoSSpec {
+	if !l.Ingress() {
+		return nil
+	}
+	rate := strconv.FormatUint(l.IngressRate, 10)
+	return &ovsdb.QoSSpec{Type: QoSType, OtherConfig: map[string]string{"max-rate": rate},
+		QueueConfig: map[string]string{"max-rate": rate, "burst": strconv.FormatUint(l.IngressBurst, 10)},
+		ExternalIDs: map[string]string{ovsdb.KeyNetwork: network}}
+}
+
+// Apply puts limits l on port p of network, whose bridge answers OpenFlow
+// at target: first the record and the QoS, in one OVSDB transaction
+// (reconcile then knows of the meter even if this command dies), then the
+// meter and its flow. A failure undoes what went in.
+func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, network string, l Entry) (err error) {
+	old, hadOld, _ := record.BandwidthOf(p)
+	rec := record.Bandwidth{OpenFlow: target, IngressRate: l.IngressRate, IngressBurst: l.IngressBurst,
+		EgressRate: l.EgressRate, EgressBurst: l.EgressBurst}
+	val, err := rec.Value()
+	if err != nil {
+		return err
+	}
+	var bw flows.Bandwidth
+	if l.Egress() {
+		if bw, err = egress(p, l); err != nil {
+			return err
+		}
+	}
+	a := p.Attachment()
+	if err := cli.SetPortQoS(ctx, a, qosSpec(l, network), map[string]string{record.KeyBandwidth: val}, nil, applyTimeout); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			cnicmd.Rollback(func(ctx context.Context) { _ = withdraw(ctx, cli, p, rec) })
+		}
+	}()
+	if !l.Egress() {
+		if hadOld && old.EgressRate > 0 {
+			return removeEgress(ctx, p, old.OpenFlow)
+		}
+		return nil
+	}
+	if err := openflow.SetMeters(ctx, target, bw.Meter()); err != nil {
+		return fmt.Errorf("egress limit of port %q: %w", p.Port.Name, err)
+	}
+	if err := openflow.Apply(ctx, target, flows.BandwidthBundle(bw)); err != nil {
+		return fmt.Errorf("egress limit of port %q: %w", p.Port.Name, err)
+	}
+	return nil
+}
+
+// removeEgress removes the egress flow and meter of port p, if ovs-vswitchd
+// serves the bridge (else they went with it).
+func removeEgress(ctx context.Context, p ovsdb.OwnedPort, target string) error {
+	if target == "" || !endpoint.Listening(target) {
+		return nil
+	}
+	a := p.Attachment()
+	c := flows.AttachmentCookie(a.ContainerID, a.IfName).WithKind(flows.CookieKindBandwidth)
+	if err := openflow.DeleteFlows(ctx, target, c.Delete()); err != nil {
+		return fmt.Errorf("egress limit of port %q: %w", p.Port.Name, err)
+	}
+	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
+		if err := openflow.DeleteMeters(ctx, target, flows.MeterOf(uint32(*p.Interface.OFPort))); err != nil {
+			return fmt.Errorf("egress limit of port %q: %w", p.Port.Name, err)
+		}
+	}
+	return nil
+}
+
+// Withdraw removes the limits of the ports: the egress flow and meter, then
+// the QoS rows and the record, in one OVSDB transaction. Ports without
+// limits, and limits already gone, are no error.
+func Withdraw(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+	for _, p := range ports {
+		rec, ok, err := record.BandwidthOf(p)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// No record: no meter; rows of an ADD that died are removed
+			// all the same.
+			rec = record.Bandwidth{}
+		}
+		if err := withdraw(ctx, cli, p, rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec record.Bandwidth) error {
+	if err := removeEgress(ctx, p, rec.OpenFlow); err != nil {
+		return err
+	}
+	return cli.ClearPortQoS(ctx, []string{record.KeyBandwidth}, p.Attachment())
+}
+
+// Rebuild returns what the record of port p needs to be programmed again
+// (reconcile): the OpenFlow target, the meter and the flows; ok is false
+// when the port has no egress limit.
+func Rebuild(p ovsdb.OwnedPort) (target string, meter openflow.MeterBand, fl []flows.Flow, ok bool) {
+	rec, ok, err := record.BandwidthOf(p)
+	if err != nil || !ok || rec.EgressRate == 0 || rec.EgressBurst == 0 || rec.OpenFlow == "" {
+		return "", openflow.MeterBand{}, nil, false
+	}
+	bw, err := egress(p, Entry{EgressRate: rec.EgressRate, EgressBurst: rec.EgressBurst})
+	if err != nil {
+		return "", openflow.MeterBand{}, nil, false
+	}
+	return rec.OpenFlow, bw.Meter(), flows.BandwidthFlows(bw), true
+}
+
+// ErrLimitMissing says that CHECK found a limit of the config missing or
+// different in Open vSwitch.
+var ErrLimitMissing = errors.New("limit not in force")
+
+// Check verifies that port p has exactly the limits l: the record, the QoS
+// the port uses with its queue, the egress flow and its meter's band.
+func Check(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target string, l Entry) error {
+	rec, ok, err := record.BandwidthOf(p)
+	if err != nil {
+		return err
+	}
+	want := record.Bandwidth{OpenFlow: target, IngressRate: l.IngressRate, IngressBurst: l.IngressBurst,
+		EgressRate: l.EgressRate, EgressBurst: l.EgressBurst}
+	if !ok || rec != want {
+		return fmt.Errorf("port %q: %w: recorded %+v, want %+v", p.Port.Name, ErrLimitMissing, rec, want)
+	}
+	q, err := cli.PortQoS(ctx, p.Attachment())
+	if err != nil {
+		return err
+	}
+	if spec := qosSpec(l, ""); spec == nil {
+		if len(q.QoS)+len(q.Queues) > 0 || q.PortQoS != nil {
+			return fmt.Errorf("port %q: QoS without an ingress limit: %+v", p.Port.Name, q)
+		}
+	} else if len(q.QoS) != 1 || len(q.Queues) != 1 || q.PortQoS == nil || *q.PortQoS != q.QoS[0].UUID ||
+		q.QoS[0].Type != spec.Type || !sameConfig(q.QoS[0].OtherConfig, spec.OtherConfig) || !sameConfig(q.Queues[0].OtherConfig, spec.QueueConfig) {
+		return fmt.Errorf("port %q: ingress %w: QoS rows %+v, want one %s QoS %v used by the port with queue %v",
+			p.Port.Name, ErrLimitMissing, q, spec.Type, spec.OtherConfig, spec.QueueConfig)
+	}
+	a := p.Attachment()
+	c := flows.AttachmentCookie(a.ContainerID, a.IfName).WithKind(flows.CookieKindBandwidth)
+	got, err := openflow.Dump(ctx, target, uint64(c), ^uint64(0))
+	if err != nil {
+		return err
+	}
+	var wantFlows []flows.Flow
+	if l.Egress() {
+		bw, err := egress(p, l)
+		if err != nil {
+			return err
+		}
+		wantFlows = flows.BandwidthFlows(bw)
+	}
+	if err := openflow.Diff(wantFlows, got); err != nil {
+		return fmt.Errorf("port %q: egress %w: %w", p.Port.Name, ErrLimitMissing, err)
+	}
+	if !l.Egress() {
+		return nil
+	}
+	bw, _ := egress(p, l)
+	m, ok, err := openflow.DumpMeter(ctx, target, bw.Meter().ID)
+	if err != nil {
+		return err
+	}
+	if !ok || m != bw.Meter() {
+		return fmt.Errorf("port %q: egress %w: meter %v, want %s", p.Port.Name, ErrLimitMissing, m, bw.Meter())
+	}
+	return nil
+}
+
+// sameConfig reports whether got holds the keys of want with their values
+// (ovs-vswitchd adds none, but an operator might).
+func sameConfig(got, want map[string]string) bool {
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// RemoveOrphans removes the egress flows and meters of attachments that
+// have no port of ours any more (their port went without a DEL, and with
+// it the record): on every bridge, the bandwidth flows whose attachment
+// hash is of no port, and the meters they name. openflowKey is the
+// config's "openflow" ("" for each bridge's default endpoint). An ADD in
+// flight is safe: ovs-bridge has inserted its port before ovs-bandwidth
+// runs.
+func RemoveOrphans(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, openflowKey string) error {
+	bridges, err := cli.Bridges(ctx)
+	if err != nil {
+		return err
+	}
+	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return err
+	}
+	live := map[flows.Cookie]bool{}
+	for _, p := range ports {
+		a := p.Attachment()
+		live[flows.AttachmentCookie(a.ContainerID, a.IfName).WithKind(flows.CookieKindBandwidth)] = true
+	}
+	kind := flows.CookieSuite | flows.Cookie(flows.CookieKindBandwidth)<<flows.CookieKindShift
+	mask := flows.SuiteMask | flows.Cookie(0xff)<<flows.CookieKindShift
+	var errs []error
+	for _, br := range bridges {
+		target := endpoint.OpenFlow(openflowKey, ovsdbEndpoint, br.Name)
+		if !endpoint.Listening(target) {
+			continue
+		}
+		dumped, err := openflow.Dump(ctx, target, uint64(kind), uint64(mask))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range dumped {
+			c := flows.Cookie(f.Cookie)
+			if live[c] {
+				continue
+			}
+			if err := openflow.DeleteFlows(ctx, target, c.Delete()); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if len(f.Actions) > 0 {
+				if m, ok := f.Actions[0].(openflow.Meter); ok {
+					errs = append(errs, openflow.DeleteMeters(ctx, target, m.ID))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

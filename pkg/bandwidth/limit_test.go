@@ -1,0 +1,59 @@
+package bandwidth
+
+import (
+	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/record"
+)
+
+func port(t *testing.T, rec *record.Bandwidth, ofport int) ovsdb.OwnedPort {
+	t.Helper()
+	ids := map[string]string{ovsdb.KeyOwner: ovsdb.OwnerValue, ovsdb.KeyContainerID: "ctr", ovsdb.KeyIfName: "eth0"}
+	if rec != nil {
+		v, err := rec.Value()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[record.KeyBandwidth] = v
+	}
+	return ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovfx", ExternalIDs: ids}, Interface: ovsdb.Interface{OFPort: &ofport}}
+}
+
+// Rebuild gives reconcile the meter and flow ADD installed, from the record
+// and the ofport OVSDB holds now.
+func TestRebuild(t *testing.T) {
+	rec := record.Bandwidth{OpenFlow: "unix:/run/br0.mgmt", IngressRate: 8000, IngressBurst: 800, EgressRate: 20_000_000, EgressBurst: 10_000_000}
+	target, meter, fl, ok := Rebuild(port(t, &rec, 40000))
+	if !ok || target != rec.OpenFlow {
+		t.Fatalf("Rebuild: got %q, %v; want %q", target, ok, rec.OpenFlow)
+	}
+	bw := flows.Bandwidth{Cookie: flows.AttachmentCookie("ctr", "eth0"), OFPort: 40000, RateKbps: 20000, BurstKb: 10000}
+	if meter != bw.Meter() {
+		t.Errorf("meter: got %s, want %s", meter, bw.Meter())
+	}
+	if want := flows.BandwidthFlows(bw); len(fl) != 1 || fl[0].String() != want[0].String() {
+		t.Errorf("flows: got %v, want %v", fl, want)
+	}
+	for name, p := range map[string]ovsdb.OwnedPort{
+		"no record":      port(t, nil, 40000),
+		"ingress only":   port(t, &record.Bandwidth{OpenFlow: rec.OpenFlow, IngressRate: 8000, IngressBurst: 800}, 40000),
+		"no ofport (-1)": port(t, &rec, -1),
+	} {
+		if _, _, _, ok := Rebuild(p); ok {
+			t.Errorf("%s: Rebuild says there is an egress limit", name)
+		}
+	}
+}
+
+func TestQoSSpec(t *testing.T) {
+	if s := qosSpec(Entry{EgressRate: 1, EgressBurst: 1}, "net"); s != nil {
+		t.Errorf("egress only: got %+v, want no QoS", s)
+	}
+	s := qosSpec(Entry{IngressRate: 20_000_000, IngressBurst: 10_000_000}, "net")
+	if s == nil || s.Type != "linux-htb" || s.OtherConfig["max-rate"] != "20000000" ||
+		s.QueueConfig["max-rate"] != "20000000" || s.QueueConfig["burst"] != "10000000" || s.ExternalIDs[ovsdb.KeyNetwork] != "net" {
+		t.Errorf("got %+v", s)
+	}
+}

@@ -1,0 +1,593 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+)
+
+// The limits of the shaping tests: 20 Mbit/s each way, with bursts of half
+// a second (a policer needs a burst of a good fraction of the rate for TCP
+// to reach it; the measurement starts after the burst is spent).
+const (
+	bwRate  = 20_000_000
+	bwBurst = 10_000_000
+	// bwTolerance is how far from bwRate an achieved rate may be. The
+	// rates count Ethernet frames, the receiver payload: TCP's goodput is
+	// about 96% of the rate, UDP's (1200-byte datagrams) 97%.
+	bwTolerance = 0.15
+	// bwControl is how far above bwRate the same traffic gets without the
+	// plugin, at least.
+	bwControl = 3
+	// bwUDPRate is the rate the UDP sender offers: 5 times the limit.
+	bwUDPRate = 5 * bwRate
+)
+
+// bwWarm and bwWindow: the rate is the bytes delivered in bwWindow, after
+// bwWarm of traffic (the burst and TCP's slow start).
+var (
+	bwWarm   = sandbox.Scaled(2 * time.Second)
+	bwWindow = sandbox.Scaled(8 * time.Second)
+)
+
+// bandwidthList is ovs-bridge (gateway on the bridge) and ovs-bandwidth with
+// the bandwidth capability; extra keys go into the ovs-bandwidth entry.
+func (h *ovsHost) bandwidthList(t *testing.T, name string, extra map[string]any) *cni {
+	bw := map[string]any{"type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"bandwidth": true}}
+	for k, v := range extra {
+		bw[k] = v
+	}
+	return newCNI(t, conflist("1.1.0", name, bridgeConf(h.bridge, t.TempDir(), map[string]any{"isGateway": true}), bw))
+}
+
+// limits is the bandwidth capability argument.
+func limits(ingressRate, ingressBurst, egressRate, egressBurst int) map[string]any {
+	return map[string]any{"bandwidth": map[string]any{"ingressRate": ingressRate, "ingressBurst": ingressBurst,
+		"egressRate": egressRate, "egressBurst": egressBurst}}
+}
+
+// doIn runs f in netns n, or where the test runs (the node) when n is nil.
+func doIn(n ns.NetNS, f func() error) error {
+	if n == nil {
+		return f()
+	}
+	return n.Do(func(ns.NetNS) error { return f() })
+}
+
+var bwPort atomic.Int32
+
+// rate sends network ("tcp" or "udp") traffic from netns from to a
+// receiver in netns to (nil: the node) that listens on ip, and returns
+// the rate the receiver got, in bits per second: the payload bytes it read
+// in a window of d after warm, over the window's measured length. TCP
+// sends as fast as it can; UDP offers bwUDPRate in 1200-byte datagrams.
+func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d time.Duration) float64 {
+	t.Helper()
+	port := 5201 + int(bwPort.Add(1))
+	addr := net.JoinHostPort(ip, fmt.Sprint(port))
+	var got atomic.Int64
+	var closers []io.Closer
+	defer func() {
+		for _, c := range closers {
+			c.Close()
+		}
+	}()
+	err := doIn(to, func() error {
+		if network == "udp" {
+			pc, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				return err
+			}
+			closers = append(closers, pc)
+			go func() {
+				buf := make([]byte, 65536)
+				for {
+					n, _, err := pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					got.Add(int64(n))
+				}
+			}()
+			return nil
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, l)
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			buf := make([]byte, 65536)
+			for {
+				n, err := c.Read(buf)
+				got.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("receiver on %s: %v", addr, err)
+	}
+	var conn net.Conn
+	if err := doIn(from, func() (err error) { conn, err = net.DialTimeout(network, addr, 3*time.Second); return err }); err != nil {
+		t.Fatalf("sender to %s: %v", addr, err)
+	}
+	closers = append(closers, conn)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if network == "tcp" {
+			buf := make([]byte, 64<<10)
+			for !stop.Load() {
+				conn.SetWriteDeadline(time.Now().Add(time.Second))
+				if _, err := conn.Write(buf); err != nil && !os.IsTimeout(err) {
+					return
+				}
+			}
+			return
+		}
+		// Paced in rounds of 2 ms: what is due since the start is sent.
+		buf := make([]byte, 1200)
+		start, sent := time.Now(), 0.0
+		for !stop.Load() {
+			due := time.Since(start).Seconds() * bwUDPRate / 8
+			for ; sent < due; sent += float64(len(buf)) {
+				conn.Write(buf) // ENOBUFS and refused datagrams count as lost
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	time.Sleep(warm)
+	b0, t0 := got.Load(), time.Now()
+	time.Sleep(d)
+	b1, t1 := got.Load(), time.Now()
+	stop.Store(true)
+	wg.Wait()
+	return float64(b1-b0) * 8 / t1.Sub(t0).Seconds()
+}
+
+// wantRate checks a shaped rate against bwRate and bwTolerance.
+func wantRate(t *testing.T, what string, got float64) {
+	t.Helper()
+	if lo, hi := bwRate*(1-bwTolerance), bwRate*(1+bwTolerance); got < lo || got > hi {
+		t.Errorf("%s: %.2f Mbit/s, want %.1f Mbit/s ±%.0f%%", what, got/1e6, bwRate/1e6, bwTolerance*100)
+	} else {
+		t.Logf("%s: %.2f Mbit/s (limit %.1f)", what, got/1e6, bwRate/1e6)
+	}
+}
+
+// wantUnshaped checks that a control rate is far above bwRate.
+func wantUnshaped(t *testing.T, what string, got float64) {
+	t.Helper()
+	if got < bwControl*bwRate {
+		t.Errorf("%s (no limit): %.2f Mbit/s, want more than %d×%.1f Mbit/s: the shaped figures would prove nothing", what, got/1e6, bwControl, bwRate/1e6)
+	} else {
+		t.Logf("%s (no limit): %.2f Mbit/s", what, got/1e6)
+	}
+}
+
+// bwState is what Open vSwitch holds of our limits for one attachment.
+type bwState struct {
+	qos, queues []string // QoS and Queue rows tagged with the attachment
+	portQoS     string   // the port's qos column
+	flows       []string // flows with its bandwidth cookie
+	meter       string   // its meter, as dump-meters prints it ("" none)
+}
+
+func (h *ovsHost) bwStateOf(t *testing.T, c *container, ifname string) bwState {
+	t.Helper()
+	var s bwState
+	sel := []string{"external_ids:ovsflow.io/owner=ovsflow-cni", "external_ids:ovsflow.io/container-id=" + c.id, "external_ids:ovsflow.io/ifname=" + ifname}
+	for _, tbl := range []struct {
+		name string
+		to   *[]string
+	}{{"QoS", &s.qos}, {"Queue", &s.queues}} {
+		out := vsctl(t, append([]string{"--no-headings", "-f", "csv", "--columns=other_config", "find", tbl.name}, sel...)...)
+		if out != "" {
+			*tbl.to = strings.Split(out, "\n")
+		}
+	}
+	if out, err := run("ovs-vsctl", "--db="+ovsdbAddr, "--timeout=10", "get", "Port", hostVeth(c, ifname), "qos"); err == nil {
+		s.portQoS = strings.TrimSpace(out)
+	}
+	s.flows = h.flowsOf(t, flows.AttachmentCookie(c.id, ifname).WithKind(flows.CookieKindBandwidth))
+	if of, err := run("ovs-vsctl", "--db="+ovsdbAddr, "--timeout=10", "get", "Interface", hostVeth(c, ifname), "ofport"); err == nil {
+		out, err := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.ofTarget(), "meter="+strings.TrimSpace(of))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A meter that does not exist is an OFPT_ERROR and the request.
+		if _, body, _ := strings.Cut(out, "\n"); strings.Contains(body, "bands=") {
+			s.meter = strings.Join(strings.Fields(body), " ")
+		}
+	}
+	return s
+}
+
+// wantLimits checks that both limits of c are in Open vSwitch.
+func (h *ovsHost) wantLimits(t *testing.T, c *container, ifname string) {
+	t.Helper()
+	s := h.bwStateOf(t, c, ifname)
+	wantQoS := fmt.Sprintf(`"{max-rate=""%d""}"`, bwRate)
+	if len(s.qos) != 1 || s.qos[0] != wantQoS || len(s.queues) != 1 || !strings.Contains(s.queues[0], fmt.Sprintf(`burst=""%d""`, bwBurst)) ||
+		s.portQoS == "[]" || s.portQoS == "" {
+		t.Errorf("QoS of %s: got %+v, want one QoS %s used by the port, one queue with the burst", c.id, s, wantQoS)
+	}
+	if len(s.flows) != 1 || !strings.Contains(s.flows[0], "priority=430") || !strings.Contains(s.flows[0], "actions=meter:") {
+		t.Errorf("egress flows of %s: got %q, want the meter flow", c.id, s.flows)
+	}
+	if want := fmt.Sprintf("type=drop rate=%d burst_size=%d", bwRate/1000, bwBurst/1000); !strings.Contains(s.meter, want) {
+		t.Errorf("meter of %s: got %q, want %q", c.id, s.meter, want)
+	}
+}
+
+// wantNoLimits checks that nothing of ours is left for c.
+func (h *ovsHost) wantNoLimits(t *testing.T, c *container, ifname string, meterID string) {
+	t.Helper()
+	s := h.bwStateOf(t, c, ifname)
+	if len(s.qos)+len(s.queues)+len(s.flows) > 0 || s.meter != "" || (s.portQoS != "" && s.portQoS != "[]") {
+		t.Errorf("limits of %s left: %+v", c.id, s)
+	}
+	if meterID != "" {
+		out, _ := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.ofTarget(), "meter="+meterID)
+		if strings.Contains(out, "bands=") {
+			t.Errorf("meter %s of %s left: %s", meterID, c.id, out)
+		}
+	}
+}
+
+// execPlugin runs a plugin binary as a runtime would, with the config conf
+// on stdin, and returns its stdout and error (its stderr and exit status).
+func execPlugin(t *testing.T, plugin, command string, c *container, ifname string, conf map[string]any) (string, error) {
+	t.Helper()
+	b, err := json.Marshal(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, plugin))
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+c.id, "CNI_NETNS="+c.ns.Path(),
+		"CNI_IFNAME="+ifname, "CNI_PATH="+binDir)
+	cmd.Stdin = bytes.NewReader(b)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %v: %s%s", plugin, command, err, out.String(), errb.String())
+	}
+	return out.String(), nil
+}
+
+// Both directions, TCP and UDP, shaped to the limit; the same traffic of a
+// container without limits (the same network, no runtimeConfig.bandwidth)
+// far above it. Then CHECK, and DEL without prevResult.
+func TestBandwidthShapes(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.bandwidthList(t, "bw", nil)
+	shaped, free := newContainer(t), newContainer(t)
+	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
+	r := n.mustAdd(t, shaped, "eth0", bw)
+	rf := n.mustAdd(t, free, "eth0", nil)
+	t.Cleanup(func() { n.del(shaped, "eth0", bw); n.del(free, "eth0", nil) })
+	if len(r.Interfaces) == 0 || r.Interfaces[0].Name != hostVeth(shaped, "eth0") {
+		t.Errorf("result: got interfaces %v, want ovs-bridge's passed through", r.Interfaces)
+	}
+	h.wantLimits(t, shaped, "eth0")
+	h.wantNoLimits(t, free, "eth0", "")
+	const gw = "192.0.2.1"
+	ip, ipf := addrOf(t, r, false), addrOf(t, rf, false)
+	for _, network := range []string{"tcp", "udp"} {
+		// ingress: the node sends to the container; egress: the container
+		// sends to the node.
+		wantRate(t, network+" ingress", rate(t, network, nil, shaped.ns, ip, bwWarm, bwWindow))
+		wantUnshaped(t, network+" ingress", rate(t, network, nil, free.ns, ipf, time.Second, 3*time.Second))
+		wantRate(t, network+" egress", rate(t, network, shaped.ns, nil, gw, bwWarm, bwWindow))
+		wantUnshaped(t, network+" egress", rate(t, network, free.ns, nil, gw, time.Second, 3*time.Second))
+	}
+	if err := n.check(shaped, "eth0", bw); err != nil {
+		t.Errorf("CHECK: %v", err)
+	}
+	if err := n.check(free, "eth0", nil); err != nil {
+		t.Errorf("CHECK without limits: %v", err)
+	}
+	meter := fmt.Sprint(ofportOf(t, shaped))
+	// DEL of ovs-bandwidth alone, as a runtime that lost its cache sends it:
+	// no prevResult, no runtimeConfig.
+	del := map[string]any{"cniVersion": "1.1.0", "name": "bw", "type": "ovs-bandwidth", "ovsdb": ovsdbAddr}
+	for i := 0; i < 2; i++ { // and again: nothing left is no error
+		if _, err := execPlugin(t, "ovs-bandwidth", "DEL", shaped, "eth0", del); err != nil {
+			t.Fatalf("DEL without prevResult (%d): %v", i+1, err)
+		}
+	}
+	h.wantNoLimits(t, shaped, "eth0", meter)
+	if got := rate(t, "tcp", shaped.ns, nil, gw, time.Second, 3*time.Second); got < bwControl*bwRate {
+		t.Errorf("egress after DEL: %.2f Mbit/s, want unshaped", got/1e6)
+	}
+}
+
+// CHECK fails when a limit was removed or changed behind the plugin's back:
+// the port's QoS, the meter (and with it its flow), the meter's rate, the
+// flow alone.
+func TestBandwidthCheckDetectsRemoval(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.bandwidthList(t, "bwchk", nil)
+	c := newContainer(t)
+	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
+	t.Cleanup(func() { n.del(c, "eth0", bw) })
+	for _, tc := range []struct {
+		name   string
+		remove func()
+	}{
+		{"port QoS cleared", func() { vsctl(t, "clear", "Port", hostVeth(c, "eth0"), "qos") }},
+		{"meter deleted", func() {
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-meter", h.ofTarget(), "meter="+fmt.Sprint(ofportOf(t, c))); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"meter band changed", func() {
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "mod-meter", h.ofTarget(),
+				fmt.Sprintf("meter=%d,kbps,burst,band=type=drop,rate=%d,burst_size=%d", ofportOf(t, c), bwRate/2000, bwBurst/1000)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"flow deleted", func() {
+			c := flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindBandwidth)
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), c.Match()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n.mustAdd(t, c, "eth0", bw)
+			if err := n.check(c, "eth0", bw); err != nil {
+				t.Fatalf("CHECK before: %v", err)
+			}
+			tc.remove()
+			if err := n.check(c, "eth0", bw); err == nil {
+				t.Errorf("CHECK passed with the limit removed: %+v", h.bwStateOf(t, c, "eth0"))
+			} else {
+				t.Logf("CHECK: %v", err)
+			}
+			if err := n.del(c, "eth0", bw); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// Other limits than the config's fail CHECK too.
+	n.mustAdd(t, c, "eth0", bw)
+	if err := n.check(c, "eth0", limits(bwRate/2, bwBurst, bwRate, bwBurst)); err == nil {
+		t.Errorf("CHECK passed with another ingress rate than ADD's")
+	}
+}
+
+// The egress meter lives in ovs-vswitchd's memory: after kill -9 and a new
+// ovs-vswitchd, `ovs-portmap reconcile` puts it back (the QoS rows survive
+// in OVSDB), and both limits hold again.
+func TestBandwidthAfterVswitchdRestart(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.bandwidthList(t, "bwrec", nil)
+	c := newContainer(t)
+	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
+	r := n.mustAdd(t, c, "eth0", bw)
+	t.Cleanup(func() { n.del(c, "eth0", bw) })
+	restartVswitchd(t, nil)
+	if sandbox.Userspace() {
+		// The internal interface comes back without the node's addresses
+		// (see TestReconcileAfterVswitchdRestart); the gateway is reconcile's.
+		for i := 0; i < 50; i++ {
+			if _, err := run("ip", "link", "set", h.bridge, "up"); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if s := h.bwStateOf(t, c, "eth0"); len(s.flows) != 0 || s.meter != "" {
+		t.Fatalf("after the restart, before reconcile: got %+v, want neither flow nor meter (else the test proves nothing)", s)
+	}
+	var out string
+	var err error
+	for i := 0; i < 100; i++ { // until ovs-vswitchd serves the bridge again
+		if out, err = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("reconcile: %v: %s", err, out)
+	}
+	if sandbox.Userspace() {
+		run("ethtool", "-K", h.bridge, "tx", "off")
+	}
+	h.wantLimits(t, c, "eth0")
+	if err := n.check(c, "eth0", bw); err != nil {
+		t.Errorf("CHECK after reconcile: %v", err)
+	}
+	ip := addrOf(t, r, false)
+	wantRate(t, "tcp egress after restart", rate(t, "tcp", c.ns, nil, "192.0.2.1", bwWarm, bwWindow))
+	wantRate(t, "tcp ingress after restart", rate(t, "tcp", nil, c.ns, ip, bwWarm, bwWindow))
+}
+
+// GC removes the limits of attachments that are not valid: of one whose
+// port is still there, and the QoS rows, egress flow and meter of an
+// orphan whose port is gone; the valid one keeps its limits.
+func TestBandwidthGC(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.bandwidthList(t, "bwgc", nil)
+	keep, stale, orphan := newContainer(t), newContainer(t), newContainer(t)
+	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
+	for _, c := range []*container{keep, stale, orphan} {
+		n.mustAdd(t, c, "eth0", bw)
+	}
+	t.Cleanup(func() {
+		for _, c := range []*container{keep, stale, orphan} {
+			n.del(c, "eth0", bw)
+		}
+	})
+	staleMeter, orphanMeter := fmt.Sprint(ofportOf(t, stale)), fmt.Sprint(ofportOf(t, orphan))
+	// The orphan's port goes behind the plugins' back; its rows stay (QoS
+	// and Queue are root tables).
+	vsctl(t, "del-port", h.bridge, hostVeth(orphan, "eth0"))
+	if s := h.bwStateOf(t, orphan, "eth0"); len(s.qos) != 1 || len(s.queues) != 1 || len(s.flows) != 1 {
+		t.Fatalf("orphan: got %+v, want its QoS and Queue rows and its egress flow left (else the test proves nothing)", s)
+	}
+	gc := map[string]any{"cniVersion": "1.1.0", "name": "bwgc", "type": "ovs-bandwidth", "ovsdb": ovsdbAddr,
+		"cni.dev/valid-attachments": []any{map[string]any{"containerID": keep.id, "ifname": "eth0"}}}
+	if _, err := execPlugin(t, "ovs-bandwidth", "GC", keep, "eth0", gc); err != nil {
+		t.Fatal(err)
+	}
+	h.wantLimits(t, keep, "eth0")
+	h.wantNoLimits(t, stale, "eth0", staleMeter)
+	h.wantNoLimits(t, orphan, "eth0", orphanMeter)
+	if err := n.check(keep, "eth0", bw); err != nil {
+		t.Errorf("CHECK of the valid attachment after GC: %v", err)
+	}
+}
+
+// Bad input fails ADD with the reference plugin's messages, code 7 naming
+// the key, and installs nothing; DEL with the same input succeeds; no
+// prevResult fails ADD too.
+func TestBandwidthBadInput(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	for _, tc := range []struct {
+		name    string
+		extra   map[string]any
+		capArgs map[string]any
+		code    uint
+		msg     string
+	}{
+		{"rate without burst", nil, map[string]any{"bandwidth": map[string]any{"ingressRate": 1000}}, 7, `"runtimeConfig.bandwidth.ingressBurst" 0: if rate is set, burst must also be set`},
+		{"burst without rate", map[string]any{"egressBurst": 1000}, nil, 7, `"egressRate" 0 with "egressBurst" 1000: if burst is set, rate must also be set`},
+		{"burst above 4GB", map[string]any{"ingressRate": 1000, "ingressBurst": int64(40e9)}, nil, 7, "burst cannot be more than 4GB"},
+		{"unshapedSubnets", map[string]any{"unshapedSubnets": []string{"198.51.100.0/24"}}, limits(bwRate, bwBurst, 0, 0), 7, `"unshapedSubnets" is not supported`},
+		{"shapedSubnets", map[string]any{"shapedSubnets": []string{"198.51.100.0/24"}}, limits(bwRate, bwBurst, 0, 0), 7, `"shapedSubnets" is not supported`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := h.bandwidthList(t, uniq("bwbad"), tc.extra)
+			c := newContainer(t)
+			_, err := n.add(c, "eth0", tc.capArgs)
+			if got := cniCode(err); got != tc.code || err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("ADD: got %v (code %d), want code %d saying %q", err, got, tc.code, tc.msg)
+			}
+			h.wantNoLimits(t, c, "eth0", "")
+			// DEL looks at no limit: the bad ones do not keep the chain's
+			// DEL from removing ovs-bridge's port.
+			if err := n.del(c, "eth0", tc.capArgs); err != nil {
+				t.Errorf("DEL: %v", err)
+			}
+			if ps := portsOf(t, "ovsflow.io/container-id", c.id); len(ps) != 0 {
+				t.Errorf("ports left after DEL: %v", ps)
+			}
+		})
+	}
+	c := newContainer(t)
+	conf := map[string]any{"cniVersion": "1.1.0", "name": "bwbad", "type": "ovs-bandwidth", "ovsdb": ovsdbAddr,
+		"ingressRate": bwRate, "ingressBurst": bwBurst}
+	if _, err := execPlugin(t, "ovs-bandwidth", "ADD", c, "eth0", conf); err == nil || !strings.Contains(err.Error(), "must be called as chained plugin") {
+		t.Errorf("ADD without prevResult: got %v, want the chained plugin error", err)
+	}
+}
+
+// Concurrent ADDs, with GC sweeping orphans meanwhile, each get their own
+// rows, meter and flow; concurrent DELs leave nothing.
+func TestBandwidthParallel(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	n := h.bandwidthList(t, "bwpar", nil)
+	const N = 8
+	cs := make([]*container, N)
+	for i := range cs {
+		cs[i] = newContainer(t)
+	}
+	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
+	t.Cleanup(func() {
+		for _, c := range cs {
+			n.del(c, "eth0", bw)
+		}
+	})
+	var valid []any
+	for _, c := range cs {
+		valid = append(valid, map[string]any{"containerID": c.id, "ifname": "eth0"})
+	}
+	gc := map[string]any{"cniVersion": "1.1.0", "name": "bwpar", "type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "cni.dev/valid-attachments": valid}
+	stop := make(chan struct{})
+	gcDone := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				gcDone <- nil
+				return
+			default:
+			}
+			if _, err := execPlugin(t, "ovs-bandwidth", "GC", cs[0], "eth0", gc); err != nil {
+				gcDone <- err
+				return
+			}
+		}
+	}()
+	errs := parallel(N, func(i int) error { _, err := n.add(cs[i], "eth0", bw); return err })
+	close(stop)
+	if err := <-gcDone; err != nil {
+		t.Errorf("GC during the ADDs: %v", err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("ADD %d: %v", i, err)
+		}
+	}
+	meters := map[string]bool{}
+	for _, c := range cs {
+		h.wantLimits(t, c, "eth0")
+		m := h.bwStateOf(t, c, "eth0").meter
+		if meters[m] {
+			t.Errorf("meter %q shared", m)
+		}
+		meters[m] = true
+		if err := n.check(c, "eth0", bw); err != nil {
+			t.Errorf("CHECK %s: %v", c.id, err)
+		}
+	}
+	ids := make([]string, N)
+	for i, c := range cs {
+		ids[i] = fmt.Sprint(ofportOf(t, c))
+	}
+	for i, err := range parallel(N, func(i int) error { return n.del(cs[i], "eth0", bw) }) {
+		if err != nil {
+			t.Errorf("DEL %d: %v", i, err)
+		}
+	}
+	for i, c := range cs {
+		h.wantNoLimits(t, c, "eth0", ids[i])
+	}
+	if out := vsctl(t, "--no-headings", "--columns=_uuid", "find", "QoS", "external_ids:ovsflow.io/network=bwpar"); out != "" {
+		t.Errorf("QoS rows of the network left: %s", out)
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
-	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -79,19 +78,12 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
-	if err != nil {
-		if link.Exists(link.HostVethName(args.ContainerID, args.IfName)) {
-			return err // the attachment is still here and OVSDB cannot be reached
-		}
-		return nil
+	ctx, cli, ports, done, err := cnicmd.OpenDel(conf.OVSDB, args)
+	if err != nil || done == nil {
+		return err
 	}
 	defer done()
 	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	ports, err := cli.FindPorts(ctx, att)
-	if err != nil {
-		return cnicmd.Error(err)
-	}
 	if err := Withdraw(ctx, cli, ports); err != nil {
 		return cnicmd.Error(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
-	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
@@ -96,18 +95,11 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
-	if err != nil {
-		if link.Exists(link.HostVethName(args.ContainerID, args.IfName)) {
-			return err // the attachment is still here and OVSDB cannot be reached
-		}
-		return nil
+	ctx, cli, ports, done, err := cnicmd.OpenDel(conf.OVSDB, args)
+	if err != nil || done == nil {
+		return err
 	}
 	defer done()
-	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
-	if err != nil {
-		return cnicmd.Error(err)
-	}
 	return cnicmd.Error(hostport.Withdraw(ctx, cli, ports))
 }
 

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -317,22 +316,6 @@ func TestAttackRestartWindow(t *testing.T) {
 				}
 			}
 
-			var log syncBuffer
-			startWatch := func() {
-				watch := exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr, "-watch")
-				watch.Stdout, watch.Stderr = &log, &log
-				if err := watch.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					watch.Process.Kill()
-					watch.Wait()
-					if t.Failed() {
-						t.Logf("reconcile -watch said:\n%s", log.String())
-					}
-				})
-				time.Sleep(300 * time.Millisecond)
-			}
 			// On the kernel datapath a watch that sees ovs-vswitchd die has
 			// the next one keep the datapath's flows (flow-restore-wait):
 			// then even a standalone bridge opens no window. The control
@@ -340,7 +323,7 @@ func TestAttackRestartWindow(t *testing.T) {
 			// after the restart.
 			lateWatch := !tc.blocked && !sandbox.Userspace()
 			if !lateWatch {
-				startWatch()
+				startReconcileWatch(t)
 			}
 
 			snOut := sniff(t, l.outside.ns, "eth0", "outside")
@@ -351,7 +334,7 @@ func TestAttackRestartWindow(t *testing.T) {
 			l.restoreNode(t)
 			if lateWatch {
 				time.Sleep(sandbox.Scaled(300 * time.Millisecond))
-				startWatch()
+				startReconcileWatch(t)
 			}
 			deadline := time.Now().Add(10 * time.Second)
 			for {

@@ -121,18 +121,7 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 		expect(t, h.outside.ns, "tcp", hp(nodeV4, 30000+i), c, outsideV4)
 	}
 
-	watch := exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr, "-watch")
-	var log strings.Builder
-	watch.Stdout, watch.Stderr = &log, &log
-	if err := watch.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		watch.Process.Kill()
-		watch.Wait()
-		t.Logf("reconcile -watch said:\n%s", log.String())
-	})
-	time.Sleep(300 * time.Millisecond) // its first pass
+	startReconcileWatch(t)
 
 	// On the kernel datapath, the datapath and its ports (the internal
 	// interface with its addresses, the containers' veths) outlive

@@ -44,19 +44,7 @@ func TestRestartKeepsTraffic(t *testing.T) {
 			srv := l.join(n, "server", mappings(pm(hpUDP, 9000, "udp", ""), pm(hpTCP, 9002, "tcp", "")))
 			cli := l.join(n, "client", nil)
 
-			watch := exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr, "-watch")
-			var wlog syncBuffer
-			watch.Stdout, watch.Stderr = &wlog, &wlog
-			if err := watch.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				watch.Process.Kill()
-				watch.Wait()
-				if t.Failed() {
-					t.Logf("reconcile -watch said:\n%s", wlog.String())
-				}
-			})
+			wlog := startReconcileWatch(t)
 
 			interval := 2 * time.Millisecond
 			streams := []*udpStream{
@@ -462,6 +450,28 @@ func counterDelta(before, after map[string]int) map[string]int {
 		d[k] = after[k] - before[k]
 	}
 	return d
+}
+
+// startReconcileWatch runs `ovs-portmap reconcile -watch` until the test
+// ends (its output logged if the test failed) and gives it 300 ms for its
+// first pass.
+func startReconcileWatch(t *testing.T) *syncBuffer {
+	t.Helper()
+	var log syncBuffer
+	watch := exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr, "-watch")
+	watch.Stdout, watch.Stderr = &log, &log
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		watch.Process.Kill()
+		watch.Wait()
+		if t.Failed() {
+			t.Logf("reconcile -watch said:\n%s", log.String())
+		}
+	})
+	time.Sleep(300 * time.Millisecond)
+	return &log
 }
 
 // syncBuffer is a strings.Builder safe for a process's two output streams.

@@ -89,8 +89,10 @@ func portVLAN(conf *NetConf) flows.PortVLAN {
 // IP allocation.
 //
 // No frame from the container is forwarded before its port flows are in.
-// Without dhcp they go in before the port exists, for the ofport the port
-// then requests (ovsdb.ChooseOFPort). ovs-vswitchd reconfigures the whole
+// They go in before the port exists, for the ofport and cookie the ADD
+// claimed first (ovsdb.Reserve), which the port's insert then takes over;
+// with dhcp, the flows of a port without addresses (DHCP client
+// broadcasts, link-local), replaced once the lease is in. ovs-vswitchd reconfigures the whole
 // bridge on every link change and every insert, and answers OpenFlow only
 // between reconfigurations: so the veth is made, in its final state, while
 // IPAM runs (the reconfiguration its link changes start runs meanwhile),
@@ -171,9 +173,8 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return asCNIError(err)
 		}
 	}
-	// The flows go with a failed ADD once its cookie is its own: claimed
-	// (without dhcp) or, with dhcp, from the start.
-	ownCookie := dhcp
+	// The flows go with a failed ADD once its cookie is its own (claimed).
+	ownCookie := false
 	defer func() {
 		if retErr != nil && ownCookie {
 			cnicmd.Rollback(func(ctx context.Context) {
@@ -183,30 +184,30 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		}
 	}()
 	contMAC := conf.MAC
-	var ofport int
-	var res ovsdb.Reservation
-	if !dhcp {
+	if !dhcp && contMAC == nil {
 		// MAC and ofport are known before the veth exists, the addresses
 		// once IPAM returns: the flows go in before the port, whose insert
 		// then is the only reconfiguration the ADD waits for.
-		if contMAC == nil {
-			if contMAC, err = link.RandomMAC(); err != nil {
-				return err
-			}
-		}
-		result.Interfaces[contIndex].Mac = contMAC.String()
-		// Claim, then act: the ofport and the cookie are this ADD's
-		// before any flow goes in for them.
-		if res, err = reserve(ctx, cli, att, ovsdb.HomeOFPort(att)); err != nil {
+		if contMAC, err = link.RandomMAC(); err != nil {
 			return err
 		}
-		ofport, ownCookie = res.OFPort, true
-		defer func() {
-			if retErr != nil {
-				cnicmd.Rollback(func(ctx context.Context) { _ = cli.Release(ctx, res) })
-			}
-		}()
 	}
+	if contMAC != nil {
+		result.Interfaces[contIndex].Mac = contMAC.String()
+	}
+	// Claim, then act: the ofport and the cookie are this ADD's before any
+	// flow goes in for them, with dhcp as without.
+	res, err := reserve(ctx, cli, att, ovsdb.HomeOFPort(att))
+	if err != nil {
+		return err
+	}
+	ofport := res.OFPort
+	ownCookie = true
+	defer func() {
+		if retErr != nil {
+			cnicmd.Rollback(func(ctx context.Context) { _ = cli.Release(ctx, res) })
+		}
+	}()
 
 	// The veth, its container end created in place and prepared, the host
 	// end in its final state (promiscuous, as the datapath makes it; down
@@ -252,11 +253,11 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 				return err
 			}
 		}
-		// A bridge just created (createBridge), or one of an ovs-vswitchd
-		// restarting, has no OpenFlow socket yet: securePort waits for it.
-		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
-			return err
-		}
+	}
+	// A bridge just created (createBridge), or one of an ovs-vswitchd
+	// restarting, has no OpenFlow socket yet: securePort waits for it.
+	if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
+		return err
 	}
 	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf, result.Interfaces[contIndex].Mac)}
 	if conf.VLAN != nil {
@@ -279,26 +280,16 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			})
 		}
 	}()
-	var portUUID string
+	// With dhcp, the port goes in with the record of the flows it has until
+	// the lease (no addresses yet): a reconcile meanwhile rebuilds those,
+	// instead of removing them as an attachment's without a record.
+	portUUID, ofport, err := attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, &res)
+	if err != nil {
+		return err
+	}
 	if dhcp {
-		// The port goes in with the record of the flows it has until the
-		// lease (no addresses yet): a reconcile meanwhile rebuilds those,
-		// instead of removing them as an attachment's without a record.
-		if err := withPortSecRecord(spec, portSecRecord(conf, result, contIndex)); err != nil {
-			return err
-		}
-		portUUID, err = cli.AttachPort(ctx, br.UUID, spec)
-		if err != nil {
-			return macError(err)
-		}
-		if ofport, err = cli.WaitOFPort(ctx, hostName, ofportTimeout); err != nil {
-			return asCNIError(err)
-		}
-		// dhcp needs the link: first the flows of a port without
-		// addresses (DHCP client broadcasts, link-local), then the carrier.
-		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
-			return err
-		}
+		// dhcp needs the link: the flows of a port without addresses are
+		// in, now the carrier.
 		if err := link.SetUp(hostLink); err != nil {
 			return err
 		}
@@ -309,9 +300,6 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return err
 		}
 	} else {
-		if portUUID, ofport, err = attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, &res); err != nil {
-			return err
-		}
 		var gateways []netip.Addr
 		for _, ipc := range result.IPs {
 			if a, ok := netip.AddrFromSlice(ipc.Gateway); ok && netdev {

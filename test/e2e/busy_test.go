@@ -606,3 +606,81 @@ func TestReconcilePastDeadEndpoint(t *testing.T) {
 		t.Errorf("flows on the bridge that did not answer: %v", got)
 	}
 }
+
+// The dhcp path claims its ofport like the static one. Two dhcp ADDs whose
+// attachments hash to the same home ofport, started at the same moment:
+// each port ends on an ofport of its own that it requested (one on its
+// home), with its own flows alone, and CHECK passes for both.
+func TestBusyDHCPOFPort(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", uniq("busydhcp"), dhcpConf(br, dhcpServer(t, br))))
+	for r := 0; r < 3; r++ {
+		idA, idB := collidingPair(uniq("dh"))
+		a, b := newContainer(t), newContainer(t)
+		a.id, b.id = idA, idB
+		cs := []*container{a, b}
+		if err := errors.Join(parallel(2, func(i int) error {
+			if _, err := n.add(cs[i], "eth0", nil); err != nil {
+				return fmt.Errorf("ADD %s: %w", cs[i].id, err)
+			}
+			return nil
+		})...); err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		home := ovsdb.HomeOFPort(ovsdb.Attachment{ContainerID: idA, IfName: "eth0"})
+		pa, pb := ofportOf(t, a), ofportOf(t, b)
+		if pa == pb || (pa != home && pb != home) || pa < ovsdb.RequestedOFPortMin || pb < ovsdb.RequestedOFPortMin {
+			t.Errorf("round %d: ofports %d and %d; want two requested ones (from %d), one of them the home ofport %d", r, pa, pb, ovsdb.RequestedOFPortMin, home)
+		}
+		ownFlowsOnly(t, br, cs)
+		for _, c := range cs {
+			if err := n.check(c, "eth0", nil); err != nil {
+				t.Errorf("round %d: CHECK %s: %v", r, c.id, err)
+			}
+		}
+		if err := errors.Join(parallel(2, func(i int) error { return n.del(cs[i], "eth0", nil) })...); err != nil {
+			t.Fatalf("round %d: DEL: %v", r, err)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+}
+
+// The dhcp path claims its cookie like the static one: a dhcp ADD whose
+// cookie is another attachment's is refused with code 4 and leaves the
+// holder's flows as they were, through its DEL too.
+func TestBusyDHCPCookie(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", uniq("busydhcp"), dhcpConf(br, dhcpServer(t, br))))
+	const idA, idB = "cookie-14922038", "cookie-20154016" // see TestBusyCookieCollision
+	a, b := newContainer(t), newContainer(t)
+	a.id, b.id = idA, idB
+	n.mustAdd(t, a, "eth0", nil)
+	t.Cleanup(func() { n.del(a, "eth0", nil) })
+	h := &ovsHost{bridge: br}
+	sec := flows.AttachmentCookie(idA, "eth0").WithKind(flows.CookieKindPortSecurity)
+	before := h.flowsOf(t, sec)
+	if len(before) == 0 {
+		t.Fatalf("the holder %s has no port security flows", idA)
+	}
+	_, err := n.add(b, "eth0", nil)
+	if code := cniCode(err); code != 4 || !strings.Contains(err.Error(), idA) {
+		t.Errorf("dhcp ADD whose cookie is %s's: got code %d, %v; want code 4 naming it", idA, code, err)
+	}
+	if got := h.flowsOf(t, sec); !slices.Equal(got, before) {
+		t.Errorf("the holder's flows after the refused ADD: %v, want %v", got, before)
+	}
+	if err := n.del(b, "eth0", nil); err != nil {
+		t.Fatalf("DEL of the refused attachment: %v", err)
+	}
+	if got := h.flowsOf(t, sec); !slices.Equal(got, before) {
+		t.Errorf("the holder's flows after the refused attachment's DEL: %v, want %v", got, before)
+	}
+	ownFlowsOnly(t, br, []*container{a})
+	if err := n.check(a, "eth0", nil); err != nil {
+		t.Errorf("CHECK of the holder: %v", err)
+	}
+}

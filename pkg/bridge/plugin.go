@@ -909,35 +909,37 @@ func checkFlows(ctx context.Context, p ovsdb.OwnedPort) error {
 }
 
 // CmdGC removes our ports on this bridge and network whose attachment is not
-// in cni.dev/valid-attachments, then delegates GC to IPAM.
+// in cni.dev/valid-attachments, each as DEL does (collect), then delegates
+// GC to IPAM.
 func CmdGC(args *skel.CmdArgs) error {
 	gc, err := cnicmd.OpenGC(args, loadConf)
 	if err != nil {
 		return err
 	}
 	defer gc.Close()
-	ctx, cli, conf, stale := gc.Ctx, gc.OVSDB, gc.Conf, gc.Stale
-	if err := cutOff(ctx, conf, stale); err != nil {
-		return err
+	ctx, cli, conf := gc.Ctx, gc.OVSDB, gc.Conf
+	keep := map[string]bool{}
+	for _, a := range conf.ValidAttachments {
+		keep[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
 	}
-	if err := withdrawHostPorts(ctx, cli, stale); err != nil {
-		return err
-	}
-	if err := cli.DetachPorts(ctx, ovsdb.PortUUIDs(stale)...); err != nil {
-		return asCNIError(err)
-	}
-	for _, p := range stale {
-		if err := link.Delete(p.Port.Name); err != nil {
+	seen := map[ovsdb.Attachment]bool{}
+	for _, p := range gc.Stale {
+		a := p.Attachment()
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		left, err := collect(ctx, cli, conf, a)
+		if err != nil {
 			return err
+		}
+		if left {
+			keep[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
 		}
 	}
 	// Veths of this network whose port is already gone (a DEL or an ADD
 	// killed half way, never retried) are found by their alias.
-	valid := map[string]bool{}
-	for _, a := range conf.ValidAttachments {
-		valid[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
-	}
-	if err := link.DeleteOrphans(link.AliasPrefix(conf.Name), valid); err != nil {
+	if err := link.DeleteOrphans(link.AliasPrefix(conf.Name), keep); err != nil {
 		return err
 	}
 	if conf.IPAM.Type != "" {
@@ -946,6 +948,45 @@ func CmdGC(args *skel.CmdArgs) error {
 		}
 	}
 	return nil
+}
+
+// collect removes the ports of stale attachment a on this bridge and
+// network as DEL does: marked as under way first (ovsdb.BeginDelete; a
+// reconcile meanwhile restores none of its flows), with its ports as the
+// marking transaction reads them, not as GC first listed them, and removed
+// with the mark (ovsdb.Finish). An attachment with an ADD in flight (its
+// claims) is that ADD's, which replaces the port itself: collect leaves it
+// and reports so.
+func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Attachment) (bool, error) {
+	del, err := cli.BeginDelete(ctx, a)
+	if err != nil {
+		return false, asCNIError(err)
+	}
+	if del.Claimed() {
+		return true, asCNIError(cli.Abandon(ctx, del))
+	}
+	var ports []ovsdb.OwnedPort
+	for _, p := range del.Ports {
+		if ids := p.Port.ExternalIDs; ids[ovsdb.KeyNetwork] == conf.Name && ids[ovsdb.KeyBridge] == conf.Bridge {
+			ports = append(ports, p)
+		}
+	}
+	del.Ports = ports
+	if err := cutOff(ctx, conf, ports); err != nil {
+		return false, err
+	}
+	if err := withdrawHostPorts(ctx, cli, ports); err != nil {
+		return false, err
+	}
+	if err := cli.Finish(ctx, del); err != nil {
+		return false, asCNIError(err)
+	}
+	for _, p := range ports {
+		if err := link.Delete(p.Port.Name); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // CmdStatus reports whether the plugin can serve ADDs: OVSDB reachable and the

@@ -397,6 +397,16 @@ func (c *Client) Finish(ctx context.Context, d *Deletion) error {
 	return nil
 }
 
+// Abandon ends d removing nothing but its mark: the ports and the claims of
+// its attachment stay (GC leaves an attachment whose ADD is in flight to
+// that ADD).
+func (c *Client) Abandon(ctx context.Context, d *Deletion) error {
+	if _, err := c.transact(ctx, rootMutate(mutDelete, strSet{d.mark})); err != nil {
+		return fmt.Errorf("giving up the DEL of %s: %w", d.Attachment, err)
+	}
+	return nil
+}
+
 // PortUUIDs are the UUIDs of the Port rows of ports.
 func PortUUIDs(ports []OwnedPort) []string {
 	out := make([]string, len(ports))

@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
@@ -682,5 +685,147 @@ func TestBusyDHCPCookie(t *testing.T) {
 	ownFlowsOnly(t, br, []*container{a})
 	if err := n.check(a, "eth0", nil); err != nil {
 		t.Errorf("CHECK of the holder: %v", err)
+	}
+}
+
+// attachmentFlows dumps every flow of the attachment id/eth0, any kind.
+func attachmentFlows(t *testing.T, br, id string) []string {
+	t.Helper()
+	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows",
+		(&ovsHost{bridge: br}).ofTarget(), flows.AttachmentCookie(id, "eth0").AttachmentMatch())
+	if err != nil {
+		t.Fatalf("dump-flows: %v", err)
+	}
+	var fl []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "cookie=") {
+			fl = append(fl, strings.TrimSpace(l))
+		}
+	}
+	return fl
+}
+
+// GC marks what it removes as DEL does. Rounds of: attachments with host
+// ports added, then a GC (the plugins' own: libcni's DELs of what it has
+// cached are left out) that keeps half of them and two more whose ADDs run
+// at the same time as the GC, with one-shot reconcile passes running until
+// the GC returns. After each round (no pass begun since the GC returned):
+// nothing of a GC'd attachment is left (flow of any kind, port, veth,
+// in-flight record), and every kept one has its own flows alone and passes
+// CHECK.
+func TestBusyGC(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	br := h.bridge
+	n := h.portmapList(t, "1.1.0", uniq("busygc"), nil)
+	rounds := 15
+	if sandbox.Slowdown > 1 {
+		rounds = 5 // software emulation (hack/ovs-vm.sh): behaviour, not load
+	}
+	var passes atomic.Int64
+	for r := 0; r < rounds; r++ {
+		old := make([]*container, 12) // even: kept, odd: GC'd
+		caps := map[*container]map[string]any{}
+		for i := range old {
+			old[i] = newContainer(t)
+			caps[old[i]] = mappings(pm(20000+100*r+2*i, 80, "tcp", ""), pm(20001+100*r+2*i, 53, "udp", ""))
+		}
+		if err := errors.Join(parallel(len(old), func(i int) error {
+			_, err := n.add(old[i], "eth0", caps[old[i]])
+			return err
+		})...); err != nil {
+			t.Fatalf("round %d: ADD: %v", r, err)
+		}
+		racing := []*container{newContainer(t), newContainer(t)}
+		var kept, gone []*container
+		var valid []types.GCAttachment
+		for i, c := range append(old, racing...) {
+			if i < len(old) && i%2 == 1 {
+				gone = append(gone, c)
+				continue
+			}
+			kept = append(kept, c)
+			valid = append(valid, types.GCAttachment{ContainerID: c.id, IfName: "eth0"})
+		}
+		t.Cleanup(func() {
+			for _, c := range kept {
+				n.del(c, "eth0", caps[c])
+			}
+		})
+
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr).Run() == nil {
+					passes.Add(1)
+				}
+			}
+		}()
+		errs := parallel(1+len(racing), func(i int) error {
+			if i == 0 {
+				// With a cache of its own, libcni DELs nothing first: the
+				// plugins' GC does all the work.
+				gcCfg := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
+				err := gcCfg.GCNetworkList(context.Background(), n.list, &libcni.GCArgs{ValidAttachments: valid})
+				// No pass begins after the GC: a pass would remove what
+				// an earlier one wrote back.
+				close(stop)
+				if err != nil {
+					return fmt.Errorf("GC: %w", err)
+				}
+				return nil
+			}
+			if _, err := n.add(racing[i-1], "eth0", nil); err != nil {
+				return fmt.Errorf("ADD %s during the GC: %w", racing[i-1].id, err)
+			}
+			return nil
+		})
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+
+		for _, c := range gone {
+			if fl := attachmentFlows(t, br, c.id); len(fl) > 0 {
+				t.Errorf("round %d: flows of the GC'd attachment %s: %v", r, c.id, fl)
+			}
+			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) > 0 {
+				t.Errorf("round %d: ports of the GC'd attachment %s: %v", r, c.id, ports)
+			}
+			if slices.Contains(ourVeths(t), hostVeth(c, "eth0")) {
+				t.Errorf("round %d: the veth of the GC'd attachment %s is left", r, c.id)
+			}
+		}
+		if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/deleting.") ||
+			strings.Contains(ids, "ovsflow.io/ofport.") {
+			t.Errorf("round %d: in-flight records left: %s", r, ids)
+		}
+		ownFlowsOnly(t, br, kept)
+		for _, c := range kept {
+			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 1 {
+				t.Errorf("round %d: the kept attachment %s has ports %v, want one", r, c.id, ports)
+			}
+			if err := n.check(c, "eth0", caps[c]); err != nil {
+				t.Errorf("round %d: CHECK of the kept attachment %s: %v", r, c.id, err)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		if err := errors.Join(parallel(len(kept), func(i int) error { return n.del(kept[i], "eth0", caps[kept[i]]) })...); err != nil {
+			t.Fatalf("round %d: DEL: %v", r, err)
+		}
+	}
+	t.Logf("%d rounds, %d reconcile passes", rounds, passes.Load())
+	if passes.Load() < int64(rounds) {
+		t.Errorf("%d reconcile passes in %d rounds; want one a round at least", passes.Load(), rounds)
 	}
 }

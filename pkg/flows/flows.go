@@ -266,6 +266,19 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityRequestContainer,
 				match.RegBits(RegPortSecurityChecked, 1), dnat(p.ContainerZone)))
 		}
+		if fragmented(r.Protocol) {
+			// The fragments of a connection's first datagram, untranslated
+			// after the ct of PriorityFragment (or of PriorityFragmentContainer)
+			// in its zone: the same commit as the request's.
+			first := openflow.Match{}.EthType(ethOf(r.NodeIP)).
+				CTState(openflow.CTTrk|openflow.CTNew, openflow.CTTrk|openflow.CTNew|openflow.CTDNAT).
+				IPDst(openflow.Host(r.NodeIP)).CTNWProto(uint8(r.Protocol)).CTTPDst(r.HostPort)
+			flows = append(flows, flow(a.Cookie, TablePortmapDNAT, PriorityFragmentCommit, first.CTZone(p.DNATZone), dnat(p.DNATZone)))
+			if p.ContainerZone != 0 {
+				flows = append(flows, flow(a.Cookie, TablePortmapDNAT, PriorityFragmentCommit,
+					first.CTZone(p.ContainerZone), dnat(p.ContainerZone)))
+			}
+		}
 
 		k := replyKey{r.ContainerIP, r.Protocol, r.ContainerPort}
 		if seen[k] {

@@ -29,7 +29,9 @@
 //	  nf_defrag) and applies the binding of its     the fragments leave translated
 //	  connection to every fragment
 //	     |
-//	table 40 as above, or prio 0: not translated (no connection yet): NORMAL, to the node
+//	table 40 prio 250 (per rule): a new datagram (+new-dnat), by its original
+//	  tuple (ct_nw_proto, ct_tp_dst = hostPort): ct(commit, same zone, nat(dst=C:P)),
+//	  then table 40 as above; otherwise (established) as above; prio 0: not ours: NORMAL
 //
 //	ICMP errors about a host-port connection (+rel; path MTU discovery: fragmentation
 //	needed, packet too big) take the same two ways: to a node IP, table 0 prio 204
@@ -59,6 +61,7 @@
 //	prio 201  PriorityRequestContainer  table 0: the same from a container port (port security passed): container zone
 //	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort and the node's MAC
 //	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
+//	prio 250  PriorityFragmentCommit    table 40: fragments of a connection's first datagram: DNAT as PriorityRequest
 //	prio 200  PriorityMasquerade        table 40: every request SNATed (masqAll)
 //	prio 100  PriorityPass              table 40: request not SNATed
 //	prio 100  PriorityOutput            table 41: deliver to the container
@@ -103,15 +106,24 @@
 //     itself directly and the handshake never completes. Clients outside and
 //     in other containers need no SNAT: their replies are steered by label.
 //   - Fragments: ct() on a fragment reassembles the datagram and gives
-//     every fragment the result (NAT included) of the whole, but on the
-//     userspace datapath a later fragment has no ports, not even the
-//     original tuple's (ct_tp_dst matches the first fragment only): so no
-//     flow can choose a host port's translation for it. Fragments are
-//     therefore translated by the binding of an existing connection
-//     (ct(nat) without commit): a datagram above the MTU goes through a host
-//     port once the connection exists (after a first datagram that is not
-//     fragmented), both ways. The first datagram of a connection, when
-//     fragmented, goes to the node untranslated, as before.
+//     every fragment the result (NAT included) of the whole. A fragment to
+//     a node IP goes through ct(nat) without commit first (PriorityFragment):
+//     a connection that exists translates it. The first datagram of a new
+//     connection arrives in table 40 untranslated (+new-dnat), and its
+//     fragments are committed there with the rule's DNAT, chosen by the
+//     reassembled datagram's original tuple (ct_nw_proto, ct_tp_dst;
+//     PriorityFragmentCommit): every fragment must take the same ct
+//     action, since the userspace reassembler executes the whole datagram
+//     with the ct action of the fragment that completes it. The kernel
+//     datapath (nf_defrag) recirculates the reassembled datagram, whose
+//     ct_tp_dst is there. The userspace datapath sets ct_tp_* on later
+//     fragments only from OVS 3.1.7, 3.2.5, 3.3.4, 3.4.2 and 3.5.0 on
+//     (miniflow_extract; seen with 3.1.0): before, only the first fragment
+//     matches PriorityFragmentCommit, the later ones go to the node, the
+//     reassembler keeps the first one until it expires, and the datagram
+//     is lost (it reached the node whole before, and a process of the
+//     node's listening on the host port got it); the datagrams after a
+//     first one that is not fragmented go through either way.
 //   - One bundle may mix verbs: "delete cookie=C/-1" (no table: all tables)
 //     followed by "add" lines is applied atomically.
 //
@@ -164,6 +176,13 @@ const (
 	// is reassembled with the others.
 	PriorityFragment          uint16 = 202
 	PriorityFragmentContainer uint16 = 203
+	// PriorityFragmentCommit DNATs, in table 40, the fragments of the
+	// first datagram of a connection to a UDP or SCTP host port
+	// (+new-dnat after PriorityFragment or PriorityFragmentContainer, in
+	// that flow's zone), as PriorityRequest does an unfragmented one, by
+	// the datagram's original tuple: above every other flow of table 40,
+	// which match translated requests.
+	PriorityFragmentCommit uint16 = 250
 	// PriorityReplyFragment sends every fragment from a container port with
 	// UDP or SCTP host ports down the reply path: above PriorityReply, for
 	// the same reason.

@@ -107,10 +107,10 @@ func TestAttachmentFlows(t *testing.T) {
 	}
 	// 2 mappings × 2 families requests (from outside and from containers)
 	// + 2 × 2 replies + a reply fragment flow per family (UDP) + the
-	// container's ICMP errors (2 types IPv4, 4 IPv6); hairpin + pass, the
-	// UDP mapping's first-datagram fragments (from outside and from
-	// containers), and output per family.
-	want := map[uint8]int{TableClassifier: 20, TablePortmapDNAT: 8, TablePortmapOutput: 2}
+	// container's ICMP errors (2 types IPv4, 4 IPv6); hairpin + pass and
+	// each mapping's first-datagram fragments (from outside and from
+	// containers) per family; output per family.
+	want := map[uint8]int{TableClassifier: 20, TablePortmapDNAT: 12, TablePortmapOutput: 2}
 	if fmt.Sprint(count) != fmt.Sprint(want) {
 		t.Errorf("flows per table: got %v, want %v", count, want)
 	}

@@ -21,7 +21,7 @@
 //	table 41
 //	  eth_src := eth_dst, eth_dst := container MAC, output container port
 //
-//	fragments of UDP and SCTP datagrams (nw_frag=yes; later fragments carry no ports):
+//	fragments, any protocol (nw_frag=yes; later fragments carry no ports):
 //	request: client -> node IP, any fragment      reply: container IP -> client, any fragment
 //	table 0  prio 202 (shared, per node IP)       table 0  prio 211 (per attachment and family)
 //	  ct(DNAT zone, nat): conntrack reassembles     ct(SNAT zone, nat), then tables 42, 43
@@ -53,10 +53,10 @@
 //	prio   0  PriorityBase              table 0: NORMAL, on a fail_mode=secure bridge only (BaseFlows)
 //	prio 65000 PriorityTombstone        table 0: a port being deleted drops everything (10 s hard timeout)
 //	prio 212  PriorityReplyRelated      table 0: an ICMP error from a container port with host ports: reply path
-//	prio 211  PriorityReplyFragment     table 0: a fragment from a container port with UDP/SCTP host ports
+//	prio 211  PriorityReplyFragment     table 0: a fragment from a container port with host ports
 //	prio 204  PriorityRelated           table 0: an ICMP error to a node IP with host ports: ct(DNAT zone, nat), table 40
 //	prio 203  PriorityFragmentContainer table 0: PriorityFragment from a container port (port security passed)
-//	prio 202  PriorityFragment          table 0: a fragment to a node IP with UDP/SCTP host ports
+//	prio 202  PriorityFragment          table 0: a fragment to a node IP with host ports
 //	prio 210  PriorityReply             table 0: reply from a published container port
 //	prio 201  PriorityRequestContainer  table 0: the same from a container port (port security passed): container zone
 //	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort and the node's MAC
@@ -168,8 +168,8 @@ const (
 	// reply to a SNATed request (hairpin, masqAll) is addressed to a node IP
 	// and the SNATed source port, which may be a published host port.
 	PriorityReply uint16 = 210
-	// PriorityFragment sends a fragment to a node IP with UDP or SCTP host
-	// ports through conntrack NAT in the DNAT zone (table
+	// PriorityFragment sends a fragment to a node IP with host ports (any
+	// protocol) through conntrack NAT in the DNAT zone (table
 	// 0, shared flows), PriorityFragmentContainer the same from a container
 	// port through the container zone: above PriorityRequest and
 	// PriorityRequestContainer, so that the first fragment, which has ports,
@@ -177,14 +177,14 @@ const (
 	PriorityFragment          uint16 = 202
 	PriorityFragmentContainer uint16 = 203
 	// PriorityFragmentCommit DNATs, in table 40, the fragments of the
-	// first datagram of a connection to a UDP or SCTP host port
+	// first datagram of a connection to a host port
 	// (+new-dnat after PriorityFragment or PriorityFragmentContainer, in
 	// that flow's zone), as PriorityRequest does an unfragmented one, by
 	// the datagram's original tuple: above every other flow of table 40,
 	// which match translated requests.
 	PriorityFragmentCommit uint16 = 250
 	// PriorityReplyFragment sends every fragment from a container port with
-	// UDP or SCTP host ports down the reply path: above PriorityReply, for
+	// host ports down the reply path: above PriorityReply, for
 	// the same reason.
 	PriorityReplyFragment uint16 = 211
 	// PriorityRelated sends an ICMP error to a node IP with host ports

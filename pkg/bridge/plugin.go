@@ -938,9 +938,31 @@ func CmdGC(args *skel.CmdArgs) error {
 		}
 	}
 	// Veths of this network whose port is already gone (a DEL or an ADD
-	// killed half way, never retried) are found by their alias.
-	if err := link.DeleteOrphans(link.AliasPrefix(conf.Name), keep); err != nil {
+	// killed half way, never retried) are found by their alias; those of
+	// an ADD in flight (its veth is there before its port) stay. The
+	// claims are read after the links are listed: an ADD claims before
+	// it creates its veth.
+	var adding map[string]bool
+	var addingErr error
+	if err := link.DeleteOrphans(link.AliasPrefix(conf.Name), func(alias string) bool {
+		if keep[alias] {
+			return true
+		}
+		if adding == nil && addingErr == nil {
+			var in map[ovsdb.Attachment]bool
+			if in, addingErr = cli.Adding(ctx); addingErr == nil {
+				adding = map[string]bool{}
+				for a := range in {
+					adding[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
+				}
+			}
+		}
+		return addingErr != nil || adding[alias]
+	}); err != nil {
 		return err
+	}
+	if addingErr != nil {
+		return asCNIError(addingErr)
 	}
 	if conf.IPAM.Type != "" {
 		if err := ipam.GC(ctx, conf.IPAM.Type, args.StdinData); err != nil {

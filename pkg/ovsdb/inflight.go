@@ -298,6 +298,24 @@ func (c *Client) WaitSweep(ctx context.Context) error {
 	}
 }
 
+// Adding returns the attachments with an ADD in flight: those holding
+// claims.
+func (c *Client) Adding(ctx context.Context) (map[Attachment]bool, error) {
+	ids, err := c.rootIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[Attachment]bool{}
+	for k, v := range ids {
+		if strings.HasPrefix(k, keyClaimOFPort) || strings.HasPrefix(k, keyClaimIdentity) {
+			if a, _, ok := parseClaim(v); ok {
+				out[a] = true
+			}
+		}
+	}
+	return out, nil
+}
+
 // rootIDs reads the root row's external_ids.
 func (c *Client) rootIDs(ctx context.Context) (map[string]string, error) {
 	res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"external_ids"}})

@@ -829,3 +829,51 @@ func TestBusyGC(t *testing.T) {
 		t.Errorf("%d reconcile passes in %d rounds; want one a round at least", passes.Load(), rounds)
 	}
 }
+
+// GC leaves an ADD in flight to it. A retried ADD of x has removed x's old
+// port and created its new veth, and holds its claims (as between its
+// Reserve and its insert): a GC that does not keep x leaves the veth and
+// the claims. Once the claims are given up (the ADD died), the same GC
+// removes the veth: the control.
+func TestBusyGCLeavesADDInFlight(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.1.0", uniq("busygcadd"), bridgeConf(br, t.TempDir(), nil)))
+	x := newContainer(t)
+	n.mustAdd(t, x, "eth0", nil)
+	t.Cleanup(func() { n.del(x, "eth0", nil) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := ovsdb.Dial(ctx, ovsdbAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	vsctl(t, "del-port", br, hostVeth(x, "eth0"))
+	att := ovsdb.Attachment{ContainerID: x.id, IfName: "eth0"}
+	res, err := cli.Reserve(ctx, att, ovsdb.HomeOFPort(att), flows.AttachmentCookie(x.id, "eth0").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := func() {
+		t.Helper()
+		gcCfg := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
+		if err := gcCfg.GCNetworkList(ctx, n.list, &libcni.GCArgs{}); err != nil {
+			t.Fatalf("GC: %v", err)
+		}
+	}
+	gc()
+	if !slices.Contains(ourVeths(t), hostVeth(x, "eth0")) {
+		t.Errorf("GC removed the veth of an ADD in flight")
+	}
+	if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); !strings.Contains(ids, "ovsflow.io/ofport."+strconv.Itoa(res.OFPort)) {
+		t.Errorf("GC removed the claims of an ADD in flight: %s", ids)
+	}
+	if err := cli.Release(ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	gc()
+	if slices.Contains(ourVeths(t), hostVeth(x, "eth0")) {
+		t.Errorf("control: GC left the veth of an attachment with no port and no ADD in flight")
+	}
+}

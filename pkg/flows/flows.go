@@ -138,6 +138,7 @@ func (p Pipeline) SharedFlows() []Flow {
 		flow(c, TablePortmapReplyRestore, PriorityReplyNAT, openflow.Match{}.CTState(reply, reply), restore...),
 		flow(c, TablePortmapReplyRestore, PriorityMiss, openflow.Match{}, openflow.Normal),
 		flow(c, TablePortmapDNAT, PriorityMiss, openflow.Match{}, openflow.Normal),
+		flow(c, TablePortmapFragmentMiss, PriorityMiss, openflow.Match{}, openflow.Normal),
 	}
 	if p.ContainerZone != 0 {
 		out = append(out,
@@ -209,6 +210,17 @@ func (p Pipeline) NodeIPFlows(a Attachment) []Flow {
 			out = append(out, flow(SharedCookie(), TableClassifier, PriorityFragmentContainer,
 				m.RegBits(RegPortSecurityChecked, 1), lookup(p.ContainerZone)))
 		}
+		// The fragments of a new datagram that no PriorityFragmentCommit
+		// took, in the zone of their fragment flow.
+		miss := openflow.Match{}.EthType(ethOf(r.NodeIP)).
+			CTState(openflow.CTTrk|openflow.CTNew, openflow.CTTrk|openflow.CTNew|openflow.CTDNAT).
+			IPDst(openflow.Host(r.NodeIP)).IPFrag(openflow.FragAny, openflow.FragAny)
+		for _, z := range []uint16{p.DNATZone, p.ContainerZone} {
+			if z != 0 {
+				out = append(out, flow(SharedCookie(), TablePortmapDNAT, PriorityFragmentMiss, miss.CTZone(z),
+					openflow.CT{Zone: z, Table: openflow.Table(TablePortmapFragmentMiss)}))
+			}
+		}
 	}
 	return out
 }
@@ -274,6 +286,11 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 			flows = append(flows, flow(a.Cookie, TablePortmapDNAT, PriorityFragmentCommit,
 				first.CTZone(p.ContainerZone), dnat(p.ContainerZone)))
 		}
+		// Its first fragment, when PriorityFragmentCommit did not take
+		// the datagram whole (PriorityFragmentHeld): any zone.
+		flows = append(flows, flow(a.Cookie, TablePortmapFragmentMiss, PriorityFragmentHeld,
+			openflow.Match{}.EthType(ethOf(r.NodeIP)).CTState(openflow.CTTrk|openflow.CTNew, openflow.CTTrk|openflow.CTNew).
+				IPDst(openflow.Host(r.NodeIP)).CTNWProto(uint8(r.Protocol)).CTTPDst(r.HostPort)))
 
 		k := replyKey{r.ContainerIP, r.Protocol, r.ContainerPort}
 		if seen[k] {

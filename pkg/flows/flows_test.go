@@ -109,8 +109,9 @@ func TestAttachmentFlows(t *testing.T) {
 	// + 2 × 2 replies + a reply fragment flow per family (UDP) + the
 	// container's ICMP errors (2 types IPv4, 4 IPv6); hairpin + pass and
 	// each mapping's first-datagram fragments (from outside and from
-	// containers) per family; output per family.
-	want := map[uint8]int{TableClassifier: 20, TablePortmapDNAT: 12, TablePortmapOutput: 2}
+	// containers) per family; output per family; each mapping's first
+	// fragment held back per family (table 44).
+	want := map[uint8]int{TableClassifier: 20, TablePortmapDNAT: 12, TablePortmapOutput: 2, TablePortmapFragmentMiss: 4}
 	if fmt.Sprint(count) != fmt.Sprint(want) {
 		t.Errorf("flows per table: got %v, want %v", count, want)
 	}

@@ -31,7 +31,11 @@
 //	     |
 //	table 40 prio 250 (per rule): a new datagram (+new-dnat), by its original
 //	  tuple (ct_nw_proto, ct_tp_dst = hostPort): ct(commit, same zone, nat(dst=C:P)),
-//	  then table 40 as above; otherwise (established) as above; prio 0: not ours: NORMAL
+//	  then table 40 as above; otherwise (established) as above
+//	table 40 prio 240 (shared, per node IP and zone): any other fragment of a new
+//	  datagram: ct(same zone, table 44), which completes the reassembly
+//	table 44 prio 100 (per rule): the first fragment of a host-port datagram that
+//	  prio 250 could not take whole (see below): drop; prio 0: NORMAL, to the node
 //
 //	ICMP errors about a host-port connection (+rel; path MTU discovery: fragmentation
 //	needed, packet too big) take the same two ways: to a node IP, table 0 prio 204
@@ -43,6 +47,7 @@
 //	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
 //	table 42  TablePortmapReplySNAT     replies after un-SNAT: un-DNAT them
 //	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
+//	table 44  TablePortmapFragmentMiss  fragments of a new datagram no rule took: to the node, a host port's never
 //	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, double tag; invalid fragments
 //	prio 415  PriorityPortSecFrag       table 0: an IP fragment from a container: ct(zone 64003, table 0) first, to classify the datagram
 //	prio 410  PriorityPortSecND         table 0: a container's neighbour discovery for its own addresses and MAC
@@ -62,12 +67,14 @@
 //	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort and the node's MAC
 //	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
 //	prio 250  PriorityFragmentCommit    table 40: fragments of a connection's first datagram: DNAT as PriorityRequest
+//	prio 240  PriorityFragmentMiss      table 40: other fragments of a new datagram: ct, table 44
+//	prio 100  PriorityFragmentHeld      table 44: a host port's first fragment that PriorityFragmentCommit did not take whole: drop
 //	prio 200  PriorityMasquerade        table 40: every request SNATed (masqAll)
 //	prio 100  PriorityPass              table 40: request not SNATed
 //	prio 100  PriorityOutput            table 41: deliver to the container
 //	prio 100  PriorityReplyNAT          tables 42, 43: reply handling
 //	prio  50  PriorityReplyContainer    table 43: not a reply in the DNAT zone: look in the container zone
-//	prio   0  PriorityMiss              tables 40, 42, 43: not ours after all (40: an untranslated fragment), NORMAL
+//	prio   0  PriorityMiss              tables 40, 42, 43, 44: not ours after all (40, 44: an untranslated fragment), NORMAL
 //	zone 64000  DefaultDNATZone         node IP:hostPort -> container; ct_label holds the origin
 //	zone 64001  DefaultSNATZone         hairpin/masqAll source translation
 //	zone 64002  DefaultContainerZone    as 64000, for clients in containers: a flood from one cannot fill 64000
@@ -119,11 +126,18 @@
 //     ct_tp_dst is there. The userspace datapath sets ct_tp_* on later
 //     fragments only from OVS 3.1.7, 3.2.5, 3.3.4, 3.4.2 and 3.5.0 on
 //     (miniflow_extract; seen with 3.1.0): before, only the first fragment
-//     matches PriorityFragmentCommit, the later ones go to the node, the
-//     reassembler keeps the first one until it expires, and the datagram
-//     is lost (it reached the node whole before, and a process of the
-//     node's listening on the host port got it); the datagrams after a
-//     first one that is not fragmented go through either way.
+//     matches PriorityFragmentCommit, the later ones PriorityFragmentMiss,
+//     whose ct then completes the reassembly (without commit: the
+//     reassembler executes the datagram with the ct action of the fragment
+//     that completes it); in table 44 the first fragment, whose ct_tp_dst
+//     is a host port's, is dropped (PriorityFragmentHeld) and the later ones
+//     reach the node, which cannot reassemble them: the datagram is lost,
+//     and nothing of it is held in the reassembler (before, it reached the
+//     node whole, and a process of the node's listening on the host port
+//     got it). The datagrams after a first one that is not fragmented go
+//     through either way. Fragments of datagrams to other ports of a node
+//     IP take PriorityFragmentMiss whole, and table 44 gives them to the
+//     node.
 //   - One bundle may mix verbs: "delete cookie=C/-1" (no table: all tables)
 //     followed by "add" lines is applied atomically.
 //
@@ -149,6 +163,10 @@ const (
 	// TablePortmapReplyRestore sends un-DNATed replies back where the request
 	// came from, using the ct_label of the DNAT connection.
 	TablePortmapReplyRestore uint8 = 43
+	// TablePortmapFragmentMiss receives the fragments of a new datagram to
+	// a node IP that no rule's PriorityFragmentCommit took, reassembled
+	// again by PriorityFragmentMiss's ct: to the node, a host port's never.
+	TablePortmapFragmentMiss uint8 = 44
 )
 
 // Priorities.
@@ -183,6 +201,17 @@ const (
 	// the datagram's original tuple: above every other flow of table 40,
 	// which match translated requests.
 	PriorityFragmentCommit uint16 = 250
+	// PriorityFragmentMiss sends, in table 40, every other fragment of a new
+	// datagram to a node IP (+new-dnat, nw_frag) through a ct of its zone to
+	// TablePortmapFragmentMiss, so that the reassembly a first fragment
+	// began at PriorityFragmentCommit completes (shared, per node IP and
+	// zone). Only fragments of the userspace datapath come here: the kernel
+	// datapath recirculates reassembled datagrams.
+	PriorityFragmentMiss uint16 = 240
+	// PriorityFragmentHeld drops, in TablePortmapFragmentMiss, the first
+	// fragment of a datagram to a host port (its ct_tp_dst) that arrives
+	// there: PriorityFragmentCommit did not take the datagram whole.
+	PriorityFragmentHeld uint16 = 100
 	// PriorityReplyFragment sends every fragment from a container port with
 	// host ports down the reply path: above PriorityReply, for
 	// the same reason.
@@ -206,7 +235,7 @@ const (
 	// PriorityReplyNAT un-DNATs replies (table 42) and restores them (table 43).
 	PriorityReplyNAT uint16 = 100
 	// PriorityMiss is the NORMAL fallback in tables 40 (fragments that no
-	// connection translates), 42 and 43.
+	// connection translates), 42, 43 and 44.
 	PriorityMiss uint16 = 0
 )
 

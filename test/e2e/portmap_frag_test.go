@@ -15,6 +15,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
 // serveUDPEcho answers every datagram with one of the same size, starting
@@ -36,7 +38,8 @@ func (c *container) serveUDPEcho(t *testing.T, port int) {
 // one 3000-byte datagram from outside to port, which must not be a host
 // port, on node (its fragments go through PriorityFragment's ct), and
 // counts what a flow of its own matching ct_tp_dst=port sees besides first
-// fragments.
+// fragments; its flows go on as PriorityFragmentMiss does, so that the
+// reassembly completes.
 func laterFragmentsHaveCTPorts(t *testing.T, h *ovsHost, node string, port int) bool {
 	t.Helper()
 	eth := "ip"
@@ -46,7 +49,7 @@ func laterFragmentsHaveCTPorts(t *testing.T, h *ovsHost, node string, port int) 
 	probe := fmt.Sprintf("table=40,ct_state=+trk+new,%s,ct_nw_proto=17,ct_tp_dst=%d", eth, port)
 	firsts, rest := "priority=252,"+probe+",nw_frag=first", "priority=251,"+probe
 	for _, f := range []string{firsts, rest} {
-		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.ofTarget(), f+",actions=drop"); err != nil {
+		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.ofTarget(), f+",actions=ct(zone=64000,table=44)"); err != nil {
 			t.Fatalf("probe flow: %v: %s", err, out)
 		}
 		defer run("ovs-ofctl", "-O", "OpenFlow14", "--strict", "del-flows", h.ofTarget(), f)
@@ -89,7 +92,8 @@ func laterFragmentsHaveCTPorts(t *testing.T, h *ovsHost, node string, port int) 
 // none of them, whatever the datapath; on a userspace datapath that shows
 // a later fragment without its datagram's ports (laterFragmentsHaveCTPorts;
 // OVS 3.1.0 here), the first fragmented datagram is lost, and only what
-// follows it is required to pass.
+// follows it is required to pass; the userspace reassembler keeps nothing
+// of it (dpctl/ipf-get-status).
 func TestPortmapUDPFragments(t *testing.T) {
 	requireSandbox(t)
 	h := newOVSHost(t)
@@ -157,6 +161,14 @@ func TestPortmapUDPFragments(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if k := stolen.Load(); k > 0 {
 		t.Errorf("the node's own socket on the host port got %d datagrams, want none", k)
+	}
+	if sandbox.Userspace() {
+		// Nothing is left waiting in the reassembler for fragments that
+		// went elsewhere.
+		st := appctl(t, "dpctl/ipf-get-status")
+		if held := strings.TrimSpace(field(strings.ReplaceAll(st, "num frag: ", "numfrag="), "numfrag=")); held != "0" {
+			t.Errorf("the userspace reassembler holds %s fragments after the datagrams:\n%s", held, st)
+		}
 	}
 }
 

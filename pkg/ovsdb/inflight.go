@@ -417,7 +417,8 @@ func (c *Client) Finish(ctx context.Context, d *Deletion) error {
 
 // Abandon ends d removing nothing but its mark: the ports and the claims of
 // its attachment stay (GC leaves an attachment whose ADD is in flight to
-// that ADD).
+// that ADD; ovs-portmap withdraws host ports under the mark, and the ports
+// are not its own).
 func (c *Client) Abandon(ctx context.Context, d *Deletion) error {
 	if _, err := c.transact(ctx, rootMutate(mutDelete, strSet{d.mark})); err != nil {
 		return fmt.Errorf("giving up the DEL of %s: %w", d.Attachment, err)

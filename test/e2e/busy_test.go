@@ -877,3 +877,64 @@ func TestBusyGCLeavesADDInFlight(t *testing.T) {
 		t.Errorf("control: GC left the veth of an attachment with no port and no ADD in flight")
 	}
 }
+
+// ovs-portmap withdraws host ports under a deleting mark, as ovs-bridge's
+// DEL does. Rounds of: an attachment with host ports added, then
+// ovs-portmap's DEL alone with one-shot reconcile passes running until it
+// returns: after it (no pass begun since), no host port flow of the
+// attachment is left, and its port security flows are there.
+func TestBusyPortmapDel(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	network := uniq("busypm")
+	n := h.portmapList(t, "1.1.0", network, nil)
+	pmOnly := newCNI(t, conflist("1.1.0", network,
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}))
+	rounds := 20
+	if sandbox.Slowdown > 1 {
+		rounds = 5 // software emulation (hack/ovs-vm.sh): behaviour, not load
+	}
+	var passes atomic.Int64
+	for r := 0; r < rounds; r++ {
+		c := newContainer(t)
+		caps := mappings(pm(21000+2*r, 80, "tcp", ""), pm(21001+2*r, 53, "udp", ""))
+		n.mustAdd(t, c, "eth0", caps)
+		t.Cleanup(func() { n.del(c, "eth0", caps) })
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr).Run() == nil {
+					passes.Add(1)
+				}
+			}
+		}()
+		time.Sleep(time.Duration(r%4) * 20 * time.Millisecond)
+		err := pmOnly.del(c, "eth0", caps)
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("round %d: ovs-portmap DEL: %v", r, err)
+		}
+		if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0")); len(fl) > 0 {
+			t.Errorf("round %d: host port flows of %s after ovs-portmap's DEL: %v", r, c.id, fl)
+		}
+		if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(fl) == 0 {
+			t.Errorf("round %d: %s lost its port security flows to ovs-portmap's DEL", r, c.id)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		if err := n.del(c, "eth0", caps); err != nil {
+			t.Fatalf("round %d: DEL: %v", r, err)
+		}
+	}
+	t.Logf("%d rounds, %d reconcile passes", rounds, passes.Load())
+}

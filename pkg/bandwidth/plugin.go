@@ -78,12 +78,16 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, ports, done, err := cnicmd.OpenDel(conf.OVSDB, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.OVSDB, args)
 	if err != nil || done == nil {
 		return err
 	}
 	defer done()
 	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+	ports, err := cli.FindPorts(ctx, att)
+	if err != nil {
+		return cnicmd.Error(err)
+	}
 	if err := Withdraw(ctx, cli, ports); err != nil {
 		return cnicmd.Error(err)
 	}

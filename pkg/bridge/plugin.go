@@ -93,8 +93,10 @@ func portVLAN(conf *NetConf) flows.PortVLAN {
 // IP allocation.
 //
 // No frame from the container is forwarded before its port flows are in.
-// Without dhcp they go in before the port exists, for the ofport the port
-// then requests (ovsdb.ChooseOFPort). ovs-vswitchd reconfigures the whole
+// They go in before the port exists, for the ofport and cookie the ADD
+// claimed first (ovsdb.Reserve), which the port's insert then takes over;
+// with dhcp, the flows of a port without addresses (DHCP client
+// broadcasts, link-local), replaced once the lease is in. ovs-vswitchd reconfigures the whole
 // bridge on every link change and every insert, and answers OpenFlow only
 // between reconfigurations: so the veth is made, in its final state, while
 // IPAM runs (the reconfiguration its link changes start runs meanwhile),
@@ -175,9 +177,8 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return asCNIError(err)
 		}
 	}
-	// The flows go with a failed ADD once its cookie is its own: claimed
-	// (without dhcp) or, with dhcp, from the start.
-	ownCookie := dhcp
+	// The flows go with a failed ADD once its cookie is its own (claimed).
+	ownCookie := false
 	defer func() {
 		if retErr != nil && ownCookie {
 			cnicmd.Rollback(func(ctx context.Context) {
@@ -187,30 +188,30 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		}
 	}()
 	contMAC := conf.MAC
-	var ofport int
-	var res ovsdb.Reservation
-	if !dhcp {
+	if !dhcp && contMAC == nil {
 		// MAC and ofport are known before the veth exists, the addresses
 		// once IPAM returns: the flows go in before the port, whose insert
 		// then is the only reconfiguration the ADD waits for.
-		if contMAC == nil {
-			if contMAC, err = link.RandomMAC(); err != nil {
-				return err
-			}
-		}
-		result.Interfaces[contIndex].Mac = contMAC.String()
-		// Claim, then act: the ofport and the cookie are this ADD's
-		// before any flow goes in for them.
-		if res, err = reserve(ctx, cli, att, ovsdb.HomeOFPort(att)); err != nil {
+		if contMAC, err = link.RandomMAC(); err != nil {
 			return err
 		}
-		ofport, ownCookie = res.OFPort, true
-		defer func() {
-			if retErr != nil {
-				cnicmd.Rollback(func(ctx context.Context) { _ = cli.Release(ctx, res) })
-			}
-		}()
 	}
+	if contMAC != nil {
+		result.Interfaces[contIndex].Mac = contMAC.String()
+	}
+	// Claim, then act: the ofport and the cookie are this ADD's before any
+	// flow goes in for them, with dhcp as without.
+	res, err := reserve(ctx, cli, att, ovsdb.HomeOFPort(att))
+	if err != nil {
+		return err
+	}
+	ofport := res.OFPort
+	ownCookie = true
+	defer func() {
+		if retErr != nil {
+			cnicmd.Rollback(func(ctx context.Context) { _ = cli.Release(ctx, res) })
+		}
+	}()
 
 	// The veth, its container end created in place and prepared, the host
 	// end in its final state (promiscuous, as the datapath makes it; down
@@ -256,11 +257,11 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 				return err
 			}
 		}
-		// A bridge just created (createBridge), or one of an ovs-vswitchd
-		// restarting, has no OpenFlow socket yet: securePort waits for it.
-		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
-			return err
-		}
+	}
+	// A bridge just created (createBridge), or one of an ovs-vswitchd
+	// restarting, has no OpenFlow socket yet: securePort waits for it.
+	if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
+		return err
 	}
 	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf, result.Interfaces[contIndex].Mac)}
 	if conf.VLAN != nil {
@@ -283,26 +284,16 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			})
 		}
 	}()
-	var portUUID string
+	// With dhcp, the port goes in with the record of the flows it has until
+	// the lease (no addresses yet): a reconcile meanwhile rebuilds those,
+	// instead of removing them as an attachment's without a record.
+	portUUID, ofport, err := attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, &res)
+	if err != nil {
+		return err
+	}
 	if dhcp {
-		// The port goes in with the record of the flows it has until the
-		// lease (no addresses yet): a reconcile meanwhile rebuilds those,
-		// instead of removing them as an attachment's without a record.
-		if err := withPortSecRecord(spec, portSecRecord(conf, result, contIndex)); err != nil {
-			return err
-		}
-		portUUID, err = cli.AttachPort(ctx, br.UUID, spec)
-		if err != nil {
-			return macError(err)
-		}
-		if ofport, err = cli.WaitOFPort(ctx, hostName, ofportTimeout); err != nil {
-			return asCNIError(err)
-		}
-		// dhcp needs the link: first the flows of a port without
-		// addresses (DHCP client broadcasts, link-local), then the carrier.
-		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
-			return err
-		}
+		// dhcp needs the link: the flows of a port without addresses are
+		// in, now the carrier.
 		if err := link.SetUp(hostLink); err != nil {
 			return err
 		}
@@ -313,9 +304,6 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return err
 		}
 	} else {
-		if portUUID, ofport, err = attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, &res); err != nil {
-			return err
-		}
 		var gateways []netip.Addr
 		for _, ipc := range result.IPs {
 			if a, ok := netip.AddrFromSlice(ipc.Gateway); ok && netdev {
@@ -925,36 +913,60 @@ func checkFlows(ctx context.Context, p ovsdb.OwnedPort) error {
 }
 
 // CmdGC removes our ports on this bridge and network whose attachment is not
-// in cni.dev/valid-attachments, then delegates GC to IPAM.
+// in cni.dev/valid-attachments, each as DEL does (collect), then delegates
+// GC to IPAM.
 func CmdGC(args *skel.CmdArgs) error {
 	gc, err := cnicmd.OpenGC(args, loadConf)
 	if err != nil {
 		return err
 	}
 	defer gc.Close()
-	ctx, cli, conf, stale := gc.Ctx, gc.OVSDB, gc.Conf, gc.Stale
-	if err := cutOff(ctx, conf, stale); err != nil {
-		return err
+	ctx, cli, conf := gc.Ctx, gc.OVSDB, gc.Conf
+	keep := map[string]bool{}
+	for _, a := range conf.ValidAttachments {
+		keep[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
 	}
-	if err := withdrawHostPorts(ctx, cli, stale); err != nil {
-		return err
-	}
-	if err := cli.DetachPorts(ctx, ovsdb.PortUUIDs(stale)...); err != nil {
-		return asCNIError(err)
-	}
-	for _, p := range stale {
-		if err := link.Delete(p.Port.Name); err != nil {
+	seen := map[ovsdb.Attachment]bool{}
+	for _, p := range gc.Stale {
+		a := p.Attachment()
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		left, err := collect(ctx, cli, conf, a)
+		if err != nil {
 			return err
+		}
+		if left {
+			keep[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
 		}
 	}
 	// Veths of this network whose port is already gone (a DEL or an ADD
-	// killed half way, never retried) are found by their alias.
-	valid := map[string]bool{}
-	for _, a := range conf.ValidAttachments {
-		valid[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
-	}
-	if err := link.DeleteOrphans(link.AliasPrefix(conf.Name), valid); err != nil {
+	// killed half way, never retried) are found by their alias; those of
+	// an ADD in flight (its veth is there before its port) stay. The
+	// claims are read after the links are listed: an ADD claims before
+	// it creates its veth.
+	var adding map[string]bool
+	var addingErr error
+	if err := link.DeleteOrphans(link.AliasPrefix(conf.Name), func(alias string) bool {
+		if keep[alias] {
+			return true
+		}
+		if adding == nil && addingErr == nil {
+			var in map[ovsdb.Attachment]bool
+			if in, addingErr = cli.Adding(ctx); addingErr == nil {
+				adding = map[string]bool{}
+				for a := range in {
+					adding[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
+				}
+			}
+		}
+		return addingErr != nil || adding[alias]
+	}); err != nil {
 		return err
+	}
+	if addingErr != nil {
+		return asCNIError(addingErr)
 	}
 	if conf.IPAM.Type != "" {
 		if err := ipam.GC(ctx, conf.IPAM.Type, args.StdinData); err != nil {
@@ -962,6 +974,45 @@ func CmdGC(args *skel.CmdArgs) error {
 		}
 	}
 	return nil
+}
+
+// collect removes the ports of stale attachment a on this bridge and
+// network as DEL does: marked as under way first (ovsdb.BeginDelete; a
+// reconcile meanwhile restores none of its flows), with its ports as the
+// marking transaction reads them, not as GC first listed them, and removed
+// with the mark (ovsdb.Finish). An attachment with an ADD in flight (its
+// claims) is that ADD's, which replaces the port itself: collect leaves it
+// and reports so.
+func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Attachment) (bool, error) {
+	del, err := cli.BeginDelete(ctx, a)
+	if err != nil {
+		return false, asCNIError(err)
+	}
+	if del.Claimed() {
+		return true, asCNIError(cli.Abandon(ctx, del))
+	}
+	var ports []ovsdb.OwnedPort
+	for _, p := range del.Ports {
+		if ids := p.Port.ExternalIDs; ids[ovsdb.KeyNetwork] == conf.Name && ids[ovsdb.KeyBridge] == conf.Bridge {
+			ports = append(ports, p)
+		}
+	}
+	del.Ports = ports
+	if err := cutOff(ctx, conf, ports); err != nil {
+		return false, err
+	}
+	if err := withdrawHostPorts(ctx, cli, ports); err != nil {
+		return false, err
+	}
+	if err := cli.Finish(ctx, del); err != nil {
+		return false, asCNIError(err)
+	}
+	for _, p := range ports {
+		if err := link.Delete(p.Port.Name); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // CmdStatus reports whether the plugin can serve ADDs: OVSDB reachable and the

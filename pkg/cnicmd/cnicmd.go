@@ -84,24 +84,15 @@ func Open(ep string) (ctx context.Context, cli *ovsdb.Client, done func(), err e
 	return open(ep, Timeout, Error)
 }
 
-// OpenDel starts the DEL of a chained plugin: Open, and the attachment's
-// ports found by its identity alone. When OVSDB cannot be reached, DEL
-// fails (code 11) while the attachment's host veth is still there and
-// succeeds with nothing to do (done nil) once it is gone.
-func OpenDel(ep string, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort, done func(), err error) {
+// OpenDel opens the DEL of a chained plugin: Open, except that when OVSDB
+// cannot be reached, DEL fails (code 11) while the attachment's host veth is
+// still there and succeeds with nothing to do (done nil) once it is gone.
+func OpenDel(ep string, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
 	ctx, cli, done, err = Open(ep)
-	if err != nil {
-		if link.Exists(link.HostVethName(args.ContainerID, args.IfName)) {
-			return nil, nil, nil, nil, err
-		}
-		return nil, nil, nil, nil, nil
+	if err != nil && !link.Exists(link.HostVethName(args.ContainerID, args.IfName)) {
+		return nil, nil, nil, nil
 	}
-	ports, err = cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
-	if err != nil {
-		done()
-		return nil, nil, nil, nil, Error(err)
-	}
-	return ctx, cli, ports, done, nil
+	return ctx, cli, done, err
 }
 
 // Status opens a STATUS: a connection within StatusTimeout, OVSDB

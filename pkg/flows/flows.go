@@ -178,6 +178,7 @@ func (p Pipeline) SharedFlows() []Flow {
 		flow(c, TablePortmapReplyRestore, PriorityReplyNAT, openflow.Match{}.CTState(reply, reply), restore...),
 		flow(c, TablePortmapReplyRestore, PriorityMiss, openflow.Match{}, openflow.Normal),
 		flow(c, TablePortmapDNAT, PriorityMiss, openflow.Match{}, openflow.Normal),
+		flow(c, TablePortmapFragmentMiss, PriorityMiss, openflow.Match{}, openflow.Normal),
 	}
 	if p.ContainerZone != 0 {
 		out = append(out,
@@ -186,10 +187,6 @@ func (p Pipeline) SharedFlows() []Flow {
 	}
 	return out
 }
-
-// fragmented reports whether datagrams of p can be fragmented host-port
-// traffic: UDP and SCTP (TCP segments carry DF and follow the path MTU).
-func fragmented(p Protocol) bool { return p == UDP || p == SCTP }
 
 // icmpErrors are the ICMP types that report on a packet of a connection
 // (destination unreachable, fragmentation needed included; time exceeded;
@@ -209,9 +206,10 @@ func icmpOf(a netip.Addr) uint8 {
 // rules (table 0, shared cookie: node IPs are the bridge's, shared by every
 // attachment that publishes on them): the ICMP errors sent to a node IP
 // (PriorityRelated), which may be about a host-port connection (path MTU
-// discovery: fragmentation needed, packet too big), and, for node IPs with
-// UDP or SCTP rules, the fragments (PriorityFragment,
-// PriorityFragmentContainer). Both go through ct(nat) without commit: what
+// discovery: fragmentation needed, packet too big), and the fragments
+// (PriorityFragment, PriorityFragmentContainer), of any protocol: a TCP
+// segment carries DF, but one fragmented on the way must not reach the node
+// untranslated either. Both go through ct(nat) without commit: what
 // no connection translates goes to the node (table 40's PriorityMiss). The
 // pipeline's comment says how a fragment goes through them.
 func (p Pipeline) NodeIPFlows(a Attachment) []Flow {
@@ -240,7 +238,7 @@ func (p Pipeline) NodeIPFlows(a Attachment) []Flow {
 				out = append(out, flow(SharedCookie(), TableClassifier, PriorityRelated, m, related))
 			}
 		}
-		if !fragmented(r.Protocol) || seenFrag[r.NodeIP] {
+		if seenFrag[r.NodeIP] {
 			continue
 		}
 		seenFrag[r.NodeIP] = true
@@ -251,6 +249,17 @@ func (p Pipeline) NodeIPFlows(a Attachment) []Flow {
 		if p.ContainerZone != 0 {
 			out = append(out, flow(SharedCookie(), TableClassifier, PriorityFragmentContainer,
 				m.RegBits(RegPortSecurityChecked, 1), lookup(p.ContainerZone)))
+		}
+		// The fragments of a new datagram that no PriorityFragmentCommit
+		// took, in the zone of their fragment flow.
+		miss := openflow.Match{}.EthType(ethOf(r.NodeIP)).
+			CTState(openflow.CTTrk|openflow.CTNew, openflow.CTTrk|openflow.CTNew|openflow.CTDNAT).
+			IPDst(openflow.Host(r.NodeIP)).IPFrag(openflow.FragAny, openflow.FragAny)
+		for _, z := range []uint16{p.DNATZone, p.ContainerZone} {
+			if z != 0 {
+				out = append(out, flow(SharedCookie(), TablePortmapDNAT, PriorityFragmentMiss, miss.CTZone(z),
+					openflow.CT{Zone: z, Table: openflow.Table(TablePortmapFragmentMiss)}))
+			}
 		}
 	}
 	return out
@@ -325,6 +334,22 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 				flows = append(flows, flow(a.Cookie, TablePortmapNew, PriorityNewConnection, isNew, meter, dnat(p.DNATZone)))
 			}
 		}
+		// The fragments of a connection's first datagram, untranslated
+		// after the ct of PriorityFragment (or of PriorityFragmentContainer)
+		// in its zone: the same commit as the request's.
+		first := openflow.Match{}.EthType(ethOf(r.NodeIP)).
+			CTState(openflow.CTTrk|openflow.CTNew, openflow.CTTrk|openflow.CTNew|openflow.CTDNAT).
+			IPDst(openflow.Host(r.NodeIP)).CTNWProto(uint8(r.Protocol)).CTTPDst(r.HostPort)
+		flows = append(flows, flow(a.Cookie, TablePortmapDNAT, PriorityFragmentCommit, first.CTZone(p.DNATZone), dnat(p.DNATZone)))
+		if p.ContainerZone != 0 {
+			flows = append(flows, flow(a.Cookie, TablePortmapDNAT, PriorityFragmentCommit,
+				first.CTZone(p.ContainerZone), dnat(p.ContainerZone)))
+		}
+		// Its first fragment, when PriorityFragmentCommit did not take
+		// the datagram whole (PriorityFragmentHeld): any zone.
+		flows = append(flows, flow(a.Cookie, TablePortmapFragmentMiss, PriorityFragmentHeld,
+			openflow.Match{}.EthType(ethOf(r.NodeIP)).CTState(openflow.CTTrk|openflow.CTNew, openflow.CTTrk|openflow.CTNew).
+				IPDst(openflow.Host(r.NodeIP)).CTNWProto(uint8(r.Protocol)).CTTPDst(r.HostPort)))
 
 		k := replyKey{r.ContainerIP, r.Protocol, r.ContainerPort}
 		if seen[k] {
@@ -348,11 +373,9 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 				openflow.Match{}.Proto(ethOf(cip), icmpOf(cip)).InPort(a.OFPort).IPSrc(openflow.Host(cip)).ICMPType(typ),
 				openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
 		}
-		if slices.ContainsFunc(a.Rules, func(r Rule) bool { return fragmented(r.Protocol) && r.ContainerIP == cip }) {
-			flows = append(flows, flow(a.Cookie, TableClassifier, PriorityReplyFragment,
-				openflow.Match{}.EthType(ethOf(cip)).InPort(a.OFPort).IPSrc(openflow.Host(cip)).IPFrag(openflow.FragAny, openflow.FragAny),
-				openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
-		}
+		flows = append(flows, flow(a.Cookie, TableClassifier, PriorityReplyFragment,
+			openflow.Match{}.EthType(ethOf(cip)).InPort(a.OFPort).IPSrc(openflow.Host(cip)).IPFrag(openflow.FragAny, openflow.FragAny),
+			openflow.CT{Zone: p.SNATZone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapReplySNAT)}))
 	}
 
 	var families []netip.Addr

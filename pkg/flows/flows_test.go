@@ -108,8 +108,10 @@ func TestAttachmentFlows(t *testing.T) {
 	// 2 mappings × 2 families requests (from outside and from containers)
 	// + 2 × 2 replies + a reply fragment flow per family (UDP) + the
 	// container's ICMP errors (2 types IPv4, 4 IPv6); hairpin + pass and
-	// output per family.
-	want := map[uint8]int{TableClassifier: 20, TablePortmapDNAT: 4, TablePortmapOutput: 2}
+	// each mapping's first-datagram fragments (from outside and from
+	// containers) per family; output per family; each mapping's first
+	// fragment held back per family (table 44).
+	want := map[uint8]int{TableClassifier: 20, TablePortmapDNAT: 12, TablePortmapOutput: 2, TablePortmapFragmentMiss: 4}
 	if fmt.Sprint(count) != fmt.Sprint(want) {
 		t.Errorf("flows per table: got %v, want %v", count, want)
 	}

@@ -11,6 +11,7 @@ const (
 	GroupHostPorts                 // CookieKindAttachment: one attachment's host ports
 	GroupPortSecurity              // CookieKindPortSecurity: one port's table-0 flows
 	GroupTombstone                 // CookieKindTombstone: ports being deleted
+	GroupBandwidth                 // CookieKindBandwidth: one port's egress limit (ovs-bandwidth)
 )
 
 func (g Group) String() string {
@@ -23,6 +24,8 @@ func (g Group) String() string {
 		return "port security"
 	case GroupTombstone:
 		return "tombstone"
+	case GroupBandwidth:
+		return "bandwidth"
 	}
 	return "other"
 }
@@ -41,6 +44,8 @@ func GroupOf(c Cookie) Group {
 		return GroupPortSecurity
 	case CookieKindTombstone:
 		return GroupTombstone
+	case CookieKindBandwidth:
+		return GroupBandwidth
 	}
 	return GroupOther
 }
@@ -57,6 +62,9 @@ const (
 	ReasonNeighbourDiscovery  = "neighbour-discovery"
 	ReasonSpoofed             = "spoofed-source"
 	ReasonTombstone           = "port-deleted"
+	// Not port security: a host port's new datagram whose first fragment
+	// the DNAT of its fragments could not take (PriorityFragmentHeld).
+	ReasonHostPortFragment = "host-port-fragment"
 )
 
 // DropReason returns the reason of a flow of the pipeline that drops what
@@ -68,6 +76,11 @@ func DropReason(f Flow) string {
 	switch GroupOf(Cookie(f.Cookie)) {
 	case GroupTombstone:
 		return ReasonTombstone
+	case GroupHostPorts:
+		if f.Table == TablePortmapFragmentMiss && f.Priority == PriorityFragmentHeld {
+			return ReasonHostPortFragment
+		}
+		return ""
 	case GroupPortSecurity:
 	default:
 		return ""
@@ -113,6 +126,7 @@ var reasonText = map[string]string{
 	ReasonNeighbourDiscovery:  "the port-security drop of neighbour discovery for other addresses",
 	ReasonSpoofed:             "the port-security drop of any other frame (another source MAC or address, a VLAN tag)",
 	ReasonTombstone:           "the tombstone of a port being deleted",
+	ReasonHostPortFragment:    "the drop of a host port's new fragmented datagram that its fragments' DNAT did not take (userspace datapath before OVS 3.1.7)",
 }
 
 // Name says what a flow of the pipeline is for, as its declarations in
@@ -148,6 +162,13 @@ func Name(f Flow) string {
 			{TablePortmapDNAT, PriorityMasquerade}:      "the masquerade SNAT (masqAll)",
 			{TablePortmapDNAT, PriorityPass}:            "the host-port request without SNAT",
 			{TablePortmapOutput, PriorityOutput}:        "the host-port output to the container",
+			{TablePortmapDNAT, PriorityFragmentCommit}:  "the host-port DNAT of a new datagram's fragments",
+			{TablePortmapNew, PriorityNewConnection}:    "the host-port new-connection meter and DNAT (newConnectionRate)",
+			{TablePortmapNew, PriorityTracked}:          "the host-port pass of a known connection (newConnectionRate)",
+		}
+	case GroupBandwidth:
+		names = map[key]string{
+			{TableClassifier, PriorityBandwidth}: "the egress limit's meter (ovs-bandwidth)",
 		}
 	case GroupShared:
 		names = map[key]string{
@@ -161,6 +182,8 @@ func Name(f Flow) string {
 			{TablePortmapReplyRestore, PriorityReplyNAT}:       "the host-port reply restore (back where the request came from)",
 			{TablePortmapReplyRestore, PriorityReplyContainer}: "the host-port reply lookup in the container zone",
 			{TablePortmapReplyRestore, PriorityMiss}:           "the reply fallback (NORMAL)",
+			{TablePortmapDNAT, PriorityFragmentMiss}:           "the reassembly of a new datagram's other fragments (to table 44)",
+			{TablePortmapFragmentMiss, PriorityMiss}:           "the fragment fallback to the node (NORMAL)",
 		}
 	case GroupTombstone:
 		return reasonText[ReasonTombstone]

@@ -23,6 +23,10 @@ func TestNames(t *testing.T) {
 	all = append(all, pl.NodeIPFlows(a)...)
 	all = append(all, pl.AttachmentFlows(a)...)
 	all = append(all, BaseFlows()...)
+	all = append(all, BandwidthFlows(Bandwidth{Cookie: a.Cookie, OFPort: 10, RateKbps: 1000, BurstKb: 100})...)
+	metered := a
+	metered.ConnRate, metered.ConnBurst = 10, 10
+	all = append(all, pl.AttachmentFlows(metered)...)
 	for _, m := range TombstoneBundle(10) {
 		all = append(all, m.(Flow))
 	}

@@ -21,7 +21,7 @@
 //	table 41
 //	  eth_src := eth_dst, eth_dst := container MAC, output container port
 //
-//	fragments of UDP and SCTP datagrams (nw_frag=yes; later fragments carry no ports):
+//	fragments, any protocol (nw_frag=yes; later fragments carry no ports):
 //	request: client -> node IP, any fragment      reply: container IP -> client, any fragment
 //	table 0  prio 202 (shared, per node IP)       table 0  prio 211 (per attachment and family)
 //	  ct(DNAT zone, nat): conntrack reassembles     ct(SNAT zone, nat), then tables 42, 43
@@ -29,7 +29,13 @@
 //	  nf_defrag) and applies the binding of its     the fragments leave translated
 //	  connection to every fragment
 //	     |
-//	table 40 as above, or prio 0: not translated (no connection yet): NORMAL, to the node
+//	table 40 prio 250 (per rule): a new datagram (+new-dnat), by its original
+//	  tuple (ct_nw_proto, ct_tp_dst = hostPort): ct(commit, same zone, nat(dst=C:P)),
+//	  then table 40 as above; otherwise (established) as above
+//	table 40 prio 240 (shared, per node IP and zone): any other fragment of a new
+//	  datagram: ct(same zone, table 44), which completes the reassembly
+//	table 44 prio 100 (per rule): the first fragment of a host-port datagram that
+//	  prio 250 could not take whole (see below): drop; prio 0: NORMAL, to the node
 //
 //	ICMP errors about a host-port connection (+rel; path MTU discovery: fragmentation
 //	needed, packet too big) take the same two ways: to a node IP, table 0 prio 204
@@ -43,6 +49,7 @@
 //	table 42  TablePortmapReplySNAT     replies after un-SNAT: un-DNAT them
 //	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
 //	prio 430  PriorityBandwidth         table 0: a frame from a container port with an egress limit: its meter, once, then table 0 again
+//	table 44  TablePortmapFragmentMiss  fragments of a new datagram no rule took: to the node, a host port's never
 //	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, double tag; invalid fragments
 //	prio 415  PriorityPortSecFrag       table 0: an IP fragment from a container: ct(zone 64003, table 0) first, to classify the datagram
 //	prio 410  PriorityPortSecND         table 0: a container's neighbour discovery for its own addresses and MAC
@@ -53,10 +60,10 @@
 //	prio   0  PriorityBase              table 0: NORMAL, on a fail_mode=secure bridge only (BaseFlows)
 //	prio 65000 PriorityTombstone        table 0: a port being deleted drops everything (10 s hard timeout)
 //	prio 212  PriorityReplyRelated      table 0: an ICMP error from a container port with host ports: reply path
-//	prio 211  PriorityReplyFragment     table 0: a fragment from a container port with UDP/SCTP host ports
+//	prio 211  PriorityReplyFragment     table 0: a fragment from a container port with host ports
 //	prio 204  PriorityRelated           table 0: an ICMP error to a node IP with host ports: ct(DNAT zone, nat), table 40
 //	prio 203  PriorityFragmentContainer table 0: PriorityFragment from a container port (port security passed)
-//	prio 202  PriorityFragment          table 0: a fragment to a node IP with UDP/SCTP host ports
+//	prio 202  PriorityFragment          table 0: a fragment to a node IP with host ports
 //	prio 210  PriorityReply             table 0: reply from a published container port
 //	prio 201  PriorityRequestContainer  table 0: the same from a container port (port security passed): container zone
 //	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort and the node's MAC
@@ -64,12 +71,15 @@
 //	prio 100  PriorityNewConnection     table 39: a new connection of a rule: its mapping's meter, then the ct(commit, nat(dst)) of prio 200/201
 //	prio  50  PriorityTracked           table 39: a packet of a known connection (already translated): table 40; anything else is dropped
 //	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
+//	prio 250  PriorityFragmentCommit    table 40: fragments of a connection's first datagram: DNAT as PriorityRequest
+//	prio 240  PriorityFragmentMiss      table 40: other fragments of a new datagram: ct, table 44
+//	prio 100  PriorityFragmentHeld      table 44: a host port's first fragment that PriorityFragmentCommit did not take whole: drop
 //	prio 200  PriorityMasquerade        table 40: every request SNATed (masqAll)
 //	prio 100  PriorityPass              table 40: request not SNATed
 //	prio 100  PriorityOutput            table 41: deliver to the container
 //	prio 100  PriorityReplyNAT          tables 42, 43: reply handling
 //	prio  50  PriorityReplyContainer    table 43: not a reply in the DNAT zone: look in the container zone
-//	prio   0  PriorityMiss              tables 40, 42, 43: not ours after all (40: an untranslated fragment), NORMAL
+//	prio   0  PriorityMiss              tables 40, 42, 43, 44: not ours after all (40, 44: an untranslated fragment), NORMAL
 //	zone 64000  DefaultDNATZone         node IP:hostPort -> container; ct_label holds the origin
 //	zone 64001  DefaultSNATZone         hairpin/masqAll source translation
 //	zone 64002  DefaultContainerZone    as 64000, for clients in containers: a flood from one cannot fill 64000
@@ -111,15 +121,31 @@
 //     itself directly and the handshake never completes. Clients outside and
 //     in other containers need no SNAT: their replies are steered by label.
 //   - Fragments: ct() on a fragment reassembles the datagram and gives
-//     every fragment the result (NAT included) of the whole, but on the
-//     userspace datapath a later fragment has no ports, not even the
-//     original tuple's (ct_tp_dst matches the first fragment only): so no
-//     flow can choose a host port's translation for it. Fragments are
-//     therefore translated by the binding of an existing connection
-//     (ct(nat) without commit): a datagram above the MTU goes through a host
-//     port once the connection exists (after a first datagram that is not
-//     fragmented), both ways. The first datagram of a connection, when
-//     fragmented, goes to the node untranslated, as before.
+//     every fragment the result (NAT included) of the whole. A fragment to
+//     a node IP goes through ct(nat) without commit first (PriorityFragment):
+//     a connection that exists translates it. The first datagram of a new
+//     connection arrives in table 40 untranslated (+new-dnat), and its
+//     fragments are committed there with the rule's DNAT, chosen by the
+//     reassembled datagram's original tuple (ct_nw_proto, ct_tp_dst;
+//     PriorityFragmentCommit): every fragment must take the same ct
+//     action, since the userspace reassembler executes the whole datagram
+//     with the ct action of the fragment that completes it. The kernel
+//     datapath (nf_defrag) recirculates the reassembled datagram, whose
+//     ct_tp_dst is there. The userspace datapath sets ct_tp_* on later
+//     fragments only from OVS 3.1.7, 3.2.5, 3.3.4, 3.4.2 and 3.5.0 on
+//     (miniflow_extract; seen with 3.1.0): before, only the first fragment
+//     matches PriorityFragmentCommit, the later ones PriorityFragmentMiss,
+//     whose ct then completes the reassembly (without commit: the
+//     reassembler executes the datagram with the ct action of the fragment
+//     that completes it); in table 44 the first fragment, whose ct_tp_dst
+//     is a host port's, is dropped (PriorityFragmentHeld) and the later ones
+//     reach the node, which cannot reassemble them: the datagram is lost,
+//     and nothing of it is held in the reassembler (before, it reached the
+//     node whole, and a process of the node's listening on the host port
+//     got it). The datagrams after a first one that is not fragmented go
+//     through either way. Fragments of datagrams to other ports of a node
+//     IP take PriorityFragmentMiss whole, and table 44 gives them to the
+//     node.
 //   - One bundle may mix verbs: "delete cookie=C/-1" (no table: all tables)
 //     followed by "add" lines is applied atomically.
 //
@@ -157,6 +183,10 @@ const (
 	// with its DNAT, the packets of known connections (translated by the
 	// lookup) go on to TablePortmapDNAT.
 	TablePortmapNew uint8 = 39
+	// TablePortmapFragmentMiss receives the fragments of a new datagram to
+	// a node IP that no rule's PriorityFragmentCommit took, reassembled
+	// again by PriorityFragmentMiss's ct: to the node, a host port's never.
+	TablePortmapFragmentMiss uint8 = 44
 )
 
 // Priorities.
@@ -176,16 +206,34 @@ const (
 	// reply to a SNATed request (hairpin, masqAll) is addressed to a node IP
 	// and the SNATed source port, which may be a published host port.
 	PriorityReply uint16 = 210
-	// PriorityFragment sends a fragment to a node IP with UDP or SCTP host
-	// ports through conntrack NAT in the DNAT zone (table
+	// PriorityFragment sends a fragment to a node IP with host ports (any
+	// protocol) through conntrack NAT in the DNAT zone (table
 	// 0, shared flows), PriorityFragmentContainer the same from a container
 	// port through the container zone: above PriorityRequest and
 	// PriorityRequestContainer, so that the first fragment, which has ports,
 	// is reassembled with the others.
 	PriorityFragment          uint16 = 202
 	PriorityFragmentContainer uint16 = 203
+	// PriorityFragmentCommit DNATs, in table 40, the fragments of the
+	// first datagram of a connection to a host port
+	// (+new-dnat after PriorityFragment or PriorityFragmentContainer, in
+	// that flow's zone), as PriorityRequest does an unfragmented one, by
+	// the datagram's original tuple: above every other flow of table 40,
+	// which match translated requests.
+	PriorityFragmentCommit uint16 = 250
+	// PriorityFragmentMiss sends, in table 40, every other fragment of a new
+	// datagram to a node IP (+new-dnat, nw_frag) through a ct of its zone to
+	// TablePortmapFragmentMiss, so that the reassembly a first fragment
+	// began at PriorityFragmentCommit completes (shared, per node IP and
+	// zone). Only fragments of the userspace datapath come here: the kernel
+	// datapath recirculates reassembled datagrams.
+	PriorityFragmentMiss uint16 = 240
+	// PriorityFragmentHeld drops, in TablePortmapFragmentMiss, the first
+	// fragment of a datagram to a host port (its ct_tp_dst) that arrives
+	// there: PriorityFragmentCommit did not take the datagram whole.
+	PriorityFragmentHeld uint16 = 100
 	// PriorityReplyFragment sends every fragment from a container port with
-	// UDP or SCTP host ports down the reply path: above PriorityReply, for
+	// host ports down the reply path: above PriorityReply, for
 	// the same reason.
 	PriorityReplyFragment uint16 = 211
 	// PriorityRelated sends an ICMP error to a node IP with host ports
@@ -207,7 +255,7 @@ const (
 	// PriorityReplyNAT un-DNATs replies (table 42) and restores them (table 43).
 	PriorityReplyNAT uint16 = 100
 	// PriorityMiss is the NORMAL fallback in tables 40 (fragments that no
-	// connection translates), 42 and 43.
+	// connection translates), 42, 43 and 44.
 	PriorityMiss uint16 = 0
 	// PriorityNewConnection meters and commits a rule's new connection, in
 	// table 39; PriorityTracked passes the packets of known connections to

@@ -57,16 +57,16 @@ func Alias(network, containerID, ifname string) string {
 // AliasPrefix is the alias prefix of the host veths of a network.
 func AliasPrefix(network string) string { return "ovsflow:" + network + ":" }
 
-// DeleteOrphans deletes the links whose alias starts with prefix and is not
-// in keep.
-func DeleteOrphans(prefix string, keep map[string]bool) error {
+// DeleteOrphans deletes the links whose alias starts with prefix and that
+// keep does not keep. keep is asked only after the links are listed.
+func DeleteOrphans(prefix string, keep func(alias string) bool) error {
 	links, err := netlinksafe.LinkList()
 	if err != nil {
 		return fmt.Errorf("listing links: %w", err)
 	}
 	for _, l := range links {
 		a := l.Attrs()
-		if strings.HasPrefix(a.Name, "ovf") && strings.HasPrefix(a.Alias, prefix) && !keep[a.Alias] {
+		if strings.HasPrefix(a.Name, "ovf") && strings.HasPrefix(a.Alias, prefix) && !keep(a.Alias) {
 			if err := Delete(a.Name); err != nil {
 				return err
 			}

@@ -118,7 +118,7 @@ func TestDeleteOrphansUnderLinkChurn(t *testing.T) {
 	var first error
 	err = host.Do(func(ns.NetNS) error {
 		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); calls++ {
-			if err := DeleteOrphans(prefix, keep); err != nil {
+			if err := DeleteOrphans(prefix, func(a string) bool { return keep[a] }); err != nil {
 				failed++
 				if first == nil {
 					first = err

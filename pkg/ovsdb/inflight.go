@@ -298,6 +298,24 @@ func (c *Client) WaitSweep(ctx context.Context) error {
 	}
 }
 
+// Adding returns the attachments with an ADD in flight: those holding
+// claims.
+func (c *Client) Adding(ctx context.Context) (map[Attachment]bool, error) {
+	ids, err := c.rootIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[Attachment]bool{}
+	for k, v := range ids {
+		if strings.HasPrefix(k, keyClaimOFPort) || strings.HasPrefix(k, keyClaimIdentity) {
+			if a, _, ok := parseClaim(v); ok {
+				out[a] = true
+			}
+		}
+	}
+	return out, nil
+}
+
 // rootIDs reads the root row's external_ids.
 func (c *Client) rootIDs(ctx context.Context) (map[string]string, error) {
 	res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"external_ids"}})
@@ -393,6 +411,17 @@ func (c *Client) Finish(ctx context.Context, d *Deletion) error {
 	}
 	if _, err := c.transact(ctx, ops...); err != nil {
 		return fmt.Errorf("detaching %d port(s) of %s: %w", len(d.Ports), d.Attachment, err)
+	}
+	return nil
+}
+
+// Abandon ends d removing nothing but its mark: the ports and the claims of
+// its attachment stay (GC leaves an attachment whose ADD is in flight to
+// that ADD; ovs-portmap withdraws host ports under the mark, and the ports
+// are not its own).
+func (c *Client) Abandon(ctx context.Context, d *Deletion) error {
+	if _, err := c.transact(ctx, rootMutate(mutDelete, strSet{d.mark})); err != nil {
+		return fmt.Errorf("giving up the DEL of %s: %w", d.Attachment, err)
 	}
 	return nil
 }

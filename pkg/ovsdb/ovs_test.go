@@ -281,6 +281,20 @@ func TestOperationsFitSchema(t *testing.T) {
 		return err
 	})
 	do("Finish", func() error { return cli.Finish(ctx, del) })
+	do("Abandon", func() error {
+		d, err := cli.BeginDelete(ctx, c)
+		if err != nil {
+			return err
+		}
+		if err := cli.Abandon(ctx, d); err != nil {
+			return err
+		}
+		ids, err := cli.rootIDs(ctx)
+		if v, ok := ids[keyDeleting+c.String()]; err == nil && ok {
+			err = fmt.Errorf("the deleting mark is still there (%q)", v)
+		}
+		return err
+	})
 	do("SyncPending", func() error { return cli.SyncPending(ctx, 10*time.Second) })
 	do("DetachPortsAndSync", func() error { return cli.DetachPortsAndSync(ctx, 10*time.Second, portB) })
 	do("DetachPorts", func() error { return cli.DetachPorts(ctx, portA) })

@@ -2,6 +2,7 @@ package portmap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -95,12 +96,32 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, ports, done, err := cnicmd.OpenDel(conf.OVSDB, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.OVSDB, args)
 	if err != nil || done == nil {
 		return err
 	}
 	defer done()
-	return cnicmd.Error(hostport.Withdraw(ctx, cli, ports))
+	return withdraw(ctx, cli, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}, nil)
+}
+
+// withdraw withdraws the host ports of attachment a (of its ports that in
+// takes; nil: all) under a deleting mark (ovsdb.BeginDelete), so that a
+// reconcile meanwhile rebuilds none of them from the records being
+// removed. The ports are ovs-bridge's and stay: the mark goes alone
+// (ovsdb.Abandon), whatever the withdrawal did.
+func withdraw(ctx context.Context, cli *ovsdb.Client, a ovsdb.Attachment, in func(ovsdb.OwnedPort) bool) error {
+	del, err := cli.BeginDelete(ctx, a)
+	if err != nil {
+		return cnicmd.Error(err)
+	}
+	var ports []ovsdb.OwnedPort
+	for _, p := range del.Ports {
+		if in == nil || in(p) {
+			ports = append(ports, p)
+		}
+	}
+	err = hostport.Withdraw(ctx, cli, ports)
+	return cnicmd.Error(errors.Join(err, cli.Abandon(ctx, del)))
 }
 
 // CmdCheck verifies that the bridge holds exactly the flows the attachment
@@ -158,7 +179,22 @@ func CmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer gc.Close()
-	return cnicmd.Error(hostport.Withdraw(gc.Ctx, gc.OVSDB, gc.Stale))
+	network, _, _ := gc.Conf.GCScope()
+	seen := map[ovsdb.Attachment]bool{}
+	for _, p := range gc.Stale {
+		a := p.Attachment()
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		// As DEL, with the ports as the marking transaction reads them.
+		if err := withdraw(gc.Ctx, gc.OVSDB, a, func(p ovsdb.OwnedPort) bool {
+			return p.Port.ExternalIDs[ovsdb.KeyNetwork] == network
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CmdStatus reports OVSDB unreachable as code 50.

@@ -97,8 +97,13 @@ func (f frame) fragID() (id uint32, off int, ok bool) {
 // reassembled (ReasmOKs of /proc/net/snmp and snmp6).
 func reassembled(t *testing.T, c *container) (v4, v6 int) {
 	t.Helper()
+	return reasmOKs(c.sh(t, "cat", "/proc/net/snmp"), c.sh(t, "cat", "/proc/net/snmp6"))
+}
+
+// reasmOKs reads ReasmOKs from the text of /proc/net/snmp and snmp6.
+func reasmOKs(snmp, snmp6 string) (v4, v6 int) {
 	var hdr []string
-	for _, line := range strings.Split(c.sh(t, "cat", "/proc/net/snmp"), "\n") {
+	for _, line := range strings.Split(snmp, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 || f[0] != "Ip:" {
 			continue
@@ -113,7 +118,7 @@ func reassembled(t *testing.T, c *container) (v4, v6 int) {
 			}
 		}
 	}
-	for _, line := range strings.Split(c.sh(t, "cat", "/proc/net/snmp6"), "\n") {
+	for _, line := range strings.Split(snmp6, "\n") {
 		if f := strings.Fields(line); len(f) == 2 && f[0] == "Ip6ReasmOKs" {
 			fmt.Sscan(f[1], &v6)
 		}

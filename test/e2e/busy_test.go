@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
@@ -605,4 +608,333 @@ func TestReconcilePastDeadEndpoint(t *testing.T) {
 	if got := hs[1].flowsOf(t, flows.AttachmentCookie(cs[1].id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(got) != 0 {
 		t.Errorf("flows on the bridge that did not answer: %v", got)
 	}
+}
+
+// The dhcp path claims its ofport like the static one. Two dhcp ADDs whose
+// attachments hash to the same home ofport, started at the same moment:
+// each port ends on an ofport of its own that it requested (one on its
+// home), with its own flows alone, and CHECK passes for both.
+func TestBusyDHCPOFPort(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", uniq("busydhcp"), dhcpConf(br, dhcpServer(t, br))))
+	for r := 0; r < 3; r++ {
+		idA, idB := collidingPair(uniq("dh"))
+		a, b := newContainer(t), newContainer(t)
+		a.id, b.id = idA, idB
+		cs := []*container{a, b}
+		if err := errors.Join(parallel(2, func(i int) error {
+			if _, err := n.add(cs[i], "eth0", nil); err != nil {
+				return fmt.Errorf("ADD %s: %w", cs[i].id, err)
+			}
+			return nil
+		})...); err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+		home := ovsdb.HomeOFPort(ovsdb.Attachment{ContainerID: idA, IfName: "eth0"})
+		pa, pb := ofportOf(t, a), ofportOf(t, b)
+		if pa == pb || (pa != home && pb != home) || pa < ovsdb.RequestedOFPortMin || pb < ovsdb.RequestedOFPortMin {
+			t.Errorf("round %d: ofports %d and %d; want two requested ones (from %d), one of them the home ofport %d", r, pa, pb, ovsdb.RequestedOFPortMin, home)
+		}
+		ownFlowsOnly(t, br, cs)
+		for _, c := range cs {
+			if err := n.check(c, "eth0", nil); err != nil {
+				t.Errorf("round %d: CHECK %s: %v", r, c.id, err)
+			}
+		}
+		if err := errors.Join(parallel(2, func(i int) error { return n.del(cs[i], "eth0", nil) })...); err != nil {
+			t.Fatalf("round %d: DEL: %v", r, err)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+}
+
+// The dhcp path claims its cookie like the static one: a dhcp ADD whose
+// cookie is another attachment's is refused with code 4 and leaves the
+// holder's flows as they were, through its DEL too.
+func TestBusyDHCPCookie(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", uniq("busydhcp"), dhcpConf(br, dhcpServer(t, br))))
+	const idA, idB = "cookie-14922038", "cookie-20154016" // see TestBusyCookieCollision
+	a, b := newContainer(t), newContainer(t)
+	a.id, b.id = idA, idB
+	n.mustAdd(t, a, "eth0", nil)
+	t.Cleanup(func() { n.del(a, "eth0", nil) })
+	h := &ovsHost{bridge: br}
+	sec := flows.AttachmentCookie(idA, "eth0").WithKind(flows.CookieKindPortSecurity)
+	before := h.flowsOf(t, sec)
+	if len(before) == 0 {
+		t.Fatalf("the holder %s has no port security flows", idA)
+	}
+	_, err := n.add(b, "eth0", nil)
+	if code := cniCode(err); code != 4 || !strings.Contains(err.Error(), idA) {
+		t.Errorf("dhcp ADD whose cookie is %s's: got code %d, %v; want code 4 naming it", idA, code, err)
+	}
+	if got := h.flowsOf(t, sec); !slices.Equal(got, before) {
+		t.Errorf("the holder's flows after the refused ADD: %v, want %v", got, before)
+	}
+	if err := n.del(b, "eth0", nil); err != nil {
+		t.Fatalf("DEL of the refused attachment: %v", err)
+	}
+	if got := h.flowsOf(t, sec); !slices.Equal(got, before) {
+		t.Errorf("the holder's flows after the refused attachment's DEL: %v, want %v", got, before)
+	}
+	ownFlowsOnly(t, br, []*container{a})
+	if err := n.check(a, "eth0", nil); err != nil {
+		t.Errorf("CHECK of the holder: %v", err)
+	}
+}
+
+// attachmentFlows dumps every flow of the attachment id/eth0, any kind.
+func attachmentFlows(t *testing.T, br, id string) []string {
+	t.Helper()
+	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows",
+		(&ovsHost{bridge: br}).ofTarget(), flows.AttachmentCookie(id, "eth0").AttachmentMatch())
+	if err != nil {
+		t.Fatalf("dump-flows: %v", err)
+	}
+	var fl []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "cookie=") {
+			fl = append(fl, strings.TrimSpace(l))
+		}
+	}
+	return fl
+}
+
+// GC marks what it removes as DEL does. Rounds of: attachments with host
+// ports added, then a GC (the plugins' own: libcni's DELs of what it has
+// cached are left out) that keeps half of them and two more whose ADDs run
+// at the same time as the GC, with one-shot reconcile passes running until
+// the GC returns. After each round (no pass begun since the GC returned):
+// nothing of a GC'd attachment is left (flow of any kind, port, veth,
+// in-flight record), and every kept one has its own flows alone and passes
+// CHECK.
+func TestBusyGC(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	br := h.bridge
+	n := h.portmapList(t, "1.1.0", uniq("busygc"), nil)
+	rounds := 15
+	if sandbox.Slowdown > 1 {
+		rounds = 5 // software emulation (hack/ovs-vm.sh): behaviour, not load
+	}
+	var passes atomic.Int64
+	for r := 0; r < rounds; r++ {
+		old := make([]*container, 12) // even: kept, odd: GC'd
+		caps := map[*container]map[string]any{}
+		for i := range old {
+			old[i] = newContainer(t)
+			caps[old[i]] = mappings(pm(20000+100*r+2*i, 80, "tcp", ""), pm(20001+100*r+2*i, 53, "udp", ""))
+		}
+		if err := errors.Join(parallel(len(old), func(i int) error {
+			_, err := n.add(old[i], "eth0", caps[old[i]])
+			return err
+		})...); err != nil {
+			t.Fatalf("round %d: ADD: %v", r, err)
+		}
+		racing := []*container{newContainer(t), newContainer(t)}
+		var kept, gone []*container
+		var valid []types.GCAttachment
+		for i, c := range append(old, racing...) {
+			if i < len(old) && i%2 == 1 {
+				gone = append(gone, c)
+				continue
+			}
+			kept = append(kept, c)
+			valid = append(valid, types.GCAttachment{ContainerID: c.id, IfName: "eth0"})
+		}
+		t.Cleanup(func() {
+			for _, c := range kept {
+				n.del(c, "eth0", caps[c])
+			}
+		})
+
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr).Run() == nil {
+					passes.Add(1)
+				}
+			}
+		}()
+		errs := parallel(1+len(racing), func(i int) error {
+			if i == 0 {
+				// With a cache of its own, libcni DELs nothing first: the
+				// plugins' GC does all the work.
+				gcCfg := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
+				err := gcCfg.GCNetworkList(context.Background(), n.list, &libcni.GCArgs{ValidAttachments: valid})
+				// No pass begins after the GC: a pass would remove what
+				// an earlier one wrote back.
+				close(stop)
+				if err != nil {
+					return fmt.Errorf("GC: %w", err)
+				}
+				return nil
+			}
+			if _, err := n.add(racing[i-1], "eth0", nil); err != nil {
+				return fmt.Errorf("ADD %s during the GC: %w", racing[i-1].id, err)
+			}
+			return nil
+		})
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", r, err)
+		}
+
+		for _, c := range gone {
+			if fl := attachmentFlows(t, br, c.id); len(fl) > 0 {
+				t.Errorf("round %d: flows of the GC'd attachment %s: %v", r, c.id, fl)
+			}
+			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) > 0 {
+				t.Errorf("round %d: ports of the GC'd attachment %s: %v", r, c.id, ports)
+			}
+			if slices.Contains(ourVeths(t), hostVeth(c, "eth0")) {
+				t.Errorf("round %d: the veth of the GC'd attachment %s is left", r, c.id)
+			}
+		}
+		if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/deleting.") ||
+			strings.Contains(ids, "ovsflow.io/ofport.") {
+			t.Errorf("round %d: in-flight records left: %s", r, ids)
+		}
+		ownFlowsOnly(t, br, kept)
+		for _, c := range kept {
+			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 1 {
+				t.Errorf("round %d: the kept attachment %s has ports %v, want one", r, c.id, ports)
+			}
+			if err := n.check(c, "eth0", caps[c]); err != nil {
+				t.Errorf("round %d: CHECK of the kept attachment %s: %v", r, c.id, err)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		if err := errors.Join(parallel(len(kept), func(i int) error { return n.del(kept[i], "eth0", caps[kept[i]]) })...); err != nil {
+			t.Fatalf("round %d: DEL: %v", r, err)
+		}
+	}
+	t.Logf("%d rounds, %d reconcile passes", rounds, passes.Load())
+	if passes.Load() < int64(rounds) {
+		t.Errorf("%d reconcile passes in %d rounds; want one a round at least", passes.Load(), rounds)
+	}
+}
+
+// GC leaves an ADD in flight to it. A retried ADD of x has removed x's old
+// port and created its new veth, and holds its claims (as between its
+// Reserve and its insert): a GC that does not keep x leaves the veth and
+// the claims. Once the claims are given up (the ADD died), the same GC
+// removes the veth: the control.
+func TestBusyGCLeavesADDInFlight(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.1.0", uniq("busygcadd"), bridgeConf(br, t.TempDir(), nil)))
+	x := newContainer(t)
+	n.mustAdd(t, x, "eth0", nil)
+	t.Cleanup(func() { n.del(x, "eth0", nil) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli, err := ovsdb.Dial(ctx, ovsdbAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	vsctl(t, "del-port", br, hostVeth(x, "eth0"))
+	att := ovsdb.Attachment{ContainerID: x.id, IfName: "eth0"}
+	res, err := cli.Reserve(ctx, att, ovsdb.HomeOFPort(att), flows.AttachmentCookie(x.id, "eth0").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := func() {
+		t.Helper()
+		gcCfg := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
+		if err := gcCfg.GCNetworkList(ctx, n.list, &libcni.GCArgs{}); err != nil {
+			t.Fatalf("GC: %v", err)
+		}
+	}
+	gc()
+	if !slices.Contains(ourVeths(t), hostVeth(x, "eth0")) {
+		t.Errorf("GC removed the veth of an ADD in flight")
+	}
+	if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); !strings.Contains(ids, "ovsflow.io/ofport."+strconv.Itoa(res.OFPort)) {
+		t.Errorf("GC removed the claims of an ADD in flight: %s", ids)
+	}
+	if err := cli.Release(ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	gc()
+	if slices.Contains(ourVeths(t), hostVeth(x, "eth0")) {
+		t.Errorf("control: GC left the veth of an attachment with no port and no ADD in flight")
+	}
+}
+
+// ovs-portmap withdraws host ports under a deleting mark, as ovs-bridge's
+// DEL does. Rounds of: an attachment with host ports added, then
+// ovs-portmap's DEL alone with one-shot reconcile passes running until it
+// returns: after it (no pass begun since), no host port flow of the
+// attachment is left, and its port security flows are there.
+func TestBusyPortmapDel(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	network := uniq("busypm")
+	n := h.portmapList(t, "1.1.0", network, nil)
+	pmOnly := newCNI(t, conflist("1.1.0", network,
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}))
+	rounds := 20
+	if sandbox.Slowdown > 1 {
+		rounds = 5 // software emulation (hack/ovs-vm.sh): behaviour, not load
+	}
+	var passes atomic.Int64
+	for r := 0; r < rounds; r++ {
+		c := newContainer(t)
+		caps := mappings(pm(21000+2*r, 80, "tcp", ""), pm(21001+2*r, 53, "udp", ""))
+		n.mustAdd(t, c, "eth0", caps)
+		t.Cleanup(func() { n.del(c, "eth0", caps) })
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if exec.Command(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr).Run() == nil {
+					passes.Add(1)
+				}
+			}
+		}()
+		time.Sleep(time.Duration(r%4) * 20 * time.Millisecond)
+		err := pmOnly.del(c, "eth0", caps)
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			t.Fatalf("round %d: ovs-portmap DEL: %v", r, err)
+		}
+		if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0")); len(fl) > 0 {
+			t.Errorf("round %d: host port flows of %s after ovs-portmap's DEL: %v", r, c.id, fl)
+		}
+		if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(fl) == 0 {
+			t.Errorf("round %d: %s lost its port security flows to ovs-portmap's DEL", r, c.id)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		if err := n.del(c, "eth0", caps); err != nil {
+			t.Fatalf("round %d: DEL: %v", r, err)
+		}
+	}
+	t.Logf("%d rounds, %d reconcile passes", rounds, passes.Load())
 }

@@ -19,6 +19,38 @@ import (
 func TestBridgeDHCP(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", "dhcp", dhcpConf(br, dhcpServer(t, br))))
+	c := newContainer(t)
+	r, err := n.add(c, "eth0", nil)
+	if err != nil {
+		t.Fatalf("ADD with dhcp: %v", err)
+	}
+	got := addrOf(t, r, false)
+	if !strings.HasPrefix(got, "192.0.2.1") {
+		t.Errorf("leased %s, want one of 192.0.2.100-150", got)
+	}
+	if err := c.ping("192.0.2.254"); err != nil {
+		t.Errorf("ping the DHCP server from the leased address: %v", err)
+	}
+	if err := n.del(c, "eth0", nil); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+		t.Errorf("ports %v left", ports)
+	}
+}
+
+// dhcpConf is the ovs-bridge config of a network on br whose addresses the
+// CNI dhcp daemon at sock leases.
+func dhcpConf(br, sock string) map[string]any {
+	return bridgeConf(br, "", map[string]any{"ipam": map[string]any{"type": "dhcp", "daemonSocketPath": sock}})
+}
+
+// dhcpServer puts a DHCP server (dnsmasq, 192.0.2.254, leases
+// 192.0.2.100-150) on br, in a netns of its own behind an uplink, starts the
+// CNI dhcp daemon, and returns the daemon's socket.
+func dhcpServer(t *testing.T, br string) string {
+	t.Helper()
 	srv := newContainer(t)
 	upl := uniq("dhs")
 	if _, err := run("ip", "link", "add", upl, "type", "veth", "peer", "name", "eth0", "netns", srv.name); err != nil {
@@ -75,27 +107,7 @@ func TestBridgeDHCP(t *testing.T) {
 	for i := 0; i < 100 && !fileExists(sock); i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
-
-	n := newCNI(t, conflist("1.0.0", "dhcp", bridgeConf(br, "", map[string]any{
-		"ipam": map[string]any{"type": "dhcp", "daemonSocketPath": sock}})))
-	c := newContainer(t)
-	r, err := n.add(c, "eth0", nil)
-	if err != nil {
-		t.Fatalf("ADD with dhcp: %v", err)
-	}
-	got := addrOf(t, r, false)
-	if !strings.HasPrefix(got, "192.0.2.1") {
-		t.Errorf("leased %s, want one of 192.0.2.100-150", got)
-	}
-	if err := c.ping("192.0.2.254"); err != nil {
-		t.Errorf("ping the DHCP server from the leased address: %v", err)
-	}
-	if err := n.del(c, "eth0", nil); err != nil {
-		t.Fatalf("DEL: %v", err)
-	}
-	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
-		t.Errorf("ports %v left", ports)
-	}
+	return sock
 }
 
 func fileExists(p string) bool {

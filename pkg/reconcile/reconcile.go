@@ -328,9 +328,10 @@ type Hooks struct {
 	// Retry is called when the watch on OVSDB ended with err and is
 	// started again a second later.
 	Retry func(err error)
-	// Waiting is called each time the watch blocks until an ovs-vswitchd
-	// runs or goes (the watch is alive, not wedged).
-	Waiting func()
+	// Running is called when a round of passes begins, Waiting when the
+	// watch blocks until an ovs-vswitchd runs or goes: a round that does
+	// not end is a wedged loop.
+	Running, Waiting func()
 }
 
 // Watch reconciles whenever an ovs-vswitchd (re)starts, until ctx is done
@@ -372,6 +373,9 @@ func watchLoop(ctx context.Context, ovsdbEndpoint, control string, h Hooks) erro
 		}
 		if err := w.WaitRunning(ctx, 50*time.Millisecond); err != nil {
 			return err
+		}
+		if h.Running != nil {
+			h.Running()
 		}
 		// ovs-vswitchd re-creates its bridges after taking the lock: retry
 		// until every bridge answers.

@@ -19,13 +19,29 @@ const DefaultHealthAddr = "127.0.0.1:9469"
 
 // Main parses cmd/ovsflow-agent's arguments and runs the mode they name.
 func Main(ctx context.Context, args []string, log io.Writer) error {
-	mode := "run"
+	mode, cfg, err := ParseArgs(args, log)
+	if err != nil {
+		return err
+	}
+	cfg.Log = log
+	switch mode {
+	case "run":
+		return Run(ctx, cfg)
+	case "uninstall":
+		return Uninstall(ctx, cfg)
+	}
+	return fmt.Errorf("unknown mode %q (run, uninstall)", mode)
+}
+
+// ParseArgs reads cmd/ovsflow-agent's arguments: the mode (run when none
+// is named), then the flags (usage and errors go to out).
+func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error) {
+	mode = "run"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		mode, args = args[0], args[1:]
 	}
-	var cfg Config
 	fs := flag.NewFlagSet("ovsflow-agent "+mode, flag.ContinueOnError)
-	fs.SetOutput(log)
+	fs.SetOutput(out)
 	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node object (default $NODE_NAME)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's ServiceAccount)")
 	fs.StringVar(&cfg.PluginSrc, "plugin-src", "/opt/ovsflow/bin", "where the plugins to install are (\"\": install none)")
@@ -42,20 +58,13 @@ func Main(ctx context.Context, args []string, log io.Writer) error {
 	fs.StringVar(&cfg.HealthAddr, "health-addr", DefaultHealthAddr, "address of /healthz and /readyz (\"\": none)")
 	fs.DurationVar(&cfg.Resync, "resync", 0, "a full pass at least this often (default 30s)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return mode, cfg, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return mode, cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg.Plugins, cfg.OptionalPlugins = split(*plugins), split(*optional)
-	cfg.Log = log
-	switch mode {
-	case "run":
-		return Run(ctx, cfg)
-	case "uninstall":
-		return Uninstall(ctx, cfg)
-	}
-	return fmt.Errorf("unknown mode %q (run, uninstall)", mode)
+	return mode, cfg, nil
 }
 
 func split(s string) []string {

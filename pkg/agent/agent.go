@@ -310,7 +310,11 @@ func (a *Agent) syncRoutes(self *corev1.Node, own []netip.Prefix) error {
 		}
 	}
 	slices.SortFunc(peers, func(x, y podroutes.Peer) int { return cmpString(x.Name, y.Name) })
-	want, skipped := podroutes.Plan(own, peers)
+	me := podroutes.Peer{Name: a.cfg.NodeName, PodCIDRs: own}
+	if self != nil {
+		me = Peer(self)
+	}
+	want, skipped := podroutes.Plan(me, peers)
 	for _, s := range skipped {
 		a.say("route "+s.Dst.String(), "not routed: "+s.String())
 	}

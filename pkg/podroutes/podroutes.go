@@ -48,24 +48,28 @@ type Skipped struct {
 
 func (s Skipped) String() string { return "node " + s.Node + ": " + s.Dst.String() + ": " + s.Reason }
 
-// Plan returns the routes to the pod ranges of peers, sorted by destination,
-// and the ranges it cannot route: a range without a node address of its
-// family, one that overlaps one of own (this node's pod ranges) or one that
-// another peer's range overlaps (both are skipped: which node holds the
-// pods is not known).
-func Plan(own []netip.Prefix, peers []Peer) ([]Route, []Skipped) {
+// Plan returns the routes from node self to the pod ranges of peers,
+// sorted by destination, and the ranges it cannot route: a range without a
+// node address of its family, one whose next hop is an address of self,
+// one that overlaps a pod range of self, or one that another peer's range
+// overlaps (both are skipped: which node holds the pods is not known).
+func Plan(self Peer, peers []Peer) ([]Route, []Skipped) {
 	var routes []Route
 	var skipped []Skipped
 	for _, p := range peers {
 		for _, dst := range p.PodCIDRs {
 			dst = dst.Masked()
-			if slices.ContainsFunc(own, dst.Overlaps) {
+			if slices.ContainsFunc(self.PodCIDRs, dst.Overlaps) {
 				skipped = append(skipped, Skipped{p.Name, dst, "overlaps this node's pod range"})
 				continue
 			}
 			i := slices.IndexFunc(p.Addrs, func(a netip.Addr) bool { return a.Is4() == dst.Addr().Is4() && !a.Is4In6() })
 			if i < 0 {
 				skipped = append(skipped, Skipped{p.Name, dst, "the node has no InternalIP of its family"})
+				continue
+			}
+			if slices.Contains(self.Addrs, p.Addrs[i]) {
+				skipped = append(skipped, Skipped{p.Name, dst, "its InternalIP " + p.Addrs[i].String() + " is this node's"})
 				continue
 			}
 			routes = append(routes, Route{Dst: dst, Via: p.Addrs[i], Node: p.Name})

@@ -37,7 +37,7 @@ func strs[T interface{ String() string }](v []T) []string {
 }
 
 func TestPlan(t *testing.T) {
-	own := pfx("198.51.100.0/25", "2001:db8:1::/64")
+	self := Peer{"a", pfx("198.51.100.0/25", "2001:db8:1::/64"), addrs("203.0.113.1", "2001:db8:f::1")}
 	for _, tc := range []struct {
 		name        string
 		peers       []Peer
@@ -56,9 +56,11 @@ func TestPlan(t *testing.T) {
 			[]string{"node b: 192.0.2.0/26: overlaps a pod range of node c", "node c: 192.0.2.0/27: overlaps a pod range of node b"}},
 		{"host bits are masked", []Peer{{"b", pfx("192.0.2.5/26"), addrs("203.0.113.2")}}, []string{"192.0.2.0/26 via 203.0.113.2"}, nil},
 		{"no peers", nil, nil, nil},
+		{"a peer with this node's address", []Peer{{"b", pfx("192.0.2.0/26"), addrs("203.0.113.1")}},
+			nil, []string{"node b: 192.0.2.0/26: its InternalIP 203.0.113.1 is this node's"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, skipped := Plan(own, tc.peers)
+			got, skipped := Plan(self, tc.peers)
 			if g := strs(got); !slices.Equal(g, tc.want) {
 				t.Errorf("routes: got %q, want %q", g, tc.want)
 			}

@@ -158,7 +158,8 @@ func Run(ctx context.Context, cfg Config) error {
 				cancel()
 			}
 		}()
-		defer func() {
+		go func() {
+			<-ctx.Done()
 			sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
 			defer c()
 			srv.Shutdown(sctx)

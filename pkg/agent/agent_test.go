@@ -150,3 +150,31 @@ func TestProbes(t *testing.T) {
 		t.Errorf("/metrics with a handler: %v %v", res, err)
 	}
 }
+
+// TestRunStops: Run returns once its context is done, with its probe
+// server up and the API server unreachable.
+func TestRunStops(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{NodeName: "n", Kubeconfig: kc, ConfTemplate: "/nonexistent/t.conflist", CNIConfDir: t.TempDir(), HealthAddr: "127.0.0.1:0"})
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v, want nil once cancelled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+}

@@ -50,7 +50,8 @@ func (s Skipped) String() string { return "node " + s.Node + ": " + s.Dst.String
 
 // Plan returns the routes from node self to the pod ranges of peers,
 // sorted by destination, and the ranges it cannot route: a range without a
-// node address of its family, one whose next hop is an address of self,
+// node address of its family (on the peer or on self), one whose next hop
+// is an address of self,
 // one that overlaps a pod range of self, or one that another peer's range
 // overlaps (both are skipped: which node holds the pods is not known).
 func Plan(self Peer, peers []Peer) ([]Route, []Skipped) {
@@ -66,6 +67,10 @@ func Plan(self Peer, peers []Peer) ([]Route, []Skipped) {
 			i := slices.IndexFunc(p.Addrs, func(a netip.Addr) bool { return a.Is4() == dst.Addr().Is4() && !a.Is4In6() })
 			if i < 0 {
 				skipped = append(skipped, Skipped{p.Name, dst, "the node has no InternalIP of its family"})
+				continue
+			}
+			if !slices.ContainsFunc(self.Addrs, func(a netip.Addr) bool { return a.Is4() == dst.Addr().Is4() }) {
+				skipped = append(skipped, Skipped{p.Name, dst, "this node has no InternalIP of its family"})
 				continue
 			}
 			if slices.Contains(self.Addrs, p.Addrs[i]) {

@@ -71,6 +71,19 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// TestPlanOneFamily: a node with an IPv4 address only does not route the
+// IPv6 ranges of dual-stack peers (it has no link to their next hops).
+func TestPlanOneFamily(t *testing.T) {
+	self := Peer{"a", pfx("198.51.100.0/25"), addrs("203.0.113.1")}
+	got, skipped := Plan(self, []Peer{{"b", pfx("2001:db8:2::/64", "192.0.2.0/26"), addrs("203.0.113.2", "2001:db8:f::2")}})
+	if g, want := strs(got), []string{"192.0.2.0/26 via 203.0.113.2"}; !slices.Equal(g, want) {
+		t.Errorf("routes %q, want %q", g, want)
+	}
+	if g, want := strs(skipped), []string{"node b: 2001:db8:2::/64: this node has no InternalIP of its family"}; !slices.Equal(g, want) {
+		t.Errorf("skipped %q, want %q", g, want)
+	}
+}
+
 // TestSync applies plans in a private network namespace: routes appear,
 // change and go; a route of another protocol is never touched.
 func TestSync(t *testing.T) {

@@ -73,8 +73,10 @@ func Uninstall(ctx context.Context, cfg Config) error {
 		for _, p := range cfg.Plugins {
 			remove(p, false)
 		}
+		// Without the image's copies to compare with, an optional plugin
+		// may be the node's own: it stays.
 		for _, p := range cfg.OptionalPlugins {
-			remove(p, cfg.PluginSrc != "")
+			remove(p, true)
 		}
 	}
 	return errors.Join(errs...)

@@ -33,9 +33,8 @@ func client(t *testing.T) (*kubernetes.Clientset, string) {
 	t.Helper()
 	kc := os.Getenv("OVSFLOW_KUBECONFIG")
 	if kc == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("OVSFLOW_KUBECONFIG is not set (test/kube/run.sh sets it)")
-		}
+		// Not CI's to fail: hack/test.sh runs every package without a
+		// cluster; test/kube/run.sh runs these with one.
 		t.Skip("*** no OVSFLOW_KUBECONFIG: the agent's Kubernetes tests are SKIPPED (test/kube/run.sh runs them) ***")
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", kc)

@@ -714,3 +714,23 @@ func TestManifestRBAC(t *testing.T) {
 		t.Errorf("agent: want NODE_NAME (-node-name's default) from the downward API's spec.nodeName, got %+v", nodeName)
 	}
 }
+
+// TestPluginsImportNoHeavyLibraries: the plugins, executed thousands of
+// times, import neither client-go nor prometheus (only the agent does).
+func TestPluginsImportNoHeavyLibraries(t *testing.T) {
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps",
+		"../cmd/ovs-bridge", "../cmd/ovs-portmap", "../cmd/ovsflow-conflist").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "k8s.io/") || strings.HasPrefix(p, "github.com/prometheus/") {
+			t.Errorf("a plugin imports %s", p)
+		}
+	}
+	// The agent does, as the control.
+	out, err = exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "../cmd/ovsflow-agent").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "k8s.io/client-go/informers") {
+		t.Errorf("go list -deps ./cmd/ovsflow-agent: no client-go informers (%v): the check above proves nothing", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -106,8 +107,29 @@ func probeReply(w http.ResponseWriter, ok bool, body string) {
 
 type check struct{ name, err string }
 
+// bridgesServed says which bridges of the suite (its owner tag) have no
+// OpenFlow endpoint: ovs-vswitchd is down or has not re-created them, and
+// no flow can be put there.
+func bridgesServed(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) string {
+	brs, err := cli.Bridges(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var down []string
+	for _, br := range brs {
+		if br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue && !endpoint.Listening(endpoint.OpenFlow("", ovsdbEndpoint, br.Name)) {
+			down = append(down, br.Name)
+		}
+	}
+	if len(down) > 0 {
+		return "no OpenFlow endpoint for bridge " + strings.Join(down, ", ")
+	}
+	return ""
+}
+
 // readiness: the conflist is in place for this Node's podCIDRs, the routes
-// are synced, OVSDB answers and the last reconcile pass succeeded.
+// are synced, OVSDB answers, every bridge of the suite is served by
+// ovs-vswitchd and the last reconcile pass succeeded.
 func (a *Agent) readiness(ctx context.Context) []check {
 	a.st.mu.Lock()
 	checks := []check{{"conflist", a.st.conflist}, {"routes", a.st.routes}}
@@ -116,13 +138,15 @@ func (a *Agent) readiness(ctx context.Context) []check {
 	if a.cfg.OVSDB != "" {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		c := check{name: "ovsdb"}
+		c, served := check{name: "ovsdb"}, check{name: "bridges"}
 		if cli, err := ovsdb.Dial(ctx, a.cfg.OVSDB); err != nil {
 			c.err = err.Error()
+			served.err = "OVSDB unreachable"
 		} else {
+			served.err = bridgesServed(ctx, cli, a.cfg.OVSDB)
 			cli.Close()
 		}
-		checks = append(checks, c, check{"reconcile", reconciled})
+		checks = append(checks, c, served, check{"reconcile", reconciled})
 	}
 	return checks
 }

@@ -437,7 +437,8 @@ no_restarts() { local now; now=$(restart_counts); [ "$now" = "$restarts" ] || { 
 before=$(attachments)
 restarts=$(restart_counts)
 kill -9 "$(cat /run/ovsflow/okube-node/ovs-vswitchd.pid)"
-sleep 0.5
+unserved() { innode curl -s http://127.0.0.1:9469/readyz | grep -F '[-]bridges: no OpenFlow endpoint for bridge br0'; }
+check "5 with ovs-vswitchd dead the agent's /readyz says br0 is not served" retry 10 unserved
 hack/ovs-sandbox.sh start-vswitchd okube-node
 # The node's own addresses are its network configuration's to restore (the
 # bridge's internal interface was re-created); the pods' gateways are reconcile's.
@@ -454,6 +455,7 @@ done
 echo "# hostPorts answered again $((SECONDS - t5)) s after ovs-vswitchd was started"
 check "5 no CNI call: the same attachments (no sandbox recreated)" same_attachments
 check "5 no CNI call: no container restarted" no_restarts
+check "5 the agent is ready again (/readyz)" retry 30 innode curl -sf http://127.0.0.1:9469/readyz
 check "5 the agent rebuilt the flows (its log)" sh -c "$kube kubectl -n kube-system logs -l app.kubernetes.io/name=ovsflow-cni -c agent --tail=50 | grep -q 'reconcile: attachments=[1-9]'"
 k wait pod/client --for=condition=Ready --timeout=30s >/dev/null
 check "5 from another pod, hostPort 18082 answers again" retry 20 answers $NODE_V4 18082 "$(pod_of web2)" "$(ip_of client v4)" client

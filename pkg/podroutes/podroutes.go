@@ -218,9 +218,11 @@ func (t Table) del(h Installed) error {
 }
 
 func (t Table) netlinkRoute(r Route, linkIndex int) *netlink.Route {
-	dst := &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())}
-	nr := &netlink.Route{LinkIndex: linkIndex, Dst: dst, Table: t.table(), Protocol: netlink.RouteProtocol(t.Protocol),
+	nr := &netlink.Route{LinkIndex: linkIndex, Table: t.table(), Protocol: netlink.RouteProtocol(t.Protocol),
 		Scope: netlink.SCOPE_UNIVERSE}
+	if r.Dst.IsValid() { // else a default route (of our protocol, found by List)
+		nr.Dst = &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())}
+	}
 	if r.Via.IsValid() {
 		nr.Gw = r.Via.AsSlice()
 		nr.Flags = int(netlink.FLAG_ONLINK)

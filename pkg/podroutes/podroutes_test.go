@@ -163,6 +163,12 @@ func TestSync(t *testing.T) {
 	r1b.Via = netip.MustParseAddr("203.0.113.3")
 	step("a new next hop", []Route{r1b, r2}, 1, 0)
 	step("a peer gone", []Route{r2}, 0, 1)
+	// A default route of our protocol is ours too, and no peer explains it.
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP("203.0.113.9"),
+		Flags: int(netlink.FLAG_ONLINK), Protocol: DefaultProtocol}); err != nil {
+		t.Fatal(err)
+	}
+	step("a default route of ours", []Route{r2}, 0, 1)
 	if n, err := tb.RemoveAll(); n != 1 || err != nil {
 		t.Errorf("RemoveAll: %d, %v; want 1, nil", n, err)
 	}

@@ -336,9 +336,12 @@ func (a *Agent) syncRoutes(self *corev1.Node, own []netip.Prefix) error {
 		}
 	}
 	tb := podroutes.Table{Table: a.cfg.RouteTable, Protocol: a.cfg.RouteProtocol}
-	changed, removed, err := tb.Sync(want, links)
-	if changed > 0 || removed > 0 {
-		fmt.Fprintf(a.cfg.Log, "%s routes: %d added or changed, %d removed; now %v\n", time.Now().UTC().Format(time.RFC3339), changed, removed, want)
+	res, err := tb.Sync(want, links)
+	if res.Changed > 0 || res.Removed > 0 {
+		fmt.Fprintf(a.cfg.Log, "%s routes: %d added or changed, %d removed; now %v\n", time.Now().UTC().Format(time.RFC3339), res.Changed, res.Removed, want)
+	}
+	for _, r := range res.Foreign {
+		a.say("route "+r.Dst.String(), "not routed: node "+r.Node+": "+r.Dst.String()+" has a route of another protocol (left to it)")
 	}
 	if err = errors.Join(append(errs, err)...); err != nil {
 		a.say("routes", "error: "+err.Error())

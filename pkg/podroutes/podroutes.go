@@ -7,7 +7,8 @@
 // Plan turns the facts (the peers) into a deterministic list of routes and
 // does no I/O; Table.Sync applies a list: it replaces what differs and
 // removes every route of its own (by its protocol number in its table) that
-// the list does not hold, and nothing else.
+// the list does not hold, and nothing else (a destination that has a route
+// of another protocol is left to it).
 package podroutes
 
 import (
@@ -154,14 +155,24 @@ func (t Table) List() ([]Installed, error) {
 	return out, nil
 }
 
+// Result is what Sync did.
+type Result struct {
+	Changed, Removed int
+	// Foreign are the routes of want not installed because a route of
+	// another protocol has their destination in the table: the operator's
+	// (or another program's), which wins.
+	Foreign []Route
+}
+
 // Sync makes the routes of ours exactly want, each on the link of index
 // linkIndex[family] (true: IPv4): it adds or replaces what is missing or
-// differs, then removes every other route of ours. It returns how many
-// routes it changed and removed.
-func (t Table) Sync(want []Route, linkIndex map[bool]int) (changed, removed int, err error) {
+// differs, then removes every other route of ours. A destination that
+// holds a route of another protocol is left to it.
+func (t Table) Sync(want []Route, linkIndex map[bool]int) (Result, error) {
+	var res Result
 	have, err := t.List()
 	if err != nil {
-		return 0, 0, err
+		return res, err
 	}
 	var errs []error
 	for _, r := range want {
@@ -173,11 +184,18 @@ func (t Table) Sync(want []Route, linkIndex map[bool]int) (changed, removed int,
 		if slices.ContainsFunc(have, func(h Installed) bool { return h.Dst == r.Dst && h.Via == r.Via && h.LinkIndex == idx }) {
 			continue
 		}
+		if foreign, err := t.foreign(r.Dst); err != nil {
+			errs = append(errs, err)
+			continue
+		} else if foreign {
+			res.Foreign = append(res.Foreign, r)
+			continue
+		}
 		if err := netlink.RouteReplace(t.netlinkRoute(r, idx)); err != nil {
 			errs = append(errs, fmt.Errorf("route %s (node %s): %w", r, r.Node, err))
 			continue
 		}
-		changed++
+		res.Changed++
 	}
 	for _, h := range have {
 		if slices.ContainsFunc(want, func(r Route) bool { return r.Dst == h.Dst }) {
@@ -187,9 +205,23 @@ func (t Table) Sync(want []Route, linkIndex map[bool]int) (changed, removed int,
 			errs = append(errs, err)
 			continue
 		}
-		removed++
+		res.Removed++
 	}
-	return changed, removed, errors.Join(errs...)
+	return res, errors.Join(errs...)
+}
+
+// foreign reports whether the table holds a route to dst of another protocol.
+func (t Table) foreign(dst netip.Prefix) (bool, error) {
+	fam := netlink.FAMILY_V6
+	if dst.Addr().Is4() {
+		fam = netlink.FAMILY_V4
+	}
+	ipn := &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())}
+	rs, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: t.table(), Dst: ipn}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_DST)
+	if err != nil {
+		return false, fmt.Errorf("listing routes to %s: %w", dst, err)
+	}
+	return slices.ContainsFunc(rs, func(r netlink.Route) bool { return int(r.Protocol) != t.Protocol }), nil
 }
 
 // RemoveAll removes every route of ours.

@@ -134,9 +134,9 @@ func TestSync(t *testing.T) {
 	tb := Table{Protocol: DefaultProtocol}
 	step := func(what string, want []Route, wantChanged, wantRemoved int) {
 		t.Helper()
-		c, r, err := tb.Sync(want, links)
-		if err != nil || c != wantChanged || r != wantRemoved {
-			t.Errorf("%s: changed %d removed %d err %v; want %d, %d, nil", what, c, r, err, wantChanged, wantRemoved)
+		res, err := tb.Sync(want, links)
+		if err != nil || res.Changed != wantChanged || res.Removed != wantRemoved || len(res.Foreign) > 0 {
+			t.Errorf("%s: %+v, %v; want changed %d, removed %d, nil", what, res, err, wantChanged, wantRemoved)
 		}
 		have, err := tb.List()
 		if err != nil {
@@ -169,6 +169,12 @@ func TestSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("a default route of ours", []Route{r2}, 0, 1)
+	// A destination with a route of another protocol is left to it.
+	r3 := Route{Dst: netip.MustParsePrefix("192.0.2.192/26"), Via: netip.MustParseAddr("203.0.113.4")}
+	res, err := tb.Sync([]Route{r2, r3}, links)
+	if err != nil || res.Changed != 0 || len(res.Foreign) != 1 || res.Foreign[0] != r3 {
+		t.Errorf("a destination of another protocol's route: %+v, %v; want it foreign, untouched", res, err)
+	}
 	if n, err := tb.RemoveAll(); n != 1 || err != nil {
 		t.Errorf("RemoveAll: %d, %v; want 1, nil", n, err)
 	}

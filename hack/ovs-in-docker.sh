@@ -152,12 +152,12 @@ build_node() {
 	PAUSE_TAR=$(sed -n 's/^PAUSE_TAR=//p' <<<"$rt")
 	APP_TAR=$(sed -n 's/^APP_TAR=//p' <<<"$rt")
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/ovsflow/ovs-cni/pkg/buildinfo.Version=$ver" \
-		-o "$ctx/bin/" ./cmd/ovs-bridge ./cmd/ovs-portmap ./cmd/ovsflow-conflist \
+		-o "$ctx/bin/" ./cmd/ovs-bridge ./cmd/ovs-portmap ./cmd/ovs-bandwidth ./cmd/ovsflow-conflist \
 		github.com/containernetworking/plugins/plugins/ipam/host-local \
 		github.com/containernetworking/plugins/plugins/main/loopback
 	cp "$CRICTL" "$ctx/bin/crictl"
 	cp "$PAUSE_TAR" "$APP_TAR" "$ctx/images/"
-	cp deploy/install-cni.sh deploy/node-ranges.sh deploy/node-prep.sh "$ctx/deploy/"
+	cp deploy/install-cni.sh deploy/node-prep.sh "$ctx/deploy/"
 	# The ConfigMap's conflist, as the DaemonSet mounts it.
 	awk '/^  10-ovsflow.conflist: \|$/ {on=1; next} on && /^---/ {exit} on {sub(/^    /, ""); print}' \
 		deploy/ovsflow-cni.yaml >"$ctx/deploy/10-ovsflow.conflist"

@@ -38,6 +38,7 @@ type Stats struct {
 	// InSync holds the OpenFlow endpoints whose flows are, after the pass,
 	// what the records want.
 	InSync map[string]bool
+	Took   time.Duration // how long the pass took (Once)
 }
 
 func (s Stats) String() string {
@@ -310,55 +311,110 @@ func restoreGateways(br ovsdb.Bridge) int {
 // watch, whenever an ovs-vswitchd (re)starts, never returning. It logs each
 // pass to out and returns the exit code of `ovs-portmap reconcile`.
 func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
-	once := func() (Stats, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cli, err := ovsdb.Dial(ctx, ovsdbEndpoint)
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(out, "%s %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, a...))
+	}
+	logPass := func(st Stats, err error) {
 		if err != nil {
-			fmt.Fprintf(out, "%s reconcile: error: %v\n", time.Now().UTC().Format(time.RFC3339), err)
-			return Stats{}, err
+			logf("reconcile: %s error: %v", st, err)
+			return
 		}
-		defer cli.Close()
-		st, err := Reconcile(ctx, cli, ovsdbEndpoint, control)
-		fmt.Fprintf(out, "%s reconcile: %s", time.Now().UTC().Format(time.RFC3339), st)
-		if err != nil {
-			fmt.Fprintf(out, " error: %v", err)
-		}
-		fmt.Fprintln(out)
-		return st, err
+		logf("reconcile: %s", st)
 	}
 	if !watch {
-		if _, err := once(); err != nil {
+		st, err := Once(context.Background(), ovsdbEndpoint, control)
+		logPass(st, err)
+		if err != nil {
 			return 1
 		}
 		return 0
 	}
+	Watch(context.Background(), ovsdbEndpoint, control, Hooks{
+		Pass:  logPass,
+		Retry: func(err error) { logf("watch: %v; retrying", err) },
+		Note:  func(what string) { logf("watch: %s", what) },
+	})
+	return 0
+}
+
+// Once dials the OVSDB at ovsdbEndpoint and reconciles its node once,
+// within a minute.
+func Once(ctx context.Context, ovsdbEndpoint, control string) (Stats, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cli, err := ovsdb.Dial(ctx, ovsdbEndpoint)
+	if err != nil {
+		return Stats{Took: time.Since(start)}, err
+	}
+	defer cli.Close()
+	st, err := Reconcile(ctx, cli, ovsdbEndpoint, control)
+	st.Took = time.Since(start)
+	return st, err
+}
+
+// Hooks are what Watch reports; nil ones are skipped.
+type Hooks struct {
+	// Pass is called after each reconcile pass with its outcome.
+	Pass func(Stats, error)
+	// Retry is called when the watch on OVSDB ended with err and is
+	// started again a second later.
+	Retry func(err error)
+	// Running is called when a round of passes begins, Waiting when the
+	// watch blocks until an ovs-vswitchd runs or goes: a round that does
+	// not end is a wedged loop.
+	Running, Waiting func()
+	// Note tells what the watch did about flow-restore-wait.
+	Note func(what string)
+}
+
+// Watch reconciles whenever an ovs-vswitchd (re)starts, until ctx is done
+// (then it returns ctx's error). It learns of that through OVSDB: see
+// ovsdb.VswitchdWatch.
+func Watch(ctx context.Context, ovsdbEndpoint, control string, h Hooks) error {
 	for {
-		if err := watchLoop(ovsdbEndpoint, once, out); err != nil {
-			fmt.Fprintf(out, "%s watch: %v; retrying\n", time.Now().UTC().Format(time.RFC3339), err)
-			time.Sleep(time.Second)
+		err := watchLoop(ctx, ovsdbEndpoint, control, h)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if h.Retry != nil {
+			h.Retry(err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }
 
-// watchLoop reconciles whenever an ovs-vswitchd (re)starts. It learns of
-// that through OVSDB: see ovsdb.VswitchdWatch. When one dies while a bridge
-// of ours is on the kernel datapath, the watch sets flow-restore-wait before
-// it lets the next one take the lock: the next ovs-vswitchd then keeps the
-// datapath's flows (they came from our secure pipeline) and forwards nothing
-// that misses them, until the pipeline is back (one bundle per bridge) and
-// the watch clears the flag. A flag of ours left by a watch that died is
-// cleared after the next pass.
-func watchLoop(ovsdbEndpoint string, once func() (Stats, error), out io.Writer) error {
-	ctx := context.Background()
+// watchLoop reconciles whenever an ovs-vswitchd (re)starts. When one dies
+// while a bridge of ours is on the kernel datapath, the watch sets
+// flow-restore-wait before it lets the next one take the lock: the next
+// ovs-vswitchd then keeps the datapath's flows (they came from our secure
+// pipeline) and forwards nothing that misses them, until the pipeline is
+// back (one bundle per bridge) and the watch clears the flag. A flag of
+// ours left by a watch that died is cleared after the next pass.
+func watchLoop(ctx context.Context, ovsdbEndpoint, control string, h Hooks) error {
 	w, err := ovsdb.WatchVswitchd(ctx, ovsdbEndpoint)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
+	note := func(what string) {
+		if h.Note != nil {
+			h.Note(what)
+		}
+	}
 	for {
+		if h.Waiting != nil {
+			h.Waiting()
+		}
 		if err := w.WaitRunning(ctx, 50*time.Millisecond); err != nil {
 			return err
+		}
+		if h.Running != nil {
+			h.Running()
 		}
 		// ovs-vswitchd re-creates its bridges after taking the lock: retry
 		// until every bridge answers. The flag goes once the bridges it
@@ -367,17 +423,28 @@ func watchLoop(ovsdbEndpoint string, once func() (Stats, error), out io.Writer) 
 		deadline := time.Now().Add(30 * time.Second)
 		cleared := false
 		for {
-			st, err := once()
-			if !cleared && (err == nil || time.Now().After(deadline) || kernelInSync(ovsdbEndpoint, st)) {
-				if err := clearRestoreWait(ovsdbEndpoint, out); err != nil {
+			st, err := Once(ctx, ovsdbEndpoint, control)
+			if h.Pass != nil {
+				h.Pass(st, err)
+			}
+			late := time.Now().After(deadline) || ctx.Err() != nil
+			if !cleared && (err == nil || late || kernelInSync(ovsdbEndpoint, st)) {
+				done, err := clearRestoreWait(ovsdbEndpoint)
+				if err != nil {
 					return err
+				}
+				if done {
+					note("flow-restore-wait cleared")
 				}
 				cleared = true
 			}
-			if err == nil || time.Now().After(deadline) {
+			if err == nil || late {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+		if h.Waiting != nil {
+			h.Waiting()
 		}
 		if err := w.WaitGone(ctx, func(context.Context) error {
 			return withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
@@ -388,7 +455,7 @@ func watchLoop(ovsdbEndpoint string, once func() (Stats, error), out io.Writer) 
 				if err := cli.SetFlowRestoreWait(ctx); err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "%s watch: ovs-vswitchd is gone; flow-restore-wait set: the next one keeps the kernel datapath's flows\n", time.Now().UTC().Format(time.RFC3339))
+				note("ovs-vswitchd is gone; flow-restore-wait set: the next one keeps the kernel datapath's flows")
 				return nil
 			})
 		}); err != nil {
@@ -397,15 +464,14 @@ func watchLoop(ovsdbEndpoint string, once func() (Stats, error), out io.Writer) 
 	}
 }
 
-// clearRestoreWait clears a flow-restore-wait of ours.
-func clearRestoreWait(ovsdbEndpoint string, out io.Writer) error {
-	return withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
-		cleared, err := cli.ClearFlowRestoreWait(ctx)
-		if cleared {
-			fmt.Fprintf(out, "%s watch: flow-restore-wait cleared\n", time.Now().UTC().Format(time.RFC3339))
-		}
+// clearRestoreWait clears a flow-restore-wait of ours; it reports whether
+// there was one.
+func clearRestoreWait(ovsdbEndpoint string) (cleared bool, err error) {
+	err = withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
+		cleared, err = cli.ClearFlowRestoreWait(ctx)
 		return err
 	})
+	return cleared, err
 }
 
 // kernelInSync reports whether every kernel-datapath bridge of ours got its

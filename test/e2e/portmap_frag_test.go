@@ -194,8 +194,22 @@ func nodeTCPSegments(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tcpInSegs(string(snmp))
+}
+
+// containerTCPSegments counts the TCP segments container c's stack
+// received (both families): a fragmented segment counts once reassembled,
+// however the kernel reassembled it (the IPv6 defragmentation of a netns
+// with conntrack counts no ReasmOKs).
+func containerTCPSegments(t *testing.T, c *container) int {
+	t.Helper()
+	return tcpInSegs(c.sh(t, "cat", "/proc/net/snmp"))
+}
+
+// tcpInSegs reads Tcp InSegs from the text of /proc/net/snmp.
+func tcpInSegs(snmp string) int {
 	var hdr []string
-	for _, line := range strings.Split(string(snmp), "\n") {
+	for _, line := range strings.Split(snmp, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 || f[0] != "Tcp:" {
 			continue
@@ -211,8 +225,7 @@ func nodeTCPSegments(t *testing.T) int {
 			}
 		}
 	}
-	t.Fatalf("no Tcp InSegs in /proc/net/snmp")
-	return 0
+	return -1 // not there: every count differs from what a test wants
 }
 
 // TCP segments in IP fragments through a TCP host port: DNATed to the
@@ -220,8 +233,8 @@ func nodeTCPSegments(t *testing.T) int {
 // with their datagram's ports; elsewhere lost), never delivered to the node
 // untranslated. From outside, a SYN with 2000 bytes of data in fragments of
 // 1400, IPv4 and IPv6, to the host port: the node's kernel reassembles none
-// of them into a segment for its TCP (its InSegs), and the container
-// reassembles each where the datapath allows. Control: the same fragments
+// of them into a segment for its TCP (its InSegs), and the container's TCP
+// gets each where the datapath allows. Control: the same fragments
 // to a port of the node that is not a host port reach the node's TCP.
 // Before the fragment flows covered TCP, the host port's did too (the
 // node's own socket on the port answered the SYN).
@@ -278,25 +291,21 @@ func TestPortmapTCPFragments(t *testing.T) {
 		if v6 {
 			node = nodeV6
 		}
-		pick := func(v4, v6n int) int {
-			if v6 {
-				return v6n
-			}
-			return v4
-		}
 		first := laterFragmentsHaveCTPorts(t, h, node, 5391)
 		segs := nodeTCPSegments(t)
-		ca0, cb0 := reassembled(t, a)
+		c0 := containerTCPSegments(t, a)
 		send(v6, 8390, 0x2301)
 		time.Sleep(300 * time.Millisecond)
-		ca1, cb1 := reassembled(t, a)
+		c1 := containerTCPSegments(t, a)
 		if got := nodeTCPSegments(t) - segs; got != 0 {
 			t.Errorf("%s: the node's TCP got %d segments after a fragmented one to host port 8390, want none", node, got)
 		}
-		if got := pick(ca1, cb1) - pick(ca0, cb0); first && got != 1 {
-			t.Errorf("%s: the container reassembled %d fragmented TCP segments sent to host port 8390, want 1", node, got)
+		// The SYN, then the outside's reset of the container's SYN-ACK
+		// (the raw sender's netns has no such connection) may follow.
+		if got := c1 - c0; first && got < 1 {
+			t.Errorf("%s: the container's TCP got %d segments after a fragmented one to host port 8390, want the SYN", node, got)
 		} else if !first {
-			t.Logf("%s: this datapath shows later fragments without ct_tp_dst: the container reassembled %d (not required)", node, got)
+			t.Logf("%s: this datapath shows later fragments without ct_tp_dst: the container's TCP got %d (not required)", node, got)
 		}
 		// Control: a port of the node's that is not a host port (it
 		// answers with a reset, which the raw sender ignores).

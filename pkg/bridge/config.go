@@ -4,9 +4,12 @@
 package bridge
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -14,6 +17,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
 // NetConf is the network configuration of ovs-bridge. The JSON keys are the
@@ -51,6 +55,18 @@ type NetConf struct {
 	} `json:"args,omitempty"`
 	LogFile string `json:"logFile,omitempty"` // see package cnilog
 
+	// The keys of k8snetworkplumbingwg/ovs-cni that mean something here
+	// (docs/ovs-cni.md); "vlan", "trunk" and "mtu" are the same keys.
+	SocketFile        string `json:"socket_file,omitempty"`
+	ConfigurationPath string `json:"configuration_path,omitempty"`
+	OFPortRequest     *int   `json:"ofport_request,omitempty"`
+	InterfaceType     string `json:"interface_type,omitempty"`
+	OVNPort           string `json:"ovnPort,omitempty"`
+	// Accepted and ignored: the veth is up when ADD returns, so there is no
+	// link state to wait for.
+	LinkStateCheckInterval int `json:"link_state_check_interval,omitempty"`
+	LinkStateCheckRetries  int `json:"link_state_check_retries,omitempty"`
+
 	// Resolved by LoadConf.
 	MAC      net.HardwareAddr `json:"-"`
 	Trunks   []int            `json:"-"`
@@ -69,11 +85,17 @@ type Trunk struct {
 type envArgs struct {
 	types.CommonArgs
 	MAC types.UnmarshallableString `json:"mac,omitempty"`
+	// OvnPort is ovs-cni's CNI_ARGS key for the OVN logical port.
+	OvnPort types.UnmarshallableString `json:"ovnPort,omitempty"`
 }
 
 // bridgeName is what Open vSwitch and the kernel accept for a bridge with an
 // internal interface: at most 15 characters, no '/', no whitespace.
 var bridgeName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+
+// ovnPortName is what an OVN logical port name may be here: printable,
+// no whitespace (ovn-controller matches it byte for byte).
+var ovnPortName = regexp.MustCompile(`^[!-~]{0,255}$`)
 
 func invalid(format string, a ...any) error {
 	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, a...), "")
@@ -82,8 +104,15 @@ func invalid(format string, a ...any) error {
 // LoadConf decodes stdin, applies defaults, then validates, in that order.
 func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	n := &NetConf{}
-	if err := cnicmd.Decode(stdin, n, &n.OVSDB); err != nil {
+	def := "" // Decode gives it the default, and leaves n.OVSDB as given
+	if err := cnicmd.Decode(stdin, n, &def); err != nil {
 		return nil, err
+	}
+	if err := ovsCNIEndpoint(n); err != nil {
+		return nil, err
+	}
+	if n.OVSDB == "" {
+		n.OVSDB = def
 	}
 	// Defaults.
 	if n.PortSecurity == nil {
@@ -97,6 +126,12 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 			return nil, invalid("CNI_ARGS: %v", err)
 		}
 		mac = string(e.MAC)
+		if e.OvnPort != "" && n.OVNPort != "" && string(e.OvnPort) != n.OVNPort {
+			return nil, invalid(`"ovnPort" %q and CNI_ARGS OvnPort %q disagree`, n.OVNPort, e.OvnPort)
+		}
+		if n.OVNPort == "" {
+			n.OVNPort = string(e.OvnPort)
+		}
 	}
 	if n.Args.CNI.MAC != "" {
 		mac = n.Args.CNI.MAC
@@ -131,6 +166,19 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if n.VLAN != nil && len(n.Trunk) > 0 {
 		return nil, invalid(`"vlan" and "trunk" are exclusive`)
 	}
+	if n.OFPortRequest != nil && (*n.OFPortRequest < 1 || *n.OFPortRequest > ovsdb.RequestedOFPortMax) {
+		return nil, invalid(`"ofport_request" %d: want 1-%d`, *n.OFPortRequest, ovsdb.RequestedOFPortMax)
+	}
+	switch n.InterfaceType {
+	case "", "system":
+	default:
+		// ovs-cni's "dpdk" and the like need a device this plugin does
+		// not make: the port is the host end of a veth, a system interface.
+		return nil, invalid(`"interface_type" %q: ovs-bridge attaches a veth, want "system"`, n.InterfaceType)
+	}
+	if !ovnPortName.MatchString(n.OVNPort) {
+		return nil, invalid(`"ovnPort" %q: want up to 255 printable characters`, n.OVNPort)
+	}
 	trunks, err := expandTrunks(n.Trunk)
 	if err != nil {
 		return nil, err
@@ -161,6 +209,39 @@ func (n *NetConf) GCScope() (string, string, []types.GCAttachment) {
 }
 
 func loadConf(args *skel.CmdArgs) (*NetConf, error) { return LoadConf(args.StdinData, args.Args) }
+
+// ovsCNIEndpoint resolves ovs-cni's "socket_file" (and the one of the file
+// "configuration_path" names) into n.OVSDB: a path is unix:PATH, the
+// unix:/tcp:/ssl: forms are taken as they are. Given with a different
+// "ovsdb", it is code 7 naming both.
+func ovsCNIEndpoint(n *NetConf) error {
+	socket, key := n.SocketFile, `"socket_file"`
+	if socket == "" && n.ConfigurationPath != "" {
+		raw, err := os.ReadFile(n.ConfigurationPath)
+		if err != nil {
+			return invalid(`"configuration_path" %q: %v`, n.ConfigurationPath, err)
+		}
+		var file struct {
+			SocketFile string `json:"socket_file"`
+		}
+		if err := json.Unmarshal(raw, &file); err != nil {
+			return invalid(`"configuration_path" %q: %v`, n.ConfigurationPath, err)
+		}
+		socket, key = file.SocketFile, fmt.Sprintf(`"socket_file" of "configuration_path" %q`, n.ConfigurationPath)
+	}
+	if socket == "" {
+		return nil
+	}
+	ep := socket
+	if !strings.HasPrefix(ep, "unix:") && !strings.HasPrefix(ep, "tcp:") && !strings.HasPrefix(ep, "ssl:") {
+		ep = "unix:" + ep
+	}
+	if n.OVSDB != "" && n.OVSDB != ep {
+		return invalid(`%s %q and "ovsdb" %q disagree`, key, socket, n.OVSDB)
+	}
+	n.OVSDB = ep
+	return nil
+}
 
 func expandTrunks(ts []Trunk) ([]int, error) {
 	var seen [4095]bool

@@ -201,7 +201,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		result.Interfaces[contIndex].Mac = contMAC.String()
 		// Claim, then act: the ofport and the cookie are this ADD's
 		// before any flow goes in for them.
-		if res, err = reserve(ctx, cli, att, ovsdb.HomeOFPort(att)); err != nil {
+		if res, err = reserveOFPort(ctx, cli, conf, att); err != nil {
 			return err
 		}
 		ofport, ownCookie = res.OFPort, true
@@ -269,6 +269,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if conf.MAC != nil {
 		spec.UniqueMAC = result.Interfaces[contIndex].Mac
 	}
+	if conf.OVNPort != "" {
+		spec.InterfaceIDs = map[string]string{ovsdb.KeyOVNIfaceID: conf.OVNPort}
+	}
 	// The port, in one transaction, and its ofport. The rollback is armed
 	// before the transaction: when the connection breaks mid-commit its
 	// outcome is unknown, and the port may be there.
@@ -291,12 +294,22 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		if err := withPortSecRecord(spec, portSecRecord(conf, result, contIndex)); err != nil {
 			return err
 		}
+		if conf.OFPortRequest != nil {
+			spec.OFPort = *conf.OFPortRequest
+		}
 		portUUID, err = cli.AttachPort(ctx, br.UUID, spec)
+		var taken *ovsdb.OFPortTakenError
+		if errors.As(err, &taken) {
+			return ofportTaken(conf)
+		}
 		if err != nil {
 			return macError(err)
 		}
 		if ofport, err = cli.WaitOFPort(ctx, hostName, ofportTimeout); err != nil {
 			return asCNIError(err)
+		}
+		if err := requestedOFPort(conf, ofport); err != nil {
+			return err
 		}
 		// dhcp needs the link: first the flows of a port without
 		// addresses (DHCP client broadcasts, link-local), then the carrier.
@@ -399,6 +412,13 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 		portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
 		var taken *ovsdb.OFPortTakenError
 		switch {
+		case errors.As(err, &taken) && conf.OFPortRequest != nil:
+			return "", 0, ofportTaken(conf)
+		case errors.Is(err, ovsdb.ErrClaimLost) && conf.OFPortRequest != nil && attempt < 8:
+			_ = cli.Release(ctx, *res)
+			if *res, err = reserveOFPort(ctx, cli, conf, res.Attachment); err != nil {
+				return "", 0, err
+			}
 		case (errors.As(err, &taken) || errors.Is(err, ovsdb.ErrClaimLost)) && attempt < 8:
 			// Requested by an interface a caller outside the suite
 			// inserted, or the claim outlived ClaimTTL.
@@ -420,6 +440,9 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 			got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
 			if err != nil {
 				return "", 0, asCNIError(err)
+			}
+			if err := requestedOFPort(conf, got); err != nil {
+				return "", 0, err
 			}
 			if got != res.OFPort {
 				if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", got); err != nil {
@@ -457,6 +480,37 @@ func reserve(ctx context.Context, cli *ovsdb.Client, att ovsdb.Attachment, home 
 			"choose another container ID or interface name")
 	}
 	return res, asCNIError(err)
+}
+
+// reserveOFPort claims the attachment's ofport (reserve): the one
+// "ofport_request" names, or else the first free one from its home on. A
+// requested one that another interface requests or holds is code 7.
+func reserveOFPort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovsdb.Attachment) (ovsdb.Reservation, error) {
+	if conf.OFPortRequest == nil {
+		return reserve(ctx, cli, att, ovsdb.HomeOFPort(att))
+	}
+	res, err := reserve(ctx, cli, att, *conf.OFPortRequest)
+	if err != nil {
+		return res, err
+	}
+	if res.OFPort != *conf.OFPortRequest {
+		_ = cli.Release(ctx, res)
+		return ovsdb.Reservation{}, ofportTaken(conf)
+	}
+	return res, nil
+}
+
+// requestedOFPort refuses a port that ovs-vswitchd numbered otherwise than
+// "ofport_request" asked (another interface held the number unrequested).
+func requestedOFPort(conf *NetConf, got int) error {
+	if conf.OFPortRequest != nil && got != *conf.OFPortRequest {
+		return ofportTaken(conf)
+	}
+	return nil
+}
+
+func ofportTaken(conf *NetConf) error {
+	return invalid(`"ofport_request" %d: another interface on the node requests or holds it`, *conf.OFPortRequest)
 }
 
 // lookupBridge finds (or, with createBridge, creates) the configured bridge.

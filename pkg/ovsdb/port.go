@@ -30,6 +30,9 @@ type PortSpec struct {
 	Tag         int   // access VLAN; 0 = VLAN 0 (untagged frames only)
 	Trunks      []int // trunk VLANs; empty = an access port
 	ExternalIDs map[string]string
+	// InterfaceIDs are external_ids of the Interface row only, beside
+	// ExternalIDs (OVN's "iface-id", which it reads there).
+	InterfaceIDs map[string]string
 	// UniqueMAC, when set, makes the transaction fail with a *MACInUseError
 	// if another Port row records this container MAC (KeyMAC) by then.
 	UniqueMAC string
@@ -223,7 +226,12 @@ func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
 	if len(spec.Trunks) > 0 {
 		portRow = append(portRow, cell{"trunks", intSet(spec.Trunks)})
 	}
-	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", strMap(spec.ExternalIDs)}}
+	ifaceIDs := strMap(spec.ExternalIDs)
+	if len(spec.InterfaceIDs) > 0 {
+		ifaceIDs = maps.Clone(ifaceIDs)
+		maps.Copy(ifaceIDs, spec.InterfaceIDs)
+	}
+	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", ifaceIDs}}
 	if spec.OFPort > 0 {
 		ifaceRow = append(ifaceRow, cell{"ofport_request", integer(spec.OFPort)})
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -39,6 +41,11 @@ type NetConf struct {
 	AllowRouter     bool   `json:"allowRouter,omitempty"`
 	AllowDHCPServer bool   `json:"allowDHCPServer,omitempty"`
 	OpenFlow        string `json:"openflow,omitempty"`
+	// The PEM files of an ssl: "ovsdb" (mutual TLS): the client's key and
+	// certificate, and the CA that signed ovsdb-server's certificate.
+	OVSDBKey  string `json:"ovsdbKey,omitempty"`
+	OVSDBCert string `json:"ovsdbCert,omitempty"`
+	OVSDBCA   string `json:"ovsdbCA,omitempty"`
 	// VswitchdControl: see ovs-portmap's (Mesos port mappings only).
 	VswitchdControl string `json:"vswitchdControl,omitempty"`
 
@@ -149,6 +156,9 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if err := cnicmd.ValidateEndpoints(n.OVSDB, n.OpenFlow); err != nil {
 		return nil, err
 	}
+	if err := validateTLS(n); err != nil {
+		return nil, err
+	}
 	if err := cnicmd.ValidateControl(n.VswitchdControl); err != nil {
 		return nil, err
 	}
@@ -202,6 +212,29 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 
 // OVSDBEndpoint is where the commands find OVSDB.
 func (n *NetConf) OVSDBEndpoint() string { return n.OVSDB }
+
+// OVSDBTLS are the PEM files of an ssl: OVSDB endpoint.
+func (n *NetConf) OVSDBTLS() endpoint.TLS {
+	return endpoint.TLS{Key: n.OVSDBKey, Cert: n.OVSDBCert, CA: n.OVSDBCA}
+}
+
+// validateTLS: an ssl: "ovsdb" needs the three PEM files, as absolute
+// paths (the plugin's working directory is the runtime's); the files are
+// read when the command dials. Another endpoint takes none.
+func validateTLS(n *NetConf) error {
+	ssl := strings.HasPrefix(n.OVSDB, "ssl:")
+	for _, f := range []struct{ key, path string }{{"ovsdbKey", n.OVSDBKey}, {"ovsdbCert", n.OVSDBCert}, {"ovsdbCA", n.OVSDBCA}} {
+		switch {
+		case ssl && f.path == "":
+			return invalid(`"ovsdb" %q: ssl: needs "ovsdbKey", "ovsdbCert" and "ovsdbCA"; %q is missing`, n.OVSDB, f.key)
+		case ssl && !filepath.IsAbs(f.path):
+			return invalid(`%q %q: want an absolute path`, f.key, f.path)
+		case !ssl && f.path != "":
+			return invalid(`%q is for an ssl: "ovsdb", not %q`, f.key, n.OVSDB)
+		}
+	}
+	return nil
+}
 
 // GCScope: ovs-bridge's GC considers the network's ports on its bridge.
 func (n *NetConf) GCScope() (string, string, []types.GCAttachment) {

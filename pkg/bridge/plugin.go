@@ -112,7 +112,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if err := notOwnNetNS(args.Netns); err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
 	if err != nil {
 		return err
 	}
@@ -783,7 +783,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
 	switch {
 	case err == nil:
 		defer done()
@@ -850,7 +850,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
 	if err != nil {
 		return err
 	}
@@ -1025,7 +1025,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Status(conf.OVSDB)
+	ctx, cli, done, err := cnicmd.StatusTLS(conf.OVSDB, conf.OVSDBTLS())
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,8 @@ func TestParse(t *testing.T) {
 		"unix:":                             false,
 		"tcp:127.0.0.1":                     false,
 		"/var/run/openvswitch/db.sock":      false,
-		"ssl:127.0.0.1:6640":                false,
+		"ssl:127.0.0.1:6640":                true,
+		"ssl:127.0.0.1":                     false,
 		"tcp:ovsdb.example.org:6640":        true,
 		"tcp:a:6640":                        true,
 		"tcp:-a:6640":                       false,
@@ -38,6 +39,7 @@ func TestParseOpenFlow(t *testing.T) {
 		"unix:/run/a,b":                  false,
 		"br0":                            false,
 		"tcp:host:0":                     false,
+		"ssl:127.0.0.1:6653":             false, // OpenFlow over TLS is not offered
 	} {
 		if _, err := ParseOpenFlow(s); (err == nil) != ok {
 			t.Errorf("ParseOpenFlow(%q) = %v, want ok=%v", s, err, ok)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,9 +39,14 @@ type NetConf struct {
 	// AllowRouter lets containers send IPv6 router advertisements and
 	// redirects (and IPv4 redirects); AllowDHCPServer lets them answer as
 	// DHCPv4 or DHCPv6 servers or relays. Both off: port security drops them.
-	AllowRouter     bool   `json:"allowRouter,omitempty"`
-	AllowDHCPServer bool   `json:"allowDHCPServer,omitempty"`
-	OpenFlow        string `json:"openflow,omitempty"`
+	AllowRouter     bool `json:"allowRouter,omitempty"`
+	AllowDHCPServer bool `json:"allowDHCPServer,omitempty"`
+	// AllowedAddresses are further CIDRs the container may send from (a
+	// VIP, a VRRP address, a nested guest); AllowVRRP lets it send VRRP
+	// adverts to their group from its own and allowed addresses.
+	AllowedAddresses []string `json:"allowedAddresses,omitempty"`
+	AllowVRRP        bool     `json:"allowVRRP,omitempty"`
+	OpenFlow         string   `json:"openflow,omitempty"`
 	// The PEM files of an ssl: "ovsdb" (mutual TLS): the client's key and
 	// certificate, and the CA that signed ovsdb-server's certificate.
 	OVSDBKey  string `json:"ovsdbKey,omitempty"`
@@ -76,6 +82,7 @@ type NetConf struct {
 
 	// Resolved by LoadConf.
 	MAC      net.HardwareAddr `json:"-"`
+	Allowed  []netip.Prefix   `json:"-"` // AllowedAddresses, masked
 	Trunks   []int            `json:"-"`
 	Mappings []flows.Mapping  `json:"-"` // Mesos port mappings, published by ovs-bridge itself
 
@@ -189,6 +196,11 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if !ovnPortName.MatchString(n.OVNPort) {
 		return nil, invalid(`"ovnPort" %q: want up to 255 printable characters`, n.OVNPort)
 	}
+	allowed, err := parseAllowed(n.AllowedAddresses)
+	if err != nil {
+		return nil, err
+	}
+	n.Allowed = allowed
 	trunks, err := expandTrunks(n.Trunk)
 	if err != nil {
 		return nil, err
@@ -274,6 +286,37 @@ func ovsCNIEndpoint(n *NetConf) error {
 	}
 	n.OVSDB = ep
 	return nil
+}
+
+// parseAllowed checks "allowedAddresses": unicast CIDRs, IPv6 ones single
+// addresses (port security matches neighbour discovery targets exactly),
+// none of length 0 ("portSecurity": false is the way to allow everything).
+func parseAllowed(cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range cidrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, invalid(`"allowedAddresses"[%d] %q: want a CIDR or an address`, i, s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		p = p.Masked()
+		a := p.Addr()
+		switch {
+		case a.Zone() != "" || a.Is4In6():
+			return nil, invalid(`"allowedAddresses"[%d] %q: want a plain IPv4 or IPv6 CIDR`, i, s)
+		case p.Bits() == 0:
+			return nil, invalid(`"allowedAddresses"[%d] %q: a /0 allows every source; set "portSecurity": false instead`, i, s)
+		case a.IsMulticast() || a.IsUnspecified() || a.IsLoopback() || (a.Is4() && a == netip.AddrFrom4([4]byte{255, 255, 255, 255})):
+			return nil, invalid(`"allowedAddresses"[%d] %q: not a unicast source`, i, s)
+		case a.Is6() && !p.IsSingleIP():
+			return nil, invalid(`"allowedAddresses"[%d] %q: IPv6 entries are single addresses (/128)`, i, s)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func expandTrunks(ts []Trunk) ([]int, error) {

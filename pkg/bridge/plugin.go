@@ -49,6 +49,9 @@ func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[stri
 	if pod := record.PodOf(args.Args); pod != "" {
 		ids[record.KeyPod] = pod
 	}
+	if len(conf.Allowed) > 0 {
+		ids[record.KeyAllowedAddresses] = "true"
+	}
 	return ids
 }
 
@@ -251,6 +254,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 				return err
 			}
 		}
+		if err := checkAllowed(ctx, cli, conf, att, result); err != nil {
+			return err
+		}
 		if netdev {
 			if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
 				return err
@@ -320,6 +326,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			return err
 		}
 		if allocated, err = addresses(ctx, conf, args, result, contIndex); err != nil {
+			return err
+		}
+		if err := checkAllowed(ctx, cli, conf, att, result); err != nil {
 			return err
 		}
 		if err := securePort(ctx, cli, conf, br, args, result, contIndex, portUUID, ofport); err != nil {
@@ -626,12 +635,69 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	return nil
 }
 
+// checkAllowed refuses (code 7) an ADD that would let one attachment send
+// as another on the bridge: its allowedAddresses containing the address of
+// another attachment, or its own address in another's allowedAddresses.
+// Attachments that allow the same addresses (a VIP two containers take
+// over from each other) do not conflict. Without allowedAddresses it reads
+// only the ports that have some (record.KeyAllowedAddresses).
+//
+// It reads, then the ADD acts: two concurrent ADDs that conflict can both
+// pass (no claim covers addresses).
+func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovsdb.Attachment, result *current.Result) error {
+	var own []netip.Addr
+	for _, ipc := range result.IPs {
+		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
+			own = append(own, a.Unmap())
+		}
+	}
+	if len(own) == 0 && len(conf.Allowed) == 0 {
+		return nil
+	}
+	var ports []ovsdb.OwnedPort
+	var err error
+	if len(conf.Allowed) > 0 {
+		ports, err = cli.OwnedPorts(ctx)
+	} else {
+		ports, err = cli.OwnedPortsWith(ctx, record.KeyAllowedAddresses, "true")
+	}
+	if err != nil {
+		return asCNIError(err)
+	}
+	for _, p := range ports {
+		other := p.Attachment()
+		if other == att || p.Port.ExternalIDs[ovsdb.KeyBridge] != conf.Bridge {
+			continue
+		}
+		rec, ok := record.PortSecurityOf(p)
+		if !ok {
+			continue
+		}
+		for _, pre := range conf.Allowed {
+			for _, ip := range rec.IPs {
+				if pre.Contains(ip) {
+					return invalid(`"allowedAddresses" %s contains %s, the address of attachment %s on bridge %q`, pre, ip, other, conf.Bridge)
+				}
+			}
+		}
+		for _, ip := range own {
+			for _, pre := range rec.Allowed {
+				if pre.Contains(ip) {
+					return invalid(`address %s is in the "allowedAddresses" %s of attachment %s on bridge %q`, ip, pre, other, conf.Bridge)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // portSecRecord lists what the port security flows allow: the container
 // interface's MAC and addresses (MAC only without IPAM).
 func portSecRecord(conf *NetConf, result *current.Result, contIndex int) record.PortSecurity {
 	rec := record.PortSecurity{OpenFlow: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
 		MAC: result.Interfaces[contIndex].Mac, L2Only: conf.IPAM.Type == "",
 		AllowRouter: conf.AllowRouter, AllowDHCPServer: conf.AllowDHCPServer,
+		Allowed: conf.Allowed, AllowVRRP: conf.AllowVRRP,
 		VLAN: portVLAN(conf), Disabled: !*conf.PortSecurity}
 	for _, ipc := range result.IPs {
 		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {

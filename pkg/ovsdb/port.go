@@ -314,6 +314,11 @@ func (c *Client) OwnedPorts(ctx context.Context) ([]OwnedPort, error) {
 	return c.ownedPorts(ctx, []condition{{"external_ids", fnIncludes, strMap{KeyOwner: OwnerValue}}})
 }
 
+// OwnedPortsWith returns our ports whose external_ids hold key=value.
+func (c *Client) OwnedPortsWith(ctx context.Context, key, value string) ([]OwnedPort, error) {
+	return c.ownedPorts(ctx, []condition{{"external_ids", fnIncludes, strMap{KeyOwner: OwnerValue, key: value}}})
+}
+
 func (c *Client) ownedPorts(ctx context.Context, where []condition) ([]OwnedPort, error) {
 	res, err := c.transact(ctx, selectModel[Port](tablePort, where...), selectModel[Interface](tableInterface, where...))
 	if err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -255,4 +256,52 @@ func TestVIPFailover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The allowed addresses are in the attachment's record: after ovs-vswitchd
+// is killed and started again (its flows lost), one reconcile puts them
+// back. CHECK then finds the flows the record asks for, the VIP holder's
+// frames from the VIP reach the client, and one from an address it is not
+// allowed is still dropped.
+func TestAllowedAddressesAfterRestart(t *testing.T) {
+	l := newLab(t)
+	vip := netip.MustParseAddr("192.0.2.250")
+	a := l.join(l.network("vip-restart", map[string]any{"allowedAddresses": []any{vip.String() + "/32"}}, nil), "attacker holding the VIP", nil)
+	c := l.join(l.network("vip-restart-client", nil, nil), "client", nil)
+	restartVswitchd(t, nil)
+	var out string
+	var err error
+	for i := 0; i < 100; i++ {
+		if out, err = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("reconcile: %v: %s", err, out)
+	}
+	if err := a.n.check(a.container, "eth0", nil); err != nil {
+		t.Errorf("CHECK after the restart and reconcile: %v", err)
+	}
+	drops := watchDrops(t, a.container)
+	sn := sniff(t, c.ns, "eth0", "client")
+	s := sender(t, a.ns, "eth0")
+	other := netip.MustParseAddr("192.0.2.249")
+	mustSend(t, s,
+		ethFrame(c.mac, a.mac, etherIPv4, udp4(vip, c.v4, 4000, 4001, []byte("from the VIP"))),
+		ethFrame(c.mac, a.mac, etherIPv4, udp4(other, c.v4, 4000, 4001, []byte("from another"))))
+	from := func(src netip.Addr) func(frame) bool {
+		return func(f frame) bool {
+			got, _, proto, _, ok := f.ip()
+			return ok && proto == protoUDP && got == src
+		}
+	}
+	if !sn.waitFor(2*time.Second, from(vip)) {
+		t.Errorf("after the restart: UDP from the allowed VIP did not reach the client")
+	}
+	time.Sleep(500 * time.Millisecond)
+	if sn.count(from(other)) > 0 {
+		t.Errorf("after the restart: UDP from %s reached the client, want it dropped", other)
+	}
+	drops.check(t, true, flows.ReasonSpoofed)
 }

@@ -964,6 +964,12 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
 		return fmt.Errorf("port %q: ovs-vswitchd has no ofport for it", p.Port.Name)
 	}
+	if conf.OFPortRequest != nil && *p.Interface.OFPort != *conf.OFPortRequest {
+		return fmt.Errorf("port %q: ofport is %d, want %d (ofport_request)", p.Port.Name, *p.Interface.OFPort, *conf.OFPortRequest)
+	}
+	if got := p.Interface.ExternalIDs[ovsdb.KeyOVNIfaceID]; got != conf.OVNPort {
+		return fmt.Errorf("port %q: Interface external_ids:%s is %q, want %q (ovnPort)", p.Port.Name, ovsdb.KeyOVNIfaceID, got, conf.OVNPort)
+	}
 	if err := checkFlows(ctx, p); err != nil {
 		return err
 	}

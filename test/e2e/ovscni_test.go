@@ -98,6 +98,11 @@ func TestOVSCNIKeys(t *testing.T) {
 	if err := n.check(a, "eth0", nil); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
+	vsctl(t, "set", "Interface", host, "external_ids:iface-id=lsp-other")
+	if err := n.check(a, "eth0", nil); err == nil || !strings.Contains(err.Error(), "ovnPort") {
+		t.Errorf("CHECK with another iface-id: got %v, want an error naming ovnPort", err)
+	}
+	vsctl(t, "set", "Interface", host, "external_ids:iface-id=lsp-a")
 	// A retried ADD of the same attachment gets its number back.
 	n.mustAdd(t, a, "eth0", nil)
 	if got := vsctl(t, "get", "Interface", host, "ofport"); got != strconv.Itoa(want) {

@@ -352,6 +352,13 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			}
 		}
 	}
+	// Again, now that the port and its record are in: of two ADDs that
+	// conflict and ran the check above at the same moment, the one that
+	// reads after both inserts sees the other and fails (its rollback
+	// removes its port), so never both pass.
+	if err := checkAllowed(ctx, cli, conf, att, result); err != nil {
+		return err
+	}
 	if !netdev || dhcp {
 		if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
 			return err
@@ -642,8 +649,10 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 // over from each other) do not conflict. Without allowedAddresses it reads
 // only the ports that have some (record.KeyAllowedAddresses).
 //
-// It reads, then the ADD acts: two concurrent ADDs that conflict can both
-// pass (no claim covers addresses).
+// ADD runs it before it installs anything for its addresses and again
+// after its port and record are in (see CmdAdd): no claim covers
+// addresses, so the second read is what keeps two concurrent ADDs that
+// conflict from both passing.
 func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovsdb.Attachment, result *current.Result) error {
 	var own []netip.Addr
 	for _, ipc := range result.IPs {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -304,4 +305,40 @@ func TestAllowedAddressesAfterRestart(t *testing.T) {
 		t.Errorf("after the restart: UDP from %s reached the client, want it dropped", other)
 	}
 	drops.check(t, true, flows.ReasonSpoofed)
+}
+
+// Concurrent ADDs that conflict: one network allows 192.0.2.240/32, the
+// other gives a container that address. Run at the same moment, round
+// after round, at most one of each pair passes, and the loser leaves no
+// port.
+func TestAllowedAddressesConcurrentConflict(t *testing.T) {
+	l := newLab(t)
+	addr := "192.0.2.240"
+	p := l.network("race-allow", map[string]any{"allowedAddresses": []any{addr + "/32"}}, nil)
+	q := l.network("race-own", map[string]any{"ipam": map[string]any{"type": "static",
+		"addresses": []any{map[string]any{"address": addr + "/24"}}}}, nil)
+	for round := 0; round < 8; round++ {
+		cp, cq := newContainer(t), newContainer(t)
+		var wg sync.WaitGroup
+		var errP, errQ error
+		wg.Add(2)
+		go func() { defer wg.Done(); _, errP = p.add(cp, "eth0", nil) }()
+		go func() { defer wg.Done(); _, errQ = q.add(cq, "eth0", nil) }()
+		wg.Wait()
+		if errP == nil && errQ == nil {
+			t.Errorf("round %d: both ADDs passed: the allowed %s/32 and the address %s", round, addr, addr)
+		}
+		for _, e := range []error{errP, errQ} {
+			if e != nil && cniCode(e) != types.ErrInvalidNetworkConfig {
+				t.Errorf("round %d: got %v (code %d), want code 7", round, e, cniCode(e))
+			}
+		}
+		for c, err := range map[*container]error{cp: errP, cq: errQ} {
+			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); err != nil && len(ports) != 0 {
+				t.Errorf("round %d: the refused ADD left ports %v", round, ports)
+			}
+		}
+		p.del(cp, "eth0", nil)
+		q.del(cq, "eth0", nil)
+	}
 }

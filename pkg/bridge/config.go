@@ -18,6 +18,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	_ "github.com/ovsflow/ovs-cni/pkg/endpoint/tlsdial" // an ssl: "ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"

@@ -165,6 +165,8 @@ func tlsError(err error) error {
 	switch {
 	case errors.As(err, &file):
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(`"%s" %q: %v`, tlsKeys[file.Field], file.Path, file.Err), err.Error())
+	case errors.Is(err, endpoint.ErrNoTLS):
+		return types.NewError(types.ErrInvalidNetworkConfig, `"ovsdb": `+endpoint.ErrNoTLS.Error(), err.Error())
 	case errors.Is(err, endpoint.ErrTLSRefused):
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			`ovsdb TLS handshake refused: the server's certificate is not signed by "ovsdbCA", or the server does not accept "ovsdbCert"`, err.Error())

@@ -1,6 +1,8 @@
 package endpoint
 
 import (
+	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"strings"
@@ -85,5 +87,17 @@ func TestListening(t *testing.T) {
 		if got := Listening(target); got != want {
 			t.Errorf("Listening(%q) = %v, want %v", target, got, want)
 		}
+	}
+}
+
+// Without package tlsdial linked in (as in ovs-portmap), an ssl: endpoint
+// is refused before any connection.
+func TestDialSSLWithoutTLS(t *testing.T) {
+	e, err := Parse("ssl:127.0.0.1:6641")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Dial(context.Background()); !errors.Is(err, ErrNoTLS) {
+		t.Errorf("got %v, want ErrNoTLS", err)
 	}
 }

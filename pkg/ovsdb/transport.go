@@ -50,7 +50,7 @@ func DialTLS(ctx context.Context, ep string, t endpoint.TLS) (*Client, error) {
 	e.TLS = t
 	c, err := jsonrpc.Dial(ctx, e)
 	var file *endpoint.TLSFileError
-	if errors.As(err, &file) || errors.Is(err, endpoint.ErrTLSRefused) {
+	if errors.As(err, &file) || errors.Is(err, endpoint.ErrTLSRefused) || errors.Is(err, endpoint.ErrNoTLS) {
 		return nil, fmt.Errorf("connecting to %s: %w", ep, err)
 	}
 	if err != nil {

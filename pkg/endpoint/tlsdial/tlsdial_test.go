@@ -1,4 +1,4 @@
-package endpoint
+package tlsdial
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ovsflow/ovs-cni/internal/certtest"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // serveTLS accepts mutual TLS on 127.0.0.1 with f's server certificate,
@@ -53,11 +54,11 @@ func TestDialTLS(t *testing.T) {
 	dir := t.TempDir()
 	good, other := certtest.Generate(t, dir, "good"), certtest.Generate(t, dir, "other")
 	addr := serveTLS(t, good)
-	e, err := Parse("ssl:" + addr)
+	e, err := endpoint.Parse("ssl:" + addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dial := func(tlsFiles TLS) error {
+	dialWith := func(tlsFiles endpoint.TLS) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		e.TLS = tlsFiles
@@ -76,23 +77,23 @@ func TestDialTLS(t *testing.T) {
 		_, err = c.Read(buf)
 		return err
 	}
-	if err := dial(TLS{Key: good.ClientKey, Cert: good.ClientCert, CA: good.CA}); err != nil {
+	if err := dialWith(endpoint.TLS{Key: good.ClientKey, Cert: good.ClientCert, CA: good.CA}); err != nil {
 		t.Fatalf("the right CA and client certificate: %v", err)
 	}
-	if err := dial(TLS{Key: good.ClientKey, Cert: good.ClientCert, CA: other.CA}); !errors.Is(err, ErrTLSRefused) {
-		t.Errorf("a CA that did not sign the server's certificate: got %v, want ErrTLSRefused", err)
+	if err := dialWith(endpoint.TLS{Key: good.ClientKey, Cert: good.ClientCert, CA: other.CA}); !errors.Is(err, endpoint.ErrTLSRefused) {
+		t.Errorf("a CA that did not sign the server's certificate: got %v, want endpoint.ErrTLSRefused", err)
 	}
-	if err := dial(TLS{Key: other.ClientKey, Cert: other.ClientCert, CA: good.CA}); !errors.Is(err, ErrTLSRefused) {
-		t.Errorf("a client certificate the server's CA did not sign: got %v, want ErrTLSRefused", err)
+	if err := dialWith(endpoint.TLS{Key: other.ClientKey, Cert: other.ClientCert, CA: good.CA}); !errors.Is(err, endpoint.ErrTLSRefused) {
+		t.Errorf("a client certificate the server's CA did not sign: got %v, want endpoint.ErrTLSRefused", err)
 	}
-	var file *TLSFileError
-	if err := dial(TLS{Key: good.ClientKey, Cert: good.ClientCert, CA: dir + "/missing.pem"}); !errors.As(err, &file) || file.Field != "ca" {
+	var file *endpoint.TLSFileError
+	if err := dialWith(endpoint.TLS{Key: good.ClientKey, Cert: good.ClientCert, CA: dir + "/missing.pem"}); !errors.As(err, &file) || file.Field != "ca" {
 		t.Errorf("a missing CA file: got %v, want a *TLSFileError of the ca", err)
 	}
-	if err := dial(TLS{Key: good.ClientKey, Cert: good.ClientCert}); !errors.As(err, &file) || file.Field != "ca" {
+	if err := dialWith(endpoint.TLS{Key: good.ClientKey, Cert: good.ClientCert}); !errors.As(err, &file) || file.Field != "ca" {
 		t.Errorf("no CA: got %v, want a *TLSFileError of the ca", err)
 	}
-	if err := dial(TLS{Key: good.ClientKey, Cert: good.ServerCert, CA: good.CA}); !errors.As(err, &file) || file.Field != "cert" {
+	if err := dialWith(endpoint.TLS{Key: good.ClientKey, Cert: good.ServerCert, CA: good.CA}); !errors.As(err, &file) || file.Field != "cert" {
 		t.Errorf("a certificate not of the key: got %v, want a *TLSFileError of the cert", err)
 	}
 }

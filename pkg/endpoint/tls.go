@@ -1,10 +1,9 @@
 // TLS for "ssl:HOST:PORT": mutual TLS with PEM files, the client side of
 // ovsdb-server's --private-key, --certificate and --ca-cert. The dialer
 // itself is package tlsdial, which a plugin that takes ssl: imports: it
-// links crypto/tls, which costs every process of the binary 2.3 MB and
-// about 0.9 ms of start-up (ovs-bridge VERSION, p50 of 150: 3.09 ms
-// without, 3.95 ms with), and ovs-portmap and ovs-bandwidth have no use
-// for it.
+// links crypto/tls, which costs every process of the binary in size and
+// start-up (docs/performance.md, "Design costs"), and ovs-portmap and
+// ovs-bandwidth have no use for it.
 
 package endpoint
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,4 +153,20 @@ func FuzzLoadConf(f *testing.F) {
 			t.Fatalf("accepted bridge %q", n.Bridge)
 		}
 	})
+}
+
+// ovs-cni's trunk example (its docs/cni-plugin.md) is the same shape here.
+func TestOVSCNITrunk(t *testing.T) {
+	n, err := LoadConf([]byte(`{"name":"mytrunknet","type":"ovs-bridge","bridge":"mynet1","mtu":9000,
+		"trunk":[ { "id" : 42 }, { "minID" : 1000, "maxID" : 1010 } ]}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{42}
+	for id := 1000; id <= 1010; id++ {
+		want = append(want, id)
+	}
+	if !slices.Equal(n.Trunks, want) || n.MTU != 9000 {
+		t.Errorf("trunks %v, mtu %d; want %v, 9000", n.Trunks, n.MTU, want)
+	}
 }

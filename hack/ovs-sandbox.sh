@@ -65,7 +65,13 @@ start)
 	ip netns add "$name"
 	ip -n "$name" link set lo up
 	ovsdb-tool create "$rundir/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+	# The SSL options name the database's SSL row, as ovs-ctl does: empty
+	# until a test sets it (ovs-vsctl set-ssl) and adds a pssl: remote
+	# (ovs-appctl ovsdb-server/add-remote) on the namespace's loopback.
 	ip netns exec "$name" ovsdb-server "$rundir/conf.db" --remote="punix:$rundir/db.sock" \
+		--private-key=db:Open_vSwitch,SSL,private_key --certificate=db:Open_vSwitch,SSL,certificate \
+		--ca-cert=db:Open_vSwitch,SSL,ca_cert \
+		--unixctl="$rundir/ovsdb-server.ctl" \
 		--pidfile="$rundir/ovsdb-server.pid" --detach --no-chdir \
 		--log-file="$rundir/ovsdb-server.log" -vconsole:off
 	ovs-vsctl --db="unix:$rundir/db.sock" --no-wait init

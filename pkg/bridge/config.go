@@ -4,16 +4,24 @@
 package bridge
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	_ "github.com/ovsflow/ovs-cni/pkg/endpoint/tlsdial" // an ssl: "ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
 // NetConf is the network configuration of ovs-bridge. The JSON keys are the
@@ -32,9 +40,19 @@ type NetConf struct {
 	// AllowRouter lets containers send IPv6 router advertisements and
 	// redirects (and IPv4 redirects); AllowDHCPServer lets them answer as
 	// DHCPv4 or DHCPv6 servers or relays. Both off: port security drops them.
-	AllowRouter     bool   `json:"allowRouter,omitempty"`
-	AllowDHCPServer bool   `json:"allowDHCPServer,omitempty"`
-	OpenFlow        string `json:"openflow,omitempty"`
+	AllowRouter     bool `json:"allowRouter,omitempty"`
+	AllowDHCPServer bool `json:"allowDHCPServer,omitempty"`
+	// AllowedAddresses are further CIDRs the container may send from (a
+	// VIP, a VRRP address, a nested guest); AllowVRRP lets it send VRRP
+	// adverts to their group from its own and allowed addresses.
+	AllowedAddresses []string `json:"allowedAddresses,omitempty"`
+	AllowVRRP        bool     `json:"allowVRRP,omitempty"`
+	OpenFlow         string   `json:"openflow,omitempty"`
+	// The PEM files of an ssl: "ovsdb" (mutual TLS): the client's key and
+	// certificate, and the CA that signed ovsdb-server's certificate.
+	OVSDBKey  string `json:"ovsdbKey,omitempty"`
+	OVSDBCert string `json:"ovsdbCert,omitempty"`
+	OVSDBCA   string `json:"ovsdbCA,omitempty"`
 	// VswitchdControl: see ovs-portmap's (Mesos port mappings only).
 	VswitchdControl string `json:"vswitchdControl,omitempty"`
 
@@ -51,8 +69,21 @@ type NetConf struct {
 	} `json:"args,omitempty"`
 	LogFile string `json:"logFile,omitempty"` // see package cnilog
 
+	// The keys of k8snetworkplumbingwg/ovs-cni that mean something here
+	// (docs/ovs-cni.md); "vlan", "trunk" and "mtu" are the same keys.
+	SocketFile        string `json:"socket_file,omitempty"`
+	ConfigurationPath string `json:"configuration_path,omitempty"`
+	OFPortRequest     *int   `json:"ofport_request,omitempty"`
+	InterfaceType     string `json:"interface_type,omitempty"`
+	OVNPort           string `json:"ovnPort,omitempty"`
+	// Accepted and ignored: the veth is up when ADD returns, so there is no
+	// link state to wait for.
+	LinkStateCheckInterval int `json:"link_state_check_interval,omitempty"`
+	LinkStateCheckRetries  int `json:"link_state_check_retries,omitempty"`
+
 	// Resolved by LoadConf.
 	MAC      net.HardwareAddr `json:"-"`
+	Allowed  []netip.Prefix   `json:"-"` // AllowedAddresses, masked
 	Trunks   []int            `json:"-"`
 	Mappings []flows.Mapping  `json:"-"` // Mesos port mappings, published by ovs-bridge itself
 
@@ -69,11 +100,17 @@ type Trunk struct {
 type envArgs struct {
 	types.CommonArgs
 	MAC types.UnmarshallableString `json:"mac,omitempty"`
+	// OvnPort is ovs-cni's CNI_ARGS key for the OVN logical port.
+	OvnPort types.UnmarshallableString `json:"ovnPort,omitempty"`
 }
 
 // bridgeName is what Open vSwitch and the kernel accept for a bridge with an
 // internal interface: at most 15 characters, no '/', no whitespace.
 var bridgeName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+
+// ovnPortName is what an OVN logical port name may be here: printable,
+// no whitespace (ovn-controller matches it byte for byte).
+var ovnPortName = regexp.MustCompile(`^[!-~]{0,255}$`)
 
 func invalid(format string, a ...any) error {
 	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, a...), "")
@@ -82,8 +119,15 @@ func invalid(format string, a ...any) error {
 // LoadConf decodes stdin, applies defaults, then validates, in that order.
 func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	n := &NetConf{}
-	if err := cnicmd.Decode(stdin, n, &n.OVSDB); err != nil {
+	def := "" // Decode gives it the default, and leaves n.OVSDB as given
+	if err := cnicmd.Decode(stdin, n, &def); err != nil {
 		return nil, err
+	}
+	if err := ovsCNIEndpoint(n); err != nil {
+		return nil, err
+	}
+	if n.OVSDB == "" {
+		n.OVSDB = def
 	}
 	// Defaults.
 	if n.PortSecurity == nil {
@@ -97,6 +141,12 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 			return nil, invalid("CNI_ARGS: %v", err)
 		}
 		mac = string(e.MAC)
+		if e.OvnPort != "" && n.OVNPort != "" && string(e.OvnPort) != n.OVNPort {
+			return nil, invalid(`"ovnPort" %q and CNI_ARGS OvnPort %q disagree`, n.OVNPort, e.OvnPort)
+		}
+		if n.OVNPort == "" {
+			n.OVNPort = string(e.OvnPort)
+		}
 	}
 	if n.Args.CNI.MAC != "" {
 		mac = n.Args.CNI.MAC
@@ -112,6 +162,9 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 		return nil, invalid(`"bridge" %q: want 1-15 characters of letters, digits, '_', '.', '-'`, n.Bridge)
 	}
 	if err := cnicmd.ValidateEndpoints(n.OVSDB, n.OpenFlow); err != nil {
+		return nil, err
+	}
+	if err := validateTLS(n); err != nil {
 		return nil, err
 	}
 	if err := cnicmd.ValidateControl(n.VswitchdControl); err != nil {
@@ -131,6 +184,24 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if n.VLAN != nil && len(n.Trunk) > 0 {
 		return nil, invalid(`"vlan" and "trunk" are exclusive`)
 	}
+	if n.OFPortRequest != nil && (*n.OFPortRequest < 1 || *n.OFPortRequest > ovsdb.RequestedOFPortMax) {
+		return nil, invalid(`"ofport_request" %d: want 1-%d`, *n.OFPortRequest, ovsdb.RequestedOFPortMax)
+	}
+	switch n.InterfaceType {
+	case "", "system":
+	default:
+		// ovs-cni's "dpdk" and the like need a device this plugin does
+		// not make: the port is the host end of a veth, a system interface.
+		return nil, invalid(`"interface_type" %q: ovs-bridge attaches a veth, want "system"`, n.InterfaceType)
+	}
+	if !ovnPortName.MatchString(n.OVNPort) {
+		return nil, invalid(`"ovnPort" %q: want up to 255 printable characters`, n.OVNPort)
+	}
+	allowed, err := parseAllowed(n.AllowedAddresses)
+	if err != nil {
+		return nil, err
+	}
+	n.Allowed = allowed
 	trunks, err := expandTrunks(n.Trunk)
 	if err != nil {
 		return nil, err
@@ -155,12 +226,99 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 // OVSDBEndpoint is where the commands find OVSDB.
 func (n *NetConf) OVSDBEndpoint() string { return n.OVSDB }
 
+// OVSDBTLS are the PEM files of an ssl: OVSDB endpoint.
+func (n *NetConf) OVSDBTLS() endpoint.TLS {
+	return endpoint.TLS{Key: n.OVSDBKey, Cert: n.OVSDBCert, CA: n.OVSDBCA}
+}
+
+// validateTLS: an ssl: "ovsdb" needs the three PEM files, as absolute
+// paths (the plugin's working directory is the runtime's); the files are
+// read when the command dials. Another endpoint takes none.
+func validateTLS(n *NetConf) error {
+	ssl := strings.HasPrefix(n.OVSDB, "ssl:")
+	for _, f := range []struct{ key, path string }{{"ovsdbKey", n.OVSDBKey}, {"ovsdbCert", n.OVSDBCert}, {"ovsdbCA", n.OVSDBCA}} {
+		switch {
+		case ssl && f.path == "":
+			return invalid(`"ovsdb" %q: ssl: needs "ovsdbKey", "ovsdbCert" and "ovsdbCA"; %q is missing`, n.OVSDB, f.key)
+		case ssl && !filepath.IsAbs(f.path):
+			return invalid(`%q %q: want an absolute path`, f.key, f.path)
+		case !ssl && f.path != "":
+			return invalid(`%q is for an ssl: "ovsdb", not %q`, f.key, n.OVSDB)
+		}
+	}
+	return nil
+}
+
 // GCScope: ovs-bridge's GC considers the network's ports on its bridge.
 func (n *NetConf) GCScope() (string, string, []types.GCAttachment) {
 	return n.Name, n.Bridge, n.ValidAttachments
 }
 
 func loadConf(args *skel.CmdArgs) (*NetConf, error) { return LoadConf(args.StdinData, args.Args) }
+
+// ovsCNIEndpoint resolves ovs-cni's "socket_file" (and the one of the file
+// "configuration_path" names) into n.OVSDB: a path is unix:PATH, the
+// unix:/tcp:/ssl: forms are taken as they are. Given with a different
+// "ovsdb", it is code 7 naming both.
+func ovsCNIEndpoint(n *NetConf) error {
+	socket, key := n.SocketFile, `"socket_file"`
+	if socket == "" && n.ConfigurationPath != "" {
+		raw, err := os.ReadFile(n.ConfigurationPath)
+		if err != nil {
+			return invalid(`"configuration_path" %q: %v`, n.ConfigurationPath, err)
+		}
+		var file struct {
+			SocketFile string `json:"socket_file"`
+		}
+		if err := json.Unmarshal(raw, &file); err != nil {
+			return invalid(`"configuration_path" %q: %v`, n.ConfigurationPath, err)
+		}
+		socket, key = file.SocketFile, fmt.Sprintf(`"socket_file" of "configuration_path" %q`, n.ConfigurationPath)
+	}
+	if socket == "" {
+		return nil
+	}
+	ep := socket
+	if !strings.HasPrefix(ep, "unix:") && !strings.HasPrefix(ep, "tcp:") && !strings.HasPrefix(ep, "ssl:") {
+		ep = "unix:" + ep
+	}
+	if n.OVSDB != "" && n.OVSDB != ep {
+		return invalid(`%s %q and "ovsdb" %q disagree`, key, socket, n.OVSDB)
+	}
+	n.OVSDB = ep
+	return nil
+}
+
+// parseAllowed checks "allowedAddresses": unicast CIDRs, IPv6 ones single
+// addresses (port security matches neighbour discovery targets exactly),
+// none of length 0 ("portSecurity": false is the way to allow everything).
+func parseAllowed(cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range cidrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, invalid(`"allowedAddresses"[%d] %q: want a CIDR or an address`, i, s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		p = p.Masked()
+		a := p.Addr()
+		switch {
+		case a.Zone() != "" || a.Is4In6():
+			return nil, invalid(`"allowedAddresses"[%d] %q: want a plain IPv4 or IPv6 CIDR`, i, s)
+		case p.Bits() == 0:
+			return nil, invalid(`"allowedAddresses"[%d] %q: a /0 allows every source; set "portSecurity": false instead`, i, s)
+		case a.IsMulticast() || a.IsUnspecified() || a.IsLoopback() || (a.Is4() && a == netip.AddrFrom4([4]byte{255, 255, 255, 255})):
+			return nil, invalid(`"allowedAddresses"[%d] %q: not a unicast source`, i, s)
+		case a.Is6() && !p.IsSingleIP():
+			return nil, invalid(`"allowedAddresses"[%d] %q: IPv6 entries are single addresses (/128)`, i, s)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
 
 func expandTrunks(ts []Trunk) ([]int, error) {
 	var seen [4095]bool

@@ -49,6 +49,9 @@ func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[stri
 	if pod := record.PodOf(args.Args); pod != "" {
 		ids[record.KeyPod] = pod
 	}
+	if len(conf.Allowed) > 0 {
+		ids[record.KeyAllowedAddresses] = "true"
+	}
 	return ids
 }
 
@@ -114,7 +117,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if err := notOwnNetNS(args.Netns); err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
 	if err != nil {
 		return err
 	}
@@ -201,7 +204,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	// Claim, then act: the ofport and the cookie are this ADD's before any
 	// flow goes in for them, with dhcp as without.
-	res, err := reserve(ctx, cli, att, ovsdb.HomeOFPort(att))
+	res, err := reserveOFPort(ctx, cli, conf, att)
 	if err != nil {
 		return err
 	}
@@ -252,6 +255,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 				return err
 			}
 		}
+		if err := checkAllowed(ctx, cli, conf, att, result); err != nil {
+			return err
+		}
 		if netdev {
 			if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
 				return err
@@ -269,6 +275,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	if conf.MAC != nil {
 		spec.UniqueMAC = result.Interfaces[contIndex].Mac
+	}
+	if conf.OVNPort != "" {
+		spec.InterfaceIDs = map[string]string{ovsdb.KeyOVNIfaceID: conf.OVNPort}
 	}
 	// The port, in one transaction, and its ofport. The rollback is armed
 	// before the transaction: when the connection breaks mid-commit its
@@ -300,6 +309,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		if allocated, err = addresses(ctx, conf, args, result, contIndex); err != nil {
 			return err
 		}
+		if err := checkAllowed(ctx, cli, conf, att, result); err != nil {
+			return err
+		}
 		if err := securePort(ctx, cli, conf, br, args, result, contIndex, portUUID, ofport); err != nil {
 			return err
 		}
@@ -317,6 +329,13 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 				return err
 			}
 		}
+	}
+	// Again, now that the port and its record are in: of two ADDs that
+	// conflict and ran the check above at the same moment, the one that
+	// reads after both inserts sees the other and fails (its rollback
+	// removes its port), so never both pass.
+	if err := checkAllowed(ctx, cli, conf, att, result); err != nil {
+		return err
 	}
 	if !netdev || dhcp {
 		if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
@@ -387,6 +406,13 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 		portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
 		var taken *ovsdb.OFPortTakenError
 		switch {
+		case errors.As(err, &taken) && conf.OFPortRequest != nil:
+			return "", 0, ofportTaken(conf)
+		case errors.Is(err, ovsdb.ErrClaimLost) && conf.OFPortRequest != nil && attempt < 8:
+			_ = cli.Release(ctx, *res)
+			if *res, err = reserveOFPort(ctx, cli, conf, res.Attachment); err != nil {
+				return "", 0, err
+			}
 		case (errors.As(err, &taken) || errors.Is(err, ovsdb.ErrClaimLost)) && attempt < 8:
 			// Requested by an interface a caller outside the suite
 			// inserted, or the claim outlived ClaimTTL.
@@ -408,6 +434,9 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 			got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
 			if err != nil {
 				return "", 0, asCNIError(err)
+			}
+			if err := requestedOFPort(conf, got); err != nil {
+				return "", 0, err
 			}
 			if got != res.OFPort {
 				if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", got); err != nil {
@@ -445,6 +474,37 @@ func reserve(ctx context.Context, cli *ovsdb.Client, att ovsdb.Attachment, home 
 			"choose another container ID or interface name")
 	}
 	return res, asCNIError(err)
+}
+
+// reserveOFPort claims the attachment's ofport (reserve): the one
+// "ofport_request" names, or else the first free one from its home on. A
+// requested one that another interface requests or holds is code 7.
+func reserveOFPort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovsdb.Attachment) (ovsdb.Reservation, error) {
+	if conf.OFPortRequest == nil {
+		return reserve(ctx, cli, att, ovsdb.HomeOFPort(att))
+	}
+	res, err := reserve(ctx, cli, att, *conf.OFPortRequest)
+	if err != nil {
+		return res, err
+	}
+	if res.OFPort != *conf.OFPortRequest {
+		_ = cli.Release(ctx, res)
+		return ovsdb.Reservation{}, ofportTaken(conf)
+	}
+	return res, nil
+}
+
+// requestedOFPort refuses a port that ovs-vswitchd numbered otherwise than
+// "ofport_request" asked (another interface held the number unrequested).
+func requestedOFPort(conf *NetConf, got int) error {
+	if conf.OFPortRequest != nil && got != *conf.OFPortRequest {
+		return ofportTaken(conf)
+	}
+	return nil
+}
+
+func ofportTaken(conf *NetConf) error {
+	return invalid(`"ofport_request" %d: another interface on the node requests or holds it`, *conf.OFPortRequest)
 }
 
 // lookupBridge finds (or, with createBridge, creates) the configured bridge.
@@ -560,12 +620,71 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	return nil
 }
 
+// checkAllowed refuses (code 7) an ADD that would let one attachment send
+// as another on the bridge: its allowedAddresses containing the address of
+// another attachment, or its own address in another's allowedAddresses.
+// Attachments that allow the same addresses (a VIP two containers take
+// over from each other) do not conflict. Without allowedAddresses it reads
+// only the ports that have some (record.KeyAllowedAddresses).
+//
+// ADD runs it before it installs anything for its addresses and again
+// after its port and record are in (see CmdAdd): no claim covers
+// addresses, so the second read is what keeps two concurrent ADDs that
+// conflict from both passing.
+func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovsdb.Attachment, result *current.Result) error {
+	var own []netip.Addr
+	for _, ipc := range result.IPs {
+		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
+			own = append(own, a.Unmap())
+		}
+	}
+	if len(own) == 0 && len(conf.Allowed) == 0 {
+		return nil
+	}
+	var ports []ovsdb.OwnedPort
+	var err error
+	if len(conf.Allowed) > 0 {
+		ports, err = cli.OwnedPorts(ctx)
+	} else {
+		ports, err = cli.OwnedPortsWith(ctx, record.KeyAllowedAddresses, "true")
+	}
+	if err != nil {
+		return asCNIError(err)
+	}
+	for _, p := range ports {
+		other := p.Attachment()
+		if other == att || p.Port.ExternalIDs[ovsdb.KeyBridge] != conf.Bridge {
+			continue
+		}
+		rec, ok := record.PortSecurityOf(p)
+		if !ok {
+			continue
+		}
+		for _, pre := range conf.Allowed {
+			for _, ip := range rec.IPs {
+				if pre.Contains(ip) {
+					return invalid(`"allowedAddresses" %s contains %s, the address of attachment %s on bridge %q`, pre, ip, other, conf.Bridge)
+				}
+			}
+		}
+		for _, ip := range own {
+			for _, pre := range rec.Allowed {
+				if pre.Contains(ip) {
+					return invalid(`address %s is in the "allowedAddresses" %s of attachment %s on bridge %q`, ip, pre, other, conf.Bridge)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // portSecRecord lists what the port security flows allow: the container
 // interface's MAC and addresses (MAC only without IPAM).
 func portSecRecord(conf *NetConf, result *current.Result, contIndex int) record.PortSecurity {
 	rec := record.PortSecurity{OpenFlow: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
 		MAC: result.Interfaces[contIndex].Mac, L2Only: conf.IPAM.Type == "",
 		AllowRouter: conf.AllowRouter, AllowDHCPServer: conf.AllowDHCPServer,
+		Allowed: conf.Allowed, AllowVRRP: conf.AllowVRRP,
 		VLAN: portVLAN(conf), Disabled: !*conf.PortSecurity}
 	for _, ipc := range result.IPs {
 		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
@@ -717,7 +836,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
 	switch {
 	case err == nil:
 		defer done()
@@ -784,7 +903,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
 	if err != nil {
 		return err
 	}
@@ -831,6 +950,12 @@ func CmdCheck(args *skel.CmdArgs) error {
 	}
 	if p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
 		return fmt.Errorf("port %q: ovs-vswitchd has no ofport for it", p.Port.Name)
+	}
+	if conf.OFPortRequest != nil && *p.Interface.OFPort != *conf.OFPortRequest {
+		return fmt.Errorf("port %q: ofport is %d, want %d (ofport_request)", p.Port.Name, *p.Interface.OFPort, *conf.OFPortRequest)
+	}
+	if got := p.Interface.ExternalIDs[ovsdb.KeyOVNIfaceID]; got != conf.OVNPort {
+		return fmt.Errorf("port %q: Interface external_ids:%s is %q, want %q (ovnPort)", p.Port.Name, ovsdb.KeyOVNIfaceID, got, conf.OVNPort)
 	}
 	if err := checkFlows(ctx, p); err != nil {
 		return err
@@ -1022,7 +1147,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Status(conf.OVSDB)
+	ctx, cli, done, err := cnicmd.StatusTLS(conf.OVSDB, conf.OVSDBTLS())
 	if err != nil {
 		return err
 	}

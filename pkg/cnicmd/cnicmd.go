@@ -65,7 +65,11 @@ func OpenGC[C GCConf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (
 	if err != nil {
 		return nil, err
 	}
-	ctx, cli, done, err := Open(conf.OVSDBEndpoint())
+	var t endpoint.TLS
+	if tc, ok := any(conf).(TLSConf); ok {
+		t = tc.OVSDBTLS()
+	}
+	ctx, cli, done, err := OpenTLS(conf.OVSDBEndpoint(), t)
 	if err != nil {
 		return nil, err
 	}
@@ -78,10 +82,22 @@ func OpenGC[C GCConf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (
 	return &GC[C]{Conf: conf, Ctx: ctx, OVSDB: cli, Stale: stale, Close: done}, nil
 }
 
+// TLSConf is a network config that may name the PEM files of an ssl:
+// OVSDB endpoint (OpenGC dials with them).
+type TLSConf interface {
+	OVSDBTLS() endpoint.TLS
+}
+
 // Open starts a command: a context bounded by Timeout and a connection to
 // OVSDB at ep (unreachable: CNI code 11). done closes both.
 func Open(ep string) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	return open(ep, Timeout, Error)
+	return OpenTLS(ep, endpoint.TLS{})
+}
+
+// OpenTLS is Open with the PEM files of an ssl: endpoint (a file that
+// cannot be used, or a certificate refused: code 7, see Error).
+func OpenTLS(ep string, t endpoint.TLS) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	return open(ep, t, Timeout, Error)
 }
 
 // OpenDel opens the DEL of a chained plugin: Open, except that when OVSDB
@@ -98,14 +114,22 @@ func OpenDel(ep string, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Cli
 // Status opens a STATUS: a connection within StatusTimeout, OVSDB
 // unreachable being CNI code 50 (plugin not available).
 func Status(ep string) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	return open(ep, StatusTimeout, func(err error) error {
+	return StatusTLS(ep, endpoint.TLS{})
+}
+
+// StatusTLS is Status with the PEM files of an ssl: endpoint.
+func StatusTLS(ep string, t endpoint.TLS) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	return open(ep, t, StatusTimeout, func(err error) error {
+		if e := tlsError(err); e != nil {
+			return e
+		}
 		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unreachable", err.Error())
 	})
 }
 
-func open(ep string, timeout time.Duration, cniError func(error) error) (context.Context, *ovsdb.Client, func(), error) {
+func open(ep string, t endpoint.TLS, timeout time.Duration, cniError func(error) error) (context.Context, *ovsdb.Client, func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	cli, err := ovsdb.Dial(ctx, ep)
+	cli, err := ovsdb.DialTLS(ctx, ep, t)
 	if err != nil {
 		cancel()
 		return nil, nil, nil, cniError(err)
@@ -117,6 +141,9 @@ func open(ep string, timeout time.Duration, cniError func(error) error) (context
 // 11, try again later) and host port conflicts (code 7) their CNI codes, and
 // leaves other errors as they are.
 func Error(err error) error {
+	if e := tlsError(err); e != nil {
+		return e
+	}
 	var claimed *ovsdb.ClaimedError
 	switch {
 	case errors.Is(err, ovsdb.ErrUnreachable):
@@ -134,6 +161,29 @@ func Error(err error) error {
 			`ovs-vswitchd control socket not found: set "vswitchdControl" to the path of its --unixctl socket`, err.Error())
 	}
 	return err
+}
+
+// tlsKeys are the config keys of the PEM files of an ssl: OVSDB endpoint,
+// by endpoint.TLSFileError's Field.
+var tlsKeys = map[string]string{"key": "ovsdbKey", "cert": "ovsdbCert", "ca": "ovsdbCA"}
+
+// tlsError gives the TLS failures of an ssl: OVSDB endpoint code 7 (nil for
+// other errors): a file that cannot be used names its key; a certificate
+// the handshake refused is a wrong "ovsdbCA" (the server's is not signed by
+// it) or a client certificate the server's CA did not sign. Trying again
+// later (code 11) meets the same files.
+func tlsError(err error) error {
+	var file *endpoint.TLSFileError
+	switch {
+	case errors.As(err, &file):
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(`"%s" %q: %v`, tlsKeys[file.Field], file.Path, file.Err), err.Error())
+	case errors.Is(err, endpoint.ErrNoTLS):
+		return types.NewError(types.ErrInvalidNetworkConfig, `"ovsdb": `+endpoint.ErrNoTLS.Error(), err.Error())
+	case errors.Is(err, endpoint.ErrTLSRefused):
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			`ovsdb TLS handshake refused: the server's certificate is not signed by "ovsdbCA", or the server does not accept "ovsdbCert"`, err.Error())
+	}
+	return nil
 }
 
 // Rollback runs the clean-up of a failed ADD with a bounded context of its

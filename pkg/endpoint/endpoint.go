@@ -1,6 +1,7 @@
 // Package endpoint parses, validates and dials the endpoints of the Open
-// vSwitch daemons ("unix:PATH", "tcp:HOST:PORT"), for OVSDB and OpenFlow
-// alike (Endpoint, Dial), and declares the one timeout sentinel of the suite
+// vSwitch daemons ("unix:PATH", "tcp:HOST:PORT", and for OVSDB
+// "ssl:HOST:PORT" with TLS's files), for OVSDB and OpenFlow alike (Endpoint,
+// Dial), and declares the one timeout sentinel of the suite
 // (ErrTimeout).
 package endpoint
 
@@ -26,26 +27,29 @@ var ErrTimeout = errors.New("ovs-vswitchd did not answer in time")
 // DefaultOVSDB is where Open vSwitch puts its database socket.
 const DefaultOVSDB = "unix:/var/run/openvswitch/db.sock"
 
-// Endpoint is where an Open vSwitch daemon listens: "unix:PATH" or
-// "tcp:HOST:PORT", the syntax of ovs-vsctl --db and ovs-ofctl.
+// Endpoint is where an Open vSwitch daemon listens: "unix:PATH",
+// "tcp:HOST:PORT" or "ssl:HOST:PORT", the syntax of ovs-vsctl --db and
+// ovs-ofctl.
 type Endpoint struct {
-	Network string // "unix" or "tcp"
+	Network string // "unix", "tcp" or "ssl"
 	Address string // the socket's path, or HOST:PORT
+	TLS     TLS    // ssl: only; set by the caller, not by Parse
 }
 
-// Parse checks the "unix:PATH" / "tcp:HOST:PORT" syntax of s.
+// Parse checks the "unix:PATH" / "tcp:HOST:PORT" / "ssl:HOST:PORT" syntax
+// of s.
 func Parse(s string) (Endpoint, error) {
 	network, addr, _ := strings.Cut(s, ":")
 	switch {
 	case network == "unix" && addr != "":
 		return Endpoint{Network: network, Address: addr}, nil
-	case network == "tcp":
+	case network == "tcp" || network == "ssl":
 		if err := validateHostPort(s, addr); err != nil {
 			return Endpoint{}, err
 		}
 		return Endpoint{Network: network, Address: addr}, nil
 	}
-	return Endpoint{}, fmt.Errorf("endpoint %q: want unix:PATH or tcp:HOST:PORT", s)
+	return Endpoint{}, fmt.Errorf("endpoint %q: want unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT", s)
 }
 
 // ParseOpenFlow is Parse for an OpenFlow target, which, like ovs-ofctl's,
@@ -55,7 +59,7 @@ func ParseOpenFlow(s string) (Endpoint, error) {
 	if err != nil {
 		return e, err
 	}
-	if e.Network == "unix" && !strings.HasPrefix(e.Address, "/") || strings.ContainsAny(s, " \t\n,;'\"") {
+	if e.Network == "ssl" || e.Network == "unix" && !strings.HasPrefix(e.Address, "/") || strings.ContainsAny(s, " \t\n,;'\"") {
 		return Endpoint{}, fmt.Errorf("endpoint %q: want unix:/PATH or tcp:HOST:PORT", s)
 	}
 	return e, nil
@@ -63,8 +67,12 @@ func ParseOpenFlow(s string) (Endpoint, error) {
 
 func (e Endpoint) String() string { return e.Network + ":" + e.Address }
 
-// Dial connects to e within ctx (see the package comment on full backlogs).
+// Dial connects to e within ctx (see the package comment on full backlogs),
+// over TLS for ssl:.
 func (e Endpoint) Dial(ctx context.Context) (net.Conn, error) {
+	if e.Network == "ssl" {
+		return dialTLS(ctx, e.Address, e.TLS)
+	}
 	return Dial(ctx, e.Network, e.Address)
 }
 

@@ -1,6 +1,8 @@
 package endpoint
 
 import (
+	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"strings"
@@ -15,7 +17,8 @@ func TestParse(t *testing.T) {
 		"unix:":                             false,
 		"tcp:127.0.0.1":                     false,
 		"/var/run/openvswitch/db.sock":      false,
-		"ssl:127.0.0.1:6640":                false,
+		"ssl:127.0.0.1:6640":                true,
+		"ssl:127.0.0.1":                     false,
 		"tcp:ovsdb.example.org:6640":        true,
 		"tcp:a:6640":                        true,
 		"tcp:-a:6640":                       false,
@@ -38,6 +41,7 @@ func TestParseOpenFlow(t *testing.T) {
 		"unix:/run/a,b":                  false,
 		"br0":                            false,
 		"tcp:host:0":                     false,
+		"ssl:127.0.0.1:6653":             false, // OpenFlow over TLS is not offered
 	} {
 		if _, err := ParseOpenFlow(s); (err == nil) != ok {
 			t.Errorf("ParseOpenFlow(%q) = %v, want ok=%v", s, err, ok)
@@ -83,5 +87,17 @@ func TestListening(t *testing.T) {
 		if got := Listening(target); got != want {
 			t.Errorf("Listening(%q) = %v, want %v", target, got, want)
 		}
+	}
+}
+
+// Without package tlsdial linked in (as in ovs-portmap), an ssl: endpoint
+// is refused before any connection.
+func TestDialSSLWithoutTLS(t *testing.T) {
+	e, err := Parse("ssl:127.0.0.1:6641")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Dial(context.Background()); !errors.Is(err, ErrNoTLS) {
+		t.Errorf("got %v, want ErrNoTLS", err)
 	}
 }

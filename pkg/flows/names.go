@@ -58,6 +58,7 @@ const (
 	ReasonRedirect            = "redirect"
 	ReasonDHCPServer          = "dhcp-server"
 	ReasonDoubleTag           = "double-tag"
+	ReasonVRRP                = "vrrp"
 	ReasonFragment            = "invalid-fragment"
 	ReasonNeighbourDiscovery  = "neighbour-discovery"
 	ReasonSpoofed             = "spoofed-source"
@@ -98,6 +99,9 @@ func DropReason(f Flow) string {
 		if v, _, ok := m.CTStateOf(); ok && v&openflow.CTInv != 0 {
 			return ReasonFragment
 		}
+		if p, ok := m.IPProtoOf(); ok && p == openflow.ProtoVRRP {
+			return ReasonVRRP
+		}
 		_, src := m.TPSrcOf()
 		_, dst := m.TPDstOf()
 		_, ctSrc := m.CTTPSrcOf()
@@ -122,6 +126,7 @@ var reasonText = map[string]string{
 	ReasonRedirect:            "the port-security guard for ICMP redirects",
 	ReasonDHCPServer:          "the port-security guard for DHCP server frames",
 	ReasonDoubleTag:           "the port-security guard for double-tagged frames",
+	ReasonVRRP:                "the port-security guard for VRRP adverts (without allowVRRP, or not to their group from the container's addresses)",
 	ReasonFragment:            "the port-security guard for fragments that do not reassemble",
 	ReasonNeighbourDiscovery:  "the port-security drop of neighbour discovery for other addresses",
 	ReasonSpoofed:             "the port-security drop of any other frame (another source MAC or address, a VLAN tag)",
@@ -148,6 +153,7 @@ func Name(f Flow) string {
 		names = map[key]string{
 			{TableClassifier, PriorityPortSecFrag}:   "the port-security reassembly of fragments (zone 64003)",
 			{TableClassifier, PriorityPortSecND}:     "the port-security allow of neighbour discovery for its own addresses",
+			{TableClassifier, PriorityPortSecVRRP}:   "the port-security allow of VRRP adverts from its own and allowed addresses",
 			{TableClassifier, PriorityPortSecAllow}:  "the port-security allow of its own MAC and addresses",
 			{TableClassifier, PriorityVLANIsolation}: "the VLAN isolation of a port off VLAN 0",
 		}

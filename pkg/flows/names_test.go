@@ -16,6 +16,7 @@ func TestNames(t *testing.T) {
 	ps := PortSecurity{Cookie: a.Cookie, OFPort: 10, MAC: mac, LinkLocal: LinkLocalOf(mac), IPs: []netip.Addr{ctr4, ctr6}}
 	trunk := ps
 	trunk.VLAN = Trunk
+	trunk.AllowVRRP = true
 	var all []Flow
 	all = append(all, PortSecurityFlows(ps)...)
 	all = append(all, PortSecurityFlows(trunk)...)
@@ -43,7 +44,7 @@ func TestNames(t *testing.T) {
 		reasons[r]++
 	}
 	for _, r := range []string{ReasonRouterAdvertisement, ReasonRedirect, ReasonDHCPServer, ReasonDoubleTag,
-		ReasonFragment, ReasonNeighbourDiscovery, ReasonSpoofed, ReasonTombstone} {
+		ReasonFragment, ReasonNeighbourDiscovery, ReasonSpoofed, ReasonTombstone, ReasonVRRP} {
 		if reasons[r] == 0 {
 			t.Errorf("no flow has reason %q", r)
 		}
@@ -58,6 +59,7 @@ func TestNames(t *testing.T) {
 		{"ct_nw_proto=17,ct_tp_dst=546", ReasonDHCPServer},
 		{"ct_state=+trk+inv", ReasonFragment},
 		{"dl_type=0x88a8", ReasonDoubleTag},
+		{"dl_type=0x0800,nw_proto=112", ReasonVRRP},
 	} {
 		found := false
 		for _, f := range all {

@@ -50,7 +50,8 @@
 //	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
 //	prio 430  PriorityBandwidth         table 0: a frame from a container port with an egress limit: its meter, once, then table 0 again
 //	table 44  TablePortmapFragmentMiss  fragments of a new datagram no rule took: to the node, a host port's never
-//	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, double tag; invalid fragments
+//	prio 425  PriorityPortSecVRRP       table 0: with allowVRRP, a VRRP advert to its group from the container's own or allowed addresses
+//	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, VRRP, double tag; invalid fragments
 //	prio 415  PriorityPortSecFrag       table 0: an IP fragment from a container: ct(zone 64003, table 0) first, to classify the datagram
 //	prio 410  PriorityPortSecND         table 0: a container's neighbour discovery for its own addresses and MAC
 //	prio 405  PriorityPortSecNDDrop     table 0: any other neighbour solicitation or advertisement from a container
@@ -324,6 +325,11 @@ const MaxConnMeters = 1 << 12
 // container by its address alone, which networks on different VLANs may
 // share.
 const (
+	// PriorityPortSecVRRP passes a VRRP advert (IP protocol 112) to its
+	// group (224.0.0.18, ff02::12) from the container's MAC and own or
+	// allowed addresses, with allowVRRP; above the guard that drops every
+	// other VRRP frame.
+	PriorityPortSecVRRP   uint16 = 425
 	PriorityPortSecGuard  uint16 = 420
 	PriorityPortSecFrag   uint16 = 415
 	PriorityPortSecND     uint16 = 410

@@ -3,6 +3,7 @@ package flows
 import (
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
@@ -35,6 +36,14 @@ type PortSecurity struct {
 	// LinkLocal is the container interface's IPv6 link-local address
 	// (EUI-64 of MAC, pinned by ovs-bridge); invalid: none allowed.
 	LinkLocal netip.Addr
+	// Allowed are the further prefixes the container may send from
+	// (allowedAddresses: a VIP, a VRRP address, a nested guest), with ARP
+	// for IPv4 ones and neighbour discovery for IPv6 ones (which are
+	// single addresses: nd_target matches exactly).
+	Allowed []netip.Prefix
+	// AllowVRRP lets it send VRRP adverts to their group from its own and
+	// allowed addresses; without it, VRRP is dropped.
+	AllowVRRP bool
 	// L2Only: no addresses are known (no IPAM): check the source MAC only.
 	L2Only bool
 	// AllowRouter lets the container send router advertisements and
@@ -106,6 +115,11 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 			drop(PriorityPortSecGuard, raw(v6, icmp6).ICMPType(137)), // redirect
 			drop(PriorityPortSecGuard, raw(v4, icmp).ICMPType(5)))    // IPv4 redirect
 	}
+	// VRRP (IP protocol 112) only as allowVRRP lets it, below.
+	const vrrp = openflow.ProtoVRRP
+	out = append(out, drop(PriorityPortSecGuard, raw(v4, vrrp)), drop(PriorityPortSecGuard, raw(v6, vrrp)))
+	vrrpGroup4 := openflow.Host(netip.AddrFrom4([4]byte{224, 0, 0, 18}))
+	vrrpGroup6 := openflow.Host(netip.MustParseAddr("ff02::12"))
 	// DHCP servers and relays send from port 67 (547), clients listen on
 	// port 68 (546) whatever the source port: a container's own client
 	// sends from 68 to 67 (546 to 547), never to 68 (546).
@@ -146,6 +160,10 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 		}
 	}
 	if ps.L2Only {
+		if ps.AllowVRRP {
+			out = append(out, allow(PriorityPortSecVRRP, mac(v4, vrrp).IPDst(vrrpGroup4)),
+				allow(PriorityPortSecVRRP, mac(v6, vrrp).IPDst(vrrpGroup6)))
+		}
 		return append(out,
 			allow(PriorityPortSecAllow, mac(0, 0)),
 			drop(PriorityPortSecDrop, raw(0, 0)))
@@ -158,11 +176,24 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 			ips = append(ips, ip)
 		}
 	}
+	// The IPv4 sources: its own addresses, then the allowed prefixes.
+	var src4 []netip.Prefix
 	for _, ip := range ips {
 		if ip.Is4() {
-			out = append(out,
-				allow(PriorityPortSecAllow, mac(arp, 0).ARPSHA(mymac).ARPSPA(openflow.Host(ip))),
-				allow(PriorityPortSecAllow, mac(v4, 0).IPSrc(openflow.Host(ip))))
+			src4 = append(src4, openflow.Host(ip))
+		}
+	}
+	for _, p := range ps.Allowed {
+		if p.Addr().Is4() && p.Bits() > 0 {
+			src4 = append(src4, p.Masked())
+		}
+	}
+	for _, p := range src4 {
+		out = append(out,
+			allow(PriorityPortSecAllow, mac(arp, 0).ARPSHA(mymac).ARPSPA(p)),
+			allow(PriorityPortSecAllow, mac(v4, 0).IPSrc(p)))
+		if ps.AllowVRRP {
+			out = append(out, allow(PriorityPortSecVRRP, mac(v4, vrrp).IPSrc(p).IPDst(vrrpGroup4)))
 		}
 	}
 	// DHCP before the address is known: a broadcast DISCOVER or REQUEST.
@@ -178,8 +209,18 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 	if ps.LinkLocal.Is6() {
 		own = append(own, ps.LinkLocal)
 	}
+	// An allowed IPv6 address is the container's own from here on:
+	// sources, and neighbour discovery for it.
+	for _, p := range ps.Allowed {
+		if a := p.Addr(); a.Is6() && p.IsSingleIP() && !a.IsMulticast() && !a.IsUnspecified() && !slices.Contains(own, a) {
+			own = append(own, a)
+		}
+	}
 	for _, ip := range own {
 		out = append(out, allow(PriorityPortSecAllow, mac(v6, 0).IPSrc(openflow.Host(ip))))
+		if ps.AllowVRRP {
+			out = append(out, allow(PriorityPortSecVRRP, mac(v6, vrrp).IPSrc(openflow.Host(ip)).IPDst(vrrpGroup6)))
+		}
 	}
 	// MLD reports of duplicate address detection come from ::.
 	unspec := openflow.Host(netip.IPv6Unspecified())

@@ -26,6 +26,11 @@ func TestPortSecurityFlows(t *testing.T) {
 	v6only.IPs = ps.IPs[1:]
 	v6only.AllowRouter = true
 	golden(t, "portsec_v6_allowrouter.golden", PortSecurityBundle(v6only).String())
+	// Allowed addresses (an IPv4 prefix, an IPv6 VIP) and VRRP from them.
+	vip := ps
+	vip.Allowed = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/28"), netip.MustParsePrefix("2001:db8:c::100/128")}
+	vip.AllowVRRP = true
+	golden(t, "portsec_allowed_vrrp.golden", PortSecurityBundle(vip).String())
 	check := func(name string, got []Flow, want []string) {
 		t.Helper()
 		var g []string
@@ -43,6 +48,8 @@ func TestPortSecurityFlows(t *testing.T) {
 		"priority=205,in_port=7,actions=NORMAL",
 		"priority=420," + raw + ",vlan_tci=0x1000/0x1000,dl_type=0x8100,actions=drop",
 		"priority=420," + raw + ",vlan_tci=0x1000/0x1000,dl_type=0x88a8,actions=drop",
+		"priority=420," + raw + ",dl_type=0x0800,nw_proto=112,actions=drop",
+		"priority=420," + raw + ",dl_type=0x86dd,nw_proto=112,actions=drop",
 		"priority=400," + raw + ",dl_src=02:00:00:00:00:0a," + allow,
 		"priority=390," + raw + ",actions=drop",
 	})

@@ -343,7 +343,7 @@ func (c *Collector) emit(ch chan<- prometheus.Metric, d *prometheus.Desc, t prom
 
 // reasons are the drop reasons of port security flows.
 var reasons = []string{flows.ReasonRouterAdvertisement, flows.ReasonRedirect, flows.ReasonDHCPServer,
-	flows.ReasonDoubleTag, flows.ReasonFragment, flows.ReasonNeighbourDiscovery, flows.ReasonSpoofed}
+	flows.ReasonDoubleTag, flows.ReasonVRRP, flows.ReasonFragment, flows.ReasonNeighbourDiscovery, flows.ReasonSpoofed}
 
 // notify calls OnDrops for the counters that moved since the previous
 // scrape.

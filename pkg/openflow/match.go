@@ -37,6 +37,7 @@ const (
 	ProtoUDP    uint8 = 17
 	ProtoICMPv6 uint8 = 58
 	ProtoSCTP   uint8 = 132
+	ProtoVRRP   uint8 = 112
 )
 
 // CT state flags (NXM_NX_CT_STATE).

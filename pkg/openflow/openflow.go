@@ -312,7 +312,7 @@ func session(ctx context.Context, target, what string, fn func(*conn) error) (er
 		}
 	}()
 	e, err := endpoint.Parse(target)
-	if err != nil {
+	if err != nil || e.Network == "ssl" { // OpenFlow over TLS is not offered
 		return fmt.Errorf("target %q: %w", target, ErrUnsupported)
 	}
 	c, err := e.Dial(ctx)

@@ -94,6 +94,10 @@ const (
 	KeyBridge      = "ovsflow.io/bridge"       // bridge the port was attached to
 	KeyMAC         = "ovsflow.io/mac"          // the container interface's MAC, lower case
 
+	// KeyOVNIfaceID, on the Interface row, names the OVN logical port
+	// ovn-controller binds the interface to.
+	KeyOVNIfaceID = "iface-id"
+
 	// OwnerValue marks rows created by this suite.
 	OwnerValue = "ovsflow-cni"
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
@@ -29,6 +30,9 @@ type PortSpec struct {
 	Tag         int   // access VLAN; 0 = VLAN 0 (untagged frames only)
 	Trunks      []int // trunk VLANs; empty = an access port
 	ExternalIDs map[string]string
+	// InterfaceIDs are external_ids of the Interface row only, beside
+	// ExternalIDs (OVN's "iface-id", which it reads there).
+	InterfaceIDs map[string]string
 	// UniqueMAC, when set, makes the transaction fail with a *MACInUseError
 	// if another Port row records this container MAC (KeyMAC) by then.
 	UniqueMAC string
@@ -221,7 +225,9 @@ func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
 	if len(spec.Trunks) > 0 {
 		portRow = append(portRow, cell{"trunks", intSet(spec.Trunks)})
 	}
-	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", withSchema(spec.ExternalIDs)}}
+	ifaceIDs := withSchema(spec.ExternalIDs) // a copy
+	maps.Copy(ifaceIDs, spec.InterfaceIDs)
+	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", ifaceIDs}}
 	if spec.OFPort > 0 {
 		ifaceRow = append(ifaceRow, cell{"ofport_request", integer(spec.OFPort)})
 	}
@@ -302,6 +308,11 @@ func (c *Client) FindPorts(ctx context.Context, a Attachment) ([]OwnedPort, erro
 // OwnedPorts returns every port this suite owns.
 func (c *Client) OwnedPorts(ctx context.Context) ([]OwnedPort, error) {
 	return c.ownedPorts(ctx, []condition{{"external_ids", fnIncludes, strMap{KeyOwner: OwnerValue}}})
+}
+
+// OwnedPortsWith returns our ports whose external_ids hold key=value.
+func (c *Client) OwnedPortsWith(ctx context.Context, key, value string) ([]OwnedPort, error) {
+	return c.ownedPorts(ctx, []condition{{"external_ids", fnIncludes, strMap{KeyOwner: OwnerValue, key: value}}})
 }
 
 func (c *Client) ownedPorts(ctx context.Context, where []condition) ([]OwnedPort, error) {

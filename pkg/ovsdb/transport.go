@@ -35,11 +35,24 @@ type Client struct {
 
 // Dial connects to the database at endpoint ep. Failures wrap ErrUnreachable.
 func Dial(ctx context.Context, ep string) (*Client, error) {
+	return DialTLS(ctx, ep, endpoint.TLS{})
+}
+
+// DialTLS is Dial with the PEM files of an ssl: endpoint. A file that
+// cannot be used, or a certificate the handshake refuses, is not
+// unreachability: it wraps the *endpoint.TLSFileError or
+// endpoint.ErrTLSRefused, since trying again later meets the same files.
+func DialTLS(ctx context.Context, ep string, t endpoint.TLS) (*Client, error) {
 	e, err := endpoint.Parse(ep)
 	if err != nil {
 		return nil, err
 	}
+	e.TLS = t
 	c, err := jsonrpc.Dial(ctx, e)
+	var file *endpoint.TLSFileError
+	if errors.As(err, &file) || errors.Is(err, endpoint.ErrTLSRefused) || errors.Is(err, endpoint.ErrNoTLS) {
+		return nil, fmt.Errorf("connecting to %s: %w", ep, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, ep, err)
 	}
@@ -83,6 +96,11 @@ func (c *Client) transact(ctx context.Context, ops ...operation) ([]opResult, er
 	var res transactReply
 	err = conn.Call(ctx, "transact", transactParams(ops), &res)
 	if err != nil {
+		if errors.Is(err, endpoint.ErrTLSRefused) {
+			// The server refused the client certificate (TLS 1.3 says
+			// so on the first read): not a lost connection.
+			return nil, err
+		}
 		if lostConnection(err) {
 			return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 		}

@@ -17,7 +17,8 @@ import (
 func TestRebuild(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:01")
 	rec := record.PortSecurity{OpenFlow: "unix:/run/ovs/br0.mgmt", MAC: mac.String(),
-		IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}, VLAN: flows.Access}
+		IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}, VLAN: flows.Access,
+		Allowed: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/28"), netip.MustParsePrefix("2001:db8::7/128")}, AllowVRRP: true}
 	raw, _ := json.Marshal(rec)
 	ofport := 9
 	p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{
@@ -29,7 +30,11 @@ func TestRebuild(t *testing.T) {
 	}
 	cookie := flows.AttachmentCookie("ctr", "eth0")
 	want := flows.PortSecurityFlows(flows.PortSecurity{Cookie: cookie, OFPort: 9, MAC: mac, IPs: rec.IPs,
-		LinkLocal: flows.LinkLocalOf(mac), VLAN: flows.Access})
+		LinkLocal: flows.LinkLocalOf(mac), VLAN: flows.Access, Allowed: rec.Allowed, AllowVRRP: true})
+	if len(want) == len(flows.PortSecurityFlows(flows.PortSecurity{Cookie: cookie, OFPort: 9, MAC: mac, IPs: rec.IPs,
+		LinkLocal: flows.LinkLocalOf(mac), VLAN: flows.Access})) {
+		t.Fatal("the allowed addresses and VRRP add no flows: the test would not see them lost")
+	}
 	if target != rec.OpenFlow || c != cookie.WithKind(flows.CookieKindPortSecurity) {
 		t.Errorf("target %q, cookie %s; want %q, %s", target, c, rec.OpenFlow, cookie.WithKind(flows.CookieKindPortSecurity))
 	}

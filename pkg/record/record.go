@@ -28,6 +28,10 @@ const (
 	KeyHostPorts = "ovsflow.io/portmap"
 	// KeyPortSecurity holds ovs-bridge's PortSecurity record (JSON).
 	KeyPortSecurity = "ovsflow.io/portsec"
+	// KeyAllowedAddresses ("true") marks a port whose record allows
+	// further source addresses (allowedAddresses), so that an ADD finds
+	// the few it must not overlap with one select.
+	KeyAllowedAddresses = "ovsflow.io/allowed-addresses"
 	// KeyClaimPrefix starts the key of every claimed (protocol, node IP,
 	// host port): "ovsflow.io/claim/tcp/198.51.100.1:8080". At most one Port
 	// row holds a given key (ovsdb.Client.Record).
@@ -242,6 +246,10 @@ type PortSecurity struct {
 	MAC      string       `json:"mac"`
 	IPs      []netip.Addr `json:"ips,omitempty"`
 	L2Only   bool         `json:"l2only,omitempty"`
+	// Allowed and AllowVRRP are the network's allowedAddresses and
+	// allowVRRP.
+	Allowed   []netip.Prefix `json:"allowed,omitempty"`
+	AllowVRRP bool           `json:"allowVRRP,omitempty"`
 	// AllowRouter and AllowDHCPServer are the network's allowRouter and
 	// allowDHCPServer.
 	AllowRouter     bool `json:"allowRouter,omitempty"`
@@ -261,7 +269,7 @@ func (r PortSecurity) Facts(c flows.Cookie, ofport uint32) (flows.PortSecurity, 
 		return flows.PortSecurity{}, fmt.Errorf("port security record MAC %q: %w", r.MAC, err)
 	}
 	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: mac, IPs: r.IPs, LinkLocal: flows.LinkLocalOf(mac),
-		L2Only: r.L2Only, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled}, nil
+		L2Only: r.L2Only, Allowed: r.Allowed, AllowVRRP: r.AllowVRRP, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled}, nil
 }
 
 // Value is the external_ids value of the record, when it has flows to

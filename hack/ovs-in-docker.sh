@@ -248,7 +248,10 @@ cmd_up() {
 		if ((kube)); then
 			# The Node object's pod CIDRs (node IPAM); no routes (the node agent's).
 			# shellcheck disable=SC2207
-			mode=($(kube_mounts) -e OID_NODE_IPS="$(node4 "$i"),$(node6 "$i")" --device /dev/kmsg)
+			# IPv6 on in the node's netns ("all": kube-proxy programs no IPv6 rules
+			# when it is off there; node-prep.sh turns it off on the uplink again).
+			mode=($(kube_mounts) -e OID_NODE_IPS="$(node4 "$i"),$(node6 "$i")" --device /dev/kmsg
+				--sysctl net.ipv6.conf.all.disable_ipv6=0)
 		else
 			routes=""
 			for ((j = 1; j <= n; j++)); do

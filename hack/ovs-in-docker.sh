@@ -10,6 +10,7 @@
 #   hack/ovs-in-docker.sh up [-nodes N]   start N nodes (default 2, at most 4); one line per node:
 #                                           NODE <name> <node IPv4> <node IPv6> <pod IPv4 CIDR> <pod IPv6 CIDR>
 #   hack/ovs-in-docker.sh exec NODE CMD...  run CMD in a node (stdin passed through, its exit status)
+#   hack/ovs-in-docker.sh restart NODE    docker restart of a node, until it has booted again
 #   hack/ovs-in-docker.sh test [-nodes N] up, the tests (a line per check, "N passed, M failed"), down
 #   hack/ovs-in-docker.sh demo            up, a host port pod on each node reached across nodes and from here, down
 #   hack/ovs-in-docker.sh down [-images]  remove the nodes, network, volumes (and the images with -images);
@@ -334,6 +335,13 @@ cmd_exec() {
 	exec docker exec -i "$P-$n" "$@"
 }
 
+cmd_restart() {
+	(($# == 1)) || die "restart NODE"
+	engine || die "no engine answers (is the harness up?)"
+	docker restart "$P-$1" >/dev/null
+	wait_ready "$1"
+}
+
 # ---- test and demo ----------------------------------------------------------
 
 # shellcheck source=hack/ovs-in-docker/tests.sh
@@ -341,7 +349,7 @@ cmd_exec() {
 # shellcheck source=hack/ovs-in-docker/cluster.sh
 . hack/ovs-in-docker/cluster.sh
 
-usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
 cmd=${1:-}
@@ -350,6 +358,7 @@ case $cmd in
 up) cmd_up "$@" ;;
 down) cmd_down "$@" ;;
 exec) cmd_exec "$@" ;;
+restart) cmd_restart "$@" ;;
 kubectl) cmd_kubectl "$@" ;;
 deploy) cmd_deploy "$@" ;;
 test) cmd_test "$@" ;;

@@ -23,6 +23,7 @@
 #                                         and KUBECONFIG=<the admin's kubeconfig>
 #   hack/ovs-in-docker.sh kubectl ARGS...  kubectl against the cluster
 #   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied
+#   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
 #   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube, deploy, the Go tests of test/cluster, down
 #   hack/ovs-in-docker.sh demo -kube      up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
 #
@@ -349,7 +350,7 @@ cmd_restart() {
 # shellcheck source=hack/ovs-in-docker/cluster.sh
 . hack/ovs-in-docker/cluster.sh
 
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
 cmd=${1:-}
@@ -361,6 +362,7 @@ exec) cmd_exec "$@" ;;
 restart) cmd_restart "$@" ;;
 kubectl) cmd_kubectl "$@" ;;
 deploy) cmd_deploy "$@" ;;
+stats) cmd_stats "$@" ;;
 test) cmd_test "$@" ;;
 demo) cmd_demo "$@" ;;
 *) usage ;;

@@ -143,3 +143,102 @@ kube_down() {
 		rm -f "$KSYSCTLS"
 	fi
 }
+
+# kube_test N: up -kube, deploy, the Go tests of test/cluster (client-go against
+# the API server), down; the times of each step. OID_RUN: a -run pattern.
+kube_test() {
+	local n=$1 t0=$SECONDS rc=0
+	cmd_up -kube -nodes "$n" >/dev/null || die "up -kube failed"
+	local tup=$SECONDS
+	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
+	cmd_deploy || die "deploy failed"
+	local tdep=$SECONDS
+	(
+		cd test/cluster &&
+			OVSFLOW_CLUSTER_KUBECONFIG=$(admin_kubeconfig) OVSFLOW_CLUSTER_HARNESS=$PWD/../../hack/ovs-in-docker.sh \
+				go test -count=1 -v -timeout 30m ${OID_RUN:+-run "$OID_RUN"} .
+	) || rc=$?
+	echo "up -kube -nodes $n: $((tup - t0)) s; deploy: $((tdep - tup)) s; tests: $((SECONDS - tdep)) s; total $((SECONDS - t0)) s"
+	return $rc
+}
+
+# kube_demo N: up -kube, deploy, a DaemonSet of the test app publishing host port
+# 8080 (TCP) on every node, reached from this host and from the other nodes, down.
+kube_demo() {
+	local n=$1 i j a
+	echo "# A Kubernetes cluster in Docker: a control-plane container and $n nodes (OVS, containerd 2.x, kubelet, kube-proxy)."
+	cmd_up -kube -nodes "$n" || die "up -kube failed"
+	trap 'echo "# Removing everything."; cmd_down' EXIT
+	echo
+	echo "# The DaemonSet of deploy/ovsflow-cni.yaml, with the image of this tree:"
+	cmd_deploy 2>&1 | grep -E 'deployed|rolled out|image' | sed 's/^/  /'
+	step "$0" kubectl get nodes -o custom-columns=NODE:.metadata.name,STATUS:.status.conditions[-1].type,IP:.status.addresses[*].address,POD-CIDRS:.spec.podCIDRs
+	echo
+	echo "# A DaemonSet of the test app, container port 80 published on host port 8080 of every node:"
+	kctl apply -f - >/dev/null <<-YAML
+		apiVersion: apps/v1
+		kind: DaemonSet
+		metadata: {name: web, namespace: default}
+		spec:
+		  selector: {matchLabels: {app: web}}
+		  template:
+		    metadata: {labels: {app: web}}
+		    spec:
+		      dnsPolicy: Default
+		      terminationGracePeriodSeconds: 1
+		      containers:
+		      - name: web
+		        image: rt.local/ovsflow-app:1
+		        imagePullPolicy: Never
+		        ports: [{containerPort: 80, hostPort: 8080}]
+		        readinessProbe: {tcpSocket: {port: 80}, periodSeconds: 1}
+	YAML
+	kctl rollout status daemonset/web --timeout=120s >/dev/null
+	step "$0" kubectl get pods -l app=web -o wide
+	echo
+	echo "# This host reaches each node's host port (the pod sees this host's address):"
+	for ((i = 1; i <= n; i++)); do
+		for a in "$(node4 "$i")" "$(node6 "$i")"; do
+			step timeout 5 bash -c "exec 3<>/dev/tcp/$a/8080 && head -1 <&3"
+		done
+	done
+	echo
+	echo "# Each node reaches the next node's host port (the pod sees the calling node's address):"
+	for ((i = 1; i <= n; i++)); do
+		j=$((i % n + 1))
+		step "$0" exec "n$i" timeout 5 bash -c "exec 3<>/dev/tcp/$(node4 "$j")/8080 && head -1 <&3"
+	done
+	echo
+	echo "# The flows ovs-portmap wrote on n1 for its pod's host port:"
+	step "$0" exec n1 sh -c "ovs-ofctl dump-flows br0 --no-stats | grep 'tp_dst=8080' | cut -c1-150"
+}
+
+# cmd_stats [SECONDS]: CPU (cores, averaged over SECONDS, default 30) and memory
+# (RSS) of each container of the harness and of each node's pods (kubelet's
+# cgroupRoot, /$P/NODE, outside the container's cgroup), from the cgroups.
+cmd_stats() {
+	local secs=${1:-30} c id name
+	engine || die "no engine answers (is the harness up?)"
+	local -A cg
+	for c in $(nodes); do
+		id=$(docker inspect -f '{{.Id}}' "$P-$c")
+		cg[$c]=$(docker inspect -f '{{.HostConfig.CgroupParent}}' "$P-$c")
+		cg[$c]=${cg[$c]:-/docker}/$id
+		[ -d "/sys/fs/cgroup/cpuacct/$P/$c" ] && cg["$c pods"]=/$P/$c
+	done
+	local -A u0
+	for name in "${!cg[@]}"; do u0[$name]=$(cat "/sys/fs/cgroup/cpuacct${cg[$name]}/cpuacct.usage"); done
+	local t0
+	t0=$(date +%s%N)
+	sleep "$secs"
+	local dt=$(($(date +%s%N) - t0)) tot_cpu=0 tot_rss=0 u rss
+	printf '%-10s %8s %9s\n' WHAT CPU RSS_MiB
+	while IFS= read -r name; do
+		u=$(($(cat "/sys/fs/cgroup/cpuacct${cg[$name]}/cpuacct.usage") - u0[$name]))
+		rss=$(awk '$1 == "total_rss" {print $2}' "/sys/fs/cgroup/memory${cg[$name]}/memory.stat")
+		tot_cpu=$((tot_cpu + u))
+		tot_rss=$((tot_rss + rss))
+		printf '%-10s %8s %9s\n' "$name" "$(awk -v u="$u" -v d="$dt" 'BEGIN {printf "%.3f", u / d}')" $((rss >> 20))
+	done < <(printf '%s\n' "${!cg[@]}" | sort)
+	printf '%-10s %8s %9s\n' total "$(awk -v u="$tot_cpu" -v d="$dt" 'BEGIN {printf "%.3f", u / d}')" $((tot_rss >> 20))
+}

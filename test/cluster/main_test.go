@@ -9,7 +9,8 @@
 // way traffic does: from a pod's network namespace (entered on its node),
 // from a node's own network namespace, and from this host. Each test makes
 // its own namespace and objects and removes them; each is named for what it
-// proves.
+// proves. The tests that drain, restart or delete a node are in
+// recovery_test.go, which go test runs last.
 //
 // Environment:
 //

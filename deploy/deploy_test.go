@@ -1,9 +1,9 @@
 // Package deploy holds the Kubernetes manifests and the node installer; its
 // tests decode the manifests with the Kubernetes API types and check that
 // images, paths, names and the conflist agree with each other, with the
-// image (Dockerfile), with install-cni.sh and with examples/, and run
-// install-cni.sh against scratch directories and node-ranges.sh against a
-// TLS server standing in for the API server. No cluster and no root needed,
+// agent's flags (pkg/agent), with the image (Dockerfile), with
+// install-cni.sh and with examples/, and run install-cni.sh against scratch
+// directories. No cluster and no root needed,
 // but for TestNodePrep, which runs node-prep.sh against a private Open
 // vSwitch (root; skipped loudly without, failed under CI).
 package deploy
@@ -11,11 +11,8 @@ package deploy
 import (
 	"bytes"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -31,6 +28,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/ovsflow/ovs-cni/pkg/agent"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -85,7 +83,7 @@ func load(t *testing.T) objects {
 			o.crb = &rbacv1.ClusterRoleBinding{}
 			into = o.crb
 		default:
-			t.Fatalf("document %d: unexpected %s %s (the installer needs no other object)", i, meta.APIVersion, meta.Kind)
+			t.Fatalf("document %d: unexpected %s %s (the agent needs no other object)", i, meta.APIVersion, meta.Kind)
 		}
 		if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
 			t.Fatalf("document %d (%s): %v", i, meta.Kind, err)
@@ -131,7 +129,7 @@ func TestManifestObjects(t *testing.T) {
 	}
 	for what, v := range map[string]*bool{"ServiceAccount": o.sa.AutomountServiceAccountToken, "pod": spec.AutomountServiceAccountToken} {
 		if v == nil || *v {
-			t.Errorf("%s automountServiceAccountToken: want false (only the installer's containers get a token)", what)
+			t.Errorf("%s automountServiceAccountToken: want false (the token is projected by hand into the agent)", what)
 		}
 	}
 	sel := o.ds.Spec.Selector
@@ -157,95 +155,99 @@ func TestManifestObjects(t *testing.T) {
 	}
 }
 
+// agentOf returns the DaemonSet's one container, the agent, and its
+// configuration as the agent reads its command.
+func agentOf(t *testing.T, o objects) (corev1.Container, agent.Config) {
+	t.Helper()
+	spec := o.ds.Spec.Template.Spec
+	if len(spec.InitContainers) != 0 || len(spec.Containers) != 1 || spec.Containers[0].Name != "agent" {
+		t.Fatalf("want one container, agent, and no init container; got %d and %d", len(spec.InitContainers), len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	if len(c.Command) == 0 {
+		t.Fatal("agent: no command")
+	}
+	mode, cfg, err := agent.ParseArgs(c.Command[1:], io.Discard)
+	if err != nil || mode != "run" {
+		t.Fatalf("agent command %q: mode %q, %v", c.Command, mode, err)
+	}
+	return c, cfg
+}
+
 func TestManifestImageAndPaths(t *testing.T) {
 	o := load(t)
 	spec := o.ds.Spec.Template.Spec
-	if len(spec.InitContainers) != 1 || len(spec.Containers) != 2 || spec.Containers[1].Name != "reconcile" {
-		t.Fatalf("want one init container (install) and two containers (keep installed, reconcile), got %d and %d", len(spec.InitContainers), len(spec.Containers))
-	}
-	rec := spec.Containers[1]
-	if strings.Join(rec.Command, " ") != "/opt/ovsflow/bin/ovs-portmap reconcile -ovsdb unix:/var/run/openvswitch/db.sock -watch" {
-		t.Errorf("reconcile command: %q", rec.Command)
-	}
-	if len(rec.VolumeMounts) != 1 || rec.VolumeMounts[0].MountPath != "/var/run/openvswitch" {
-		t.Errorf("reconcile mounts: %+v, want the OVS run directory", rec.VolumeMounts)
-	}
+	c, cfg := agentOf(t, o)
 	dockerfile, err := os.ReadFile("Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	script, err := os.ReadFile("install-cni.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	volumes := map[string]corev1.Volume{}
-	for _, v := range spec.Volumes {
-		volumes[v.Name] = v
-	}
-	image := spec.InitContainers[0].Image
+	image := c.Image
 	if _, tag, ok := strings.Cut(path.Base(image), ":"); !ok || tag == "" || tag == "latest" {
 		t.Errorf("image %q: want a pinned tag", image)
 	}
 	if !strings.Contains(string(dockerfile), "-t "+image+" ") {
 		t.Errorf("Dockerfile's build command does not tag %s", image)
 	}
-	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers[0]) {
-		t.Run(c.Name, func(t *testing.T) {
-			if c.Image != image {
-				t.Errorf("image %q, want %q as in every container", c.Image, image)
+	if c.Command[0] != cfg.PluginSrc+"/ovsflow-agent" {
+		t.Errorf("command %q: want the agent in -plugin-src %s", c.Command[0], cfg.PluginSrc)
+	}
+	if !regexp.MustCompile(`(?m)^ENTRYPOINT \["` + regexp.QuoteMeta(c.Command[0]) + `"\]$`).Match(dockerfile) {
+		t.Errorf("the Dockerfile's ENTRYPOINT is not %s", c.Command[0])
+	}
+	for _, p := range append(append([]string{"ovsflow-agent"}, cfg.Plugins...), cfg.OptionalPlugins...) {
+		if !regexp.MustCompile(`(?m)^COPY --from=build .*/out/` + regexp.QuoteMeta(p) + ` .*` + regexp.QuoteMeta(cfg.PluginSrc) + `/$`).Match(dockerfile) {
+			t.Errorf("%s: the Dockerfile does not copy it into %s", p, cfg.PluginSrc)
+		}
+	}
+	if !strings.Contains(string(dockerfile), "./cmd/ovsflow-agent ") {
+		t.Error("the Dockerfile does not build ./cmd/ovsflow-agent")
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	for flag, host := range map[string]string{cfg.CNIBinDir: "/opt/cni/bin", cfg.CNIConfDir: "/etc/cni/net.d", "/var/run/openvswitch": "/var/run/openvswitch"} {
+		var vol string
+		for name, v := range volumes {
+			if v.HostPath != nil && v.HostPath.Path == host {
+				vol = name
 			}
-			if len(c.Command) == 0 || !regexp.MustCompile(`(?m)^COPY deploy/install-cni.sh `+regexp.QuoteMeta(c.Command[0])+`$`).Match(dockerfile) {
-				t.Errorf("command %q: the Dockerfile does not put install-cni.sh there", c.Command)
-			}
-			env := envOf(c)
-			// Each variable the script reads is set, to its default: the
-			// script alone documents the paths.
-			for _, k := range []string{"SRC_BIN_DIR", "CNI_BIN_DIR", "CNI_CONF_DIR", "CNI_CONF_SRC", "PLUGINS", "OPTIONAL_PLUGINS"} {
-				re := regexp.MustCompile(`(?m)^` + k + `=\$\{` + k + `:?-(.*)\}$`)
-				m := re.FindSubmatch(script)
-				if m == nil {
-					t.Errorf("install-cni.sh does not read %s", k)
-					continue
-				}
-				if env[k] != string(m[1]) {
-					t.Errorf("env %s=%q, install-cni.sh's default is %q", k, env[k], m[1])
-				}
-			}
-			for k, host := range map[string]string{"CNI_BIN_DIR": "/opt/cni/bin", "CNI_CONF_DIR": "/etc/cni/net.d"} {
-				var vol string
-				for name, v := range volumes {
-					if v.HostPath != nil && v.HostPath.Path == host {
-						vol = name
-					}
-				}
-				if vol == "" {
-					t.Errorf("no hostPath volume for %s", host)
-				} else if got := mountOf(c, vol); got != env[k] {
-					t.Errorf("%s=%q but hostPath %s is mounted at %q", k, env[k], host, got)
-				}
-			}
-			var cmVol string
-			for name, v := range volumes {
-				if v.ConfigMap != nil && v.ConfigMap.Name == o.cm.Name {
-					cmVol = name
-				}
-			}
-			if cmVol == "" {
-				t.Fatalf("no volume of ConfigMap %s", o.cm.Name)
-			}
-			src := env["CNI_CONF_SRC"]
-			if dir := mountOf(c, cmVol); filepath.Dir(src) != dir {
-				t.Errorf("CNI_CONF_SRC %q is not in the ConfigMap's mount %q", src, dir)
-			}
-			if _, ok := o.cm.Data[filepath.Base(src)]; !ok {
-				t.Errorf("CNI_CONF_SRC %q: the ConfigMap has no key %q", src, filepath.Base(src))
-			}
-			for _, p := range strings.Fields(env["PLUGINS"] + " " + env["OPTIONAL_PLUGINS"]) {
-				if !regexp.MustCompile(`(?m)^COPY --from=build .*/out/` + regexp.QuoteMeta(p) + ` .*` + regexp.QuoteMeta(env["SRC_BIN_DIR"]) + `/$`).Match(dockerfile) {
-					t.Errorf("plugin %s: the Dockerfile does not copy it into %s", p, env["SRC_BIN_DIR"])
-				}
-			}
-		})
+		}
+		if vol == "" {
+			t.Errorf("no hostPath volume for %s", host)
+		} else if got := mountOf(c, vol); got != flag {
+			t.Errorf("the agent uses %q but hostPath %s is mounted at %q", flag, host, got)
+		}
+	}
+	if cfg.OVSDB != "unix:/var/run/openvswitch/db.sock" {
+		t.Errorf("-ovsdb %q, want the socket in the mounted OVS run directory", cfg.OVSDB)
+	}
+	var cmVol string
+	for name, v := range volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name == o.cm.Name {
+			cmVol = name
+		}
+	}
+	if cmVol == "" {
+		t.Fatalf("no volume of ConfigMap %s", o.cm.Name)
+	}
+	if dir := mountOf(c, cmVol); filepath.Dir(cfg.ConfTemplate) != dir {
+		t.Errorf("-conf-template %q is not in the ConfigMap's mount %q", cfg.ConfTemplate, dir)
+	}
+	if _, ok := o.cm.Data[filepath.Base(cfg.ConfTemplate)]; !ok {
+		t.Errorf("-conf-template %q: the ConfigMap has no key %q", cfg.ConfTemplate, filepath.Base(cfg.ConfTemplate))
+	}
+	// The probes reach the agent where it listens.
+	host, port, _ := strings.Cut(cfg.HealthAddr, ":")
+	for what, pr := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
+		if pr == nil || pr.HTTPGet == nil {
+			t.Errorf("no httpGet probe for %s", what)
+			continue
+		}
+		if g := pr.HTTPGet; g.Path != what || g.Host != host || g.Port.String() != port {
+			t.Errorf("probe %s: %s:%s%s, want %s%s (-health-addr)", what, g.Host, g.Port.String(), g.Path, cfg.HealthAddr, what)
+		}
 	}
 }
 
@@ -262,17 +264,30 @@ func TestManifestConflist(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
-		if list.CNIVersion != "1.0.0" {
-			t.Errorf("%s: cniVersion %s, want 1.0.0 (containerd 1.6/1.7 and podman 4 refuse 1.1.0)", key, list.CNIVersion)
+		var raw struct {
+			CNIVersion  string   `json:"cniVersion"`
+			CNIVersions []string `json:"cniVersions"`
+		}
+		json.Unmarshal([]byte(text), &raw)
+		if raw.CNIVersion != "1.0.0" {
+			t.Errorf("%s: cniVersion %s, want 1.0.0 (what runtimes before libcni 1.2 read: containerd 1.6/1.7 and podman 4 refuse 1.1.0)", key, raw.CNIVersion)
+		}
+		if want := []string{"1.0.0", "1.1.0"}; !slices.Equal(raw.CNIVersions, want) {
+			t.Errorf("%s: cniVersions %v, want %v", key, raw.CNIVersions, want)
+		}
+		// libcni >= 1.2 picks the highest version of cniVersions it supports
+		// (then containerd 2.x sends STATUS and GC).
+		if list.CNIVersion != "1.1.0" {
+			t.Errorf("%s: libcni reads cniVersion %s, want 1.1.0", key, list.CNIVersion)
 		}
 		var types []string
 		for _, p := range list.Plugins {
 			types = append(types, p.Network.Type)
 		}
-		installed := strings.Fields(envOf(o.ds.Spec.Template.Spec.Containers[0])["PLUGINS"])
+		_, cfg := agentOf(t, o)
 		for _, ty := range types {
-			if !slices.Contains(installed, ty) {
-				t.Errorf("%s: plugin %q is not in PLUGINS %v", key, ty, installed)
+			if !slices.Contains(cfg.Plugins, ty) {
+				t.Errorf("%s: plugin %q is not in the agent's -plugins %v", key, ty, cfg.Plugins)
 			}
 		}
 		example, err := os.ReadFile("../examples/containerd.conflist")
@@ -567,14 +582,14 @@ func TestInstallCNIWatch(t *testing.T) {
 	}
 }
 
-// TestManifestReconcileContainer: the reconcile container may open db.sock
-// and br0.mgmt where they belong to the openvswitch user (DAC_OVERRIDE) and
-// change nft maps and addresses (NET_ADMIN); nothing more.
-func TestManifestReconcileContainer(t *testing.T) {
-	rec := load(t).ds.Spec.Template.Spec.Containers[1]
-	sc := rec.SecurityContext
+// TestManifestAgentContainer: the agent may open db.sock and br0.mgmt where
+// they belong to the openvswitch user (DAC_OVERRIDE) and change routes, nft
+// maps and addresses (NET_ADMIN); nothing more.
+func TestManifestAgentContainer(t *testing.T) {
+	c, _ := agentOf(t, load(t))
+	sc := c.SecurityContext
 	if sc == nil || sc.Capabilities == nil {
-		t.Fatal("reconcile: no securityContext capabilities")
+		t.Fatal("agent: no securityContext capabilities")
 	}
 	var add []string
 	for _, c := range sc.Capabilities.Add {
@@ -582,20 +597,23 @@ func TestManifestReconcileContainer(t *testing.T) {
 	}
 	slices.Sort(add)
 	if want := []string{"DAC_OVERRIDE", "NET_ADMIN"}; !reflect.DeepEqual(add, want) {
-		t.Errorf("reconcile capabilities add %v, want %v", add, want)
+		t.Errorf("agent capabilities add %v, want %v", add, want)
 	}
 	if len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
-		t.Errorf("reconcile capabilities drop %v, want [ALL]", sc.Capabilities.Drop)
+		t.Errorf("agent capabilities drop %v, want [ALL]", sc.Capabilities.Drop)
 	}
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Error("reconcile: want readOnlyRootFilesystem and no privilege escalation")
+		t.Error("agent: want readOnlyRootFilesystem and no privilege escalation")
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Error("agent: privileged")
 	}
 }
 
 // TestDockerfileVersion: the image's plugins carry the release version of
 // its tag (what VERSION prints), and the image carries the renderer.
 func TestDockerfileVersion(t *testing.T) {
-	image := load(t).ds.Spec.Template.Spec.InitContainers[0].Image
+	image := load(t).ds.Spec.Template.Spec.Containers[0].Image
 	_, tag, _ := strings.Cut(path.Base(image), ":")
 	b, err := os.ReadFile("Dockerfile")
 	if err != nil {
@@ -613,17 +631,19 @@ func TestDockerfileVersion(t *testing.T) {
 	}
 }
 
-// TestHarnessMatchesDaemonSet: hack/ovs-in-docker's nodes run install-cni.sh
-// with the init container's environment, and reconcile with the reconcile
-// container's command and capabilities, so that the harness tests what the
+// TestHarnessMatchesDaemonSet: hack/ovs-in-docker's nodes (without the
+// agent) install the agent's plugins with install-cni.sh from the same
+// paths, and run reconcile as the agent does (the same package, the same
+// OVSDB) with the agent's capabilities, so that the harness tests what the
 // DaemonSet does.
 func TestHarnessMatchesDaemonSet(t *testing.T) {
-	spec := load(t).ds.Spec.Template.Spec
+	c, cfg := agentOf(t, load(t))
 	initScript, err := os.ReadFile("../hack/ovs-in-docker/node-init.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range envOf(spec.InitContainers[0]) {
+	for k, v := range map[string]string{"SRC_BIN_DIR": cfg.PluginSrc, "CNI_BIN_DIR": cfg.CNIBinDir, "CNI_CONF_DIR": cfg.CNIConfDir,
+		"CNI_CONF_SRC": cfg.ConfTemplate, "PLUGINS": strings.Join(cfg.Plugins, " "), "OPTIONAL_PLUGINS": strings.Join(cfg.OptionalPlugins, " ")} {
 		want := k + "=" + v
 		if strings.Contains(v, " ") {
 			want = k + `="` + v + `"`
@@ -632,16 +652,15 @@ func TestHarnessMatchesDaemonSet(t *testing.T) {
 			t.Errorf("node-init.sh does not run install-cni.sh with %s", want)
 		}
 	}
-	rec := spec.Containers[1]
 	wrapper, err := os.ReadFile("../hack/ovs-in-docker/oid-reconcile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cmd := strings.Join(rec.Command, " "); !bytes.Contains(wrapper, []byte(cmd)) {
+	if cmd := "ovs-portmap reconcile -ovsdb " + cfg.OVSDB + " -watch"; !bytes.Contains(wrapper, []byte(cmd)) {
 		t.Errorf("oid-reconcile does not run %q", cmd)
 	}
 	var caps []string
-	for _, c := range rec.SecurityContext.Capabilities.Add {
+	for _, c := range c.SecurityContext.Capabilities.Add {
 		caps = append(caps, strings.ToLower(string(c)))
 	}
 	slices.Sort(caps)
@@ -650,11 +669,12 @@ func TestHarnessMatchesDaemonSet(t *testing.T) {
 	}
 }
 
-// TestManifestRBAC: the installer may read Node objects and nothing else, and
-// only its two containers get the token (reconcile talks to OVSDB only).
+// TestManifestRBAC: the agent may get, list and watch Node objects and
+// nothing else; its token is projected where client-go's in-cluster
+// configuration reads it.
 func TestManifestRBAC(t *testing.T) {
 	o := load(t)
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}
 	if !reflect.DeepEqual(o.cr.Rules, want) {
 		t.Errorf("ClusterRole rules %+v, want %+v", o.cr.Rules, want)
 	}
@@ -679,89 +699,38 @@ func TestManifestRBAC(t *testing.T) {
 	if token == nil {
 		t.Fatal("no projected ServiceAccount token volume")
 	}
-	const saDir = "/var/run/secrets/kubernetes.io/serviceaccount" // node-ranges.sh's default
-	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
-		mounted := mountOf(c, token.Name)
-		if c.Name == "reconcile" {
-			if mounted != "" {
-				t.Errorf("container reconcile mounts the token at %s: it needs no API access", mounted)
-			}
-			continue
+	c, cfg := agentOf(t, o)
+	const saDir = "/var/run/secrets/kubernetes.io/serviceaccount" // rest.InClusterConfig reads token and ca.crt there
+	if mounted := mountOf(c, token.Name); mounted != saDir || cfg.Kubeconfig != "" {
+		t.Errorf("agent: token mounted at %q, -kubeconfig %q; want %s and none", mounted, cfg.Kubeconfig, saDir)
+	}
+	var nodeName *corev1.EnvVar
+	for i, e := range c.Env {
+		if e.Name == "NODE_NAME" {
+			nodeName = &c.Env[i]
 		}
-		if mounted != saDir {
-			t.Errorf("container %s: token mounted at %q, want %s", c.Name, mounted, saDir)
-		}
-		var nodeName *corev1.EnvVar
-		for i, e := range c.Env {
-			if e.Name == "NODE_NAME" {
-				nodeName = &c.Env[i]
-			}
-		}
-		if nodeName == nil || nodeName.ValueFrom == nil || nodeName.ValueFrom.FieldRef == nil || nodeName.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
-			t.Errorf("container %s: want NODE_NAME from the downward API's spec.nodeName, got %+v", c.Name, nodeName)
-		}
+	}
+	if nodeName == nil || nodeName.ValueFrom == nil || nodeName.ValueFrom.FieldRef == nil || nodeName.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("agent: want NODE_NAME (-node-name's default) from the downward API's spec.nodeName, got %+v", nodeName)
 	}
 }
 
-// TestNodePodCIDRsFromAPI runs node-ranges.sh's node_pod_cidrs_from_api (with
-// curl) against a TLS server that plays the API server's part.
-func TestNodePodCIDRsFromAPI(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("curl is missing (hack/kube.sh install installs it)")
-		}
-		t.Skip("*** no curl: node_pod_cidrs_from_api NOT tested ***")
+// TestPluginsImportNoHeavyLibraries: the plugins, executed thousands of
+// times, import neither client-go nor prometheus (only the agent does).
+func TestPluginsImportNoHeavyLibraries(t *testing.T) {
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps",
+		"../cmd/ovs-bridge", "../cmd/ovs-portmap", "../cmd/ovsflow-conflist").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, out)
 	}
-	nodes := map[string]string{
-		// As the API server prints it (compact), with managedFields naming the field too.
-		"n1": `{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1","managedFields":[{"manager":"kube-controller-manager","fieldsV1":{"f:spec":{"f:podCIDR":{},"f:podCIDRs":{".":{},"v:\"10.1.0.0/24\"":{}}}}}]},"spec":{"podCIDR":"10.1.0.0/24","podCIDRs":["10.1.0.0/24","fd00:1::/64"]},"status":{}}`,
-		// Indented, one family.
-		"n2": "{\n  \"spec\": {\n    \"podCIDRs\": [\n      \"fd00:2::/64\"\n    ]\n  }\n}\n",
-		// Not allocated yet.
-		"n3": `{"kind":"Node","metadata":{"name":"n3"},"spec":{},"status":{}}`,
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "k8s.io/") || strings.HasPrefix(p, "github.com/prometheus/") {
+			t.Errorf("a plugin imports %s", p)
+		}
 	}
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer tok" {
-			http.Error(w, `{"kind":"Status","code":401}`, http.StatusUnauthorized)
-			return
-		}
-		body, ok := nodes[strings.TrimPrefix(r.URL.Path, "/api/v1/nodes/")]
-		if !ok {
-			http.Error(w, `{"kind":"Status","code":404}`, http.StatusNotFound)
-			return
-		}
-		w.Write([]byte(body))
-	}))
-	defer srv.Close()
-	sa := t.TempDir()
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	os.WriteFile(filepath.Join(sa, "ca.crt"), ca, 0o644)
-	u, _ := url.Parse(srv.URL)
-	for _, tc := range []struct {
-		node, token, want string
-		ok                bool
-	}{
-		{"n1", "tok", "10.1.0.0/24,fd00:1::/64", true},
-		{"n2", "tok", "fd00:2::/64", true},
-		{"n3", "tok", "", false},
-		{"n4", "tok", "", false},
-		{"n1", "wrong", "", false},
-		{"", "tok", "", false},
-	} {
-		t.Run(tc.node+"/"+tc.token, func(t *testing.T) {
-			os.WriteFile(filepath.Join(sa, "token"), []byte(tc.token), 0o600)
-			cmd := exec.Command("sh", "-c", ". ./node-ranges.sh && node_pod_cidrs_from_api")
-			cmd.Env = append(os.Environ(), "NODE_NAME="+tc.node, "KUBERNETES_SERVICE_HOST="+u.Hostname(),
-				"KUBERNETES_SERVICE_PORT="+u.Port(), "SERVICEACCOUNT_DIR="+sa)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			if got := strings.TrimSpace(stdout.String()); (err == nil) != tc.ok || got != tc.want {
-				t.Errorf("got %q, err %v (stderr %q); want %q, ok %v", got, err, stderr.String(), tc.want, tc.ok)
-			}
-			if !tc.ok && !strings.Contains(stderr.String(), "node_pod_cidrs_from_api: ") {
-				t.Errorf("a failure must say why on stderr, got %q", stderr.String())
-			}
-		})
+	// The agent does, as the control.
+	out, err = exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "../cmd/ovsflow-agent").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "k8s.io/client-go/informers") {
+		t.Errorf("go list -deps ./cmd/ovsflow-agent: no client-go informers (%v): the check above proves nothing", err)
 	}
 }

@@ -1,17 +1,19 @@
 #!/bin/sh
 # install-cni.sh: puts the ovsflow CNI plugins and their conflist into the
-# node's CNI directories, the way flannel's and multus's installers do.
+# node's CNI directories, the way flannel's and multus's installers do, on a
+# node without the agent (in Kubernetes, ovsflow-agent does this: see
+# docs/kubernetes.md; hack/ovs-in-docker's nodes run this script).
 # Idempotent: a file whose content is already in place is not touched, and
 # every write is a copy to a temporary name in the target directory followed
 # by a rename, so a runtime never executes or reads a half-written file (and
 # replacing a plugin that is running is safe).
 #
-#   install-cni.sh            install once, then exit (the DaemonSet's init container)
+#   install-cni.sh            install once, then exit
 #   install-cni.sh --watch    install, then again every WATCH_INTERVAL seconds, so that
-#                             a changed ConfigMap or a wiped node directory is
-#                             repaired; exits on SIGTERM (the DaemonSet's container)
+#                             a changed template or a wiped node directory is
+#                             repaired; exits on SIGTERM
 #
-# Environment (defaults are the DaemonSet's paths):
+# Environment (defaults are the agent's paths in the DaemonSet):
 #   SRC_BIN_DIR       plugins in the image             /opt/ovsflow/bin
 #   CNI_BIN_DIR       the node's CNI bin dir, mounted  /host/opt/cni/bin
 #   CNI_CONF_DIR      the node's CNI conf dir, mounted /host/etc/cni/net.d
@@ -24,8 +26,7 @@
 # host-local range replaced by one range per pod CIDR of this node, gateway
 # its first address (ovsflow-conflist, in SRC_BIN_DIR). The CIDRs come from
 #   OVSFLOW_POD_CIDRS       comma-separated IPv4 and/or IPv6 CIDRs, else
-#   OVSFLOW_POD_CIDRS_FILE  a file holding the same, else
-#   the Node object's spec.podCIDRs (Kubernetes: node_pod_cidrs_from_api).
+#   OVSFLOW_POD_CIDRS_FILE  a file holding the same.
 set -eu
 
 SRC_BIN_DIR=${SRC_BIN_DIR:-/opt/ovsflow/bin}
@@ -37,7 +38,6 @@ WATCH_INTERVAL=${WATCH_INTERVAL:-30}
 OPTIONAL_PLUGINS=${OPTIONAL_PLUGINS-host-local loopback}
 
 log() { echo "install-cni: $*"; }
-. "$(dirname "$0")/node-ranges.sh" # node_pod_cidrs_from_api
 
 # install_file SRC DST MODE: copies SRC over DST unless DST has the same content.
 install_file() {
@@ -58,11 +58,8 @@ pod_cidrs() {
 	elif [ -n "${OVSFLOW_POD_CIDRS_FILE:-}" ]; then
 		[ -r "$OVSFLOW_POD_CIDRS_FILE" ] || { log "OVSFLOW_POD_CIDRS_FILE=$OVSFLOW_POD_CIDRS_FILE: cannot read it" >&2; return 1; }
 		tr -s ' \t\n' ',,,' <"$OVSFLOW_POD_CIDRS_FILE"
-	# ---- The Node object's spec.podCIDRs (issue 15 implements node_pod_cidrs_from_api). ----
-	elif command -v node_pod_cidrs_from_api >/dev/null 2>&1; then
-		node_pod_cidrs_from_api
 	else
-		log "no pod CIDRs: set OVSFLOW_POD_CIDRS or OVSFLOW_POD_CIDRS_FILE (reading the Node object's spec.podCIDRs is not available in this installer)" >&2
+		log "no pod CIDRs: set OVSFLOW_POD_CIDRS or OVSFLOW_POD_CIDRS_FILE (in Kubernetes, ovsflow-agent reads the Node's spec.podCIDRs)" >&2
 		return 1
 	fi
 }

@@ -171,7 +171,7 @@ build_node() {
 		github.com/containernetworking/plugins/plugins/main/loopback
 	cp "$CRICTL" "$ctx/bin/crictl"
 	cp "$PAUSE_TAR" "$APP_TAR" "$ctx/images/"
-	cp deploy/install-cni.sh deploy/node-ranges.sh deploy/node-prep.sh "$ctx/deploy/"
+	cp deploy/install-cni.sh deploy/node-prep.sh "$ctx/deploy/"
 	# The ConfigMap's conflist, as the DaemonSet mounts it.
 	awk '/^  10-ovsflow.conflist: \|$/ {on=1; next} on && /^---/ {exit} on {sub(/^    /, ""); print}' \
 		deploy/ovsflow-cni.yaml >"$ctx/deploy/10-ovsflow.conflist"

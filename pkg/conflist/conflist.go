@@ -1,7 +1,9 @@
 // Package conflist renders a node's conflist from a template and the node's
 // pod CIDRs: every host-local IPAM section gets one range per CIDR, gateway
 // the CIDR's first address, and keeps only the routes of the families the
-// node has. deploy/install-cni.sh runs it (cmd/ovsflow-conflist) on each pass.
+// node has. The node agent (pkg/agent) renders it from the Node's
+// spec.podCIDRs; deploy/install-cni.sh runs it (cmd/ovsflow-conflist) where
+// there is no agent.
 package conflist
 
 import (

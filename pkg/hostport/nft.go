@@ -2,10 +2,12 @@ package hostport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 )
@@ -104,4 +106,24 @@ func RebuildNodeLocal(ctx context.Context, rules []flows.Rule, opts ...nftables.
 		return fmt.Errorf("nft (node-local host ports): %w", err)
 	}
 	return nil
+}
+
+// RemoveNodeLocal deletes both families' tables of the node-local host
+// ports (uninstall); a family without the table is skipped.
+func RemoveNodeLocal(opts ...nftables.ConnOption) (removed int, err error) {
+	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
+		c, err := nftables.New(opts...)
+		if err != nil {
+			return removed, fmt.Errorf("nft: %w", err)
+		}
+		c.DelTable(&nftables.Table{Name: nftTable, Family: fam})
+		if err := c.Flush(); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return removed, fmt.Errorf("nft: deleting table %s: %w", nftTable, err)
+		}
+		removed++
+	}
+	return removed, nil
 }

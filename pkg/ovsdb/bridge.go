@@ -23,6 +23,9 @@ func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
 	if err != nil || len(brs) == 0 {
 		return nil, err
 	}
+	if err := CheckSchema(fmt.Sprintf("bridge %q", name), brs[0].ExternalIDs); err != nil {
+		return nil, err
+	}
 	return &brs[0], nil
 }
 
@@ -55,7 +58,7 @@ func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*
 				row: row{{"name", str(name)}, {"interfaces", named("newiface")}}},
 			{op: opInsert, table: tableBridge, uuidName: "newbridge",
 				row: row{{"name", str(name)}, {"ports", named("newport")}, {"datapath_type", str(datapathType)},
-					{"external_ids", strMap{KeyOwner: OwnerValue}},
+					{"external_ids", withSchema(map[string]string{KeyOwner: OwnerValue})},
 					// Nothing is forwarded after an ovs-vswitchd restart
 					// until reconcile has put the port security flows back.
 					{"fail_mode", str("secure")}}},
@@ -84,7 +87,16 @@ func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}
-	return decode[Bridge](tableBridge, res[0].rows)
+	brs, err := decode[Bridge](tableBridge, res[0].rows)
+	if err != nil {
+		return nil, err
+	}
+	for _, br := range brs {
+		if err := CheckSchema(fmt.Sprintf("bridge %q", br.Name), br.ExternalIDs); err != nil {
+			return nil, err
+		}
+	}
+	return brs, nil
 }
 
 // SetBridgeExternalIDs adds keys to a bridge's external_ids; existing keys
@@ -96,7 +108,7 @@ func (c *Client) SetBridgeExternalIDs(ctx context.Context, bridgeUUID string, se
 	}
 	// A map insert keeps a key that is already there: delete the keys first.
 	_, err := c.transact(ctx, operation{op: opMutate, table: tableBridge, where: byUUID(bridgeUUID),
-		mutations: []mutation{{"external_ids", mutDelete, keys}, {"external_ids", mutInsert, strMap(set)}}})
+		mutations: []mutation{{"external_ids", mutDelete, keys}, {"external_ids", mutInsert, withSchema(set)}}})
 	if err != nil {
 		return fmt.Errorf("recording on bridge %s: %w", bridgeUUID, err)
 	}

@@ -40,7 +40,7 @@ func recordOps(portUUID string, unset []string, set map[string]string, claims []
 	}
 	if len(ins) > 0 {
 		ops = append(ops, operation{op: opMutate, table: tablePort, where: where,
-			mutations: []mutation{{"external_ids", mutInsert, ins}}})
+			mutations: []mutation{{"external_ids", mutInsert, withSchema(ins)}}})
 	}
 	for _, k := range claims {
 		// Timeout 0: fail at once.

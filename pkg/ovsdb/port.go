@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
@@ -201,12 +200,11 @@ type attachIndex struct{ bridge, ofport, mac, identity int }
 // requested ofport, the MAC and the identity.
 func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
 	idx := attachIndex{ofport: -1, mac: -1, identity: -1}
-	ids := strMap(spec.ExternalIDs)
+	ids := withSchema(spec.ExternalIDs)
 	var ops []operation
 	if r := spec.Reservation; r != nil {
 		ops = append(ops, r.handOverOps()...)
 		if r.Identity != "" {
-			ids = maps.Clone(ids)
 			ids[KeyIdentity] = r.Identity
 		}
 	}
@@ -223,7 +221,7 @@ func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
 	if len(spec.Trunks) > 0 {
 		portRow = append(portRow, cell{"trunks", intSet(spec.Trunks)})
 	}
-	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", strMap(spec.ExternalIDs)}}
+	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", withSchema(spec.ExternalIDs)}}
 	if spec.OFPort > 0 {
 		ifaceRow = append(ifaceRow, cell{"ofport_request", integer(spec.OFPort)})
 	}
@@ -330,6 +328,11 @@ func joinPorts(portRows, ifaceRows []resultRow) ([]OwnedPort, error) {
 	}
 	out := make([]OwnedPort, 0, len(ports))
 	for _, p := range ports {
+		// A sweeper must not act on records it cannot read, nor DEL
+		// remove them half understood.
+		if err := CheckSchema(fmt.Sprintf("port %q", p.Name), p.ExternalIDs); err != nil {
+			return nil, err
+		}
 		op := OwnedPort{Port: p}
 		for _, iu := range p.Interfaces {
 			if i, ok := byUUID[iu]; ok {
@@ -387,7 +390,7 @@ func (c *Client) SetPortExternalIDs(ctx context.Context, portUUID string, set ma
 	}
 	muts := []mutation{{"external_ids", mutDelete, keys}}
 	if len(set) > 0 {
-		muts = append(muts, mutation{"external_ids", mutInsert, strMap(set)})
+		muts = append(muts, mutation{"external_ids", mutInsert, withSchema(set)})
 	}
 	if _, err := c.transact(ctx, operation{op: opMutate, table: tablePort, where: byUUID(portUUID), mutations: muts}); err != nil {
 		return fmt.Errorf("recording on port %s: %w", portUUID, err)

@@ -287,55 +287,104 @@ func restoreGateways(br ovsdb.Bridge) int {
 // watch, whenever an ovs-vswitchd (re)starts, never returning. It logs each
 // pass to out and returns the exit code of `ovs-portmap reconcile`.
 func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
-	once := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cli, err := ovsdb.Dial(ctx, ovsdbEndpoint)
-		if err != nil {
-			fmt.Fprintf(out, "%s reconcile: error: %v\n", time.Now().UTC().Format(time.RFC3339), err)
-			return err
-		}
-		defer cli.Close()
-		st, err := Reconcile(ctx, cli, ovsdbEndpoint, control)
+	logPass := func(st Stats, err error) {
 		fmt.Fprintf(out, "%s reconcile: %s", time.Now().UTC().Format(time.RFC3339), st)
 		if err != nil {
 			fmt.Fprintf(out, " error: %v", err)
 		}
 		fmt.Fprintln(out)
-		return err
 	}
 	if !watch {
-		if err := once(); err != nil {
+		st, err := Once(context.Background(), ovsdbEndpoint, control)
+		logPass(st, err)
+		if err != nil {
 			return 1
 		}
 		return 0
 	}
+	Watch(context.Background(), ovsdbEndpoint, control, Hooks{Pass: logPass, Retry: func(err error) {
+		fmt.Fprintf(out, "%s watch: %v; retrying\n", time.Now().UTC().Format(time.RFC3339), err)
+	}})
+	return 0
+}
+
+// Once dials the OVSDB at ovsdbEndpoint and reconciles its node once,
+// within a minute.
+func Once(ctx context.Context, ovsdbEndpoint, control string) (Stats, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cli, err := ovsdb.Dial(ctx, ovsdbEndpoint)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer cli.Close()
+	return Reconcile(ctx, cli, ovsdbEndpoint, control)
+}
+
+// Hooks are what Watch reports; nil ones are skipped.
+type Hooks struct {
+	// Pass is called after each reconcile pass with its outcome.
+	Pass func(Stats, error)
+	// Retry is called when the watch on OVSDB ended with err and is
+	// started again a second later.
+	Retry func(err error)
+	// Running is called when a round of passes begins, Waiting when the
+	// watch blocks until an ovs-vswitchd runs or goes: a round that does
+	// not end is a wedged loop.
+	Running, Waiting func()
+}
+
+// Watch reconciles whenever an ovs-vswitchd (re)starts, until ctx is done
+// (then it returns ctx's error). It learns of that through OVSDB: see
+// ovsdb.VswitchdWatch.
+func Watch(ctx context.Context, ovsdbEndpoint, control string, h Hooks) error {
 	for {
-		if err := watchLoop(ovsdbEndpoint, once); err != nil {
-			fmt.Fprintf(out, "%s watch: %v; retrying\n", time.Now().UTC().Format(time.RFC3339), err)
-			time.Sleep(time.Second)
+		err := watchLoop(ctx, ovsdbEndpoint, control, h)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if h.Retry != nil {
+			h.Retry(err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }
 
-// watchLoop reconciles whenever an ovs-vswitchd (re)starts. It learns of
-// that through OVSDB: see ovsdb.VswitchdWatch.
-func watchLoop(ovsdbEndpoint string, once func() error) error {
-	ctx := context.Background()
+func watchLoop(ctx context.Context, ovsdbEndpoint, control string, h Hooks) error {
 	w, err := ovsdb.WatchVswitchd(ctx, ovsdbEndpoint)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
+	once := func() error {
+		st, err := Once(ctx, ovsdbEndpoint, control)
+		if h.Pass != nil {
+			h.Pass(st, err)
+		}
+		return err
+	}
 	for {
+		if h.Waiting != nil {
+			h.Waiting()
+		}
 		if err := w.WaitRunning(ctx, 50*time.Millisecond); err != nil {
 			return err
+		}
+		if h.Running != nil {
+			h.Running()
 		}
 		// ovs-vswitchd re-creates its bridges after taking the lock: retry
 		// until every bridge answers.
 		deadline := time.Now().Add(30 * time.Second)
-		for once() != nil && time.Now().Before(deadline) {
+		for once() != nil && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(100 * time.Millisecond)
+		}
+		if h.Waiting != nil {
+			h.Waiting()
 		}
 		if err := w.WaitGone(ctx); err != nil {
 			return err

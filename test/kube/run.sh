@@ -206,7 +206,7 @@ echo "# 1. the DaemonSet"
 t=$SECONDS
 check "1 DaemonSet image imported, deploy/ovsflow-cni.yaml applied, rollout complete" $kube deploy
 check "1 the DaemonSet's pod is Ready" k -n kube-system wait pod -l app.kubernetes.io/name=ovsflow-cni --for=condition=Ready --timeout=60s
-check "1 its reconcile container runs" retry 20 sh -c "[ \"\$($kube kubectl -n kube-system get pod -l app.kubernetes.io/name=ovsflow-cni -o jsonpath='{.items[0].status.containerStatuses[?(@.name==\"reconcile\")].ready}')\" = true ]"
+check "1 its agent container is ready (its /readyz)" retry 20 sh -c "[ \"\$($kube kubectl -n kube-system get pod -l app.kubernetes.io/name=ovsflow-cni -o jsonpath='{.items[0].status.containerStatuses[?(@.name==\"agent\")].ready}')\" = true ]"
 check "1 the node is Ready (network ready through the CRI)" k wait node "$NODE" --for=condition=Ready --timeout=60s
 podcidrs=$(k get node "$NODE" -o jsonpath='{.spec.podCIDRs}' | tr -d '[]"' | tr ',' ' ')
 conf_subnets() { innode cat $conflist | python3 -c '
@@ -220,7 +220,22 @@ conflist_has_node_ranges() {
 	[ -n "$want" ] && [ "$got" = "$want" ] || { echo "conflist subnets [$got], Node spec.podCIDRs [$want]"; return 1; }
 }
 check "1 the node's conflist carries the Node's own spec.podCIDRs ($podcidrs)" retry 30 conflist_has_node_ranges
+check "1 the agent answers /healthz and /readyz on the node's loopback" innode curl -sf http://127.0.0.1:9469/healthz http://127.0.0.1:9469/readyz
 echo "# 1 took $((SECONDS - t)) s"
+
+# --- 1b. the agent's Go tests (test/kube/agent_test.go), in the node -------------
+echo "# 1b. the agent against the API server"
+t=$SECONDS
+kubetest=$(mktemp -d /var/tmp/okube-test.XXXXXX)
+if go test -c -o "$kubetest/kube.test" ./test/kube >"$kubetest/build.log" 2>&1; then
+	for tc in TestAgentRoutes TestAgentConflistAndReadiness; do
+		check "1b $tc" innode env OVSFLOW_KUBECONFIG="$STATE/pki/admin.kubeconfig" "$kubetest/kube.test" -test.count=1 -test.v -test.run "^$tc\$"
+	done
+else
+	bad "1b building test/kube: $(tail -5 "$kubetest/build.log" | tr '\n' ' ')"
+fi
+rm -rf "$kubetest"
+echo "# 1b took $((SECONDS - t)) s"
 
 # --- 2. three Deployments with host ports --------------------------------------
 echo "# 2. Deployments with hostPorts"
@@ -422,7 +437,8 @@ no_restarts() { local now; now=$(restart_counts); [ "$now" = "$restarts" ] || { 
 before=$(attachments)
 restarts=$(restart_counts)
 kill -9 "$(cat /run/ovsflow/okube-node/ovs-vswitchd.pid)"
-sleep 0.5
+unserved() { innode curl -s http://127.0.0.1:9469/readyz | grep -F '[-]bridges: no OpenFlow endpoint for bridge br0'; }
+check "5 with ovs-vswitchd dead the agent's /readyz says br0 is not served" retry 10 unserved
 hack/ovs-sandbox.sh start-vswitchd okube-node
 # The node's own addresses are its network configuration's to restore (the
 # bridge's internal interface was re-created); the pods' gateways are reconcile's.
@@ -439,7 +455,8 @@ done
 echo "# hostPorts answered again $((SECONDS - t5)) s after ovs-vswitchd was started"
 check "5 no CNI call: the same attachments (no sandbox recreated)" same_attachments
 check "5 no CNI call: no container restarted" no_restarts
-check "5 the reconcile container rebuilt the flows (its log)" sh -c "$kube kubectl -n kube-system logs -l app.kubernetes.io/name=ovsflow-cni -c reconcile --tail=50 | grep -qi reconcil"
+check "5 the agent is ready again (/readyz)" retry 30 innode curl -sf http://127.0.0.1:9469/readyz
+check "5 the agent rebuilt the flows (its log)" sh -c "$kube kubectl -n kube-system logs -l app.kubernetes.io/name=ovsflow-cni -c agent --tail=50 | grep -q 'reconcile: attachments=[1-9]'"
 k wait pod/client --for=condition=Ready --timeout=30s >/dev/null
 check "5 from another pod, hostPort 18082 answers again" retry 20 answers $NODE_V4 18082 "$(pod_of web2)" "$(ip_of client v4)" client
 echo "# 5 took $((SECONDS - t)) s"

@@ -1,0 +1,410 @@
+// Package agent is the node agent of a Kubernetes cluster (cmd/ovsflow-agent,
+// run by the DaemonSet of deploy/ovsflow-cni.yaml). From the Node objects,
+// read with client-go informers, it keeps:
+//
+//   - the plugins in the node's CNI bin dir and the node's conflist in its
+//     CNI conf dir: the template with one range per pod CIDR of this node's
+//     own Node (spec.podCIDRs, pkg/conflist), written atomically;
+//   - a route to every other Node's pod ranges via that node's InternalIP of
+//     the same family (pkg/podroutes: host-gw, the nodes share an L2 segment);
+//   - the flows of the node, rebuilt from OVSDB whenever ovs-vswitchd
+//     (re)starts (pkg/reconcile, what `ovs-portmap reconcile -watch` does);
+//
+// and serves /healthz and /readyz for the pod's probes (and /metrics when
+// given a handler). Uninstall removes what the suite put on the node.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ovsflow/ovs-cni/pkg/buildinfo"
+	"github.com/ovsflow/ovs-cni/pkg/podroutes"
+	"github.com/ovsflow/ovs-cni/pkg/reconcile"
+)
+
+// Config is what the agent does; zero values take the defaults of
+// cmd/ovsflow-agent's flags (Defaults).
+type Config struct {
+	NodeName   string // this node's Node object
+	Kubeconfig string // "": the pod's ServiceAccount (in-cluster)
+
+	// PluginSrc holds the plugins to install into CNIBinDir ("": none).
+	PluginSrc, CNIBinDir string
+	Plugins              []string // always installed
+	OptionalPlugins      []string // installed only where the node has none of that name
+
+	// ConfTemplate is the conflist template (the ConfigMap's key), rendered
+	// into CNIConfDir under its own base name.
+	ConfTemplate, CNIConfDir string
+
+	// OVSDB is the node's OVSDB; "" runs no reconcile (and /readyz checks
+	// no OVSDB).
+	OVSDB, VswitchdControl string
+
+	// Routes: keep the routes to the other nodes' pod ranges, in RouteTable
+	// (0: main) with protocol RouteProtocol.
+	Routes        bool
+	RouteTable    int
+	RouteProtocol int
+
+	// HealthAddr serves /healthz, /readyz and, when Metrics is set,
+	// /metrics ("": no server).
+	HealthAddr string
+	Metrics    http.Handler
+
+	Resync      time.Duration // a full pass at least this often (a wiped file is repaired)
+	WedgedAfter time.Duration // /healthz fails when a loop is busy for longer
+	Log         io.Writer
+}
+
+// Defaults fills in the zero fields.
+func (c *Config) Defaults() {
+	if c.RouteProtocol == 0 {
+		c.RouteProtocol = podroutes.DefaultProtocol
+	}
+	if c.Resync == 0 {
+		c.Resync = 30 * time.Second
+	}
+	if c.WedgedAfter == 0 {
+		c.WedgedAfter = 2 * time.Minute
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+}
+
+func (c *Config) validate() error {
+	if c.NodeName == "" {
+		return errors.New("no node name (-node-name, or NODE_NAME from the downward API)")
+	}
+	if c.ConfTemplate == "" || c.CNIConfDir == "" {
+		return errors.New("no conflist template or CNI conf dir")
+	}
+	if c.PluginSrc != "" && c.CNIBinDir == "" {
+		return errors.New("plugins to install but no CNI bin dir")
+	}
+	if c.RouteProtocol < 1 || c.RouteProtocol > 255 {
+		return fmt.Errorf("route protocol %d: want 1-255", c.RouteProtocol)
+	}
+	return nil
+}
+
+// Agent is one running agent.
+type Agent struct {
+	cfg   Config
+	st    *status
+	nodes listersv1.NodeLister
+	kick  chan struct{}
+
+	logMu   sync.Mutex
+	lastLog map[string]string // what was last said on each subject
+}
+
+// Run runs the agent until ctx is done.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.Defaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	rc, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.UserAgent = "ovsflow-agent/" + buildinfo.Version
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	a := &Agent{cfg: cfg, st: newStatus(), kick: make(chan struct{}, 1), lastLog: map[string]string{}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 1)
+	if cfg.HealthAddr != "" {
+		srv := a.server()
+		ln, err := net.Listen("tcp", cfg.HealthAddr)
+		if err != nil {
+			return fmt.Errorf("health address: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				select {
+				case errc <- fmt.Errorf("health server: %w", err):
+				default:
+				}
+				cancel()
+			}
+		}()
+		go func() {
+			<-ctx.Done()
+			sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
+			defer c()
+			srv.Shutdown(sctx)
+		}()
+	}
+	if cfg.OVSDB != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.reconcileLoop(ctx)
+		}()
+	}
+
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	inf := factory.Core().V1().Nodes()
+	a.nodes = inf.Lister()
+	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.trigger() },
+		UpdateFunc: func(o, n any) { a.trigger() },
+		DeleteFunc: func(any) { a.trigger() },
+	})
+	factory.Start(ctx.Done())
+	a.say("nodes", "waiting for the Node list of the API server")
+	for !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if ctx.Err() == nil {
+		a.say("nodes", "Node list synced")
+		a.syncLoop(ctx)
+	}
+	cancel()
+	factory.Shutdown()
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster API access (or give -kubeconfig): %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}
+
+// trigger asks the sync loop for a pass (events coalesce).
+func (a *Agent) trigger() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// say logs msg on subject when it differs from what was last said on it.
+func (a *Agent) say(subject, msg string) {
+	a.logMu.Lock()
+	defer a.logMu.Unlock()
+	if a.lastLog[subject] == msg {
+		return
+	}
+	a.lastLog[subject] = msg
+	fmt.Fprintf(a.cfg.Log, "%s %s: %s\n", time.Now().UTC().Format(time.RFC3339), subject, msg)
+}
+
+func (a *Agent) syncLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.Resync)
+	defer t.Stop()
+	for {
+		a.st.busy("sync")
+		a.syncOnce()
+		a.st.idle("sync")
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// syncOnce: the plugins, then the conflist (a runtime sees the network only
+// once its plugins are there), then the routes.
+func (a *Agent) syncOnce() {
+	if a.cfg.PluginSrc != "" {
+		installed, err := installPlugins(a.cfg.PluginSrc, a.cfg.CNIBinDir, a.cfg.Plugins, a.cfg.OptionalPlugins)
+		for _, p := range installed {
+			fmt.Fprintf(a.cfg.Log, "%s plugins: installed %s\n", time.Now().UTC().Format(time.RFC3339), p)
+		}
+		if err != nil {
+			a.say("plugins", "error: "+err.Error())
+			a.st.set(&a.st.conflist, fmt.Errorf("plugins: %w", err))
+			return
+		}
+		a.say("plugins", "in place")
+	}
+	self, err := a.nodes.Get(a.cfg.NodeName)
+	if apierrors.IsNotFound(err) {
+		err = fmt.Errorf("no Node %q", a.cfg.NodeName)
+	}
+	var own []netip.Prefix
+	if err == nil {
+		own = PodCIDRs(self)
+		if len(own) == 0 {
+			err = fmt.Errorf("node %s has no spec.podCIDRs (yet)", a.cfg.NodeName)
+		}
+	}
+	if err == nil {
+		var wrote bool
+		if wrote, err = installConflist(a.cfg.ConfTemplate, a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate), own); wrote {
+			fmt.Fprintf(a.cfg.Log, "%s conflist: installed %s for %v\n", time.Now().UTC().Format(time.RFC3339),
+				filepath.Join(a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate)), own)
+		}
+	}
+	a.st.set(&a.st.conflist, err)
+	if err != nil {
+		a.say("conflist", "error: "+err.Error())
+	} else {
+		a.say("conflist", fmt.Sprintf("in place for %v", own))
+	}
+	if a.cfg.Routes {
+		a.st.set(&a.st.routes, a.syncRoutes(self, own))
+	} else {
+		a.st.set(&a.st.routes, nil)
+	}
+}
+
+func (a *Agent) syncRoutes(self *corev1.Node, own []netip.Prefix) error {
+	all, err := a.nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	var peers []podroutes.Peer
+	for _, n := range all {
+		if n.Name != a.cfg.NodeName {
+			peers = append(peers, Peer(n))
+		}
+	}
+	slices.SortFunc(peers, func(x, y podroutes.Peer) int { return cmpString(x.Name, y.Name) })
+	me := podroutes.Peer{Name: a.cfg.NodeName, PodCIDRs: own}
+	if self != nil {
+		me = Peer(self)
+	}
+	want, skipped := podroutes.Plan(me, peers)
+	for _, s := range skipped {
+		a.say("route "+s.Dst.String(), "not routed: "+s.String())
+	}
+	// The next hops are on the segment of this node's own InternalIPs.
+	links := map[bool]int{}
+	var errs []error
+	if self != nil {
+		for _, ip := range Peer(self).Addrs {
+			if _, ok := links[ip.Is4()]; ok {
+				continue
+			}
+			idx, err := podroutes.LinkOf(ip)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			links[ip.Is4()] = idx
+		}
+	}
+	tb := podroutes.Table{Table: a.cfg.RouteTable, Protocol: a.cfg.RouteProtocol}
+	res, err := tb.Sync(want, links)
+	if res.Changed > 0 || res.Removed > 0 {
+		fmt.Fprintf(a.cfg.Log, "%s routes: %d added or changed, %d removed; now %v\n", time.Now().UTC().Format(time.RFC3339), res.Changed, res.Removed, want)
+	}
+	for _, r := range res.Foreign {
+		a.say("route "+r.Dst.String(), "not routed: node "+r.Node+": "+r.Dst.String()+" has a route of another protocol (left to it)")
+	}
+	if err = errors.Join(append(errs, err)...); err != nil {
+		a.say("routes", "error: "+err.Error())
+		return err
+	}
+	a.say("routes", fmt.Sprintf("%d in place", len(want)))
+	return nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (a *Agent) reconcileLoop(ctx context.Context) {
+	reconcile.Watch(ctx, a.cfg.OVSDB, a.cfg.VswitchdControl, reconcile.Hooks{
+		Pass: func(st reconcile.Stats, err error) {
+			a.st.set(&a.st.reconciled, err)
+			line := fmt.Sprintf("%s reconcile: %s", time.Now().UTC().Format(time.RFC3339), st)
+			if err != nil {
+				line += " error: " + err.Error()
+			}
+			fmt.Fprintln(a.cfg.Log, line)
+		},
+		Retry: func(err error) {
+			a.st.set(&a.st.reconciled, fmt.Errorf("watching ovs-vswitchd: %w", err))
+			fmt.Fprintf(a.cfg.Log, "%s reconcile: watch: %v; retrying\n", time.Now().UTC().Format(time.RFC3339), err)
+		},
+		Waiting: func() { a.st.idle("reconcile") },
+		Running: func() { a.st.busy("reconcile") },
+	})
+}
+
+// PodCIDRs are a Node's pod ranges (spec.podCIDRs, else spec.podCIDR).
+func PodCIDRs(n *corev1.Node) []netip.Prefix {
+	cidrs := n.Spec.PodCIDRs
+	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+		cidrs = []string{n.Spec.PodCIDR}
+	}
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// Peer is a Node as podroutes sees it: its pod ranges and InternalIPs.
+func Peer(n *corev1.Node) podroutes.Peer {
+	p := podroutes.Peer{Name: n.Name, PodCIDRs: PodCIDRs(n)}
+	for _, ad := range n.Status.Addresses {
+		if ad.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(ad.Address); err == nil {
+			p.Addrs = append(p.Addrs, ip.Unmap())
+		}
+	}
+	return p
+}

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/podroutes"
+)
+
+// DefaultHealthAddr is where the probes are served: the pod runs in the
+// node's network namespace, so the loopback address keeps them off the
+// network (kubelet probes from the node).
+const DefaultHealthAddr = "127.0.0.1:9469"
+
+// Main parses cmd/ovsflow-agent's arguments and runs the mode they name.
+func Main(ctx context.Context, args []string, log io.Writer) error {
+	mode, cfg, err := ParseArgs(args, log)
+	if err != nil {
+		return err
+	}
+	cfg.Log = log
+	switch mode {
+	case "run":
+		return Run(ctx, cfg)
+	case "uninstall":
+		return Uninstall(ctx, cfg)
+	}
+	return fmt.Errorf("unknown mode %q (run, uninstall)", mode)
+}
+
+// ParseArgs reads cmd/ovsflow-agent's arguments: the mode (run when none
+// is named), then the flags (usage and errors go to out).
+func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error) {
+	mode = "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		mode, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("ovsflow-agent "+mode, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node object (default $NODE_NAME)")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's ServiceAccount)")
+	fs.StringVar(&cfg.PluginSrc, "plugin-src", "/opt/ovsflow/bin", "where the plugins to install are (\"\": install none)")
+	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", "/host/opt/cni/bin", "the node's CNI bin dir")
+	plugins := fs.String("plugins", "ovs-bridge,ovs-portmap", "plugins always installed")
+	optional := fs.String("optional-plugins", "host-local,loopback", "plugins installed only where the node has none of that name")
+	fs.StringVar(&cfg.ConfTemplate, "conf-template", "/etc/ovsflow/10-ovsflow.conflist", "the conflist template (installed under its base name)")
+	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/host/etc/cni/net.d", "the node's CNI conf dir")
+	fs.StringVar(&cfg.OVSDB, "ovsdb", endpoint.DefaultOVSDB, "the node's OVSDB (\"\": no reconcile)")
+	fs.StringVar(&cfg.VswitchdControl, "vswitchd-control", "", "ovs-vswitchd's control socket, when ADD recorded none")
+	fs.BoolVar(&cfg.Routes, "routes", true, "keep a route to every other Node's pod ranges via its InternalIP")
+	fs.IntVar(&cfg.RouteTable, "route-table", 0, "routing table of those routes (0: main)")
+	fs.IntVar(&cfg.RouteProtocol, "route-protocol", podroutes.DefaultProtocol, "protocol number that marks those routes as the agent's")
+	fs.StringVar(&cfg.HealthAddr, "health-addr", DefaultHealthAddr, "address of /healthz and /readyz (\"\": none)")
+	fs.DurationVar(&cfg.Resync, "resync", 0, "a full pass at least this often (default 30s)")
+	if err := fs.Parse(args); err != nil {
+		return mode, cfg, err
+	}
+	if fs.NArg() > 0 {
+		return mode, cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg.Plugins, cfg.OptionalPlugins = split(*plugins), split(*optional)
+	return mode, cfg, nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

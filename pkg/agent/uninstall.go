@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/podroutes"
+	"github.com/ovsflow/ovs-cni/pkg/record"
+)
+
+// Uninstall removes what the suite put on the node, and nothing else: the
+// conflist (first: the runtime starts no new pod on the network), the
+// routes of the agent's protocol, the suite's flows (by the suite's cookie
+// tag) but the base flow of a bridge that deploy/node-prep.sh made, the
+// gateway addresses ovs-bridge recorded, the suite's OVSDB records (its
+// Port rows, the in-flight records, the bridges' keys but the owner tag),
+// the nft tables of the node-local host ports, and the plugins (an
+// optional one only where it is the image's own copy). The bridge, its
+// uplink and its base flow stay as node-prep.sh left them. Run it once the
+// DaemonSet is gone (or the agent would put everything back).
+func Uninstall(ctx context.Context, cfg Config) error {
+	cfg.Defaults()
+	say := func(format string, args ...any) { fmt.Fprintf(cfg.Log, "uninstall: "+format+"\n", args...) }
+	var errs []error
+	if cfg.ConfTemplate != "" && cfg.CNIConfDir != "" {
+		p := filepath.Join(cfg.CNIConfDir, filepath.Base(cfg.ConfTemplate))
+		if err := os.Remove(p); err == nil {
+			say("removed %s", p)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if cfg.Routes {
+		n, err := podroutes.Table{Table: cfg.RouteTable, Protocol: cfg.RouteProtocol}.RemoveAll()
+		say("removed %d route(s) of protocol %d", n, cfg.RouteProtocol)
+		errs = append(errs, err)
+	}
+	if cfg.OVSDB != "" {
+		errs = append(errs, uninstallOVS(ctx, cfg.OVSDB, say))
+		n, err := hostport.RemoveNodeLocal()
+		say("removed %d nft table(s)", n)
+		errs = append(errs, err)
+	}
+	if cfg.CNIBinDir != "" {
+		remove := func(name string, onlyOurs bool) {
+			p := filepath.Join(cfg.CNIBinDir, name)
+			if onlyOurs {
+				mine, err1 := os.ReadFile(filepath.Join(cfg.PluginSrc, name))
+				theirs, err2 := os.ReadFile(p)
+				if err1 != nil || err2 != nil || !bytes.Equal(mine, theirs) {
+					return // the node's own, or none
+				}
+			}
+			if err := os.Remove(p); err == nil {
+				say("removed %s", p)
+			} else if !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		for _, p := range cfg.Plugins {
+			remove(p, false)
+		}
+		// Without the image's copies to compare with, an optional plugin
+		// may be the node's own: it stays.
+		for _, p := range cfg.OptionalPlugins {
+			remove(p, true)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// uninstallOVS removes the suite's flows, gateway addresses and records.
+func uninstallOVS(ctx context.Context, ovsdbEndpoint string, say func(string, ...any)) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cli, err := ovsdb.Dial(ctx, ovsdbEndpoint)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	bridges, err := cli.Bridges(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, br := range bridges {
+		if gws := record.Gateways(br.ExternalIDs); len(gws) > 0 {
+			if l, err := netlink.LinkByName(br.Name); err == nil {
+				for _, p := range gws {
+					ipn := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+					if err := netlink.AddrDel(l, &netlink.Addr{IPNet: ipn}); err == nil {
+						say("bridge %s: removed gateway address %s", br.Name, p)
+					}
+				}
+			}
+		}
+		target := endpoint.OpenFlow("", ovsdbEndpoint, br.Name)
+		if !endpoint.Listening(target) {
+			continue
+		}
+		suite := flows.SuiteDelete()
+		dumped, err := openflow.Dump(ctx, target, suite.Cookie, suite.Mask)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bridge %s: %w", br.Name, err))
+			continue
+		}
+		if len(dumped) == 0 {
+			continue
+		}
+		b := openflow.Bundle{suite}
+		if br.Secure() && br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue {
+			for _, f := range flows.BaseFlows() { // as node-prep.sh left it
+				b = append(b, f)
+			}
+		}
+		if err := openflow.Apply(ctx, target, b); err != nil {
+			errs = append(errs, fmt.Errorf("bridge %s: %w", br.Name, err))
+			continue
+		}
+		say("bridge %s: removed %d flow(s) of the suite, kept %d base flow(s)", br.Name, len(dumped), len(b)-1)
+	}
+	f, err := cli.ForgetSuite(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	say("OVSDB: detached %d port(s) of the suite, removed %d in-flight record(s), bridge keys %v", f.Ports, f.RootKeys, f.BridgeKeys)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,70 @@
+package ovsdb
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// KeyPrefix starts every external_ids key of the suite.
+const KeyPrefix = "ovsflow.io/"
+
+// Forgotten is what ForgetSuite removed.
+type Forgotten struct {
+	Ports      int                 // our Port rows, detached from their bridges
+	RootKeys   int                 // in-flight records on the root row
+	BridgeKeys map[string][]string // bridge name -> keys removed (gateways, zone limits)
+}
+
+// ForgetSuite removes, in one transaction, the suite's records: every Port
+// of ours (ovs-vswitchd then removes its Interface), the suite's keys on
+// the root row, and each bridge's suite keys but its owner tag (which
+// deploy/node-prep.sh sets: the bridge stays as it made it). Rows and keys
+// of anyone else are not touched.
+func (c *Client) ForgetSuite(ctx context.Context) (Forgotten, error) {
+	f := Forgotten{BridgeKeys: map[string][]string{}}
+	ports, err := c.OwnedPorts(ctx)
+	if err != nil {
+		return f, err
+	}
+	root, err := c.rootIDs(ctx)
+	if err != nil {
+		return f, err
+	}
+	bridges, err := c.Bridges(ctx)
+	if err != nil {
+		return f, err
+	}
+	ops := detachOps(PortUUIDs(ports))
+	f.Ports = len(ports)
+	var rootKeys strSet
+	for k := range root {
+		if strings.HasPrefix(k, KeyPrefix) {
+			rootKeys = append(rootKeys, k)
+		}
+	}
+	if len(rootKeys) > 0 {
+		ops = append(ops, rootMutate(mutDelete, rootKeys))
+		f.RootKeys = len(rootKeys)
+	}
+	for _, br := range bridges {
+		var keys strSet
+		for k := range br.ExternalIDs {
+			if strings.HasPrefix(k, KeyPrefix) && k != KeyOwner {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) > 0 {
+			ops = append(ops, operation{op: opMutate, table: tableBridge, where: byUUID(br.UUID),
+				mutations: []mutation{{"external_ids", mutDelete, keys}}})
+			f.BridgeKeys[br.Name] = keys
+		}
+	}
+	if len(ops) == 0 {
+		return f, nil
+	}
+	if _, err := c.transact(ctx, append(ops, bumpCfg)...); err != nil {
+		return Forgotten{}, fmt.Errorf("removing the suite's records: %w", err)
+	}
+	return f, nil
+}

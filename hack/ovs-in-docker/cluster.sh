@@ -172,7 +172,7 @@ kube_demo() {
 	echo
 	echo "# The DaemonSet of deploy/ovsflow-cni.yaml, with the image of this tree:"
 	cmd_deploy 2>&1 | grep -E 'deployed|rolled out|image' | sed 's/^/  /'
-	step "$0" kubectl get nodes -o custom-columns=NODE:.metadata.name,STATUS:.status.conditions[-1].type,IP:.status.addresses[*].address,POD-CIDRS:.spec.podCIDRs
+	step "$0" kubectl get nodes -o 'custom-columns=NODE:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,IP:.status.addresses[*].address,POD-CIDRS:.spec.podCIDRs'
 	echo
 	echo "# A DaemonSet of the test app, container port 80 published on host port 8080 of every node:"
 	kctl apply -f - >/dev/null <<-YAML

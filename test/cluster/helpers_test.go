@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -140,7 +141,7 @@ func appPodSpec(nodeName string, grace int64, ports ...corev1.ContainerPort) cor
 			ImagePullPolicy: corev1.PullNever,
 			Ports:           ports,
 			ReadinessProbe: &corev1.Probe{
-				ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intOrString(80)}},
+				ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(80)}},
 				PeriodSeconds: 1,
 			},
 		}},

@@ -160,7 +160,9 @@ func fromEveryNode(t *testing.T, pods []corev1.Pod, ps func(src *corev1.Pod) []p
 		}
 		seen[src.Spec.NodeName] = true
 		list := ps(src)
+		tries, firstBad := 0, ""
 		eventually(t, ctx, time.Minute, fmt.Sprintf("from %s on %s", src.Name, src.Spec.NodeName), func() error {
+			tries++
 			out, err := inPod(ctx, src, probeScript(list))
 			if err != nil {
 				return err
@@ -173,10 +175,16 @@ func fromEveryNode(t *testing.T, pods []corev1.Pod, ps func(src *corev1.Pod) []p
 				}
 			}
 			if bad != nil {
+				if firstBad == "" {
+					firstBad = strings.Join(bad, "; ")
+				}
 				return fmt.Errorf("%s\n%s", strings.Join(bad, "; "), out)
 			}
 			return nil
 		})
+		if tries > 1 {
+			t.Logf("from %s on %s: every answer after %d rounds; the first round's failures: %s", src.Name, src.Spec.NodeName, tries, firstBad)
+		}
 	}
 }
 

@@ -237,36 +237,49 @@ func (a *Agent) say(subject, msg string) {
 	fmt.Fprintf(a.cfg.Log, "%s %s: %s\n", time.Now().UTC().Format(time.RFC3339), subject, msg)
 }
 
+// syncLoop runs a pass on every Node event and a full one (the plugins
+// too) at start and every Resync: the plugins change only with the image,
+// and comparing them reads megabytes, which a Node's status update, in a
+// cluster of many nodes, should not cost.
 func (a *Agent) syncLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.Resync)
 	defer t.Stop()
+	full := true
 	for {
 		a.st.busy("sync")
-		a.syncOnce()
+		a.syncOnce(full)
 		a.st.idle("sync")
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.kick:
+			full = false
 		case <-t.C:
+			full = true
 		}
 	}
 }
 
-// syncOnce: the plugins, then the conflist (a runtime sees the network only
-// once its plugins are there), then the routes.
-func (a *Agent) syncOnce() {
-	if a.cfg.PluginSrc != "" {
+// syncOnce: the plugins (full), then the conflist (a runtime sees the
+// network only once its plugins are there), then the routes.
+func (a *Agent) syncOnce(full bool) {
+	if a.cfg.PluginSrc != "" && full {
 		installed, err := installPlugins(a.cfg.PluginSrc, a.cfg.CNIBinDir, a.cfg.Plugins, a.cfg.OptionalPlugins)
 		for _, p := range installed {
 			fmt.Fprintf(a.cfg.Log, "%s plugins: installed %s\n", time.Now().UTC().Format(time.RFC3339), p)
 		}
+		a.st.set(&a.st.plugins, err)
 		if err != nil {
 			a.say("plugins", "error: "+err.Error())
-			a.st.set(&a.st.conflist, fmt.Errorf("plugins: %w", err))
-			return
+		} else {
+			a.say("plugins", "in place")
 		}
-		a.say("plugins", "in place")
+	}
+	a.st.mu.Lock()
+	pluginsOK := a.st.plugins == ""
+	a.st.mu.Unlock()
+	if !pluginsOK {
+		return // no conflist for a network whose plugins are not there
 	}
 	self, err := a.nodes.Get(a.cfg.NodeName)
 	if apierrors.IsNotFound(err) {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -128,6 +129,11 @@ func TestProbes(t *testing.T) {
 	if code, body := get("/readyz"); code != 200 {
 		t.Errorf("after a pass: /readyz %d %q, want 200", code, body)
 	}
+	a.st.set(&a.st.plugins, errors.New("plugin ovs-bridge: no such file"))
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "[-]plugins: plugin ovs-bridge: no such file") {
+		t.Errorf("plugins missing: /readyz %d %q, want 503 naming them", code, body)
+	}
+	a.st.set(&a.st.plugins, nil)
 	if code, _ := get("/healthz"); code != 200 {
 		t.Errorf("/healthz %d, want 200", code)
 	}

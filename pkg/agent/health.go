@@ -19,6 +19,7 @@ type status struct {
 	mu         sync.Mutex
 	now        func() time.Time
 	busySince  map[string]time.Time // loop -> start of the work under way
+	plugins    string               // "" once the plugins are in place (or none are to be), else why not
 	conflist   string               // "" once the conflist is in place for the Node's podCIDRs, else why not
 	routes     string               // "" once the last route sync succeeded, else why not
 	reconciled string               // "" once the last reconcile pass succeeded, else why not
@@ -127,12 +128,12 @@ func bridgesServed(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string)
 	return ""
 }
 
-// readiness: the conflist is in place for this Node's podCIDRs, the routes
+// readiness: the plugins and the conflist are in place for this Node's podCIDRs, the routes
 // are synced, OVSDB answers, every bridge of the suite is served by
 // ovs-vswitchd and the last reconcile pass succeeded.
 func (a *Agent) readiness(ctx context.Context) []check {
 	a.st.mu.Lock()
-	checks := []check{{"conflist", a.st.conflist}, {"routes", a.st.routes}}
+	checks := []check{{"plugins", a.st.plugins}, {"conflist", a.st.conflist}, {"routes", a.st.routes}}
 	reconciled := a.st.reconciled
 	a.st.mu.Unlock()
 	if a.cfg.OVSDB != "" {

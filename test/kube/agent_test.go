@@ -159,8 +159,9 @@ func routesAre(t *testing.T, table int, want ...string) func() (bool, string) {
 
 // TestAgentRoutes: the DaemonSet's agent routes every other Node's pod
 // ranges via its InternalIP of the same family, follows their changes and
-// deletions, removes a route of its protocol that no Node explains, and
-// leaves a route of another protocol alone.
+// deletions, removes a route of its protocol that no Node explains (while
+// it runs, and at start), and leaves a route of another protocol alone
+// (one that a Node's range would take over too).
 func TestAgentRoutes(t *testing.T) {
 	cs, _ := client(t)
 	// Routes in the main table of the node (this process runs in its netns).
@@ -206,13 +207,62 @@ func TestAgentRoutes(t *testing.T) {
 	eventually(t, "the stray route is removed, the new Node's is there", routesAre(t, 0,
 		"192.0.2.64/26 via 203.0.113.32 dev br0 onlink", "192.0.2.160/27 via 203.0.113.33 dev br0 onlink"))
 
+	// A Node whose range has the static route: that route is left alone.
+	node(t, cs, "okube-peer-d", []string{"192.0.2.224/27"}, "203.0.113.35")
+	eventually(t, "a range with a route of another protocol is not taken over", routesAre(t, 0,
+		"192.0.2.64/26 via 203.0.113.32 dev br0 onlink", "192.0.2.160/27 via 203.0.113.33 dev br0 onlink"))
+	deleteNode(t, cs, "okube-peer-d")
+
+	// The agent restarted: a stray route found at start goes, the Nodes'
+	// routes stay.
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: br0.Attrs().Index, Dst: stray, Gw: net.ParseIP("203.0.113.98"),
+		Flags: int(netlink.FLAG_ONLINK), Protocol: podroutes.DefaultProtocol}); err != nil {
+		t.Fatal(err)
+	}
+	restartAgent(t, cs)
+	eventually(t, "after a restart, the stray route is gone, the Nodes' routes are there", routesAre(t, 0,
+		"192.0.2.64/26 via 203.0.113.32 dev br0 onlink", "192.0.2.160/27 via 203.0.113.33 dev br0 onlink"))
+
 	deleteNode(t, cs, "okube-peer-a")
 	deleteNode(t, cs, "okube-peer-b")
 	eventually(t, "deleted Nodes' routes are gone", routesAre(t, 0))
 	rs, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: static}, netlink.RT_FILTER_DST)
-	if len(rs) != 1 || rs[0].Protocol != 4 {
+	if len(rs) != 1 || rs[0].Protocol != 4 || !rs[0].Gw.Equal(net.ParseIP("203.0.113.99")) {
 		t.Errorf("the static route of protocol 4 was touched: %+v", rs)
 	}
+}
+
+// restartAgent deletes the DaemonSet's pod and waits for its successor to
+// be Ready.
+func restartAgent(t *testing.T, cs *kubernetes.Clientset) {
+	t.Helper()
+	ctx := context.Background()
+	pods := cs.CoreV1().Pods("kube-system")
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=ovsflow-cni"}
+	old, err := pods.List(ctx, sel)
+	if err != nil || len(old.Items) != 1 {
+		t.Fatalf("the agent's pod: %v, %v", old, err)
+	}
+	if err := pods.Delete(ctx, old.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a new agent pod Ready", func() (bool, string) {
+		l, err := pods.List(ctx, sel)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range l.Items {
+			if p.Name == old.Items[0].Name {
+				continue
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("%d pods, none new and Ready", len(l.Items))
+	})
 }
 
 // TestAgentConflistAndReadiness runs an agent in this process for a Node

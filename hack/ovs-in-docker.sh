@@ -25,13 +25,14 @@
 #   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied
 #   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
 #   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube, deploy, the Go tests of test/cluster, down
-#   hack/ovs-in-docker.sh demo -kube      up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
+#   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
 #
 # The engine: the one answering at $DOCKER_HOST or /var/run/docker.sock; else
 # (root on Debian) Debian's docker.io is installed and a private dockerd is
 # started (own data root, exec root, socket, pid file; --iptables=false
 # --ip6tables=false --bridge=none --ip-forward=false: the host's firewall and
-# sysctls are left alone). Everything made here is named $OID_PREFIX-* and
+# sysctls are left alone; with -kube, the kernel-wide sysctls kubelet sets are
+# recorded before the first node and put back by down). Everything made here is named $OID_PREFIX-* and
 # labelled ovsflow.io/harness=$OID_PREFIX; nothing else is touched.
 #
 # Environment: OID_PREFIX (ovsflow-oid), OID_NET4 (203.0.113.160/27), OID_NET6

@@ -4,9 +4,9 @@
 # suite's base flow (table 0's NORMAL), the uplink as one of its ports,
 # the node's addresses and routes moved from the uplink to the bridge's
 # internal interface, the uplink kept off the node's IP stack on the
-# userspace datapath, and IP forwarding on. Run it as root on the node, once
-# Open vSwitch runs (ovs-vsctl answers), after every boot. Idempotent: a
-# second run changes nothing.
+# userspace datapath, and IP forwarding on with ICMP redirects off. Run it
+# as root on the node, once Open vSwitch runs (ovs-vsctl answers), after
+# every boot. Idempotent: a second run changes nothing.
 #
 #   node-prep.sh [BRIDGE [UPLINK]]      defaults: br0 and the interface of the default route
 #
@@ -142,7 +142,16 @@ if [ "$DATAPATH" = netdev ]; then
 	[ -e "/proc/sys/net/ipv6/conf/$UPLINK" ] && sysctl_set "net.ipv6.conf.$UPLINK.disable_ipv6" 1
 fi
 
-# 4. Forwarding, for the pods' traffic to and from other nodes.
+# 4. Forwarding, for the pods' traffic to and from other nodes, without ICMP
+# redirects: the bridge's interface is both the pods' gateway and the way to
+# the other nodes, so the kernel would tell a pod to send to another node
+# directly (the next hop is "on the same link"). The pod's packets would then
+# bypass this node while the answers come back through it: its conntrack
+# sees a TCP answer without the SYN, INVALID, which kube-proxy's KUBE-FORWARD
+# chain drops. (IPv6 sends no redirect to a global next hop.) The effective
+# value is "all" OR the interface's, so both go off.
 sysctl_set net.ipv4.ip_forward 1
 [ -e /proc/sys/net/ipv6/conf/all/forwarding ] && sysctl_set net.ipv6.conf.all.forwarding 1
+sysctl_set net.ipv4.conf.all.send_redirects 0
+sysctl_set "net.ipv4.conf.$BRIDGE.send_redirects" 0
 log "$BRIDGE ($DATAPATH) ready with uplink $UPLINK"

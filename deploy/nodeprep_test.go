@@ -169,6 +169,13 @@ func TestNodePrep(t *testing.T) {
 		t.Errorf("ports: got %q, want the uplink %s", got, upl)
 	}
 	wantBase("after node-prep.sh")
+	// A pod told by a redirect to send to another node directly bypasses
+	// this node's conntrack on the way out only: TCP answers are INVALID here.
+	for _, f := range []string{"all", br} {
+		if got := strings.TrimSpace(node("cat", "/proc/sys/net/ipv4/conf/"+f+"/send_redirects")); got != "0" {
+			t.Errorf("net.ipv4.conf.%s.send_redirects: got %s, want 0", f, got)
+		}
+	}
 	if !strings.Contains(node("ip", "-4", "addr", "show", "dev", br), npNode+"/24") {
 		t.Errorf("the node's address is not on %s", br)
 	}

@@ -24,100 +24,15 @@ repo=$PWD
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 export DEBIAN_FRONTEND=noninteractive
 
-prefix=${OVSFLOW_KUBE_PREFIX:-/opt/ovsflow-kube}
 rt_prefix=${OVSFLOW_RT_PREFIX:-/opt/ovsflow-rt} # hack/install-runtimes.sh's images
-kube_version=v1.37.2     # k8s.io/kubernetes; its staging modules are v0.37.2
-etcd_version=v3.6.16     # go.etcd.io/etcd/server/v3
-containerd_version=v2.4.2
-kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
 
 log() { echo "kube.sh: $*" >&2; }
 
 # shellcheck source=hack/lib/apt.sh
 . hack/lib/apt.sh # (the script runs from the repository root)
-
-# built BIN MODULE VERSION: BIN exists and was built from MODULE at VERSION.
-built() {
-	[ -x "$1" ] && go version -m "$1" 2>/dev/null |
-		grep -Eq "^[[:space:]]+(dep|mod)[[:space:]]+$2[[:space:]]+$3([[:space:]]|$)"
-}
-
-# scratch_module DIR NAME: an empty module to build other modules' commands in
-# (their go.mod files carry replace directives, so `go install pkg@v` refuses).
-scratch_module() {
-	mkdir -p "$1"
-	printf 'module %s\n\ngo 1.25\n' "$2" >"$1/go.mod"
-	rm -f "$1/go.sum" "$1/tools.go"
-}
-
-build_kube() {
-	local need=0 c
-	for c in "${kube_cmds[@]}"; do built "$prefix/bin/$c" k8s.io/kubernetes "$kube_version" || need=1; done
-	# The version Kubernetes' own build stamps in (a Node reports its kubelet's).
-	[ "$("$prefix/bin/kubelet" --version 2>/dev/null)" = "Kubernetes $kube_version" ] || need=1
-	((need)) || return 0
-	local m=$prefix/src/kube
-	scratch_module "$m" ovsflow.local/kube-build
-	(
-		cd "$m"
-		go mod download -json "k8s.io/kubernetes@$kube_version" >"$m/kubernetes.json"
-		local gomod
-		gomod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' "$m/kubernetes.json")
-		# The staging modules: k8s.io/kubernetes requires them at v0.0.0 and
-		# replaces them with ./staging, which a dependent module ignores.
-		local staging
-		staging=$(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod")
-		local args=(-require="k8s.io/kubernetes@$kube_version") s
-		for s in $staging; do
-			case $s in
-			k8s.io/sample-cli-plugin | k8s.io/sample-controller)
-				# Not served by the proxy, needed by nothing built here: empty local modules.
-				mkdir -p "$m/empty/${s#k8s.io/}"
-				printf 'module %s\n\ngo 1.25\n' "$s" >"$m/empty/${s#k8s.io/}/go.mod"
-				args+=(-replace="$s=./empty/${s#k8s.io/}")
-				;;
-			*) args+=(-replace="$s=$s@v0.${kube_version#v1.}") ;;
-			esac
-		done
-		go mod edit "${args[@]}"
-		local pkgs=()
-		for c in "${kube_cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-		log "building Kubernetes $kube_version (${kube_cmds[*]}); about 9 minutes cold on 2 cores"
-		# go get resolves what these packages import (go mod tidy would also
-		# fetch every test dependency of Kubernetes).
-		go get "${pkgs[@]}" >&2
-		local minor=${kube_version#v1.} x ldflags="-s -w"
-		for x in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-			ldflags+=" -X $x.gitVersion=$kube_version -X $x.gitMajor=1 -X $x.gitMinor=${minor%%.*} -X $x.gitTreeState=clean"
-		done
-		CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$prefix/bin/" "${pkgs[@]}"
-	)
-}
-
-build_etcd() {
-	built "$prefix/bin/etcd" go.etcd.io/etcd/server/v3 "$etcd_version" && return 0
-	local m=$prefix/src/etcd
-	scratch_module "$m" ovsflow.local/etcd-build
-	(
-		cd "$m"
-		go get "go.etcd.io/etcd/server/v3@$etcd_version" >&2
-		log "building etcd $etcd_version"
-		CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$prefix/bin/etcd" go.etcd.io/etcd/server/v3
-	)
-}
-
-build_containerd() {
-	local c need=0
-	for c in containerd containerd-shim-runc-v2 ctr; do
-		built "$prefix/bin/$c" github.com/containerd/containerd/v2 "$containerd_version" || need=1
-	done
-	((need)) || return 0
-	log "building containerd $containerd_version"
-	GOBIN=$prefix/bin CGO_ENABLED=0 go install -trimpath -ldflags '-s -w' \
-		"github.com/containerd/containerd/v2/cmd/containerd@$containerd_version" \
-		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$containerd_version" \
-		"github.com/containerd/containerd/v2/cmd/ctr@$containerd_version"
-}
+# shellcheck source=hack/lib/kube.sh
+. hack/lib/kube.sh # the build, PKI, configs and image tar shared with hack/ovs-in-docker.sh
+prefix=$kube_prefix
 
 install_all() {
 	[ "$(id -u)" = 0 ] || { log "needs root"; exit 1; }
@@ -127,9 +42,9 @@ install_all() {
 	flock 8
 	hack/ovs-sandbox.sh install
 	apt_install runc debootstrap curl iptables conntrack
-	build_containerd
-	build_etcd
-	build_kube
+	kube_build_containerd
+	kube_build_etcd
+	kube_build_kube
 	# The pause and test app images of the runtime suites, and the DaemonSet's.
 	OVSFLOW_RT_PREFIX=$rt_prefix hack/install-runtimes.sh images >/dev/null
 	ds_image_tar
@@ -166,15 +81,11 @@ lan_v4=25 lan_v6=64
 pod_cidrs=198.51.100.0/24,2001:db8:15:100::/56
 svc_cidrs=203.0.113.128/25,2001:db8:15:ffff::/112
 svc_v4=203.0.113.129 svc_v6=2001:db8:15:ffff::1
-pause_image=rt.local/ovsflow-pause:1
-ds_image=$(sed -n "s/^ *image: *//p" deploy/ovsflow-cni.yaml | sed -n 1p) # the DaemonSet's
 # Paths that get a private directory inside the node's mount namespace.
 node_dirs=(/run/openvswitch /opt/cni/bin /etc/cni/net.d /var/lib/kubelet /var/log/pods
 	/var/log/containers /var/lib/cni /run/containerd)
-# Kernel-wide sysctls kubelet sets at start (kernel defaults it wants);
-# recorded at `up`, restored at `down`.
-kubelet_sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
-	kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+# Kernel-wide sysctls kubelet sets at start (kube_kubelet_sysctls): recorded
+# at `up`, restored at `down`.
 
 # in_node CMD...: CMD in the node's network and mount namespaces.
 in_node() { nsenter --mount="$state/ns/mnt" --net="/run/netns/$sb" -- "$@"; }
@@ -182,48 +93,9 @@ kctl() { in_node "$prefix/bin/kubectl" --kubeconfig "$state/pki/admin.kubeconfig
 
 pki() {
 	local d=$state/pki
-	mkdir -p "$d"
-	cd "$d"
-	openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=$tag-kube-ca" 2>/dev/null
-	openssl genrsa -out sa.key 2048 2>/dev/null
-	openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-	# cert NAME SUBJECT [SAN]
-	cert() {
-		openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
-		local ext="basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth,clientAuth"
-		[ -n "${3:-}" ] && ext="$ext
-subjectAltName=$3"
-		openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
-			-out "$1.crt" -extfile <(printf '%s\n' "$ext") 2>/dev/null
-		rm -f "$1.csr"
-	}
-	cert apiserver "/CN=kube-apiserver" "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:$node,IP:127.0.0.1,IP:$node_v4,IP:$node_v6,IP:$svc_v4,IP:$svc_v6"
-	cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
-	cert admin "/O=system:masters/CN=$tag-admin"
-	cert controller-manager "/CN=system:kube-controller-manager"
-	cert scheduler "/CN=system:kube-scheduler"
-	cert proxy "/CN=system:kube-proxy"
-	cert kubelet "/O=system:nodes/CN=system:node:$node" "DNS:$node,IP:$node_v4,IP:$node_v6"
-	local k
-	for k in admin controller-manager scheduler proxy kubelet; do
-		cat >"$k.kubeconfig" <<-EOF
-			apiVersion: v1
-			kind: Config
-			clusters:
-			- name: $tag
-			  cluster: {server: "https://$node_v4:6443", certificate-authority: $d/ca.crt}
-			users:
-			- name: $k
-			  user: {client-certificate: $d/$k.crt, client-key: $d/$k.key}
-			contexts:
-			- name: $tag
-			  context: {cluster: $tag, user: $k}
-			current-context: $tag
-		EOF
-	done
-	cd "$repo"
+	kube_ca "$d" "$tag"
+	kube_control_plane_certs "$d" "$tag" "DNS:$node,IP:127.0.0.1,IP:$node_v4,IP:$node_v6,IP:$svc_v4,IP:$svc_v6" "https://$node_v4:6443"
+	kube_node_cert "$d" kubelet "$node" "DNS:$node,IP:$node_v4,IP:$node_v6" "https://$node_v4:6443" "$tag"
 }
 
 # node_net: the OVS sandbox as the node, its uplink to the outside netns.
@@ -313,64 +185,12 @@ wait_for() {
 
 containerd_config() {
 	local d=$state/containerd
-	mkdir -p "$d"
-	"$prefix/bin/containerd" config default >"$d/default.toml"
-	# The default config, with the settings this machine and this node need.
-	awk -v root="$d/root" -v st="$d/state" -v sock="$d/containerd.sock" -v ttrpc="$d/containerd-ttrpc.sock" -v pause="$pause_image" '
-		/^ *\[/ { sect = $0; gsub(/^ +/, "", sect) }
-		/^imports *=/ { print "imports = []"; next }
-		/^root *=/ { print "root = \"" root "\""; next }
-		/^state *=/ { print "state = \"" st "\""; next }
-		sect ~ /server[.]v1[.]grpc.[]]$/ && /^ *address *=/ { print "    address = \"" sock "\""; next }
-		sect ~ /server[.]v1[.]ttrpc.[]]$/ && /^ *address *=/ { print "    address = \"" ttrpc "\""; next }
-		/^ *sandbox *= *.registry/ { sub(/=.*/, "= \"" pause "\""); print; next }
-		/^ *restrict_oom_score_adj *=/ { sub(/=.*/, "= true"); print; next }
-		/^ *netns_mounts_under_state_dir *=/ { sub(/=.*/, "= true"); print; next }
-		/^ *use_internal_loopback *=/ { sub(/=.*/, "= true"); print; next }
-		/^ *max_conf_num *=/ { sub(/=.*/, "= 1"); print; next }
-		/^ *stream_server_address *=/ { sub(/=.*/, "= \"127.0.0.1\""); print; next }
-		sect ~ /io.containerd.nri.v1.nri/ && /^ *disable *=/ { sub(/=.*/, "= true"); print; next }
-		{ print }
-	' "$d/default.toml" >"$d/config.toml"
+	kube_containerd_config "$d/config.toml" "$d/root" "$d/state" "$d/containerd.sock" "$d/containerd-ttrpc.sock"
 }
 
 kubelet_config() {
-	cat >"$state/kubelet.yaml" <<-EOF
-		apiVersion: kubelet.config.k8s.io/v1beta1
-		kind: KubeletConfiguration
-		authentication:
-		  anonymous: {enabled: false}
-		  webhook: {enabled: true}
-		  x509: {clientCAFile: $state/pki/ca.crt}
-		authorization: {mode: Webhook}
-		tlsCertFile: $state/pki/kubelet.crt
-		tlsPrivateKeyFile: $state/pki/kubelet.key
-		containerRuntimeEndpoint: unix://$state/containerd/containerd.sock
-		cgroupDriver: cgroupfs
-		cgroupRoot: /$tag
-		failCgroupV1: false
-		failSwapOn: false
-		readOnlyPort: 0
-		healthzBindAddress: 127.0.0.1
-		resolvConf: /etc/resolv.conf
-		staticPodPath: ""
-		imageGCHighThresholdPercent: 100
-		evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"}
-		syncFrequency: 10s
-	EOF
-	cat >"$state/proxy.yaml" <<-EOF
-		apiVersion: kubeproxy.config.k8s.io/v1alpha1
-		kind: KubeProxyConfiguration
-		clientConnection: {kubeconfig: $state/pki/proxy.kubeconfig}
-		hostnameOverride: $node
-		mode: iptables
-		clusterCIDR: "$pod_cidrs"
-		healthzBindAddress: 127.0.0.1:10256
-		metricsBindAddress: 127.0.0.1:10249
-		iptables: {localhostNodePorts: false}
-		# Leave the kernel-wide conntrack settings alone.
-		conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
-	EOF
+	kube_kubelet_config "$state/kubelet.yaml" "$state/pki" kubelet "$state/containerd/containerd.sock" "/$tag"
+	kube_proxy_config "$state/proxy.yaml" "$state/pki/proxy.kubeconfig" "$node" "$pod_cidrs"
 }
 
 up() {
@@ -381,7 +201,7 @@ up() {
 	local t0=$SECONDS
 	mkdir -p "$state"
 	local s
-	for s in "${kubelet_sysctls[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$state/sysctls"
+	for s in "${kube_kubelet_sysctls[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$state/sysctls"
 	# kubelet's cgroupRoot must exist in every hierarchy, named ones too (a new
 	# cpuset needs CPUs and memory nodes).
 	local h
@@ -397,34 +217,16 @@ up() {
 	containerd_config
 	kubelet_config
 	local p=$state/pki
-	spawn etcd "$prefix/bin/etcd" --data-dir "$state/etcd" --name "$tag" \
-		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-		--initial-cluster "$tag=http://127.0.0.1:2380" --listen-metrics-urls http://127.0.0.1:2381
+	kube_etcd_cmd "$prefix/bin/etcd" "$state/etcd" "$tag"
+	spawn etcd "${kube_cmd[@]}"
 	wait_for "etcd" 30 in_node curl -sf http://127.0.0.1:2379/health
-	spawn kube-apiserver "$prefix/bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
-		--advertise-address "$node_v4" --bind-address 0.0.0.0 --secure-port 6443 \
-		--service-cluster-ip-range "$svc_cidrs" \
-		--client-ca-file "$p/ca.crt" --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
-		--kubelet-client-certificate "$p/apiserver-kubelet-client.crt" --kubelet-client-key "$p/apiserver-kubelet-client.key" \
-		--kubelet-certificate-authority "$p/ca.crt" --kubelet-preferred-address-types InternalIP \
-		--service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
-		--service-account-issuer https://kubernetes.default.svc.cluster.local \
-		--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
-		--allow-privileged=false --profiling=false
+	kube_apiserver_cmd "$prefix/bin/kube-apiserver" "$p" "$node_v4" "$svc_cidrs"
+	spawn kube-apiserver "${kube_cmd[@]}"
 	wait_for "kube-apiserver" 60 kctl get --raw /readyz
-	spawn kube-controller-manager "$prefix/bin/kube-controller-manager" \
-		--kubeconfig "$p/controller-manager.kubeconfig" \
-		--authentication-kubeconfig "$p/controller-manager.kubeconfig" \
-		--authorization-kubeconfig "$p/controller-manager.kubeconfig" \
-		--bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
-		--service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
-		--allocate-node-cidrs --cluster-cidr "$pod_cidrs" \
-		--node-cidr-mask-size-ipv4 25 --node-cidr-mask-size-ipv6 64 \
-		--service-cluster-ip-range "$svc_cidrs" --profiling=false
-	spawn kube-scheduler "$prefix/bin/kube-scheduler" --kubeconfig "$p/scheduler.kubeconfig" \
-		--authentication-kubeconfig "$p/scheduler.kubeconfig" --authorization-kubeconfig "$p/scheduler.kubeconfig" \
-		--bind-address 127.0.0.1 --leader-elect=false --profiling=false
+	kube_controller_manager_cmd "$prefix/bin/kube-controller-manager" "$p" "$pod_cidrs" "$svc_cidrs" 25 64
+	spawn kube-controller-manager "${kube_cmd[@]}"
+	kube_scheduler_cmd "$prefix/bin/kube-scheduler" "$p"
+	spawn kube-scheduler "${kube_cmd[@]}"
 	spawn containerd env PATH="$prefix/bin:$PATH" "$prefix/bin/containerd" --config "$state/containerd/config.toml"
 	wait_for "containerd" 30 in_node "$prefix/bin/ctr" --address "$state/containerd/containerd.sock" version
 	local img
@@ -456,74 +258,8 @@ print_env() {
 	echo "STATE=$state"
 }
 
-# ds_image_tar: the DaemonSet's image, as deploy/Dockerfile builds it, without a
-# docker engine: the Dockerfile's apt packages on a debootstrap'ed bookworm
-# (as debian:12-slim), the static plugins built from this tree, the scripts.
-ds_image_tar() {
-	local b=$prefix/build/ds out=$prefix/images/ovs-cni.tar
-	mkdir -p "$b" "$prefix/images"
-	local pkgs
-	pkgs=$(sed -n 's/.*apt-get install -y --no-install-recommends \([^&\\]*\).*/\1/p' deploy/Dockerfile | tr -s ' ' ',' | sed 's/^,//;s/,$//')
-	[ -n "$pkgs" ] || { log "no apt-get install line in deploy/Dockerfile"; return 1; }
-	if [ ! -f "$b/base.tar" ] || [ "$(cat "$b/base.pkgs" 2>/dev/null)" != "$pkgs" ]; then
-		log "debootstrap bookworm with $pkgs (about a minute)"
-		rm -rf "$b/base"
-		debootstrap --variant=minbase --include="$pkgs" bookworm "$b/base" http://deb.debian.org/debian >&2
-		rm -rf "$b/base/var/lib/apt/lists/"* "$b/base/var/cache/apt/"* "$b/base/usr/share/doc" "$b/base/usr/share/man"
-		tar -C "$b/base" --numeric-owner -cf "$b/base.tar" .
-		rm -rf "$b/base"
-		echo "$pkgs" >"$b/base.pkgs"
-	fi
-	# The second layer: what the Dockerfile's build stage builds and COPYs,
-	# read from the Dockerfile (its lines joined where they end in "\").
-	local df pkgs_go bins f dst
-	df=$(sed -e ':a' -e '/\\$/N; s/\\\n//; ta' deploy/Dockerfile)
-	pkgs_go=$(echo "$df" | sed -n 's|^RUN .*go build .*-o /out/ \(.*\)$|\1|p')
-	bins=$(echo "$df" | sed -n 's|^COPY --from=build \(.*\) /opt/ovsflow/bin/$|\1|p')
-	[ -n "$pkgs_go" ] && [ -n "$bins" ] || { log "deploy/Dockerfile: no go build -o /out/ line or COPY --from=build"; return 1; }
-	rm -rf "$b/top" "$b/out" && mkdir -p "$b/top/opt/ovsflow/bin" "$b/out"
-	# shellcheck disable=SC2086 # a list of packages
-	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$b/out/" $pkgs_go
-	for f in $bins; do cp "$b/out/${f#/out/}" "$b/top/opt/ovsflow/bin/"; done
-	while read -r f dst; do
-		mkdir -p "$b/top$(dirname "$dst")"
-		cp "deploy/$f" "$b/top$dst"
-		chmod 0755 "$b/top$dst"
-	done < <(echo "$df" | sed -n 's|^COPY deploy/\([^ ]*\) \(/.*\)$|\1 \2|p')
-	tar -C "$b/top" --numeric-owner --owner=0 --group=0 --mtime=@946684800 --sort=name -cf "$b/top.tar" .
-	oci_tar "$out" "$ds_image" "$(echo "$df" | sed -n 's/^ENTRYPOINT //p')" "$b/base.tar" "$b/top.tar"
-}
-
-# oci_tar OUT NAME ENTRYPOINT LAYER...: an OCI image layout tar, as `ctr images import` reads.
-oci_tar() {
-	local out=$1 name=$2 ep=$3
-	shift 3
-	local d
-	d=$(mktemp -d "$prefix/build/oci.XXXXXX")
-	mkdir -p "$d/blobs/sha256"
-	local l sum layers="" diffs=""
-	for l in "$@"; do
-		sum=$(sha256sum "$l" | cut -d' ' -f1)
-		cp "$l" "$d/blobs/sha256/$sum"
-		layers+="${layers:+,}{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"sha256:$sum\",\"size\":$(stat -c %s "$l")}"
-		diffs+="${diffs:+,}\"sha256:$sum\""
-	done
-	blob() { # blob CONTENT: stores it, prints "digest size"
-		local s
-		s=$(printf '%s' "$1" | sha256sum | cut -d' ' -f1)
-		printf '%s' "$1" >"$d/blobs/sha256/$s"
-		echo "sha256:$s ${#1}"
-	}
-	local cfg man idx
-	read -r cdig csize < <(blob "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":$ep,\"Env\":[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[$diffs]}}")
-	read -r mdig msize < <(blob "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"$cdig\",\"size\":$csize},\"layers\":[$layers]}")
-	printf '{"imageLayoutVersion":"1.0.0"}' >"$d/oci-layout"
-	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%s,"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
-		"$mdig" "$msize" "$name" "${name##*:}" >"$d/index.json"
-	tar -C "$d" -cf "$out.new" oci-layout index.json blobs
-	mv -f "$out.new" "$out"
-	rm -rf "$d"
-}
+# ds_image_tar: the DaemonSet's image (kube_ds_image_tar), at $prefix/images/ovs-cni.tar.
+ds_image_tar() { kube_ds_image_tar "$prefix/build/ds" "$prefix/images/ovs-cni.tar"; }
 
 deploy() {
 	in_node "$prefix/bin/ctr" --address "$state/containerd/containerd.sock" -n k8s.io images import "$prefix/images/ovs-cni.tar" >/dev/null

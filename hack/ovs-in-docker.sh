@@ -10,21 +10,36 @@
 #   hack/ovs-in-docker.sh up [-nodes N]   start N nodes (default 2, at most 4); one line per node:
 #                                           NODE <name> <node IPv4> <node IPv6> <pod IPv4 CIDR> <pod IPv6 CIDR>
 #   hack/ovs-in-docker.sh exec NODE CMD...  run CMD in a node (stdin passed through, its exit status)
+#   hack/ovs-in-docker.sh restart NODE    docker restart of a node, until it has booted again
 #   hack/ovs-in-docker.sh test [-nodes N] up, the tests (a line per check, "N passed, M failed"), down
 #   hack/ovs-in-docker.sh demo            up, a host port pod on each node reached across nodes and from here, down
 #   hack/ovs-in-docker.sh down [-images]  remove the nodes, network, volumes (and the images with -images);
 #                                         stops the private dockerd if this script started it. Idempotent.
 #
+# A Kubernetes cluster (hack/ovs-in-docker/cluster.sh; the binaries of hack/lib/kube.sh's cached build):
+#   hack/ovs-in-docker.sh up -kube [-nodes N]  a control-plane container (cp) and N nodes (default 3, at most 4)
+#                                         running containerd 2.x, kubelet, kube-proxy; one line per node:
+#                                           NODE <name> <node IPv4> <node IPv6> <pod CIDRs from its Node object>
+#                                         and KUBECONFIG=<the admin's kubeconfig>
+#   hack/ovs-in-docker.sh kubectl ARGS...  kubectl against the cluster
+#   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied
+#   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
+#   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube, deploy, the Go tests of test/cluster, down
+#   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
+#
 # The engine: the one answering at $DOCKER_HOST or /var/run/docker.sock; else
 # (root on Debian) Debian's docker.io is installed and a private dockerd is
 # started (own data root, exec root, socket, pid file; --iptables=false
 # --ip6tables=false --bridge=none --ip-forward=false: the host's firewall and
-# sysctls are left alone). Everything made here is named $OID_PREFIX-* and
+# sysctls are left alone; with -kube, the kernel-wide sysctls kubelet sets are
+# recorded before the first node and put back by down). Everything made here is named $OID_PREFIX-* and
 # labelled ovsflow.io/harness=$OID_PREFIX; nothing else is touched.
 #
 # Environment: OID_PREFIX (ovsflow-oid), OID_NET4 (203.0.113.160/27), OID_NET6
 # (2001:db8:10::/64), OID_POD4 (198.51.100.0/24, a /26 per node), OID_POD6
-# (2001:db8:10:N::/64 per node), VERSION (stamped into the plugins).
+# (2001:db8:10:N::/64 per node), VERSION (stamped into the plugins); with -kube:
+# OID_KPOD4 (the cluster CIDR, default OID_POD4), OID_KPOD6 (2001:db8:10:100::/56),
+# OID_SVC4 (203.0.113.192/27), OID_SVC6 (2001:db8:10:ffff::/112).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
@@ -40,7 +55,7 @@ POD4=${OID_POD4:-198.51.100.0/24}
 MIRROR=${OID_MIRROR:-http://deb.debian.org/debian}
 SUITE=bookworm
 # The base image's packages (debootstrap --include); the image is rebuilt when this changes.
-BASE_PACKAGES="openvswitch-switch iproute2 iputils-ping ethtool nftables procps kmod containerd runc util-linux"
+BASE_PACKAGES="openvswitch-switch iproute2 iputils-ping ethtool nftables procps kmod containerd runc util-linux iptables conntrack"
 
 log() { echo "ovs-in-docker: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -162,7 +177,7 @@ build_node() {
 	awk '/^  10-ovsflow.conflist: \|$/ {on=1; next} on && /^---/ {exit} on {sub(/^    /, ""); print}' \
 		deploy/ovsflow-cni.yaml >"$ctx/deploy/10-ovsflow.conflist"
 	[ -s "$ctx/deploy/10-ovsflow.conflist" ] || die "no conflist found in deploy/ovsflow-cni.yaml's ConfigMap"
-	cp hack/ovs-in-docker/{node-init.sh,oid-reconcile,oid-pod,containerd.toml,crictl.yaml} "$ctx/node/"
+	cp hack/ovs-in-docker/{node-init.sh,cp-init.sh,oid-reconcile,oid-pod,containerd.toml,crictl.yaml} hack/lib/kube.sh "$ctx/node/"
 	DOCKER_BUILDKIT=0 docker build -q --label "$LABEL" --build-arg BASE="$(base_image)" --build-arg VERSION="$ver" \
 		-t "$(node_image)" -f hack/ovs-in-docker/Dockerfile "$ctx" \
 		2> >(grep -v -e DEPRECATED -e BuildKit -e environment-variable -e '^$' >&2) >/dev/null
@@ -202,13 +217,15 @@ node_line() { # I
 }
 
 cmd_up() {
-	local n=2
+	local n="" kube=0
 	while (($#)); do
 		case $1 in
 		-nodes) n=$2; shift 2 ;;
+		-kube) kube=1; shift ;;
 		*) die "up: unknown argument $1" ;;
 		esac
 	done
+	[ -n "$n" ] || n=$((kube ? 3 : 2))
 	((n >= 1 && n <= 4)) || die "up: -nodes $n: want 1 to 4"
 	[ "$(id -u)" = 0 ] || [ -n "${DOCKER_HOST:-}" ] || [ -w /var/run/docker.sock ] || die "up: needs root (or a Docker engine of yours)"
 	engine start
@@ -216,6 +233,7 @@ cmd_up() {
 	build_base
 	build_node
 	remove_nodes
+	((kube)) && kube_prepare "$n"
 	docker network create --label "$LABEL" --driver bridge \
 		--subnet "$NET4" --gateway "$(gw4)" --ipv6 --subnet "$NET6" --gateway "$(gw6)" \
 		-o com.docker.network.bridge.enable_ip_masquerade=false -o com.docker.network.bridge.name="${P:0:15}" \
@@ -225,14 +243,25 @@ cmd_up() {
 	if [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ]; then apt_install ethtool; fi
 	ethtool -K "${P:0:15}" tx off >/dev/null 2>&1 ||
 		log "warning: could not turn TX checksum offload off on ${P:0:15}: the nodes may drop this host's connections to host ports"
-	local dp i j routes
+	local dp i j routes mode
 	dp=$(datapath)
 	local t1=$SECONDS
+	((kube)) && kube_control_plane
 	for ((i = 1; i <= n; i++)); do
-		routes=""
-		for ((j = 1; j <= n; j++)); do
-			((j != i)) && routes+="${routes:+,}$(pod4 "$j") via $(node4 "$j"),$(pod6 "$j") via $(node6 "$j")"
-		done
+		if ((kube)); then
+			# The Node object's pod CIDRs (node IPAM); no routes (the node agent's).
+			# shellcheck disable=SC2207
+			# IPv6 on in the node's netns ("all": kube-proxy programs no IPv6 rules
+			# when it is off there; node-prep.sh turns it off on the uplink again).
+			mode=($(kube_mounts) -e OID_NODE_IPS="$(node4 "$i"),$(node6 "$i")" --device /dev/kmsg
+				--sysctl net.ipv6.conf.all.disable_ipv6=0)
+		else
+			routes=""
+			for ((j = 1; j <= n; j++)); do
+				((j != i)) && routes+="${routes:+,}$(pod4 "$j") via $(node4 "$j"),$(pod6 "$j") via $(node6 "$j")"
+			done
+			mode=(-e OVSFLOW_POD_CIDRS="$(pod4 "$i"),$(pod6 "$i")" -e OID_ROUTES="$routes")
+		fi
 		docker volume create --label "$LABEL" "$P-n$i-containerd" >/dev/null
 		docker run -d --name "$P-n$i" --hostname "n$i" --label "$LABEL" \
 			--network "$P-net" --ip "$(node4 "$i")" --ip6 "$(node6 "$i")" \
@@ -241,14 +270,19 @@ cmd_up() {
 			--cgroupns host -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
 			--tmpfs /run:rw,exec,size=256m --tmpfs /tmp:rw,exec,size=256m \
 			-v "$P-n$i-containerd:/var/lib/containerd" \
-			-e OVSFLOW_POD_CIDRS="$(pod4 "$i"),$(pod6 "$i")" -e OID_ROUTES="$routes" \
-			-e DATAPATH="$dp" -e OID_CGROUP="/$P" \
+			"${mode[@]}" -e DATAPATH="$dp" -e OID_CGROUP="/$P" \
 			"$(node_image)" 2> >(grep -v 'IPv4 forwarding is disabled' >&2) >/dev/null
 	done
 	for ((i = 1; i <= n; i++)); do wait_ready "n$i" || die "up failed"; done
+	((kube)) && kube_wait_nodes "$n"
 	log "$n nodes up in $((SECONDS - t1)) s ($((SECONDS - t0)) s with the images); datapath $dp$([ "$dp" = netdev ] && echo " (no openvswitch kernel module on this host)")"
 	echo "DATAPATH $dp"
-	for ((i = 1; i <= n; i++)); do node_line "$i"; done
+	if ((kube)); then
+		for ((i = 1; i <= n; i++)); do kube_node_line "$i"; done
+		echo "KUBECONFIG=$(admin_kubeconfig)"
+	else
+		for ((i = 1; i <= n; i++)); do node_line "$i"; done
+	fi
 }
 
 # remove_nodes removes the containers, network and volumes of this harness.
@@ -286,6 +320,7 @@ cmd_down() {
 			[ -z "$ids" ] || docker rmi -f $ids >/dev/null
 		fi
 	fi
+	kube_down
 	stop_engine
 	((images)) && rm -rf "$DATA"
 	return 0
@@ -302,12 +337,21 @@ cmd_exec() {
 	exec docker exec -i "$P-$n" "$@"
 }
 
+cmd_restart() {
+	(($# == 1)) || die "restart NODE"
+	engine || die "no engine answers (is the harness up?)"
+	docker restart "$P-$1" >/dev/null
+	wait_ready "$1"
+}
+
 # ---- test and demo ----------------------------------------------------------
 
 # shellcheck source=hack/ovs-in-docker/tests.sh
 . hack/ovs-in-docker/tests.sh
+# shellcheck source=hack/ovs-in-docker/cluster.sh
+. hack/ovs-in-docker/cluster.sh
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
 cmd=${1:-}
@@ -316,6 +360,10 @@ case $cmd in
 up) cmd_up "$@" ;;
 down) cmd_down "$@" ;;
 exec) cmd_exec "$@" ;;
+restart) cmd_restart "$@" ;;
+kubectl) cmd_kubectl "$@" ;;
+deploy) cmd_deploy "$@" ;;
+stats) cmd_stats "$@" ;;
 test) cmd_test "$@" ;;
 demo) cmd_demo "$@" ;;
 *) usage ;;

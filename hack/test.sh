@@ -16,6 +16,7 @@ fi
 echo "== go vet"
 go vet ./...
 (cd hack/bench && go vet ./...) # the benchmark is a module of its own
+(cd test/cluster && go vet ./...) # so are the cluster tests (client-go stays out of the plugins' module)
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
@@ -25,9 +26,11 @@ echo "== go test (unit and end-to-end)"
 # running them one at a time keeps a 2-core machine responsive.
 go test -count=1 -p 1 -timeout 30m "$@" ./...
 
-echo "== ovs-in-docker (multi-node: nodes as Docker containers, hack/ovs-in-docker.sh)"
+echo "== ovs-in-docker (multi-node: nodes as Docker containers, hack/ovs-in-docker.sh; then with Kubernetes)"
 if [ "$(id -u)" = 0 ]; then
 	hack/ovs-in-docker.sh test
+	# A Kubernetes cluster of two nodes in Docker: the DaemonSet, then test/cluster.
+	hack/ovs-in-docker.sh test -kube -nodes 2
 elif [ -n "${CI:-}" ]; then
 	echo "ovs-in-docker needs root in CI" >&2; exit 1
 else

@@ -15,6 +15,14 @@
 #      new privileges, /proc/sys and / read-only (oid-reconcile);
 # then /run/oid/ready. Logs in /var/log/oid/.
 #
+# A node of a Kubernetes cluster (`up -kube`, $OID_KUBE set) does 1 and 2
+# without routes (cross-node pod routes are the node agent's), then runs
+# containerd 2.x, kubelet and kube-proxy of hack/lib/kube.sh's cached build
+# (mounted read-only at /opt/ovsflow-kube/bin) with the configs the harness
+# wrote under $OID_KUBE/$(hostname); the plugins, the conflist and reconcile
+# are then the DaemonSet's (`hack/ovs-in-docker.sh deploy`), not this
+# script's. Each daemon is started again when it exits.
+#
 #   node-init.sh             boot (the entrypoint)
 #   node-init.sh ovs-restart kill ovs-vswitchd and ovsdb-server and start them again
 set -euo pipefail
@@ -53,7 +61,7 @@ if [ "${1:-}" = ovs-restart ]; then
 fi
 
 exec > >(tee -a /var/log/oid/node-init.log) 2>&1
-log "boot of $(hostname): pod CIDRs $OVSFLOW_POD_CIDRS, datapath ${DATAPATH:-auto}"
+log "boot of $(hostname): pod CIDRs ${OVSFLOW_POD_CIDRS:-those of its Node object}, datapath ${DATAPATH:-auto}"
 rm -f /run/oid/ready
 start_ovs
 OVS_PORTMAP=/opt/ovsflow/bin/ovs-portmap /usr/local/sbin/node-prep.sh br0 eth0
@@ -66,6 +74,49 @@ for r in "${routes[@]}"; do
 	ip $fam route replace $r dev br0
 	log "route $r"
 done
+
+# supervise NAME CMD...: CMD in the background, started again a second after it exits.
+supervise() {
+	local name=$1
+	shift
+	(
+		while :; do
+			"$@" >>"/var/log/oid/$name.log" 2>&1 </dev/null || true
+			echo "node-init: $name exited, starting it again" >>"/var/log/oid/$name.log"
+			sleep 1
+		done
+	) &
+}
+
+# kube_node: the rest of the boot of a Kubernetes node; does not return.
+kube_node() {
+	local bin=/opt/ovsflow-kube/bin me
+	me=$(hostname)
+	export PATH=$bin:$PATH # containerd's runc shim
+	# kubelet's cgroupRoot, in every hierarchy (a new cpuset needs CPUs and memory nodes).
+	local cg=${OID_CGROUP#/}/$me h d
+	for h in /sys/fs/cgroup/*/; do mkdir -p "$h$cg"; done
+	if [ -d /sys/fs/cgroup/cpuset ]; then
+		for d in "${OID_CGROUP#/}" "$cg"; do
+			cat "/sys/fs/cgroup/cpuset/$(dirname "$d")/cpuset.cpus" >"/sys/fs/cgroup/cpuset/$d/cpuset.cpus"
+			cat "/sys/fs/cgroup/cpuset/$(dirname "$d")/cpuset.mems" >"/sys/fs/cgroup/cpuset/$d/cpuset.mems"
+		done
+	fi
+	supervise containerd "$bin/containerd" --config "$OID_KUBE/$me/containerd.toml"
+	for _ in $(seq 150); do crictl info >/dev/null 2>&1 && break; sleep 0.2; done
+	crictl info >/dev/null || { log "containerd did not come up"; exit 1; }
+	for t in /opt/oid/images/*.tar; do "$bin/ctr" -n k8s.io images import --no-unpack "$t" >/dev/null; done
+	log "containerd $("$bin/containerd" --version | cut -d' ' -f3) up, images imported"
+	supervise kubelet "$bin/kubelet" --config "$OID_KUBE/$me/kubelet.yaml" \
+		--kubeconfig "$OID_KUBE/pki/kubelet-$me.kubeconfig" --hostname-override "$me" --node-ip "$OID_NODE_IPS"
+	supervise kube-proxy "$bin/kube-proxy" --config "$OID_KUBE/$me/proxy.yaml"
+	touch /run/oid/ready
+	log "kubelet and kube-proxy started"
+	trap 'exit 0' TERM INT
+	sleep infinity &
+	wait $!
+}
+[ -z "${OID_KUBE:-}" ] || kube_node
 
 containerd >>/var/log/oid/containerd.log 2>&1 &
 for _ in $(seq 150); do crictl info >/dev/null 2>&1 && break; sleep 0.2; done

@@ -137,8 +137,15 @@ wait_answers() {
 }
 
 cmd_test() {
-	local n=3
-	[ "${1:-}" = -nodes ] && n=$2
+	local n=3 kube=0
+	while (($#)); do
+		case $1 in
+		-nodes) n=$2; shift 2 ;;
+		-kube) kube=1; shift ;;
+		*) die "test: unknown argument $1" ;;
+		esac
+	done
+	((kube)) && { kube_test "$n"; return; }
 	((n >= 2)) || die "test: -nodes $n: want at least 2"
 	local t0=$SECONDS
 	cmd_up -nodes "$n" || die "up failed"
@@ -279,6 +286,13 @@ step() {
 
 cmd_demo() {
 	local n1v4 n2v4
+	if [ "${1:-}" = -kube ]; then
+		shift
+		local n=3
+		[ "${1:-}" = -nodes ] && n=$2
+		kube_demo "$n"
+		return
+	fi
 	echo "# Two nodes: Docker containers running Open vSwitch, containerd (CRI) and the plugins."
 	cmd_up -nodes 2 || die "up failed"
 	trap 'echo "# Removing everything."; cmd_down' EXIT

@@ -1,0 +1,392 @@
+# kube.sh: sourced by the hack/ scripts that run Kubernetes (hack/kube.sh, a
+# single node in a netns; hack/ovs-in-docker.sh -kube, a control-plane
+# container and node containers; the latter's cp-init.sh in the image). The
+# pieces they share: the cached build of the binaries, the PKI, the
+# kubeconfigs, the configs of containerd, kubelet and kube-proxy that work on
+# this kind of machine, the control plane's command lines and the
+# DaemonSet's image tar. Every function reports through the caller's log
+# function; none starts a process.
+#
+# Binaries and images are cached under $kube_prefix (OVSFLOW_KUBE_PREFIX,
+# default /opt/ovsflow-kube; the Go build cache is Go's own).
+
+kube_prefix=${OVSFLOW_KUBE_PREFIX:-/opt/ovsflow-kube}
+kube_version=v1.37.2 # k8s.io/kubernetes; its staging modules are v0.37.2
+etcd_version=v3.6.16 # go.etcd.io/etcd/server/v3
+containerd_version=v2.4.2
+kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
+# The pause image of the runtime suites (hack/install-runtimes.sh builds its tar).
+kube_pause_image=rt.local/ovsflow-pause:1
+
+# ---- the build ----------------------------------------------------------------
+
+# kube_built BIN MODULE VERSION: BIN exists and was built from MODULE at VERSION.
+kube_built() {
+	[ -x "$1" ] && go version -m "$1" 2>/dev/null |
+		grep -Eq "^[[:space:]]+(dep|mod)[[:space:]]+$2[[:space:]]+$3([[:space:]]|$)"
+}
+
+# kube_scratch_module DIR NAME: an empty module to build other modules' commands in
+# (their go.mod files carry replace directives, so `go install pkg@v` refuses).
+kube_scratch_module() {
+	mkdir -p "$1"
+	printf 'module %s\n\ngo 1.25\n' "$2" >"$1/go.mod"
+	rm -f "$1/go.sum" "$1/tools.go"
+}
+
+kube_build_kube() {
+	local prefix=$kube_prefix need=0 c
+	for c in "${kube_cmds[@]}"; do kube_built "$prefix/bin/$c" k8s.io/kubernetes "$kube_version" || need=1; done
+	# The version Kubernetes' own build stamps in (a Node reports its kubelet's).
+	[ "$("$prefix/bin/kubelet" --version 2>/dev/null)" = "Kubernetes $kube_version" ] || need=1
+	((need)) || return 0
+	local m=$prefix/src/kube
+	kube_scratch_module "$m" ovsflow.local/kube-build
+	(
+		cd "$m"
+		go mod download -json "k8s.io/kubernetes@$kube_version" >"$m/kubernetes.json"
+		local gomod
+		gomod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' "$m/kubernetes.json")
+		# The staging modules: k8s.io/kubernetes requires them at v0.0.0 and
+		# replaces them with ./staging, which a dependent module ignores.
+		local staging
+		staging=$(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod")
+		local args=(-require="k8s.io/kubernetes@$kube_version") s
+		for s in $staging; do
+			case $s in
+			k8s.io/sample-cli-plugin | k8s.io/sample-controller)
+				# Not served by the proxy, needed by nothing built here: empty local modules.
+				mkdir -p "$m/empty/${s#k8s.io/}"
+				printf 'module %s\n\ngo 1.25\n' "$s" >"$m/empty/${s#k8s.io/}/go.mod"
+				args+=(-replace="$s=./empty/${s#k8s.io/}")
+				;;
+			*) args+=(-replace="$s=$s@v0.${kube_version#v1.}") ;;
+			esac
+		done
+		go mod edit "${args[@]}"
+		local pkgs=()
+		for c in "${kube_cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+		log "building Kubernetes $kube_version (${kube_cmds[*]}); about 9 minutes cold on 2 cores"
+		# go get resolves what these packages import (go mod tidy would also
+		# fetch every test dependency of Kubernetes).
+		go get "${pkgs[@]}" >&2
+		local minor=${kube_version#v1.} x ldflags="-s -w"
+		for x in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+			ldflags+=" -X $x.gitVersion=$kube_version -X $x.gitMajor=1 -X $x.gitMinor=${minor%%.*} -X $x.gitTreeState=clean"
+		done
+		CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$prefix/bin/" "${pkgs[@]}"
+	)
+}
+
+kube_build_etcd() {
+	local prefix=$kube_prefix
+	kube_built "$prefix/bin/etcd" go.etcd.io/etcd/server/v3 "$etcd_version" && return 0
+	local m=$prefix/src/etcd
+	kube_scratch_module "$m" ovsflow.local/etcd-build
+	(
+		cd "$m"
+		go get "go.etcd.io/etcd/server/v3@$etcd_version" >&2
+		log "building etcd $etcd_version"
+		CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$prefix/bin/etcd" go.etcd.io/etcd/server/v3
+	)
+}
+
+kube_build_containerd() {
+	local prefix=$kube_prefix c need=0
+	for c in containerd containerd-shim-runc-v2 ctr; do
+		kube_built "$prefix/bin/$c" github.com/containerd/containerd/v2 "$containerd_version" || need=1
+	done
+	((need)) || return 0
+	log "building containerd $containerd_version"
+	GOBIN=$prefix/bin CGO_ENABLED=0 go install -trimpath -ldflags '-s -w' \
+		"github.com/containerd/containerd/v2/cmd/containerd@$containerd_version" \
+		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$containerd_version" \
+		"github.com/containerd/containerd/v2/cmd/ctr@$containerd_version"
+}
+
+# kube_build_all: containerd, etcd and Kubernetes, each unless cached (under a lock:
+# several scripts share the cache).
+kube_build_all() {
+	mkdir -p "$kube_prefix/bin"
+	(
+		flock 8
+		kube_build_containerd
+		kube_build_etcd
+		kube_build_kube
+	) 8>"$kube_prefix/.lock"
+}
+
+# ---- the PKI ------------------------------------------------------------------
+
+# kube_ca DIR TAG: a CA and the ServiceAccount key pair in DIR.
+kube_ca() {
+	mkdir -p "$1"
+	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$1/ca.key" -out "$1/ca.crt" -days 2 -subj "/CN=$2-kube-ca" 2>/dev/null
+	openssl genrsa -out "$1/sa.key" 2048 2>/dev/null
+	openssl rsa -in "$1/sa.key" -pubout -out "$1/sa.pub" 2>/dev/null
+}
+
+# kube_cert DIR NAME SUBJECT [SAN]: DIR/NAME.crt and .key, signed by DIR's CA.
+kube_cert() {
+	local d=$1 ext="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth,clientAuth"
+	[ -n "${4:-}" ] && ext="$ext
+subjectAltName=$4"
+	openssl req -newkey rsa:2048 -nodes -keyout "$d/$2.key" -out "$d/$2.csr" -subj "$3" 2>/dev/null
+	openssl x509 -req -in "$d/$2.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+		-out "$d/$2.crt" -extfile <(printf '%s\n' "$ext") 2>/dev/null
+	rm -f "$d/$2.csr"
+}
+
+# kube_kubeconfig DIR NAME SERVER CLUSTER: DIR/NAME.kubeconfig, the user of DIR/NAME.crt.
+kube_kubeconfig() {
+	cat >"$1/$2.kubeconfig" <<-EOF
+		apiVersion: v1
+		kind: Config
+		clusters:
+		- name: $4
+		  cluster: {server: "$3", certificate-authority: $1/ca.crt}
+		users:
+		- name: $2
+		  user: {client-certificate: $1/$2.crt, client-key: $1/$2.key}
+		contexts:
+		- name: $4
+		  context: {cluster: $4, user: $2}
+		current-context: $4
+	EOF
+}
+
+# kube_control_plane_certs DIR TAG APISERVER_SANS: the certs and kubeconfigs of
+# the API server's clients that are not nodes (admin, controller manager,
+# scheduler, kube-proxy), the API server's own, its kubelet client's.
+# SERVER is the API server's URL in the kubeconfigs.
+kube_control_plane_certs() {
+	local d=$1 tag=$2 sans=$3 server=$4 k
+	kube_cert "$d" apiserver "/CN=kube-apiserver" "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,$sans"
+	kube_cert "$d" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+	kube_cert "$d" admin "/O=system:masters/CN=$tag-admin"
+	kube_cert "$d" controller-manager "/CN=system:kube-controller-manager"
+	kube_cert "$d" scheduler "/CN=system:kube-scheduler"
+	kube_cert "$d" proxy "/CN=system:kube-proxy"
+	for k in admin controller-manager scheduler proxy; do kube_kubeconfig "$d" "$k" "$server" "$tag"; done
+}
+
+# kube_node_cert DIR NAME NODE SANS SERVER TAG: a kubelet's cert (group
+# system:nodes, so that the Node authorizer lets it act for NODE) and
+# kubeconfig, DIR/NAME.*.
+kube_node_cert() {
+	kube_cert "$1" "$2" "/O=system:nodes/CN=system:node:$3" "$4"
+	kube_kubeconfig "$1" "$2" "$5" "$6"
+}
+
+# ---- configs ----------------------------------------------------------------
+
+# kube_containerd_config OUT ROOT STATE SOCK TTRPC: containerd 2.x's default
+# config with the settings this machine and a node need: restrict_oom_score_adj
+# (no CAP_SYS_RESOURCE in the bounding set), the pause image imported from a
+# tar (no registry), one conflist, the streaming server on 127.0.0.1, no NRI.
+kube_containerd_config() {
+	local out=$1
+	mkdir -p "$(dirname "$out")"
+	"$kube_prefix/bin/containerd" config default >"$out.default"
+	awk -v root="$2" -v st="$3" -v sock="$4" -v ttrpc="$5" -v pause="$kube_pause_image" '
+		/^ *\[/ { sect = $0; gsub(/^ +/, "", sect) }
+		/^imports *=/ { print "imports = []"; next }
+		/^root *=/ { print "root = \"" root "\""; next }
+		/^state *=/ { print "state = \"" st "\""; next }
+		sect ~ /server[.]v1[.]grpc.[]]$/ && /^ *address *=/ { print "    address = \"" sock "\""; next }
+		sect ~ /server[.]v1[.]ttrpc.[]]$/ && /^ *address *=/ { print "    address = \"" ttrpc "\""; next }
+		/^ *sandbox *= *.registry/ { sub(/=.*/, "= \"" pause "\""); print; next }
+		/^ *restrict_oom_score_adj *=/ { sub(/=.*/, "= true"); print; next }
+		/^ *netns_mounts_under_state_dir *=/ { sub(/=.*/, "= true"); print; next }
+		/^ *use_internal_loopback *=/ { sub(/=.*/, "= true"); print; next }
+		/^ *max_conf_num *=/ { sub(/=.*/, "= 1"); print; next }
+		/^ *stream_server_address *=/ { sub(/=.*/, "= \"127.0.0.1\""); print; next }
+		sect ~ /io.containerd.nri.v1.nri/ && /^ *disable *=/ { sub(/=.*/, "= true"); print; next }
+		{ print }
+	' "$out.default" >"$out"
+	rm -f "$out.default"
+}
+
+# kube_kubelet_config OUT PKI CERT ENDPOINT CGROUP_ROOT: the kubelet config that
+# works here: cgroup v1 allowed (failCgroupV1 false), cgroupfs, no swap check,
+# eviction thresholds a shared disk and memory do not trip, no read-only port.
+# CERT names the serving cert and key in PKI (CERT.crt, CERT.key).
+kube_kubelet_config() {
+	cat >"$1" <<-EOF
+		apiVersion: kubelet.config.k8s.io/v1beta1
+		kind: KubeletConfiguration
+		authentication:
+		  anonymous: {enabled: false}
+		  webhook: {enabled: true}
+		  x509: {clientCAFile: $2/ca.crt}
+		authorization: {mode: Webhook}
+		tlsCertFile: $2/$3.crt
+		tlsPrivateKeyFile: $2/$3.key
+		containerRuntimeEndpoint: unix://$4
+		cgroupDriver: cgroupfs
+		cgroupRoot: $5
+		failCgroupV1: false
+		failSwapOn: false
+		readOnlyPort: 0
+		healthzBindAddress: 127.0.0.1
+		resolvConf: /etc/resolv.conf
+		staticPodPath: ""
+		imageGCHighThresholdPercent: 100
+		evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"}
+		syncFrequency: 10s
+	EOF
+}
+
+# kube_proxy_config OUT KUBECONFIG NODE CLUSTER_CIDRS: kube-proxy in iptables
+# mode, its endpoints on 127.0.0.1, the kernel-wide conntrack settings left alone.
+kube_proxy_config() {
+	cat >"$1" <<-EOF
+		apiVersion: kubeproxy.config.k8s.io/v1alpha1
+		kind: KubeProxyConfiguration
+		clientConnection: {kubeconfig: $2}
+		hostnameOverride: $3
+		mode: iptables
+		clusterCIDR: "$4"
+		healthzBindAddress: 127.0.0.1:10256
+		metricsBindAddress: 127.0.0.1:10249
+		iptables: {localhostNodePorts: false}
+		# Leave the kernel-wide conntrack settings alone.
+		conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+	EOF
+}
+
+# Kernel-wide sysctls kubelet sets at start (the kernel defaults it wants): a
+# script that runs kubelet records them before and restores them after.
+kube_kubelet_sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+	kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+
+# ---- the control plane's command lines ------------------------------------------
+# Each sets the array kube_cmd; the caller runs it where it wants.
+
+# kube_etcd_cmd BIN DATA NAME: etcd on 127.0.0.1 only.
+kube_etcd_cmd() {
+	kube_cmd=("$1" --data-dir "$2" --name "$3"
+		--listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379
+		--listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380
+		--initial-cluster "$3=http://127.0.0.1:2380" --listen-metrics-urls http://127.0.0.1:2381)
+}
+
+# kube_apiserver_cmd BIN PKI ADVERTISE SERVICE_CIDRS
+kube_apiserver_cmd() {
+	local p=$2
+	kube_cmd=("$1" --etcd-servers http://127.0.0.1:2379
+		--advertise-address "$3" --bind-address 0.0.0.0 --secure-port 6443
+		--service-cluster-ip-range "$4"
+		--client-ca-file "$p/ca.crt" --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key"
+		--kubelet-client-certificate "$p/apiserver-kubelet-client.crt" --kubelet-client-key "$p/apiserver-kubelet-client.key"
+		--kubelet-certificate-authority "$p/ca.crt" --kubelet-preferred-address-types InternalIP
+		--service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key"
+		--service-account-issuer https://kubernetes.default.svc.cluster.local
+		--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction
+		--allow-privileged=false --profiling=false)
+}
+
+# kube_controller_manager_cmd BIN PKI CLUSTER_CIDRS SERVICE_CIDRS MASK4 MASK6: with the
+# node IPAM controller (--allocate-node-cidrs: each Node gets a spec.podCIDRs
+# of each family) and the ServiceAccount token controller.
+kube_controller_manager_cmd() {
+	local p=$2
+	kube_cmd=("$1" --kubeconfig "$p/controller-manager.kubeconfig"
+		--authentication-kubeconfig "$p/controller-manager.kubeconfig"
+		--authorization-kubeconfig "$p/controller-manager.kubeconfig"
+		--bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials
+		--service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt"
+		--allocate-node-cidrs --cluster-cidr "$3"
+		--node-cidr-mask-size-ipv4 "$5" --node-cidr-mask-size-ipv6 "$6"
+		--service-cluster-ip-range "$4" --profiling=false)
+}
+
+# kube_scheduler_cmd BIN PKI
+kube_scheduler_cmd() {
+	kube_cmd=("$1" --kubeconfig "$2/scheduler.kubeconfig"
+		--authentication-kubeconfig "$2/scheduler.kubeconfig" --authorization-kubeconfig "$2/scheduler.kubeconfig"
+		--bind-address 127.0.0.1 --leader-elect=false --profiling=false)
+}
+
+# ---- the DaemonSet's image ------------------------------------------------------
+
+# kube_ds_image_name: the image deploy/ovsflow-cni.yaml runs.
+kube_ds_image_name() { sed -n "s/^ *image: *//p" deploy/ovsflow-cni.yaml | sed -n 1p; }
+
+# kube_ds_image_tar BUILD OUT: the DaemonSet's image, as deploy/Dockerfile builds
+# it, without a docker engine: the Dockerfile's apt packages on a debootstrap'ed
+# bookworm (as debian:12-slim), the static plugins built from this tree, the
+# scripts; an OCI tar at OUT. BUILD keeps the debootstrap'ed base between runs
+# (a base of the same packages under $kube_prefix/build/ds is copied, not made again).
+kube_ds_image_tar() {
+	local b=$1 out=$2
+	mkdir -p "$b" "$(dirname "$out")"
+	local pkgs
+	pkgs=$(sed -n 's/.*apt-get install -y --no-install-recommends \([^&\\]*\).*/\1/p' deploy/Dockerfile | tr -s ' ' ',' | sed 's/^,//;s/,$//')
+	[ -n "$pkgs" ] || { log "no apt-get install line in deploy/Dockerfile"; return 1; }
+	if [ ! -f "$b/base.tar" ] || [ "$(cat "$b/base.pkgs" 2>/dev/null)" != "$pkgs" ]; then
+		local shared=$kube_prefix/build/ds
+		if [ "$shared" != "$b" ] && [ -f "$shared/base.tar" ] && [ "$(cat "$shared/base.pkgs" 2>/dev/null)" = "$pkgs" ]; then
+			cp "$shared/base.tar" "$b/base.tar.new" && mv -f "$b/base.tar.new" "$b/base.tar"
+		else
+			log "debootstrap bookworm with $pkgs (about a minute)"
+			rm -rf "$b/base"
+			debootstrap --variant=minbase --include="$pkgs" bookworm "$b/base" http://deb.debian.org/debian >&2
+			rm -rf "$b/base/var/lib/apt/lists/"* "$b/base/var/cache/apt/"* "$b/base/usr/share/doc" "$b/base/usr/share/man"
+			tar -C "$b/base" --numeric-owner -cf "$b/base.tar" .
+			rm -rf "$b/base"
+		fi
+		echo "$pkgs" >"$b/base.pkgs"
+	fi
+	# The second layer: what the Dockerfile's build stage builds and COPYs,
+	# read from the Dockerfile (its lines joined where they end in "\").
+	local df pkgs_go bins f dst
+	df=$(sed -e ':a' -e '/\\$/N; s/\\\n//; ta' deploy/Dockerfile)
+	pkgs_go=$(echo "$df" | sed -n 's|^RUN .*go build .*-o /out/ \(.*\)$|\1|p')
+	bins=$(echo "$df" | sed -n 's|^COPY --from=build \(.*\) /opt/ovsflow/bin/$|\1|p')
+	[ -n "$pkgs_go" ] && [ -n "$bins" ] || { log "deploy/Dockerfile: no go build -o /out/ line or COPY --from=build"; return 1; }
+	rm -rf "$b/top" "$b/out" && mkdir -p "$b/top/opt/ovsflow/bin" "$b/out"
+	# shellcheck disable=SC2086 # a list of packages
+	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$b/out/" $pkgs_go
+	for f in $bins; do cp "$b/out/${f#/out/}" "$b/top/opt/ovsflow/bin/"; done
+	while read -r f dst; do
+		mkdir -p "$b/top$(dirname "$dst")"
+		cp "deploy/$f" "$b/top$dst"
+		chmod 0755 "$b/top$dst"
+	done < <(echo "$df" | sed -n 's|^COPY deploy/\([^ ]*\) \(/.*\)$|\1 \2|p')
+	tar -C "$b/top" --numeric-owner --owner=0 --group=0 --mtime=@946684800 --sort=name -cf "$b/top.tar" .
+	kube_oci_tar "$out" "$(kube_ds_image_name)" "$(echo "$df" | sed -n 's/^ENTRYPOINT //p')" "$b/base.tar" "$b/top.tar"
+}
+
+# kube_oci_tar OUT NAME ENTRYPOINT LAYER...: an OCI image layout tar, as `ctr images import` reads.
+kube_oci_tar() {
+	local out=$1 name=$2 ep=$3
+	shift 3
+	local d
+	d=$(mktemp -d "$(dirname "$out")/oci.XXXXXX")
+	mkdir -p "$d/blobs/sha256"
+	local l sum layers="" diffs=""
+	for l in "$@"; do
+		sum=$(sha256sum "$l" | cut -d' ' -f1)
+		cp "$l" "$d/blobs/sha256/$sum"
+		layers+="${layers:+,}{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"sha256:$sum\",\"size\":$(stat -c %s "$l")}"
+		diffs+="${diffs:+,}\"sha256:$sum\""
+	done
+	blob() { # blob CONTENT: stores it, prints "digest size"
+		local s
+		s=$(printf '%s' "$1" | sha256sum | cut -d' ' -f1)
+		printf '%s' "$1" >"$d/blobs/sha256/$s"
+		echo "sha256:$s ${#1}"
+	}
+	local cdig csize mdig msize
+	read -r cdig csize < <(blob "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":$ep,\"Env\":[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[$diffs]}}")
+	read -r mdig msize < <(blob "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"$cdig\",\"size\":$csize},\"layers\":[$layers]}")
+	printf '{"imageLayoutVersion":"1.0.0"}' >"$d/oci-layout"
+	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%s,"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
+		"$mdig" "$msize" "$name" "${name##*:}" >"$d/index.json"
+	tar -C "$d" -cf "$out.new" oci-layout index.json blobs
+	mv -f "$out.new" "$out"
+	rm -rf "$d"
+}

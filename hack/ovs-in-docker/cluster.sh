@@ -1,0 +1,244 @@
+# cluster.sh: the Kubernetes cluster of `hack/ovs-in-docker.sh up -kube`,
+# sourced by hack/ovs-in-docker.sh (its helpers and names). The pieces come
+# from hack/lib/kube.sh: the cached build (mounted read-only into the
+# containers at /opt/ovsflow-kube/bin, so the engine must run on this
+# machine), the PKI and the configs, written here under $KSTATE and mounted
+# read-only at the same path.
+#
+#   container $P-cp   etcd, kube-apiserver (https://CP4:6443), kube-controller-manager
+#                     (--allocate-node-cidrs, dual stack), kube-scheduler (cp-init.sh)
+#   container $P-nI   Open vSwitch + node-prep.sh as without -kube, then containerd 2.x,
+#                     kubelet, kube-proxy (iptables mode) (node-init.sh with OID_KUBE)
+#
+# No pod routes are installed by the harness: cross-node pod routes are the
+# node agent's (the DaemonSet of deploy/ovsflow-cni.yaml), as on a real cluster.
+
+# shellcheck source=hack/lib/kube.sh
+. hack/lib/kube.sh
+
+KSTATE=/run/$P-kube             # PKI, kubeconfigs, each node's configs
+KSYSCTLS=/run/$P-kube.sysctls   # kernel-wide sysctls as they were before the first kubelet
+KPOD4=${OID_KPOD4:-$POD4}                    # the cluster CIDR, IPv4: a /26 per node
+KPOD6=${OID_KPOD6:-${NET6%::/*}:100::/56}    # the cluster CIDR, IPv6: a /64 per node
+KMASK4=26 KMASK6=64
+SVC4=${OID_SVC4:-203.0.113.192/27}           # Service ClusterIPs
+SVC6=${OID_SVC6:-${NET6%::/*}:ffff::/112}
+cp4() { echo "$(net4_base).$(($(net4_last) + 30))"; }
+cp6() { echo "${NET6%::/*}::fe"; }
+svc4_first() { local n=${SVC4%/*}; echo "${n%.*}.$((${n##*.} + 1))"; }
+svc6_first() { echo "${SVC6%::/*}::1"; }
+kube_server() { echo "https://$(cp4):6443"; }
+admin_kubeconfig() { echo "$KSTATE/pki/admin.kubeconfig"; }
+
+kctl() { "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"; }
+
+# kube_prepare N: the binaries (built once), the PKI and every node's configs.
+kube_prepare() {
+	local n=$1 i me d
+	[ "$(id -u)" = 0 ] || die "up -kube: needs root (the cached build, the PKI under $KSTATE)"
+	kube_build_all
+	rm -rf "$KSTATE"
+	mkdir -p "$KSTATE/pki"
+	chmod 0755 "$KSTATE"
+	d=$KSTATE/pki
+	kube_ca "$d" "$P"
+	kube_control_plane_certs "$d" "$P" "DNS:cp,IP:127.0.0.1,IP:$(cp4),IP:$(cp6),IP:$(svc4_first),IP:$(svc6_first)" "$(kube_server)"
+	for ((i = 1; i <= n; i++)); do
+		me=n$i
+		kube_node_cert "$d" "kubelet-$me" "$me" "DNS:$me,IP:$(node4 "$i"),IP:$(node6 "$i")" "$(kube_server)" "$P"
+		mkdir -p "$KSTATE/$me"
+		kube_containerd_config "$KSTATE/$me/containerd.toml" /var/lib/containerd /run/containerd \
+			/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc
+		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" /run/containerd/containerd.sock "/$P/$me"
+		kube_proxy_config "$KSTATE/$me/proxy.yaml" "$d/proxy.kubeconfig" "$me" "$KPOD4,$KPOD6"
+	done
+	# The containers read the keys as root; nothing else on this machine needs them.
+	chmod -R go-rwx "$d"
+	# kubelet sets kernel-wide sysctls (the kernel is this machine's): the
+	# values from before the first node, put back by down.
+	if [ ! -f "$KSYSCTLS" ]; then
+		local s
+		for s in "${kube_kubelet_sysctls[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$KSYSCTLS"
+	fi
+}
+
+# kube_mounts: the docker run arguments every container of the cluster gets.
+kube_mounts() {
+	echo -v "$kube_prefix/bin:/opt/ovsflow-kube/bin:ro" -v "$KSTATE:$KSTATE:ro" -e "OID_KUBE=$KSTATE"
+}
+
+# kube_control_plane: the control-plane container, until the API server is ready.
+kube_control_plane() {
+	# shellcheck disable=SC2046 # kube_mounts is a list of arguments
+	docker run -d --name "$P-cp" --hostname cp --label "$LABEL" \
+		--network "$P-net" --ip "$(cp4)" --ip6 "$(cp6)" \
+		$(kube_mounts) --tmpfs /run:rw,exec,size=64m --cap-add NET_ADMIN \
+		-e OID_CP4="$(cp4)" -e OID_CLUSTER_CIDRS="$KPOD4,$KPOD6" -e OID_SERVICE_CIDRS="$SVC4,$SVC6" \
+		-e OID_MASK4=$KMASK4 -e OID_MASK6=$KMASK6 \
+		--entrypoint /usr/local/sbin/cp-init.sh "$(node_image)" 2> >(grep -v 'IPv4 forwarding is disabled' >&2) >/dev/null
+	local t0=$SECONDS
+	for _ in $(seq 300); do
+		kctl get --raw /readyz >/dev/null 2>&1 && { log "API server $(kube_server) ready in $((SECONDS - t0)) s"; return 0; }
+		[ "$(docker inspect -f '{{.State.Running}}' "$P-cp" 2>/dev/null)" = true ] || break
+		sleep 0.3
+	done
+	docker exec "$P-cp" tail -n 5 /var/log/oid/etcd.log /var/log/oid/kube-apiserver.log >&2 || true
+	die "the API server did not become ready"
+}
+
+# kube_wait_nodes N: every node registered, with its pod CIDRs, and the default
+# ServiceAccount there (pods need it).
+kube_wait_nodes() {
+	local n=$1 t0=$SECONDS got
+	for _ in $(seq 300); do
+		got=$(kctl get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.spec.podCIDRs}{"\n"}{end}' 2>/dev/null | grep -c '\[' || true)
+		((got == n)) && kctl -n default get serviceaccount default >/dev/null 2>&1 && break
+		sleep 0.3
+	done
+	((got == n)) || die "$got of $n nodes registered with pod CIDRs"
+	log "$n nodes registered in $((SECONDS - t0)) s"
+}
+
+# kube_node_line I: NODE <name> <IPv4> <IPv6> <pod CIDRs, as the node IPAM controller gave them>
+kube_node_line() {
+	echo "NODE n$1 $(node4 "$1") $(node6 "$1") $(kctl get node "n$1" -o jsonpath='{.spec.podCIDRs[*]}')"
+}
+
+# ds_tar: the DaemonSet's image tar of this tree (kube_ds_image_tar), under the harness's data dir.
+ds_tar() { echo "$DATA/ds/ovs-cni.tar"; }
+
+kube_nodes() { nodes | grep -v '^cp$'; }
+
+cmd_kubectl() {
+	[ -f "$(admin_kubeconfig)" ] || die "no cluster (up -kube first)"
+	exec "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"
+}
+
+# cmd_deploy: the DaemonSet's image into every node's containerd, the manifest applied,
+# until the DaemonSet is rolled out and every node is Ready.
+cmd_deploy() {
+	engine || die "no engine answers (is the harness up?)"
+	[ -f "$(admin_kubeconfig)" ] || die "no cluster (up -kube first)"
+	local t0=$SECONDS tar n
+	tar=$(ds_tar)
+	apt_install debootstrap
+	kube_ds_image_tar "$DATA/ds/build" "$tar"
+	for n in $(kube_nodes); do
+		docker exec -i "$P-$n" /opt/ovsflow-kube/bin/ctr -n k8s.io images import --no-unpack - <"$tar" >/dev/null ||
+			die "importing the DaemonSet's image into $n"
+	done
+	log "image $(kube_ds_image_name) built and imported into $(kube_nodes | wc -l) nodes in $((SECONDS - t0)) s"
+	kctl apply -f deploy/ovsflow-cni.yaml >&2
+	kctl -n kube-system rollout status daemonset/ovsflow-cni --timeout=180s >&2
+	kctl wait node --all --for=condition=Ready --timeout=120s >&2
+	log "deployed in $((SECONDS - t0)) s"
+}
+
+# kube_down: what up -kube made on this machine besides the containers.
+kube_down() {
+	rm -rf "$KSTATE"
+	if [ -f "$KSYSCTLS" ]; then
+		local s
+		while IFS= read -r s; do sysctl -qw "$s" || true; done <"$KSYSCTLS"
+		rm -f "$KSYSCTLS"
+	fi
+}
+
+# kube_test N: up -kube, deploy, the Go tests of test/cluster (client-go against
+# the API server), down; the times of each step. OID_RUN: a -run pattern.
+kube_test() {
+	local n=$1 t0=$SECONDS rc=0
+	cmd_up -kube -nodes "$n" >/dev/null || die "up -kube failed"
+	local tup=$SECONDS
+	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
+	cmd_deploy || die "deploy failed"
+	local tdep=$SECONDS
+	(
+		cd test/cluster &&
+			OVSFLOW_CLUSTER_KUBECONFIG=$(admin_kubeconfig) OVSFLOW_CLUSTER_HARNESS=$PWD/../../hack/ovs-in-docker.sh \
+				go test -count=1 -v -timeout 30m ${OID_RUN:+-run "$OID_RUN"} .
+	) || rc=$?
+	echo "up -kube -nodes $n: $((tup - t0)) s; deploy: $((tdep - tup)) s; tests: $((SECONDS - tdep)) s; total $((SECONDS - t0)) s"
+	return $rc
+}
+
+# kube_demo N: up -kube, deploy, a DaemonSet of the test app publishing host port
+# 8080 (TCP) on every node, reached from this host and from the other nodes, down.
+kube_demo() {
+	local n=$1 i j a
+	echo "# A Kubernetes cluster in Docker: a control-plane container and $n nodes (OVS, containerd 2.x, kubelet, kube-proxy)."
+	cmd_up -kube -nodes "$n" || die "up -kube failed"
+	trap 'echo "# Removing everything."; cmd_down' EXIT
+	echo
+	echo "# The DaemonSet of deploy/ovsflow-cni.yaml, with the image of this tree:"
+	cmd_deploy 2>&1 | grep -E 'deployed|rolled out|image' | sed 's/^/  /'
+	step "$0" kubectl get nodes -o 'custom-columns=NODE:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,IP:.status.addresses[*].address,POD-CIDRS:.spec.podCIDRs'
+	echo
+	echo "# A DaemonSet of the test app, container port 80 published on host port 8080 of every node:"
+	kctl apply -f - >/dev/null <<-YAML
+		apiVersion: apps/v1
+		kind: DaemonSet
+		metadata: {name: web, namespace: default}
+		spec:
+		  selector: {matchLabels: {app: web}}
+		  template:
+		    metadata: {labels: {app: web}}
+		    spec:
+		      dnsPolicy: Default
+		      terminationGracePeriodSeconds: 1
+		      containers:
+		      - name: web
+		        image: rt.local/ovsflow-app:1
+		        imagePullPolicy: Never
+		        ports: [{containerPort: 80, hostPort: 8080}]
+		        readinessProbe: {tcpSocket: {port: 80}, periodSeconds: 1}
+	YAML
+	kctl rollout status daemonset/web --timeout=120s >/dev/null
+	step "$0" kubectl get pods -l app=web -o wide
+	echo
+	echo "# This host reaches each node's host port (the pod sees this host's address):"
+	for ((i = 1; i <= n; i++)); do
+		for a in "$(node4 "$i")" "$(node6 "$i")"; do
+			step timeout 5 bash -c "exec 3<>/dev/tcp/$a/8080 && head -1 <&3"
+		done
+	done
+	echo
+	echo "# Each node reaches the next node's host port (the pod sees the calling node's address):"
+	for ((i = 1; i <= n; i++)); do
+		j=$((i % n + 1))
+		step "$0" exec "n$i" timeout 5 bash -c "exec 3<>/dev/tcp/$(node4 "$j")/8080 && head -1 <&3"
+	done
+	echo
+	echo "# The flows ovs-portmap wrote on n1 for its pod's host port:"
+	step "$0" exec n1 sh -c "ovs-ofctl dump-flows br0 --no-stats | grep 'tp_dst=8080' | cut -c1-150"
+}
+
+# cmd_stats [SECONDS]: CPU (cores, averaged over SECONDS, default 30) and memory
+# (RSS) of each container of the harness and of each node's pods (kubelet's
+# cgroupRoot, /$P/NODE, outside the container's cgroup), from the cgroups.
+cmd_stats() {
+	local secs=${1:-30} c id name
+	engine || die "no engine answers (is the harness up?)"
+	local -A cg
+	for c in $(nodes); do
+		id=$(docker inspect -f '{{.Id}}' "$P-$c")
+		cg[$c]=$(docker inspect -f '{{.HostConfig.CgroupParent}}' "$P-$c")
+		cg[$c]=${cg[$c]:-/docker}/$id
+		[ -d "/sys/fs/cgroup/cpuacct/$P/$c" ] && cg["$c pods"]=/$P/$c
+	done
+	local -A u0
+	for name in "${!cg[@]}"; do u0[$name]=$(cat "/sys/fs/cgroup/cpuacct${cg[$name]}/cpuacct.usage"); done
+	local t0
+	t0=$(date +%s%N)
+	sleep "$secs"
+	local dt=$(($(date +%s%N) - t0)) tot_cpu=0 tot_rss=0 u rss
+	printf '%-10s %8s %9s\n' WHAT CPU RSS_MiB
+	while IFS= read -r name; do
+		u=$(($(cat "/sys/fs/cgroup/cpuacct${cg[$name]}/cpuacct.usage") - u0[$name]))
+		rss=$(awk '$1 == "total_rss" {print $2}' "/sys/fs/cgroup/memory${cg[$name]}/memory.stat")
+		tot_cpu=$((tot_cpu + u))
+		tot_rss=$((tot_rss + rss))
+		printf '%-10s %8s %9s\n' "$name" "$(awk -v u="$u" -v d="$dt" 'BEGIN {printf "%.3f", u / d}')" $((rss >> 20))
+	done < <(printf '%s\n' "${!cg[@]}" | sort)
+	printf '%-10s %8s %9s\n' total "$(awk -v u="$tot_cpu" -v d="$dt" 'BEGIN {printf "%.3f", u / d}')" $((tot_rss >> 20))
+}

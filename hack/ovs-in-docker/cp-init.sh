@@ -1,0 +1,50 @@
+#!/bin/bash
+# cp-init.sh: PID 1 of the control-plane container of `hack/ovs-in-docker.sh up
+# -kube`: etcd (its data in the container), kube-apiserver on the container's
+# address, kube-controller-manager (node IPAM: each Node gets a pod CIDR of
+# each family) and kube-scheduler, with the command lines of hack/lib/kube.sh
+# (in the image) and the binaries of its cached build (mounted read-only at
+# /opt/ovsflow-kube/bin). Each is restarted when it exits. Logs in /var/log/oid/.
+#
+# Environment (hack/ovs-in-docker.sh sets it): OID_KUBE (the PKI and configs,
+# mounted read-only at that path), OID_CP4 (the address kube-apiserver
+# advertises), OID_CLUSTER_CIDRS, OID_SERVICE_CIDRS, OID_MASK4, OID_MASK6.
+set -euo pipefail
+mkdir -p /run/oid /var/log/oid /var/lib/etcd
+log() { echo "cp-init: $(date +%T.%N | cut -c1-12) $*"; }
+# shellcheck source=hack/lib/kube.sh
+. /usr/local/lib/ovsflow/kube.sh
+exec > >(tee -a /var/log/oid/cp-init.log) 2>&1
+bin=$kube_prefix/bin
+pki=$OID_KUBE/pki
+
+# supervise NAME CMD...: CMD in the background, started again a second after it exits.
+supervise() {
+	local name=$1
+	shift
+	(
+		while :; do
+			"$@" >>"/var/log/oid/$name.log" 2>&1 </dev/null || true
+			echo "cp-init: $name exited, starting it again" >>"/var/log/oid/$name.log"
+			sleep 1
+		done
+	) &
+}
+
+# The nodes' userspace conntrack drops packets whose checksum was left to
+# offload (a veth's default): the control plane's go out complete.
+ethtool -K eth0 tx off >/dev/null
+log "control plane: API server on $OID_CP4, pods $OID_CLUSTER_CIDRS, services $OID_SERVICE_CIDRS"
+kube_etcd_cmd "$bin/etcd" /var/lib/etcd "$(hostname)"
+supervise etcd "${kube_cmd[@]}"
+kube_apiserver_cmd "$bin/kube-apiserver" "$pki" "$OID_CP4" "$OID_SERVICE_CIDRS"
+supervise kube-apiserver "${kube_cmd[@]}"
+kube_controller_manager_cmd "$bin/kube-controller-manager" "$pki" "$OID_CLUSTER_CIDRS" "$OID_SERVICE_CIDRS" "$OID_MASK4" "$OID_MASK6"
+supervise kube-controller-manager "${kube_cmd[@]}"
+kube_scheduler_cmd "$bin/kube-scheduler" "$pki"
+supervise kube-scheduler "${kube_cmd[@]}"
+touch /run/oid/ready
+log "started"
+trap 'exit 0' TERM INT
+sleep infinity &
+wait $!

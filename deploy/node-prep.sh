@@ -25,7 +25,7 @@
 # tagged as the suite's (external_ids ovsflow.io/owner) and `ovs-portmap
 # reconcile` installs the suite's base flow (flows.BaseFlows: the one
 # definition of it) before the uplink is added, and restores it after every
-# ovs-vswitchd restart (the DaemonSet's reconcile container, or
+# ovs-vswitchd restart (the DaemonSet's agent, or
 # deploy/systemd/ovs-portmap-reconcile.service); this script runs it once
 # too, so a rebooted node has its uplink back without waiting for them.
 # Turning an existing standalone bridge secure flushes its flows (Open

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # ovs-in-docker.sh: a multi-node harness. Each node is a Docker container
 # running Open vSwitch (ovsdb-server + ovs-vswitchd), containerd with its CRI
-# plugin and crictl, and the plugins as the DaemonSet installs them
-# (deploy/install-cni.sh with the node's own pod ranges, `ovs-portmap
-# reconcile -watch` as the reconcile container runs). The nodes share one
-# Docker network; each node's uplink is its container interface, a port of
-# br0 (deploy/node-prep.sh), and each node routes the other nodes' pod CIDRs.
+# plugin and crictl, and the plugins (deploy/install-cni.sh with the node's
+# own pod ranges, and `ovs-portmap reconcile -watch`, what the DaemonSet's
+# agent does in-process). The nodes share one Docker network; each node's
+# uplink is its container interface, a port of br0 (deploy/node-prep.sh);
+# without -kube the harness routes the other nodes' pod CIDRs, with -kube
+# the DaemonSet's agent does.
 #
 #   hack/ovs-in-docker.sh up [-nodes N]   start N nodes (default 2, at most 4); one line per node:
 #                                           NODE <name> <node IPv4> <node IPv6> <pod IPv4 CIDR> <pod IPv6 CIDR>

@@ -509,6 +509,9 @@ func decodeNAT(a []byte) (NAT, error) {
 		}
 		n.Addr = netip.AddrFrom16([16]byte(v))
 	}
+	if n.Addr.IsUnspecified() {
+		n.Addr = netip.Addr{} // a zero address is none, as encode writes it
+	}
 	if present&nxNATProtoMin != 0 {
 		v, err := take(2)
 		if err != nil {

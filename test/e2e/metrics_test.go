@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/metrics"
@@ -123,6 +126,20 @@ func TestMetricsScrape(t *testing.T) {
 		mustSend(t, s, ra, spoofed)
 	}
 	expect(t, l.outside.ns, "tcp", hp(nodeV4, 8091), p.container, outsideV4)
+	// A UDP datagram to the UDP host port: its DNAT entry stays for the
+	// scrape (the kernel's per-zone count leaves out a TCP connection that
+	// has closed, as the one above has).
+	if err := l.outside.ns.Do(func(ns.NetNS) error {
+		conn, err := net.Dial("udp", hp(nodeV4, 8092))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_, err = conn.Write([]byte("metrics"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	c.ReconcileDone(1500*time.Millisecond, nil)
 	c.ReconcileDone(200*time.Millisecond, errors.New("bridge br0 is not there"))
 	c.VswitchdRestart()

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
@@ -74,6 +75,21 @@ func dial(ctx context.Context, addr string, t endpoint.TLS) (net.Conn, error) {
 // endpoint.ErrTLSRefused: in TLS 1.3 it comes as an alert on the first read, after
 // the client's handshake is done.
 type refusalConn struct{ *tls.Conn }
+
+// Write: the server that refused the certificate may have closed the
+// connection before the first write (broken pipe, reset); its alert is then
+// still to be read.
+func (c refusalConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err == nil {
+		return n, nil
+	}
+	c.Conn.SetReadDeadline(time.Now().Add(time.Second))
+	if _, rerr := c.Conn.Read(make([]byte, 1)); remoteAlert(rerr) {
+		err = fmt.Errorf("%w: %v", endpoint.ErrTLSRefused, rerr)
+	}
+	return n, err
+}
 
 func (c refusalConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)

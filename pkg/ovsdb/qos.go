@@ -208,18 +208,7 @@ func (c *Client) OwnedQoSAttachments(ctx context.Context) (map[Attachment]string
 type intUUIDMap map[int]string
 
 func (m intUUIDMap) appendJSON(b []byte) []byte {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b = append(b, `["map",[`...)
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(strconv.AppendInt(append(b, '['), int64(k), 10), ',')
-		b = append(named(m[k]).appendJSON(b), ']')
-	}
-	return append(b, "]]"...)
+	return appendMap(b, m,
+		func(b []byte, k int) []byte { return strconv.AppendInt(b, int64(k), 10) },
+		func(b []byte, v string) []byte { return named(v).appendJSON(b) })
 }

@@ -1,6 +1,7 @@
 package ovsdb
 
 import (
+	"cmp"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -72,7 +73,13 @@ func (s intSet) appendJSON(b []byte) []byte {
 }
 
 func (m strMap) appendJSON(b []byte) []byte {
-	keys := make([]string, 0, len(m))
+	return appendMap(b, m, appendString, appendString)
+}
+
+// appendMap appends m as an OVSDB map, its pairs in key order (so that an
+// operation encodes the same every time).
+func appendMap[K cmp.Ordered, V any](b []byte, m map[K]V, key func([]byte, K) []byte, val func([]byte, V) []byte) []byte {
+	keys := make([]K, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
@@ -82,8 +89,8 @@ func (m strMap) appendJSON(b []byte) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(append(b, '['), k)
-		b = append(appendString(append(b, ','), m[k]), ']')
+		b = key(append(b, '['), k)
+		b = append(val(append(b, ','), m[k]), ']')
 	}
 	return append(b, "]]"...)
 }

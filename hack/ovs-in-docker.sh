@@ -40,7 +40,7 @@
 # (2001:db8:10::/64), OID_POD4 (198.51.100.0/24, a /26 per node), OID_POD6
 # (2001:db8:10:N::/64 per node), VERSION (stamped into the plugins); with -kube:
 # OID_KPOD4 (the cluster CIDR, default OID_POD4), OID_KPOD6 (2001:db8:10:100::/56),
-# OID_SVC4 (203.0.113.192/27), OID_SVC6 (2001:db8:10:ffff::/112).
+# OID_SVC4 (203.0.113.192/27), OID_SVC6 (2001:db8:10:ffff::/112), OID_KMASK4 (26: the IPv4 range per node).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin

@@ -20,7 +20,7 @@ KSTATE=/run/$P-kube             # PKI, kubeconfigs, each node's configs
 KSYSCTLS=/run/$P-kube.sysctls   # kernel-wide sysctls as they were before the first kubelet
 KPOD4=${OID_KPOD4:-$POD4}                    # the cluster CIDR, IPv4: a /26 per node
 KPOD6=${OID_KPOD6:-${NET6%::/*}:100::/56}    # the cluster CIDR, IPv6: a /64 per node
-KMASK4=26 KMASK6=64
+KMASK4=${OID_KMASK4:-26} KMASK6=64         # OID_KMASK4: a smaller cluster CIDR for a second harness
 SVC4=${OID_SVC4:-203.0.113.192/27}           # Service ClusterIPs
 SVC6=${OID_SVC6:-${NET6%::/*}:ffff::/112}
 cp4() { echo "$(net4_base).$(($(net4_last) + 30))"; }

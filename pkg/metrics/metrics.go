@@ -260,7 +260,7 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 				}
 			}
 		}
-		for _, g := range []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone} {
+		for _, g := range []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone, flows.GroupBandwidth} {
 			c.emit(ch, c.flowCount, prometheus.GaugeValue, float64(groups[g]), s.name, g.String())
 		}
 		// Every reason of every attachment with port security flows, so

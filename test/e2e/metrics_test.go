@@ -170,6 +170,7 @@ func TestMetricsScrape(t *testing.T) {
 		{"limit of the container zone", metrics.NameConntrackLimit, map[string]string{"zone": "64002"}, float64(flows.DefaultContainerLimit), false},
 		{"port security flows", metrics.NameFlows, map[string]string{"bridge": l.bridge, "group": "port security"}, 1, true},
 		{"host port flows", metrics.NameFlows, map[string]string{"bridge": l.bridge, "group": "host ports"}, 1, true},
+		{"bandwidth flows (none: no ovs-bandwidth here)", metrics.NameFlows, map[string]string{"bridge": l.bridge, "group": "bandwidth"}, 0, false},
 		{"reconciles ok", metrics.NameReconciles, map[string]string{"result": "ok"}, 1, false},
 		{"reconciles failed", metrics.NameReconciles, map[string]string{"result": "error"}, 1, false},
 		{"reconcile durations", metrics.NameReconcileSeconds + "_count", nil, 2, false},

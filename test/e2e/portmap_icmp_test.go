@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -23,30 +22,12 @@ import (
 // serveBulk answers every TCP connection with size bytes, then closes it.
 func (c *container) serveBulk(t *testing.T, port, size int) {
 	t.Helper()
-	var l net.Listener
-	err := c.ns.Do(func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	payload := bytes.Repeat([]byte{'b'}, size)
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				conn.SetDeadline(time.Now().Add(20 * time.Second))
-				conn.Write(payload)
-			}()
-		}
-	}()
+	sandbox.Serve(t, c.ns, port, func(conn net.Conn) {
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(20 * time.Second))
+		conn.Write(payload)
+	})
 }
 
 // Path MTU discovery through a host port: the client sits behind a router
@@ -141,28 +122,10 @@ func TestPortmapICMPFromContainer(t *testing.T) {
 // closes it.
 func (c *container) serveHold(t *testing.T, port int) {
 	t.Helper()
-	var l net.Listener
-	err := c.ns.Do(func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
-		return err
+	sandbox.Serve(t, c.ns, port, func(conn net.Conn) {
+		defer conn.Close()
+		io.Copy(io.Discard, conn)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				io.Copy(io.Discard, conn)
-			}()
-		}
-	}()
 }
 
 // Path MTU discovery back to a client outside: a container behind a host

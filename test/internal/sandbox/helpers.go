@@ -82,10 +82,11 @@ func Allocations(t testing.TB, dataDir, network string) []string {
 	return ips
 }
 
-// ServeTCP listens in netns on a wildcard address (it survives the interface
-// being deleted and re-created) and answers every connection with
-// "hello from <id> to <client address>".
-func ServeTCP(t testing.TB, netns ns.NetNS, id string, port int) {
+// Serve listens for TCP on port in netns on a wildcard address (it
+// survives the interface being deleted and re-created), closed at the
+// test's end, and calls handle for every connection in a goroutine of its
+// own; handle closes the connection.
+func Serve(t testing.TB, netns ns.NetNS, port int, handle func(net.Conn)) {
 	t.Helper()
 	var l net.Listener
 	err := netns.Do(func(ns.NetNS) error {
@@ -103,8 +104,17 @@ func ServeTCP(t testing.TB, netns ns.NetNS, id string, port int) {
 			if err != nil {
 				return
 			}
-			fmt.Fprintf(conn, "hello from %s to %s", id, conn.RemoteAddr())
-			conn.Close()
+			go handle(conn)
 		}
 	}()
+}
+
+// ServeTCP answers every TCP connection to port in netns with
+// "hello from <id> to <client address>".
+func ServeTCP(t testing.TB, netns ns.NetNS, id string, port int) {
+	t.Helper()
+	Serve(t, netns, port, func(conn net.Conn) {
+		defer conn.Close()
+		fmt.Fprintf(conn, "hello from %s to %s", id, conn.RemoteAddr())
+	})
 }

@@ -174,23 +174,50 @@ func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d ti
 	return float64(b1-b0) * 8 / t1.Sub(t0).Seconds()
 }
 
-// wantRate checks a shaped rate against bwRate and bwTolerance.
-func wantRate(t *testing.T, what string, got float64) {
+// bwAttempts is how many times a rate below what it should be is measured
+// before it counts: a sender starved of CPU (a loaded machine, the
+// emulated guest) delivers less than a limit or a link allows, but never
+// more, so a rate above the band fails at once.
+const bwAttempts = 3
+
+// wantRate checks the shaped rate measure returns against bwRate and
+// bwTolerance.
+func wantRate(t *testing.T, what string, measure func() float64) {
 	t.Helper()
-	if lo, hi := bwRate*(1-bwTolerance), bwRate*(1+bwTolerance); got < lo || got > hi {
-		t.Errorf("%s: %.2f Mbit/s, want %.1f Mbit/s ±%.0f%%", what, got/1e6, bwRate/1e6, bwTolerance*100)
-	} else {
-		t.Logf("%s: %.2f Mbit/s (limit %.1f)", what, got/1e6, bwRate/1e6)
+	lo, hi := bwRate*(1-bwTolerance), bwRate*(1+bwTolerance)
+	for i := 1; ; i++ {
+		got := measure()
+		switch {
+		case got > hi:
+			t.Errorf("%s: %.2f Mbit/s, want %.1f Mbit/s ±%.0f%%: above the limit", what, got/1e6, bwRate/1e6, bwTolerance*100)
+		case got >= lo:
+			t.Logf("%s: %.2f Mbit/s (limit %.1f)", what, got/1e6, bwRate/1e6)
+		case i < bwAttempts:
+			t.Logf("%s: %.2f Mbit/s, below %.1f Mbit/s ±%.0f%% (measure %d of %d): again", what, got/1e6, bwRate/1e6, bwTolerance*100, i, bwAttempts)
+			continue
+		default:
+			t.Errorf("%s: %.2f Mbit/s, want %.1f Mbit/s ±%.0f%% (%d measures)", what, got/1e6, bwRate/1e6, bwTolerance*100, bwAttempts)
+		}
+		return
 	}
 }
 
-// wantUnshaped checks that a control rate is far above bwRate.
-func wantUnshaped(t *testing.T, what string, got float64) {
+// wantUnshaped checks that the control rate measure returns is far above
+// bwRate.
+func wantUnshaped(t *testing.T, what string, measure func() float64) {
 	t.Helper()
-	if got < bwControl*bwRate {
-		t.Errorf("%s (no limit): %.2f Mbit/s, want more than %d×%.1f Mbit/s: the shaped figures would prove nothing", what, got/1e6, bwControl, bwRate/1e6)
-	} else {
-		t.Logf("%s (no limit): %.2f Mbit/s", what, got/1e6)
+	for i := 1; ; i++ {
+		got := measure()
+		switch {
+		case got >= bwControl*bwRate:
+			t.Logf("%s (no limit): %.2f Mbit/s", what, got/1e6)
+		case i < bwAttempts:
+			t.Logf("%s (no limit): %.2f Mbit/s, below %d×%.1f Mbit/s (measure %d of %d): again", what, got/1e6, bwControl, bwRate/1e6, i, bwAttempts)
+			continue
+		default:
+			t.Errorf("%s (no limit): %.2f Mbit/s, want more than %d×%.1f Mbit/s: the shaped figures would prove nothing (%d measures)", what, got/1e6, bwControl, bwRate/1e6, bwAttempts)
+		}
+		return
 	}
 }
 
@@ -306,10 +333,10 @@ func TestBandwidthShapes(t *testing.T) {
 	for _, network := range []string{"tcp", "udp"} {
 		// ingress: the node sends to the container; egress: the container
 		// sends to the node.
-		wantRate(t, network+" ingress", rate(t, network, nil, shaped.ns, ip, bwWarm, bwWindow))
-		wantUnshaped(t, network+" ingress", rate(t, network, nil, free.ns, ipf, time.Second, 3*time.Second))
-		wantRate(t, network+" egress", rate(t, network, shaped.ns, nil, gw, bwWarm, bwWindow))
-		wantUnshaped(t, network+" egress", rate(t, network, free.ns, nil, gw, time.Second, 3*time.Second))
+		wantRate(t, network+" ingress", func() float64 { return rate(t, network, nil, shaped.ns, ip, bwWarm, bwWindow) })
+		wantUnshaped(t, network+" ingress", func() float64 { return rate(t, network, nil, free.ns, ipf, time.Second, 3*time.Second) })
+		wantRate(t, network+" egress", func() float64 { return rate(t, network, shaped.ns, nil, gw, bwWarm, bwWindow) })
+		wantUnshaped(t, network+" egress", func() float64 { return rate(t, network, free.ns, nil, gw, time.Second, 3*time.Second) })
 	}
 	if err := n.check(shaped, "eth0", bw); err != nil {
 		t.Errorf("CHECK: %v", err)
@@ -432,8 +459,8 @@ func TestBandwidthAfterVswitchdRestart(t *testing.T) {
 		t.Errorf("CHECK after reconcile: %v", err)
 	}
 	ip := addrOf(t, r, false)
-	wantRate(t, "tcp egress after restart", rate(t, "tcp", c.ns, nil, "192.0.2.1", bwWarm, bwWindow))
-	wantRate(t, "tcp ingress after restart", rate(t, "tcp", nil, c.ns, ip, bwWarm, bwWindow))
+	wantRate(t, "tcp egress after restart", func() float64 { return rate(t, "tcp", c.ns, nil, "192.0.2.1", bwWarm, bwWindow) })
+	wantRate(t, "tcp ingress after restart", func() float64 { return rate(t, "tcp", nil, c.ns, ip, bwWarm, bwWindow) })
 }
 
 // GC removes the limits of attachments that are not valid: of one whose

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Multus in front of ovsflow (`hack/ovs-in-docker.sh up -kube -multus`, what
@@ -49,29 +50,46 @@ func needMultus(t *testing.T, ctx context.Context) {
 	t.Skipf("no Multus on this cluster (%s: %v): up -kube -multus", nadGroupPath, err)
 }
 
-// vlanNAD is the NetworkAttachmentDefinition's CNI config: ovs-bridge on br0's
-// VLAN vlan, host-local with the two ranges; "ips" lets a pod's network
-// selection choose its addresses (host-local is per node: two nodes would
-// otherwise hand out the same first address). host-local keeps each
-// range's first address as its gateway, so the pods' addresses start at
-// the second.
-func vlanNAD(name string, vlan int, v4, v6 string, portSecurity bool) string {
-	conf := map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       name,
-		"plugins": []any{map[string]any{
-			"type":         "ovs-bridge",
-			"bridge":       "br0",
-			"vlan":         vlan,
-			"portSecurity": portSecurity,
-			"capabilities": map[string]bool{"ips": true},
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"dataDir": "/var/lib/cni/networks",
-				"ranges":  []any{[]any{map[string]string{"subnet": v4}}, []any{map[string]string{"subnet": v6}}},
-			},
-		}},
+// exampleNAD reads the CNI config of a NetworkAttachmentDefinition in
+// examples/ (its "config: |" block), so that the examples are what runs.
+func exampleNAD(t *testing.T, file string) string {
+	t.Helper()
+	raw, err := os.ReadFile("../../examples/" + file)
+	if err != nil {
+		t.Fatalf("reading example: %v", err)
 	}
+	_, block, ok := strings.Cut(string(raw), "  config: |\n")
+	if !ok {
+		t.Fatalf("examples/%s: no \"  config: |\" block", file)
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(block, "\n") {
+		if !strings.HasPrefix(line, "    ") && strings.TrimSpace(line) != "" {
+			break
+		}
+		b.WriteString(strings.TrimPrefix(line, "    ") + "\n")
+	}
+	if !json.Valid([]byte(b.String())) {
+		t.Fatalf("examples/%s: config is not JSON: %s", file, b.String())
+	}
+	return b.String()
+}
+
+// vlanNAD is examples/multus-nad.yaml's network (ovs-bridge on br0's VLAN
+// 100, host-local with secureV4 and secureV6, the "ips" capability: host-local
+// is per node, so the pods name their addresses; host-local keeps each
+// range's first address as its gateway, so they start at the second),
+// renamed, on VLAN vlan with the ranges v4 and v6 and portSecurity as given.
+func vlanNAD(t *testing.T, name string, vlan int, v4, v6 string, portSecurity bool) string {
+	t.Helper()
+	var conf map[string]any
+	if err := json.Unmarshal([]byte(exampleNAD(t, "multus-nad.yaml")), &conf); err != nil {
+		t.Fatal(err)
+	}
+	conf["name"] = name
+	pl := conf["plugins"].([]any)[0].(map[string]any)
+	pl["vlan"], pl["portSecurity"] = vlan, portSecurity
+	pl["ipam"].(map[string]any)["ranges"] = []any{[]any{map[string]string{"subnet": v4}}, []any{map[string]string{"subnet": v6}}}
 	b, _ := json.Marshal(conf)
 	return string(b)
 }
@@ -195,7 +213,7 @@ func TestMultusSecondaryVLANReachesOtherNode(t *testing.T) {
 	needMultus(t, ctx)
 	nodes := readyNodes(t, ctx, 2)
 	ns := namespace(t, ctx)
-	createNAD(t, ctx, ns, secureNAD, vlanNAD(secureNAD, vlanSecure, secureV4, secureV6, true))
+	createNAD(t, ctx, ns, secureNAD, vlanNAD(t, secureNAD, vlanSecure, secureV4, secureV6, true))
 	names := []string{"a", "b"}
 	for i, name := range names {
 		createPods(t, ctx, ns, multusPod(name, nodes[i].Name, []attachment{{Name: secureNAD, Interface: "net1",
@@ -252,6 +270,31 @@ func TestMultusSecondaryVLANReachesOtherNode(t *testing.T) {
 			return nil
 		})
 	}
+	// DEL through Multus: both attachments of pod a go, ports and addresses.
+	deletedLeavesNothing(t, ctx, &pods[0])
+}
+
+// deletedLeavesNothing deletes the pod and waits until its node holds no
+// Port row of its sandbox and no host-local allocation of it (eth0's and
+// the secondary networks').
+func deletedLeavesNothing(t *testing.T, ctx context.Context, p *corev1.Pod) {
+	t.Helper()
+	sb := sandboxID(t, ctx, p)
+	zero := int64(0)
+	if err := kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatalf("deleting pod %s: %v", p.Name, err)
+	}
+	eventually(t, ctx, 2*time.Minute, "pod "+p.Name+"'s ports and addresses gone from "+p.Spec.NodeName, func() error {
+		out, err := onNode(ctx, p.Spec.NodeName, fmt.Sprintf(
+			`ovs-vsctl --bare --columns=name find Port 'external_ids:"ovsflow.io/container-id"="%[1]s"'; grep -rl '%[1]s' /var/lib/cni/networks || true`, sb))
+		if err != nil {
+			return err
+		}
+		if left := strings.TrimSpace(out); left != "" {
+			return fmt.Errorf("left of sandbox %s: %s", sb, left)
+		}
+		return nil
+	})
 }
 
 // echoCount: the ICMP echo requests the pod's network namespace has received.
@@ -280,8 +323,8 @@ func TestMultusSecondarySpoofDropped(t *testing.T) {
 	needMultus(t, ctx)
 	nodes := readyNodes(t, ctx, 2)
 	ns := namespace(t, ctx)
-	createNAD(t, ctx, ns, secureNAD, vlanNAD(secureNAD, vlanSecure, secureV4, secureV6, true))
-	createNAD(t, ctx, ns, openN, vlanNAD(openN, vlanOpen, open4, open6, false))
+	createNAD(t, ctx, ns, secureNAD, vlanNAD(t, secureNAD, vlanSecure, secureV4, secureV6, true))
+	createNAD(t, ctx, ns, openN, vlanNAD(t, openN, vlanOpen, open4, open6, false))
 	names := []string{"attacker", "victim"}
 	for i, name := range names {
 		createPods(t, ctx, ns, multusPod(name, nodes[i].Name, []attachment{
@@ -368,7 +411,7 @@ func TestMultusPortMappingsToDelegate(t *testing.T) {
 	needMultus(t, ctx)
 	nodes := readyNodes(t, ctx, 2)
 	ns := namespace(t, ctx)
-	createNAD(t, ctx, ns, secureNAD, vlanNAD(secureNAD, vlanSecure, secureV4, secureV6, true))
+	createNAD(t, ctx, ns, secureNAD, vlanNAD(t, secureNAD, vlanSecure, secureV4, secureV6, true))
 	const hp = 18100
 	first := nodes[0]
 	createPods(t, ctx, ns, multusPod("pm", first.Name, []attachment{{Name: secureNAD, Interface: "net1",
@@ -408,4 +451,52 @@ func TestMultusPortMappingsToDelegate(t *testing.T) {
 			t.Errorf("host port %v from node %s: got %q, want %q", pr, other.Name, got, hello("pm", peer))
 		}
 	}
+}
+
+// TestMultusOVSCNIConfigNAD: examples/multus-ovs-cni-nad.yaml, a
+// NetworkAttachmentDefinition whose config is ovs-cni's (its README's: cniVersion 0.4.0, one plugin, "bridge", "vlan",
+// plus its socket_file and link state keys), with "type" ovs-bridge, runs
+// through Multus: pods on two nodes get net1 on VLAN 102 with no address
+// (no IPAM: MAC-only port security), and once each has an address put on
+// by hand, each reaches the other over it; the pod's DEL leaves nothing.
+func TestMultusOVSCNIConfigNAD(t *testing.T) {
+	ctx := testContext(t)
+	needMultus(t, ctx)
+	nodes := readyNodes(t, ctx, 2)
+	ns := namespace(t, ctx)
+	const nad, vlan, subnet = "ovs-cni-style", 102, "198.51.100.208/28" // as in examples/multus-ovs-cni-nad.yaml
+	createNAD(t, ctx, ns, nad, exampleNAD(t, "multus-ovs-cni-nad.yaml"))
+	names := []string{"c", "d"}
+	for i, name := range names {
+		createPods(t, ctx, ns, multusPod(name, nodes[i].Name, []attachment{{Name: nad, Interface: "net1"}}))
+	}
+	var pods []corev1.Pod
+	for i, name := range names {
+		p := waitPodsReady(t, ctx, ns, "role="+name, 1)[0]
+		if ports := podPorts(t, ctx, &p); ports["net1"].Tag != vlan {
+			t.Errorf("pod %s: ports %+v, want net1 on VLAN %d", p.Name, ports, vlan)
+		}
+		if out, err := inPod(ctx, &p, fmt.Sprintf("ip addr add %s dev net1", withLen(addr(subnet, 2+i), subnet))); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		pods = append(pods, p)
+	}
+	for i := range pods {
+		src, dst := &pods[i], &pods[1-i]
+		ps := []probe{{"tcp", addr(subnet, 3-i), 80}, {"udp", addr(subnet, 3-i), 53}}
+		eventually(t, ctx, time.Minute, fmt.Sprintf("from %s on %s over net1", src.Name, src.Spec.NodeName), func() error {
+			out, err := inPod(ctx, src, probeScript(ps))
+			if err != nil {
+				return err
+			}
+			got := answers(out)
+			for _, pr := range ps {
+				if want := hello(dst.Name, addr(subnet, 2+i)); !strings.HasPrefix(got[pr], want) {
+					return fmt.Errorf("%v: got %q, want %q", pr, got[pr], want)
+				}
+			}
+			return nil
+		})
+	}
+	deletedLeavesNothing(t, ctx, &pods[0])
 }

@@ -209,7 +209,7 @@ kube_test() {
 			OVSFLOW_CLUSTER_KUBECONFIG=$(admin_kubeconfig) OVSFLOW_CLUSTER_HARNESS=$PWD/../../hack/ovs-in-docker.sh \
 				OVSFLOW_CLUSTER_MULTUS=1 go test -count=1 -v -timeout 30m ${OID_RUN:+-run "$OID_RUN"} .
 	) || rc=$?
-	echo "up -kube -nodes $n: $((tup - t0)) s; deploy: $((tdep - tup)) s; tests: $((SECONDS - tdep)) s; total $((SECONDS - t0)) s"
+	echo "up -kube -multus -nodes $n: $((tup - t0)) s; deploy: $((tdep - tup)) s; tests: $((SECONDS - tdep)) s; total $((SECONDS - t0)) s"
 	return $rc
 }
 

@@ -18,14 +18,16 @@
 #                                         stops the private dockerd if this script started it. Idempotent.
 #
 # A Kubernetes cluster (hack/ovs-in-docker/cluster.sh; the binaries of hack/lib/kube.sh's cached build):
-#   hack/ovs-in-docker.sh up -kube [-nodes N]  a control-plane container (cp) and N nodes (default 3, at most 4)
+#   hack/ovs-in-docker.sh up -kube [-multus] [-nodes N]  a control-plane container (cp) and N nodes (default 3, at most 4)
 #                                         running containerd 2.x, kubelet, kube-proxy; one line per node:
 #                                           NODE <name> <node IPv4> <node IPv6> <pod CIDRs from its Node object>
-#                                         and KUBECONFIG=<the admin's kubeconfig>
+#                                         and KUBECONFIG=<the admin's kubeconfig>; -multus: deploy puts Multus
+#                                         (thin plugin, hack/lib/kube.sh's cached build) in front of ovsflow
 #   hack/ovs-in-docker.sh kubectl ARGS...  kubectl against the cluster
 #   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied
+#                                         (after up -kube -multus: then deploy/multus.yaml and Multus on every node)
 #   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
-#   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube, deploy, the Go tests of test/cluster, down
+#   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube -multus, deploy, the Go tests of test/cluster, down
 #   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
 #
 # The engine: the one answering at $DOCKER_HOST or /var/run/docker.sock; else
@@ -218,15 +220,17 @@ node_line() { # I
 }
 
 cmd_up() {
-	local n="" kube=0
+	local n="" kube=0 multus=0
 	while (($#)); do
 		case $1 in
 		-nodes) n=$2; shift 2 ;;
 		-kube) kube=1; shift ;;
+		-multus) multus=1; shift ;;
 		*) die "up: unknown argument $1" ;;
 		esac
 	done
 	[ -n "$n" ] || n=$((kube ? 3 : 2))
+	((multus == 0 || kube)) || die "up: -multus needs -kube"
 	((n >= 1 && n <= 4)) || die "up: -nodes $n: want 1 to 4"
 	[ "$(id -u)" = 0 ] || [ -n "${DOCKER_HOST:-}" ] || [ -w /var/run/docker.sock ] || die "up: needs root (or a Docker engine of yours)"
 	engine start
@@ -234,7 +238,7 @@ cmd_up() {
 	build_base
 	build_node
 	remove_nodes
-	((kube)) && kube_prepare "$n"
+	((kube)) && kube_prepare "$n" "$multus"
 	docker network create --label "$LABEL" --driver bridge \
 		--subnet "$NET4" --gateway "$(gw4)" --ipv6 --subnet "$NET6" --gateway "$(gw6)" \
 		-o com.docker.network.bridge.enable_ip_masquerade=false -o com.docker.network.bridge.name="${P:0:15}" \
@@ -352,7 +356,7 @@ cmd_restart() {
 # shellcheck source=hack/ovs-in-docker/cluster.sh
 . hack/ovs-in-docker/cluster.sh
 
-usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
 cmd=${1:-}

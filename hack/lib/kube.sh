@@ -14,6 +14,8 @@ kube_prefix=${OVSFLOW_KUBE_PREFIX:-/opt/ovsflow-kube}
 kube_version=v1.37.2 # k8s.io/kubernetes; its staging modules are v0.37.2
 etcd_version=v3.6.16 # go.etcd.io/etcd/server/v3
 containerd_version=v2.4.2
+multus_module=gopkg.in/k8snetworkplumbingwg/multus-cni.v4
+multus_version=v4.2.3 # the thin plugin (cmd/multus) of `up -kube -multus`
 kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
 # The pause image of the runtime suites (hack/install-runtimes.sh builds its tar).
 kube_pause_image=rt.local/ovsflow-pause:1
@@ -102,6 +104,24 @@ kube_build_containerd() {
 		"github.com/containerd/containerd/v2/cmd/containerd@$containerd_version" \
 		"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$containerd_version" \
 		"github.com/containerd/containerd/v2/cmd/ctr@$containerd_version"
+}
+
+# kube_build_multus: Multus's thin plugin into the cache, unless there. Built in
+# a scratch module (`go install pkg@v` would ask the proxy for the module's
+# version list, which it does not serve).
+kube_build_multus() {
+	local prefix=$kube_prefix
+	mkdir -p "$prefix/bin"
+	(
+		flock 8
+		kube_built "$prefix/bin/multus" "$multus_module" "$multus_version" && exit 0
+		local m=$prefix/src/multus
+		kube_scratch_module "$m" ovsflow.local/multus-build
+		cd "$m"
+		go get "$multus_module/cmd/multus@$multus_version" >&2
+		log "building Multus $multus_version (the thin plugin)"
+		CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$prefix/bin/multus" "$multus_module/cmd/multus"
+	) 8>"$prefix/.lock"
 }
 
 # kube_build_all: containerd, etcd and Kubernetes, each unless cached (under a lock:

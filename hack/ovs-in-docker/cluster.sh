@@ -12,6 +12,14 @@
 #
 # No pod routes are installed by the harness: cross-node pod routes are the
 # node agent's (the DaemonSet of deploy/ovsflow-cni.yaml), as on a real cluster.
+#
+# With `up -kube -multus` (what `test -kube` does), `deploy` also puts Multus
+# in front: deploy/multus.yaml (the NetworkAttachmentDefinition CRD, Multus's
+# ServiceAccount and RBAC), and on every node Multus's thin plugin (built by
+# hack/lib/kube.sh into the cache), a kubeconfig with a token of that
+# ServiceAccount, and examples/multus.conflist as 00-multus.conflist: the
+# first conflist by name, so containerd runs Multus, which delegates the
+# cluster default network to the agent's 10-ovsflow.conflist.
 
 # shellcheck source=hack/lib/kube.sh
 . hack/lib/kube.sh
@@ -32,14 +40,18 @@ admin_kubeconfig() { echo "$KSTATE/pki/admin.kubeconfig"; }
 
 kctl() { "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"; }
 
-# kube_prepare N: the binaries (built once), the PKI and every node's configs.
+# kube_prepare N MULTUS: the binaries (built once; Multus's too when MULTUS is
+# 1), the PKI and every node's configs.
 kube_prepare() {
-	local n=$1 i me d
+	local n=$1 multus=${2:-0} i me d
 	[ "$(id -u)" = 0 ] || die "up -kube: needs root (the cached build, the PKI under $KSTATE)"
 	kube_build_all
+	((multus)) && kube_build_multus
 	rm -rf "$KSTATE"
 	mkdir -p "$KSTATE/pki"
 	chmod 0755 "$KSTATE"
+	# deploy reads it: Multus goes in front of ovsflow.
+	((multus)) && echo "$multus_version" >"$KSTATE/multus"
 	d=$KSTATE/pki
 	kube_ca "$d" "$P"
 	kube_control_plane_certs "$d" "$P" "DNS:cp,IP:127.0.0.1,IP:$(cp4),IP:$(cp6),IP:$(svc4_first),IP:$(svc6_first)" "$(kube_server)"
@@ -131,7 +143,45 @@ cmd_deploy() {
 	kctl apply -f deploy/ovsflow-cni.yaml >&2
 	kctl -n kube-system rollout status daemonset/ovsflow-cni --timeout=180s >&2
 	kctl wait node --all --for=condition=Ready --timeout=120s >&2
+	[ -f "$KSTATE/multus" ] && deploy_multus
 	log "deployed in $((SECONDS - t0)) s"
+}
+
+# deploy_multus: deploy/multus.yaml applied, then on every node Multus's thin
+# plugin, its kubeconfig (a token of its ServiceAccount) and
+# examples/multus.conflist as the node's first conflist, each written to a
+# temporary name and renamed, the conflist last.
+deploy_multus() {
+	local n token kc
+	kctl apply -f deploy/multus.yaml >&2
+	kctl wait --for condition=established --timeout=60s crd/network-attachment-definitions.k8s.cni.cncf.io >&2
+	token=$(kctl -n kube-system create token multus --duration=48h)
+	kc=$(
+		cat <<-EOF
+			apiVersion: v1
+			kind: Config
+			clusters:
+			- name: local
+			  cluster: {server: "$(kube_server)", certificate-authority-data: $(base64 -w0 <"$KSTATE/pki/ca.crt")}
+			users:
+			- name: multus
+			  user: {token: "$token"}
+			contexts:
+			- name: multus-context
+			  context: {cluster: local, user: multus}
+			current-context: multus-context
+		EOF
+	)
+	for n in $(kube_nodes); do
+		docker exec -i "$P-$n" sh -ec '
+			d=/etc/cni/net.d
+			mkdir -p "$d/multus.d" /opt/cni/bin
+			cp /opt/ovsflow-kube/bin/multus /opt/cni/bin/.multus.new && mv -f /opt/cni/bin/.multus.new /opt/cni/bin/multus
+			(umask 077 && cat >"$d/multus.d/.multus.kubeconfig.new") && mv -f "$d/multus.d/.multus.kubeconfig.new" "$d/multus.d/multus.kubeconfig"
+			printf "%s\n" "$1" >"$d/.00-multus.conflist.new" && mv -f "$d/.00-multus.conflist.new" "$d/00-multus.conflist"
+		' sh "$(cat examples/multus.conflist)" <<<"$kc" || die "installing Multus on $n"
+	done
+	log "Multus $(cat "$KSTATE/multus") in front of ovsflow on $(kube_nodes | wc -l) nodes"
 }
 
 # kube_down: what up -kube made on this machine besides the containers.
@@ -144,11 +194,12 @@ kube_down() {
 	fi
 }
 
-# kube_test N: up -kube, deploy, the Go tests of test/cluster (client-go against
-# the API server), down; the times of each step. OID_RUN: a -run pattern.
+# kube_test N: up -kube -multus, deploy, the Go tests of test/cluster (client-go
+# against the API server; OVSFLOW_CLUSTER_MULTUS=1: the Multus tests must run,
+# not skip), down; the times of each step. OID_RUN: a -run pattern.
 kube_test() {
 	local n=$1 t0=$SECONDS rc=0
-	cmd_up -kube -nodes "$n" >/dev/null || die "up -kube failed"
+	cmd_up -kube -multus -nodes "$n" >/dev/null || die "up -kube failed"
 	local tup=$SECONDS
 	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
 	cmd_deploy || die "deploy failed"
@@ -156,9 +207,9 @@ kube_test() {
 	(
 		cd test/cluster &&
 			OVSFLOW_CLUSTER_KUBECONFIG=$(admin_kubeconfig) OVSFLOW_CLUSTER_HARNESS=$PWD/../../hack/ovs-in-docker.sh \
-				go test -count=1 -v -timeout 30m ${OID_RUN:+-run "$OID_RUN"} .
+				OVSFLOW_CLUSTER_MULTUS=1 go test -count=1 -v -timeout 30m ${OID_RUN:+-run "$OID_RUN"} .
 	) || rc=$?
-	echo "up -kube -nodes $n: $((tup - t0)) s; deploy: $((tdep - tup)) s; tests: $((SECONDS - tdep)) s; total $((SECONDS - t0)) s"
+	echo "up -kube -multus -nodes $n: $((tup - t0)) s; deploy: $((tdep - tup)) s; tests: $((SECONDS - tdep)) s; total $((SECONDS - t0)) s"
 	return $rc
 }
 

@@ -127,15 +127,74 @@ func find(plugin, cniPath string) (string, error) {
 	return "", fmt.Errorf("plugin %q not found in CNI_PATH %q", plugin, cniPath)
 }
 
-// withCommand is env with CNI_COMMAND set to command.
-func withCommand(env []string, command string) []string {
+// withCommand is env with CNI_COMMAND set to command, and CNI_ARGS as
+// ipamArgs leaves it for the addresses netconf requests.
+func withCommand(env []string, command string, netconf []byte) []string {
 	out := make([]string, 0, len(env)+1)
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "CNI_COMMAND=") {
+		switch {
+		case strings.HasPrefix(kv, "CNI_COMMAND="):
+		case strings.HasPrefix(kv, "CNI_ARGS="):
+			out = append(out, "CNI_ARGS="+ipamArgs(strings.TrimPrefix(kv, "CNI_ARGS="), requestedIPs(netconf)))
+		default:
 			out = append(out, kv)
 		}
 	}
 	return append(out, "CNI_COMMAND="+command)
+}
+
+// requestedIPs: the addresses netconf requests in its current forms,
+// runtimeConfig.ips (capability "ips") and args.cni.ips.
+func requestedIPs(netconf []byte) []string {
+	var c struct {
+		RuntimeConfig struct {
+			IPs []string `json:"ips"`
+		} `json:"runtimeConfig"`
+		Args struct {
+			CNI struct {
+				IPs []string `json:"ips"`
+			} `json:"cni"`
+		} `json:"args"`
+	}
+	if json.Unmarshal(netconf, &c) != nil {
+		return nil
+	}
+	return append(c.RuntimeConfig.IPs, c.Args.CNI.IPs...)
+}
+
+// ipamArgs is cniArgs without its "IP" pair when every address of that pair
+// is also in requested: the same request in its older form. Multus sends a
+// network selection's "ips" both as runtimeConfig.ips and, comma-joined, as
+// CNI_ARGS IP=A,B; host-local reads CNI_ARGS IP as one address and refuses
+// two (a dual-stack request), while it reads runtimeConfig.ips whole. An
+// "IP" pair of addresses not requested otherwise is left as it is.
+func ipamArgs(cniArgs string, requested []string) string {
+	if cniArgs == "" || len(requested) == 0 {
+		return cniArgs
+	}
+	have := map[string]bool{}
+	for _, r := range requested {
+		have[strings.TrimSpace(r)] = true
+	}
+	pairs := strings.Split(cniArgs, ";")
+	out := pairs[:0]
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && k == "IP" && allIn(strings.Split(v, ","), have) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return strings.Join(out, ";")
+}
+
+func allIn(addrs []string, have map[string]bool) bool {
+	for _, a := range addrs {
+		if !have[strings.TrimSpace(a)] {
+			return false
+		}
+	}
+	return true
 }
 
 // run executes the plugin's command and returns its stdout. What the plugin
@@ -148,7 +207,7 @@ func run(ctx context.Context, plugin, command string, netconf []byte) ([]byte, e
 	if err != nil {
 		return nil, err
 	}
-	env := withCommand(os.Environ(), command)
+	env := withCommand(os.Environ(), command, netconf)
 	for attempt := 0; ; attempt++ {
 		var stdout, stderr bytes.Buffer
 		c := exec.CommandContext(ctx, path)

@@ -218,10 +218,51 @@ func TestBusyBinary(t *testing.T) {
 }
 
 func TestWithCommand(t *testing.T) {
-	got := withCommand([]string{"A=1", "CNI_COMMAND=ADD", "CNI_COMMANDX=y", "B"}, "DEL")
+	got := withCommand([]string{"A=1", "CNI_COMMAND=ADD", "CNI_COMMANDX=y", "B"}, "DEL", []byte(`{}`))
 	want := []string{"A=1", "CNI_COMMANDX=y", "B", "CNI_COMMAND=DEL"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("withCommand: got %q, want %q", got, want)
+	}
+	// Multus's dual-stack request: CNI_ARGS IP=A,B and runtimeConfig.ips [A, B].
+	got = withCommand([]string{"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAME=p;IP=198.51.100.241/28,2001:db8:22:200::1/64"}, "ADD",
+		[]byte(`{"runtimeConfig":{"ips":["198.51.100.241/28","2001:db8:22:200::1/64"]}}`))
+	want = []string{"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAME=p", "CNI_COMMAND=ADD"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("withCommand: got %q, want %q", got, want)
+	}
+}
+
+func TestIPAMArgs(t *testing.T) {
+	for _, c := range []struct {
+		name, args string
+		requested  []string
+		want       string
+	}{
+		{"no request", "IgnoreUnknown=1;IP=192.0.2.5,2001:db8::5", nil, "IgnoreUnknown=1;IP=192.0.2.5,2001:db8::5"},
+		{"same request", "IgnoreUnknown=1;IP=192.0.2.5/24,2001:db8::5/64;K8S_POD_NAME=p",
+			[]string{"192.0.2.5/24", "2001:db8::5/64"}, "IgnoreUnknown=1;K8S_POD_NAME=p"},
+		{"single", "IP=192.0.2.5", []string{"192.0.2.5"}, ""},
+		{"another address kept", "IP=192.0.2.6", []string{"192.0.2.5"}, "IP=192.0.2.6"},
+		{"partly requested kept", "IP=192.0.2.5,192.0.2.6", []string{"192.0.2.5"}, "IP=192.0.2.5,192.0.2.6"},
+		{"no IP pair", "IgnoreUnknown=1;MAC=02:00:00:00:00:01", []string{"192.0.2.5"}, "IgnoreUnknown=1;MAC=02:00:00:00:00:01"},
+		{"IPX is not IP", "IPX=192.0.2.5", []string{"192.0.2.5"}, "IPX=192.0.2.5"},
+		{"empty", "", []string{"192.0.2.5"}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ipamArgs(c.args, c.requested); got != c.want {
+				t.Errorf("ipamArgs(%q, %q): got %q, want %q", c.args, c.requested, got, c.want)
+			}
+		})
+	}
+}
+
+func TestRequestedIPs(t *testing.T) {
+	got := requestedIPs([]byte(`{"runtimeConfig":{"ips":["192.0.2.5/24"]},"args":{"cni":{"ips":["2001:db8::5/64"]}}}`))
+	if want := []string{"192.0.2.5/24", "2001:db8::5/64"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("requestedIPs: got %q, want %q", got, want)
+	}
+	if got := requestedIPs([]byte(`not json`)); got != nil {
+		t.Errorf("requestedIPs of bad JSON: got %q, want none", got)
 	}
 }
 

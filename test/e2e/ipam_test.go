@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 )
@@ -82,6 +84,63 @@ exit 0
 			if strings.Contains(out, "cookie=") {
 				t.Errorf("flows of the failed ADD left:\n%s", out)
 			}
+		})
+	}
+}
+
+// Multus's form of a dual-stack address request (a network selection's
+// "ips"): runtimeConfig.ips with both addresses, and the same addresses
+// comma-joined in CNI_ARGS IP=, which host-local reads as a single address
+// and refuses. ovs-bridge leaves that CNI_ARGS IP out for host-local, so the
+// ADD gets both addresses, and DEL leaves nothing. Control: a CNI_ARGS IP
+// that runtimeConfig.ips does not repeat reaches host-local as it is (the
+// container gets that IPv4 address, and an IPv6 one of host-local's choice).
+func TestBridgeIPsRequestedTwiceAsMultusDoes(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	dataDir := t.TempDir()
+	conf := bridgeConf(br, dataDir, map[string]any{"capabilities": map[string]any{"ips": true}})
+	n := newCNI(t, conflist("1.0.0", "ipstwice", conf))
+	for _, c := range []struct {
+		name    string
+		ips     []string // runtimeConfig.ips
+		cniArgs string   // CNI_ARGS IP
+		want    []string
+	}{
+		{"ips and CNI_ARGS IP=A,B", []string{"192.0.2.77/24", "2001:db8:c::77/64"}, "192.0.2.77/24,2001:db8:c::77/64", []string{"192.0.2.77", "2001:db8:c::77"}},
+		{"control: CNI_ARGS IP alone", nil, "192.0.2.78", []string{"192.0.2.78"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ct := newContainer(t)
+			var capArgs map[string]any
+			if c.ips != nil {
+				capArgs = map[string]any{"ips": c.ips}
+			}
+			rt := ct.rt("eth0", capArgs)
+			rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"IP", c.cniArgs}}
+			res, err := n.cfg.AddNetworkList(context.Background(), n.list, rt)
+			if err != nil {
+				t.Fatalf("ADD: %v", err)
+			}
+			r, err := current.NewResultFromResult(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ip := range r.IPs {
+				got = append(got, ip.Address.IP.String())
+			}
+			sort.Strings(got)
+			have := strings.Join(got, " ")
+			for _, w := range c.want {
+				if len(got) != 2 || !strings.Contains(" "+have+" ", " "+w+" ") {
+					t.Errorf("ADD: addresses %v, want one of each family, %v among them", got, c.want)
+				}
+			}
+			if err := n.cfg.DelNetworkList(context.Background(), n.list, rt); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			assertNothingLeft(t, ct.id, dataDir, "ipstwice")
 		})
 	}
 }

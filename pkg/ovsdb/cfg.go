@@ -73,7 +73,7 @@ func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) erro
 			return fmt.Errorf("%w: configuration %d not applied within %s (at %d)", endpoint.ErrTimeout, n, timeout, cur)
 		}
 		ms := int(left / time.Millisecond)
-		wctx, cancel := context.WithTimeout(ctx, left+2*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, left+waitGrace)
 		_, err = c.transact(wctx, operation{op: opWait, table: tableRoot, where: allRows, timeout: ms,
 			columns: []string{"cur_cfg"}, until: fnNotEqual, rows: []row{{{"cur_cfg", integer(cur)}}}})
 		cancel()

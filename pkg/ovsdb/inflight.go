@@ -54,6 +54,11 @@ const (
 	SweepTTL = time.Minute
 	// sweepWait bounds how long a claim waits for a sweep to end.
 	sweepWait = 20 * time.Second
+	// waitGrace is how much later than its own timeout the answer to a
+	// wait operation may come before the client gives up on it: a
+	// loaded ovsdb-server (seen in the emulated guest on a busy host)
+	// answers a 1 s wait 2-3 s late.
+	waitGrace = 5 * time.Second
 )
 
 // ErrClaimLost says that the claims of a reservation are gone (a sweep
@@ -266,7 +271,7 @@ func (c *Client) WaitSweep(ctx context.Context) error {
 		if left := min(time.Until(deadline), time.Second); left > 0 {
 			w := noSweep
 			w.timeout = int(left / time.Millisecond)
-			wctx, cancel := context.WithTimeout(ctx, left+2*time.Second)
+			wctx, cancel := context.WithTimeout(ctx, left+waitGrace)
 			_, err := c.transact(wctx, w)
 			cancel()
 			if err == nil {

@@ -27,7 +27,7 @@
 #   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied
 #                                         (after up -kube -multus: then deploy/multus.yaml and Multus on every node)
 #   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
-#   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube -multus, deploy, the Go tests of test/cluster, down
+#   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube, deploy, the Go tests of test/cluster; then Multus in front and its tests; down
 #   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
 #
 # The engine: the one answering at $DOCKER_HOST or /var/run/docker.sock; else

@@ -290,11 +290,14 @@ func libofNAT(n NAT) *of15.NXActionCTNAT {
 	}
 	if n.Port != 0 {
 		// gap: MarshalBinary writes the port range's maximum whenever the
-		// minimum is set (a nil dereference without one), so a single port
-		// is sent as the range PORT-PORT, which OVS reads as PORT.
+		// minimum is set (a nil dereference without one). Sent as the range
+		// PORT-PORT, the flow is dumped back with that range, which Dump
+		// refuses (CHECK fails); so the maximum gets a value but neither its
+		// presence bit nor its length, and its 2 bytes land in the action's
+		// padding, which OVS ignores.
 		p := n.Port
 		nat.SetRangeProtoMin(&p)
-		nat.SetRangeProtoMax(&p)
+		nat.RangeProtoMax = &p
 	}
 	return nat
 }

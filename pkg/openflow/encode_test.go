@@ -332,3 +332,49 @@ func TestApplyRejectsBeforeConnecting(t *testing.T) {
 		t.Errorf("got %v, want a connection error", err)
 	}
 }
+
+// codecBundles are one ADD's bundles: ovs-portmap's for a dual-stack
+// attachment with two host ports, ovs-bridge's port security.
+func codecBundles(b *testing.B) map[string]of.Bundle {
+	c := corpus(b)
+	return map[string]of.Bundle{"portmap": c["bundle_snat.golden"], "bridge": c["portsec_dual"]}
+}
+
+// BenchmarkEncodeBundle encodes the flow_mods of one ADD's bundle. With
+// -tags libofcodec it measures libOpenflow's encoder instead of this
+// package's (docs/design.md, "OpenFlow codec: why hand-written").
+func BenchmarkEncodeBundle(b *testing.B) {
+	for name, bundle := range codecBundles(b) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, m := range bundle {
+					of.FlowMod(m)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodeBundle decodes the match and instructions of the same
+// flow_mods back into flows, as Dump does for CHECK and reconcile.
+func BenchmarkDecodeBundle(b *testing.B) {
+	for name, bundle := range codecBundles(b) {
+		var msgs [][]byte
+		for _, m := range bundle {
+			if _, ok := m.(of.Flow); ok {
+				msgs = append(msgs, of.HandFlowMod(m))
+			}
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, fm := range msgs {
+					if _, _, err := of.DecodeFlowMod(fm); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

@@ -412,3 +412,106 @@ func TestDaemonSetUpgradeKeepsHostPorts(t *testing.T) {
 		}
 	}
 }
+
+// runtimeNetworkReady: the NetworkReady condition of the node's container
+// runtime, as kubelet reads it (the CRI Status call; crictl info makes the
+// same call): "true" or "false", and its message.
+func runtimeNetworkReady(ctx context.Context, nodeName string) (string, string, error) {
+	out, err := onNode(ctx, nodeName, `crictl info -o go-template --template '{{range .status.conditions}}{{if eq .type "NetworkReady"}}{{.status}} {{.message}}{{end}}{{end}}'`)
+	if err != nil {
+		return "", "", err
+	}
+	status, msg, _ := strings.Cut(strings.TrimSpace(out), " ")
+	return status, msg, nil
+}
+
+// TestStatusReadyOnlyOnceBridgeServed: containerd 2.x calls the conflist's
+// STATUS (cniVersions has 1.1.0) on every CRI Status call, which kubelet
+// makes every 5 s. With ovs-vswitchd of a node stopped (OVSDB still
+// answers and still has br0's row), the runtime's NetworkReady is false
+// with ovs-bridge's reason, and kubelet says the runtime network is not
+// ready; with ovs-vswitchd started again it is true, the Node is Ready and
+// the node's hostPort pod answers. (On this harness the node's only link is
+// br0, so the Node object cannot be updated while ovs-vswitchd is down:
+// kubelet's own view is what is asserted then.)
+func TestStatusReadyOnlyOnceBridgeServed(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t)
+	nodes := readyNodes(t, ctx, 2)
+	ns := namespace(t, ctx)
+	nd := nodes[len(nodes)-1]
+	const hp = 18140
+	createPods(t, ctx, ns, appPod("st-"+nd.Name, nd.Name, map[string]string{"role": "status"}, hostPorts(hp, "")...))
+	waitPodsReady(t, ctx, ns, "role=status", 1)
+
+	if st, msg, err := runtimeNetworkReady(ctx, nd.Name); err != nil || st != "true" {
+		t.Fatalf("control: node %s: runtime NetworkReady %q %q before the stop (%v), want true", nd.Name, st, msg, err)
+	}
+	mark, err := onNode(ctx, nd.Name, "wc -l </var/log/oid/kubelet.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark = strings.TrimSpace(mark)
+	// ovs-vswitchd as node-init.sh starts it.
+	start := "ovs-vswitchd --pidfile=/run/openvswitch/ovs-vswitchd.pid --detach --log-file=/var/log/openvswitch/ovs-vswitchd.log -vconsole:warn"
+	started := false
+	t.Cleanup(func() {
+		if !started {
+			_, _ = onNode(context.Background(), nd.Name, start)
+		}
+	})
+	if _, err := onNode(ctx, nd.Name, `pid=$(cat /run/openvswitch/ovs-vswitchd.pid) && kill -9 $pid && while kill -0 $pid 2>/dev/null; do sleep 0.05; done`); err != nil {
+		t.Fatalf("stopping ovs-vswitchd on %s: %v", nd.Name, err)
+	}
+	eventually(t, ctx, time.Minute, "the runtime's NetworkReady false with ovs-vswitchd stopped", func() error {
+		st, msg, err := runtimeNetworkReady(ctx, nd.Name)
+		if err != nil {
+			return err
+		}
+		if st != "false" || !strings.Contains(msg, `bridge "br0" is not served`) {
+			return fmt.Errorf("NetworkReady %s %q, want false naming br0 not served", st, msg)
+		}
+		t.Logf("node %s, ovs-vswitchd stopped: NetworkReady=false %s", nd.Name, msg)
+		return nil
+	})
+	eventually(t, ctx, time.Minute, "kubelet: the runtime network not ready", func() error {
+		out, err := onNode(ctx, nd.Name, fmt.Sprintf(`tail -n +%s /var/log/oid/kubelet.log | grep 'Container runtime network not ready' | grep -c 'is not served'`, mark))
+		if err != nil || strings.TrimSpace(out) == "0" {
+			return fmt.Errorf("no line of kubelet says so yet (%v)", err)
+		}
+		return nil
+	})
+
+	if _, err := onNode(ctx, nd.Name, start); err != nil {
+		t.Fatalf("starting ovs-vswitchd on %s: %v", nd.Name, err)
+	}
+	started = true
+	eventually(t, ctx, time.Minute, "the runtime's NetworkReady true with ovs-vswitchd started again", func() error {
+		st, msg, err := runtimeNetworkReady(ctx, nd.Name)
+		if err != nil {
+			return err
+		}
+		if st != "true" {
+			return fmt.Errorf("NetworkReady %s %q, want true", st, msg)
+		}
+		return nil
+	})
+	eventually(t, ctx, 2*time.Minute, "the Node Ready and its hostPort pod answering", func() error {
+		n, err := kube.CoreV1().Nodes().Get(ctx, nd.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !nodeReady(n) {
+			return fmt.Errorf("node %s not Ready", nd.Name)
+		}
+		for _, pr := range hostPortProbes(nd, hp) {
+			if localAddress(pr.Addr) {
+				continue
+			}
+			if got := fromHost(pr); !strings.HasPrefix(got, "hello from st-"+nd.Name+" to ") {
+				return fmt.Errorf("%v: got %q", pr, got)
+			}
+		}
+		return nil
+	})
+}

@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -509,6 +512,152 @@ func TestStatusReadyOnlyOnceBridgeServed(t *testing.T) {
 				continue
 			}
 			if got := fromHost(pr); !strings.HasPrefix(got, "hello from st-"+nd.Name+" to ") {
+				return fmt.Errorf("%v: got %q", pr, got)
+			}
+		}
+		return nil
+	})
+}
+
+// loseDel removes a pod's sandbox behind containerd's back, so that no CNI
+// DEL ever runs for it: kubelet is stopped (its supervisor paused, so that
+// it is not started again yet), the sandbox removed through containerd's
+// sandbox API (its controller stops the pause container and forgets the
+// sandbox; the CRI plugin's teardown, where DEL is called, is not on that
+// path), containerd restarted (its CRI plugin recovers the sandboxes it
+// still has), kubelet let start again.
+func loseDel(t *testing.T, ctx context.Context, nodeName, sandbox string) {
+	t.Helper()
+	script := fmt.Sprintf(`set -e
+kp=$(pgrep -x kubelet); sup=$(ps -o ppid= -p $kp | tr -d ' ')
+kill -STOP $sup
+trap 'kill -CONT $sup' EXIT
+kill $kp
+# (the paused supervisor does not reap it: gone or a zombie)
+while [ -n "$(ps -o stat= -p $kp | grep -v Z)" ]; do sleep 0.1; done
+/opt/ovsflow-kube/bin/ctr -n k8s.io sandboxes rm -f %s 2>&1 | grep -v DEPRECATION
+cp=$(pgrep -x containerd); kill $cp
+while kill -0 $cp 2>/dev/null; do sleep 0.1; done
+for i in $(seq 300); do crictl info >/dev/null 2>&1 && break; sleep 0.2; done
+crictl info >/dev/null
+echo "sandboxes after the restart: $(crictl pods -q | tr '\n' ' ')"`, sandbox)
+	out, err := onNode(ctx, nodeName, script)
+	if err != nil {
+		t.Fatalf("losing the DEL of sandbox %s on %s: %v", sandbox, nodeName, err)
+	}
+	t.Logf("%s", strings.TrimSpace(out))
+}
+
+// cniGC runs the node's conflist's GC as a runtime calling libcni's
+// GCNetworkList would: each plugin in order, CNI_COMMAND=GC, its config with
+// cniVersion 1.1.0 and the network's name, and cni.dev/valid-attachments
+// naming every ready sandbox on the node (eth0).
+func cniGC(t *testing.T, ctx context.Context, nodeName string) {
+	t.Helper()
+	out, err := onNode(ctx, nodeName, "cat /etc/cni/net.d/10-ovsflow.conflist; echo '== ready'; crictl pods -q --state ready")
+	if err != nil {
+		t.Fatalf("reading the conflist and sandboxes of %s: %v", nodeName, err)
+	}
+	conf, ready, _ := strings.Cut(out, "== ready\n")
+	var list struct {
+		Name    string           `json:"name"`
+		Plugins []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal([]byte(conf), &list); err != nil {
+		t.Fatalf("conflist of %s: %v", nodeName, err)
+	}
+	var valid []map[string]string
+	for _, id := range strings.Fields(ready) {
+		valid = append(valid, map[string]string{"containerID": id, "ifname": "eth0"})
+	}
+	for _, p := range list.Plugins {
+		p["cniVersion"], p["name"], p["cni.dev/valid-attachments"] = "1.1.0", list.Name, valid
+		in, _ := json.Marshal(p)
+		cmd := exec.CommandContext(ctx, harness, "exec", nodeName, "env", "CNI_COMMAND=GC", "CNI_PATH=/opt/cni/bin", fmt.Sprintf("/opt/cni/bin/%s", p["type"]))
+		cmd.Stdin = bytes.NewReader(in)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("GC of %s on %s: %v: %s", p["type"], nodeName, err, out)
+		}
+	}
+}
+
+// TestLostDelHeldUntilGC: containerd 2.4 never calls CNI GC (its CRI plugin
+// calls go-cni, whose CNI interface has no GC: containerd v2.4.2's go.mod
+// pins github.com/containerd/go-cni v1.1.14, whose cni.go declares Setup,
+// SetupSerially, Remove, Check, Load, Status, GetConfig; nothing in
+// containerd calls libcni's GCNetworkList, not at start, not on a timer).
+// So a DEL lost for good stays lost: after a pod's sandbox is removed
+// behind containerd's back (loseDel) and containerd restarted, the
+// attachment's Port row and flows are still there, and the pod's new
+// sandbox is refused the host port the lost attachment holds, with an
+// event naming it (the suite fails closed: no port is bound twice). The
+// plugins' GC, called as a runtime with GC would call it (cniGC), removes
+// the lost attachment and nothing else; the pod's next sandbox gets the
+// host port and answers.
+func TestLostDelHeldUntilGC(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t)
+	nodes := readyNodes(t, ctx, 2)
+	ns := namespace(t, ctx)
+	nd := nodes[len(nodes)-1]
+	const hp = 18155
+	createPods(t, ctx, ns, appPod("lost", nd.Name, map[string]string{"role": "lost"}, hostPorts(hp, "")...),
+		appPod("keep", nd.Name, map[string]string{"role": "keep"}))
+	pods := waitPodsReady(t, ctx, ns, "role=lost", 1)
+	keepPod := waitPodsReady(t, ctx, ns, "role=keep", 1)[0]
+	lost := sandboxID(t, ctx, &pods[0])
+	keep := sandboxID(t, ctx, &keepPod)
+
+	loseDel(t, ctx, nd.Name, lost)
+	r := readRecord(t, ctx, nd.Name)
+	if r.Sandboxes[lost] {
+		t.Fatalf("sandbox %s still known to containerd: the DEL was not lost", lost[:12])
+	}
+	if r.attached(lost) != 1 || r.FlowOwners[r.Ports[lost]] == 0 {
+		t.Fatalf("after containerd's restart the lost attachment's port or flows are already gone (ports %v): then something collected it", r.Ports)
+	}
+
+	eventually(t, ctx, 2*time.Minute, "the pod's new sandbox refused the host port, naming the lost attachment", func() error {
+		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=lost"})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "host port conflict") && strings.Contains(e.Message, lost) {
+				t.Logf("event: %s", e.Message)
+				return nil
+			}
+		}
+		return fmt.Errorf("no FailedCreatePodSandBox event naming %s", lost[:12])
+	})
+	if r := readRecord(t, ctx, nd.Name); r.attached(lost) != 1 {
+		t.Fatalf("the lost attachment went before any GC: ports %v", r.Ports)
+	}
+
+	cniGC(t, ctx, nd.Name)
+	eventually(t, ctx, 4*time.Minute, "the lost attachment collected, the pod back with its host port", func() error {
+		r := readRecord(t, ctx, nd.Name)
+		if r.attached(lost) != 0 {
+			return fmt.Errorf("the lost attachment's port is still there")
+		}
+		if r.attached(keep) != 1 {
+			return fmt.Errorf("GC removed the live attachment of pod keep")
+		}
+		if bad := r.stale(); bad != nil {
+			return fmt.Errorf("stale: %v", bad)
+		}
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, "lost", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !podReady(p) {
+			return fmt.Errorf("pod lost not Ready again (kubelet's back-off)")
+		}
+		for _, pr := range hostPortProbes(nd, hp) {
+			if localAddress(pr.Addr) {
+				continue
+			}
+			if got := fromHost(pr); !strings.HasPrefix(got, "hello from lost to ") {
 				return fmt.Errorf("%v: got %q", pr, got)
 			}
 		}

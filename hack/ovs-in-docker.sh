@@ -26,6 +26,8 @@
 #   hack/ovs-in-docker.sh kubectl ARGS...  kubectl against the cluster
 #   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied
 #                                         (after up -kube -multus: then deploy/multus.yaml and Multus on every node)
+#   hack/ovs-in-docker.sh image TAG       another image of this tree, tagged and stamped TAG, into every node
+#                                         (for an upgrade: kubectl set image); prints IMAGE=<name>
 #   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
 #   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube, deploy, the Go tests of test/cluster; then Multus in front and its tests; down
 #   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
@@ -180,7 +182,7 @@ build_node() {
 	awk '/^  10-ovsflow.conflist: \|$/ {on=1; next} on && /^---/ {exit} on {sub(/^    /, ""); print}' \
 		deploy/ovsflow-cni.yaml >"$ctx/deploy/10-ovsflow.conflist"
 	[ -s "$ctx/deploy/10-ovsflow.conflist" ] || die "no conflist found in deploy/ovsflow-cni.yaml's ConfigMap"
-	cp hack/ovs-in-docker/{node-init.sh,cp-init.sh,oid-reconcile,oid-pod,containerd.toml,crictl.yaml} hack/lib/kube.sh "$ctx/node/"
+	cp hack/ovs-in-docker/{node-init.sh,cp-init.sh,oid-reconcile,oid-pod,oid-snapshot,containerd.toml,crictl.yaml} hack/lib/kube.sh "$ctx/node/"
 	DOCKER_BUILDKIT=0 docker build -q --label "$LABEL" --build-arg BASE="$(base_image)" --build-arg VERSION="$ver" \
 		-t "$(node_image)" -f hack/ovs-in-docker/Dockerfile "$ctx" \
 		2> >(grep -v -e DEPRECATED -e BuildKit -e environment-variable -e '^$' >&2) >/dev/null
@@ -356,7 +358,7 @@ cmd_restart() {
 # shellcheck source=hack/ovs-in-docker/cluster.sh
 . hack/ovs-in-docker/cluster.sh
 
-usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
 cmd=${1:-}
@@ -368,6 +370,7 @@ exec) cmd_exec "$@" ;;
 restart) cmd_restart "$@" ;;
 kubectl) cmd_kubectl "$@" ;;
 deploy) cmd_deploy "$@" ;;
+image) cmd_image "$@" ;;
 stats) cmd_stats "$@" ;;
 test) cmd_test "$@" ;;
 demo) cmd_demo "$@" ;;

@@ -335,13 +335,15 @@ kube_scheduler_cmd() {
 # kube_ds_image_name: the image deploy/ovsflow-cni.yaml runs.
 kube_ds_image_name() { sed -n "s/^ *image: *//p" deploy/ovsflow-cni.yaml | sed -n 1p; }
 
-# kube_ds_image_tar BUILD OUT: the DaemonSet's image, as deploy/Dockerfile builds
+# kube_ds_image_tar BUILD OUT [NAME VERSION]: the DaemonSet's image, as deploy/Dockerfile builds
 # it, without a docker engine: the Dockerfile's apt packages on a debootstrap'ed
 # bookworm (as debian:12-slim), the static plugins built from this tree, the
 # scripts; an OCI tar at OUT. BUILD keeps the debootstrap'ed base between runs
 # (a base of the same packages under $kube_prefix/build/ds is copied, not made again).
+# NAME (default the manifest's image) and VERSION (stamped into the binaries,
+# as the Dockerfile's ARG VERSION; default none) make another image of the same tree.
 kube_ds_image_tar() {
-	local b=$1 out=$2
+	local b=$1 out=$2 name=${3:-$(kube_ds_image_name)} ver=${4:-}
 	mkdir -p "$b" "$(dirname "$out")"
 	local pkgs
 	pkgs=$(sed -n 's/.*apt-get install -y --no-install-recommends \([^&\\]*\).*/\1/p' deploy/Dockerfile | tr -s ' ' ',' | sed 's/^,//;s/,$//')
@@ -369,7 +371,7 @@ kube_ds_image_tar() {
 	[ -n "$pkgs_go" ] && [ -n "$bins" ] || { log "deploy/Dockerfile: no go build -o /out/ line or COPY --from=build"; return 1; }
 	rm -rf "$b/top" "$b/out" && mkdir -p "$b/top/opt/ovsflow/bin" "$b/out"
 	# shellcheck disable=SC2086 # a list of packages
-	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$b/out/" $pkgs_go
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w${ver:+ -X github.com/ovsflow/ovs-cni/pkg/buildinfo.Version=$ver}" -o "$b/out/" $pkgs_go
 	for f in $bins; do cp "$b/out/${f#/out/}" "$b/top/opt/ovsflow/bin/"; done
 	while read -r f dst; do
 		mkdir -p "$b/top$(dirname "$dst")"
@@ -377,7 +379,7 @@ kube_ds_image_tar() {
 		chmod 0755 "$b/top$dst"
 	done < <(echo "$df" | sed -n 's|^COPY deploy/\([^ ]*\) \(/.*\)$|\1 \2|p')
 	tar -C "$b/top" --numeric-owner --owner=0 --group=0 --mtime=@946684800 --sort=name -cf "$b/top.tar" .
-	kube_oci_tar "$out" "$(kube_ds_image_name)" "$(echo "$df" | sed -n 's/^ENTRYPOINT //p')" "$b/base.tar" "$b/top.tar"
+	kube_oci_tar "$out" "$name" "$(echo "$df" | sed -n 's/^ENTRYPOINT //p')" "$b/base.tar" "$b/top.tar"
 }
 
 # kube_oci_tar OUT NAME ENTRYPOINT LAYER...: an OCI image layout tar, as `ctr images import` reads.

@@ -184,6 +184,29 @@ deploy_multus() {
 	log "Multus $(cat "$KSTATE/multus") in front of ovsflow on $(kube_nodes | wc -l) nodes"
 }
 
+# cmd_image TAG: another image of this tree for the DaemonSet, the manifest's
+# image name with tag TAG and TAG stamped into the binaries as their version,
+# imported into every node's containerd (what an upgrade rolls out); prints
+# IMAGE=<name>. The manifest is not touched.
+cmd_image() {
+	(($# == 1)) && [[ $1 =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "image TAG (a tag of the manifest's image name)"
+	engine || die "no engine answers (is the harness up?)"
+	[ -f "$(admin_kubeconfig)" ] || die "no cluster (up -kube first)"
+	local t0=$SECONDS name tar n
+	name=$(kube_ds_image_name)
+	name=${name%:*}:$1
+	tar=$DATA/ds/ovs-cni-$1.tar
+	apt_install debootstrap
+	kube_ds_image_tar "$DATA/ds/build" "$tar" "$name" "$1"
+	for n in $(kube_nodes); do
+		docker exec -i "$P-$n" /opt/ovsflow-kube/bin/ctr -n k8s.io images import --no-unpack - <"$tar" >/dev/null ||
+			die "importing $name into $n"
+	done
+	rm -f "$tar"
+	log "image $name built and imported into $(kube_nodes | wc -l) nodes in $((SECONDS - t0)) s"
+	echo "IMAGE=$name"
+}
+
 # kube_down: what up -kube made on this machine besides the containers.
 kube_down() {
 	rm -rf "$KSTATE"

@@ -65,6 +65,11 @@ log "boot of $(hostname): pod CIDRs ${OVSFLOW_POD_CIDRS:-those of its Node objec
 rm -f /run/oid/ready
 start_ovs
 OVS_PORTMAP=/opt/ovsflow/bin/ovs-portmap /usr/local/sbin/node-prep.sh br0 eth0
+# The node as node-prep.sh left it on its first boot (oid-snapshot).
+if [ ! -f /etc/oid/prepared ]; then
+	mkdir -p /etc/oid
+	oid-snapshot br0 >/etc/oid/prepared.new && mv /etc/oid/prepared.new /etc/oid/prepared
+fi
 IFS=, read -ra routes <<<"${OID_ROUTES:-}"
 for r in "${routes[@]}"; do
 	[ -n "$r" ] || continue

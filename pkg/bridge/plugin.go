@@ -1141,7 +1141,7 @@ func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Atta
 }
 
 // CmdStatus reports whether the plugin can serve ADDs: OVSDB reachable and the
-// bridge present (or creatable).
+// bridge present (or creatable) and served by ovs-vswitchd.
 func CmdStatus(args *skel.CmdArgs) error {
 	conf, err := LoadConf(args.StdinData, args.Args)
 	if err != nil {
@@ -1158,6 +1158,13 @@ func CmdStatus(args *skel.CmdArgs) error {
 	}
 	if br == nil && !conf.CreateBridge {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("bridge %q does not exist", conf.Bridge), "")
+	}
+	// A bridge row that no ovs-vswitchd serves (it stopped, or has not
+	// started yet) takes no port and forwards nothing: an ADD now would
+	// wait for it and time out, so the runtime must not start pods here.
+	if target := endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge); br != nil && !endpoint.Listening(target) {
+		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("bridge %q is not served", conf.Bridge),
+			fmt.Sprintf("no ovs-vswitchd listens on %s", target))
 	}
 	if conf.IPAM.Type != "" {
 		if err := ipam.Status(ctx, conf.IPAM.Type, args.StdinData); err != nil {

@@ -300,7 +300,8 @@ func TestBridgeGC(t *testing.T) {
 	}
 }
 
-// STATUS is fine with OVS up and code 50 with OVS stopped.
+// STATUS is fine with OVS up and code 50 with the bridge missing, with
+// ovs-vswitchd stopped (OVSDB up) and with OVS stopped.
 func TestBridgeStatus(t *testing.T) {
 	requireSandbox(t)
 	sb := uniq("ovsflow-st-")
@@ -326,6 +327,19 @@ func TestBridgeStatus(t *testing.T) {
 	missing := newCNI(t, conflist("1.1.0", "status", bridgeConf("nosuchbr", t.TempDir(), map[string]any{"ovsdb": endpoint})))
 	if err := missing.cfg.GetStatusNetworkList(context.Background(), missing.list); cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS with the bridge missing: got %v, want code 50", err)
+	}
+	// OVSDB answers and has the bridge's row, but no ovs-vswitchd serves it.
+	if out, err := exec.Command(script, "stop-vswitchd", sb).CombinedOutput(); err != nil {
+		t.Fatalf("stopping ovs-vswitchd: %v: %s", err, out)
+	}
+	if err := n.cfg.GetStatusNetworkList(context.Background(), n.list); cniCode(err) != types.ErrPluginNotAvailable {
+		t.Errorf("STATUS with ovs-vswitchd stopped: got %v, want code 50", err)
+	}
+	if out, err := exec.Command(script, "start-vswitchd", sb).CombinedOutput(); err != nil {
+		t.Fatalf("starting ovs-vswitchd: %v: %s", err, out)
+	}
+	if err := n.cfg.GetStatusNetworkList(context.Background(), n.list); err != nil {
+		t.Errorf("STATUS with ovs-vswitchd started again: %v", err)
 	}
 	if err := exec.Command(script, "stop", sb).Run(); err != nil {
 		t.Fatal(err)

@@ -2,8 +2,8 @@
 // last: decoding the network config (Decode, ValidateEndpoints), a context
 // bounded by Timeout with the OVSDB connection (Open, Status; OpenGC adds the
 // stale ports), prevResult parsing, the CNI codes of errors (OVS unreachable
-// or unresponsive: 11, try again later; a host port conflict: 7), and the
-// bounded clean-up of a failed ADD (Rollback).
+// or unresponsive: 11, try again later; a host port conflict: 7). The
+// clean-up of a failed ADD is pkg/rollback.
 package cnicmd
 
 import (
@@ -184,14 +184,6 @@ func tlsError(err error) error {
 			`ovsdb TLS handshake refused: the server's certificate is not signed by "ovsdbCA", or the server does not accept "ovsdbCert"`, err.Error())
 	}
 	return nil
-}
-
-// Rollback runs the clean-up of a failed ADD with a bounded context of its
-// own: the command's context may have expired, and clean-up must not hang.
-func Rollback(f func(context.Context)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	f(ctx)
 }
 
 // PrevResult parses the prevResult of conf; missing is the error when there

@@ -18,6 +18,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
+	"github.com/ovsflow/ovs-cni/pkg/rollback"
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
@@ -54,13 +55,15 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 	if err != nil {
 		return err
 	}
+	var undo rollback.List
 	defer func() {
 		if retErr != nil {
-			undo(func(ctx context.Context) {
-				_ = cli.Record(ctx, p.Port.UUID, append(claims, record.KeyHostPorts), nil, nil)
-			})
+			undo.Run()
 		}
 	}()
+	undo.Arm(func(ctx context.Context) {
+		_ = cli.Record(ctx, p.Port.UUID, append(claims, record.KeyHostPorts), nil, nil)
+	})
 	if reg.err != nil {
 		return reg.err
 	}
@@ -70,19 +73,11 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 	// may have been applied, and a failure after it (zone limits, nft) must
 	// not leave them. The node-local nft elements go to the kernel
 	// meanwhile, not to ovs-vswitchd.
-	defer func() {
-		if retErr != nil {
-			undo(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
-		}
-	}()
+	undo.Arm(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
 	// The new-connection meters go before the flows that use them (they
 	// cannot be part of the bundle); set again, they keep their flows.
 	if meters := flows.ConnMeters(a); len(meters) > 0 {
-		defer func() {
-			if retErr != nil {
-				undo(func(ctx context.Context) { _ = openflow.DeleteMeters(ctx, target, meterIDs(meters)...) })
-			}
-		}()
+		undo.Arm(func(ctx context.Context) { _ = openflow.DeleteMeters(ctx, target, meterIDs(meters)...) })
 		if err := openflow.SetMeters(ctx, target, meters...); err != nil {
 			return err
 		}
@@ -96,11 +91,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 		err = nil
 	}
 	if nerr := <-nftc; nerr == nil {
-		defer func() {
-			if retErr != nil {
-				undo(func(ctx context.Context) { _ = applyNodeLocal(ctx, a.Rules, true) })
-			}
-		}()
+		undo.Arm(func(ctx context.Context) { _ = applyNodeLocal(ctx, a.Rules, true) })
 	} else if err == nil {
 		err = nerr
 	}
@@ -149,15 +140,6 @@ func staleConnMeters(p ovsdb.OwnedPort, a flows.Attachment) []uint32 {
 func flushUnsupported(err error) bool {
 	var fe *openflow.ConntrackFlushError
 	return errors.As(err, &fe) && fe.Unsupported()
-}
-
-// undo runs a step of a failed Publish's clean-up with a bounded context of
-// its own: the command's context may have expired, and clean-up must not
-// hang.
-func undo(f func(context.Context)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	f(ctx)
 }
 
 // revalidationCap bounds the wait for the datapath's flow cache. The round a

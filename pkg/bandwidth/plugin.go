@@ -37,7 +37,6 @@ func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, o
 	ports, err := cli.FindPorts(ctx, att)
 	switch {
 	case err != nil:
-		err = cnicmd.Error(err)
 	case len(ports) != 1:
 		err = fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (ovs-bandwidth must follow ovs-bridge in the conflist)", att, len(ports))
 	default:
@@ -64,7 +63,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 	}
 	defer done()
 	if err := Apply(ctx, cli, port, target, conf.Name, conf.Limits); err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	l := conf.Limits
 	cnilog.Note("port %s: ingress %d bit/s burst %d, egress %d bit/s burst %d", port.Port.Name, l.IngressRate, l.IngressBurst, l.EgressRate, l.EgressBurst)
@@ -86,13 +85,13 @@ func CmdDel(args *skel.CmdArgs) error {
 	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
 	ports, err := cli.FindPorts(ctx, att)
 	if err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	if err := Withdraw(ctx, cli, ports); err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	// Rows of a port that is gone already.
-	return cnicmd.Error(cli.ClearPortQoS(ctx, nil, att))
+	return cli.ClearPortQoS(ctx, nil, att)
 }
 
 // CmdCheck verifies that Open vSwitch enforces exactly the limits of the
@@ -110,7 +109,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	defer done()
-	return cnicmd.Error(Check(ctx, cli, port, target, conf.Limits))
+	return Check(ctx, cli, port, target, conf.Limits)
 }
 
 // CmdGC removes the limits of our attachments of the network not in
@@ -123,11 +122,11 @@ func CmdGC(args *skel.CmdArgs) error {
 	}
 	defer gc.Close()
 	if err := Withdraw(gc.Ctx, gc.OVSDB, gc.Stale); err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	owned, err := gc.OVSDB.OwnedQoSAttachments(gc.Ctx)
 	if err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	valid := map[ovsdb.Attachment]bool{}
 	for _, a := range gc.Conf.ValidAttachments {
@@ -140,9 +139,9 @@ func CmdGC(args *skel.CmdArgs) error {
 		}
 	}
 	if err := gc.OVSDB.ClearPortQoS(gc.Ctx, nil, orphans...); err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
-	return cnicmd.Error(RemoveOrphans(gc.Ctx, gc.OVSDB, gc.Conf.OVSDB, gc.Conf.OpenFlow))
+	return RemoveOrphans(gc.Ctx, gc.OVSDB, gc.Conf.OVSDB, gc.Conf.OpenFlow)
 }
 
 // CmdStatus reports OVSDB unreachable as code 50.

@@ -60,6 +60,7 @@ type adding struct {
 	allocated bool // IPAM allocated addresses: a failed ADD releases them
 	portLeft  bool // the port could not be rolled back: the veth stays, so DEL knows (code 11)
 	undo      rollback.List
+	lap       time.Time // when the last step ended (StepTimer set)
 }
 
 // CmdAdd attaches a container interface, as a sequence of named steps in
@@ -106,11 +107,15 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			a.netns.Close()
 		}
 	}()
-	add := a.addStatic
-	if conf.IPAM.Type == "dhcp" {
-		add = a.addDHCP
+	if StepTimer != nil {
+		a.lap = time.Now()
 	}
-	if err := add(); err != nil {
+	if conf.IPAM.Type == "dhcp" {
+		err = addDHCP(a)
+	} else {
+		err = addStatic(a)
+	}
+	if err != nil {
 		return err
 	}
 	return types.PrintResult(a.result, conf.CNIVersion)
@@ -125,94 +130,155 @@ func newAdding(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel
 			Interfaces: []*current.Interface{{Name: hostName}, {Name: args.IfName, Sandbox: args.Netns}}}}
 }
 
-// step runs one named step, timed when StepTimer is set.
-func (a *adding) step(name string, f func() error) error {
-	if StepTimer == nil {
-		return f()
+// did ends the named step: it tells StepTimer, when set, how long the step
+// took (since the previous one ended), and returns its error.
+func (a *adding) did(step string, err error) error {
+	if StepTimer != nil {
+		now := time.Now()
+		StepTimer(step, now.Sub(a.lap))
+		a.lap = now
 	}
-	start := time.Now()
-	err := f()
-	StepTimer(name, time.Since(start))
 	return err
-}
-
-// steps runs named steps in order, up to the first that fails.
-func (a *adding) steps(s ...namedStep) error {
-	for _, st := range s {
-		if err := a.step(st.name, st.f); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-type namedStep struct {
-	name string
-	f    func() error
 }
 
 // addStatic is the ADD of an attachment whose addresses IPAM gives before
 // the port exists (or that has none): IPAM runs while the veth is made,
 // the port goes in with its final flows, the container end is configured
 // last.
-func (a *adding) addStatic() error {
-	return a.steps(
-		namedStep{"bridge", a.findBridge},
-		namedStep{"previous", a.findPrevious},
-		namedStep{"netns", a.openNetNS},
-		namedStep{"replace previous", a.replacePrevious},
-		namedStep{"ipam start", a.startIPAM},
-		namedStep{"sync", a.syncPending},
-		namedStep{"mac", a.chooseMAC},
-		namedStep{"claim", a.claim},
-		namedStep{"veth", a.createVeth},
-		namedStep{"container", a.prepareContainer},
-		namedStep{"ipam wait", a.waitIPAM},
-		namedStep{"allowed", a.checkAllowed},
-		namedStep{"addresses", a.configureAddressesNetdev},
-		namedStep{"port flows", a.securePort},
-		namedStep{"port", a.attachPort},
-		namedStep{"announce", a.announce},
-		namedStep{"allowed again", a.checkAllowed},
-		namedStep{"addresses", a.configureAddressesKernel},
-		namedStep{"gateway", a.setupGateway},
-		namedStep{"host ports", a.publishMesos},
-	)
+func addStatic(a *adding) error {
+	if err := a.did("bridge", findBridge(a)); err != nil {
+		return err
+	}
+	if err := a.did("previous", findPrevious(a)); err != nil {
+		return err
+	}
+	if err := a.did("netns", openNetNS(a)); err != nil {
+		return err
+	}
+	if err := a.did("replace previous", replaceOld(a)); err != nil {
+		return err
+	}
+	if err := a.did("ipam start", startIPAM(a)); err != nil {
+		return err
+	}
+	if err := a.did("sync", syncPending(a)); err != nil {
+		return err
+	}
+	if err := a.did("mac", chooseMAC(a)); err != nil {
+		return err
+	}
+	if err := a.did("claim", claim(a)); err != nil {
+		return err
+	}
+	if err := a.did("veth", createVeth(a)); err != nil {
+		return err
+	}
+	if err := a.did("container", prepareContEnd(a)); err != nil {
+		return err
+	}
+	if err := a.did("ipam wait", waitIPAM(a)); err != nil {
+		return err
+	}
+	if err := a.did("allowed", allowedFree(a)); err != nil {
+		return err
+	}
+	if err := a.did("addresses", addressContainerNetdev(a)); err != nil {
+		return err
+	}
+	if err := a.did("port flows", secure(a)); err != nil {
+		return err
+	}
+	if err := a.did("port", attachPort(a)); err != nil {
+		return err
+	}
+	if err := a.did("announce", announce(a)); err != nil {
+		return err
+	}
+	if err := a.did("allowed again", allowedFree(a)); err != nil {
+		return err
+	}
+	if err := a.did("addresses", addressContainerKernel(a)); err != nil {
+		return err
+	}
+	if err := a.did("gateway", gateway(a)); err != nil {
+		return err
+	}
+	if err := a.did("host ports", hostPorts(a)); err != nil {
+		return err
+	}
+	return nil
 }
 
 // addDHCP is the ADD of an attachment whose addresses dhcp leases on the
 // attached port: the port goes in with the flows of a port without
 // addresses, its host end comes up, the lease is taken, and the flows are
 // replaced by those of its addresses.
-func (a *adding) addDHCP() error {
+func addDHCP(a *adding) error {
 	a.undo.Arm(a.releaseIPAM)
-	return a.steps(
-		namedStep{"bridge", a.findBridge},
-		namedStep{"previous", a.findPrevious},
-		namedStep{"netns", a.openNetNS},
-		namedStep{"replace previous", a.replacePrevious},
-		namedStep{"sync", a.syncPending},
-		namedStep{"mac", a.chooseMAC},
-		namedStep{"claim", a.claim},
-		namedStep{"veth", a.createVeth},
-		namedStep{"container", a.prepareContainer},
-		namedStep{"port flows", a.securePort},
-		namedStep{"port", a.attachPort},
-		namedStep{"link up", a.hostUp},
-		namedStep{"dhcp", a.lease},
-		namedStep{"allowed", a.checkAllowed},
-		namedStep{"port flows", a.securePort},
-		namedStep{"allowed again", a.checkAllowed},
-		namedStep{"addresses", a.configureAddresses},
-		namedStep{"gateway", a.setupGateway},
-		namedStep{"host ports", a.publishMesos},
-	)
+	if err := a.did("bridge", findBridge(a)); err != nil {
+		return err
+	}
+	if err := a.did("previous", findPrevious(a)); err != nil {
+		return err
+	}
+	if err := a.did("netns", openNetNS(a)); err != nil {
+		return err
+	}
+	if err := a.did("replace previous", replaceOld(a)); err != nil {
+		return err
+	}
+	if err := a.did("sync", syncPending(a)); err != nil {
+		return err
+	}
+	if err := a.did("mac", chooseMAC(a)); err != nil {
+		return err
+	}
+	if err := a.did("claim", claim(a)); err != nil {
+		return err
+	}
+	if err := a.did("veth", createVeth(a)); err != nil {
+		return err
+	}
+	if err := a.did("container", prepareContEnd(a)); err != nil {
+		return err
+	}
+	if err := a.did("port flows", secure(a)); err != nil {
+		return err
+	}
+	if err := a.did("port", attachPort(a)); err != nil {
+		return err
+	}
+	if err := a.did("link up", hostUp(a)); err != nil {
+		return err
+	}
+	if err := a.did("dhcp", lease(a)); err != nil {
+		return err
+	}
+	if err := a.did("allowed", allowedFree(a)); err != nil {
+		return err
+	}
+	if err := a.did("port flows", secure(a)); err != nil {
+		return err
+	}
+	if err := a.did("allowed again", allowedFree(a)); err != nil {
+		return err
+	}
+	if err := a.did("addresses", addressContainer(a)); err != nil {
+		return err
+	}
+	if err := a.did("gateway", gateway(a)); err != nil {
+		return err
+	}
+	if err := a.did("host ports", hostPorts(a)); err != nil {
+		return err
+	}
+	return nil
 }
 
 func (a *adding) dhcp() bool { return a.conf.IPAM.Type == "dhcp" }
 
 // findBridge finds (or, with createBridge, creates) the configured bridge.
-func (a *adding) findBridge() (err error) {
+func findBridge(a *adding) (err error) {
 	a.br, err = lookupBridge(a.ctx, a.cli, a.conf)
 	if err == nil {
 		a.netdev = a.br.DatapathType == "netdev"
@@ -223,9 +289,9 @@ func (a *adding) findBridge() (err error) {
 // findPrevious finds the ports an earlier ADD of the attachment left, and
 // refuses a runtime-supplied MAC that is another container's, the bridge's
 // or an uplink's: it would receive their traffic.
-func (a *adding) findPrevious() (err error) {
+func findPrevious(a *adding) (err error) {
 	if a.previous, err = a.cli.FindPorts(a.ctx, a.att); err != nil {
-		return asCNIError(err)
+		return err
 	}
 	if a.conf.MAC != nil {
 		if err := a.cli.MACHolder(a.ctx, a.conf.MAC.String(), a.att); err != nil {
@@ -235,14 +301,14 @@ func (a *adding) findPrevious() (err error) {
 	return nil
 }
 
-func (a *adding) openNetNS() (err error) {
+func openNetNS(a *adding) (err error) {
 	if a.netns, err = ns.GetNS(a.args.Netns); err != nil {
 		return fmt.Errorf("opening netns %q: %w", a.args.Netns, err)
 	}
 	return nil
 }
 
-func (a *adding) replacePrevious() (err error) {
+func replaceOld(a *adding) (err error) {
 	a.retry, err = replacePrevious(a.ctx, a.cli, a.conf, a.args, a.previous, a.hostName)
 	return err
 }
@@ -250,7 +316,7 @@ func (a *adding) replacePrevious() (err error) {
 // startIPAM starts IPAM in the background: the veth's link changes reach
 // ovs-vswitchd, and its reconfiguration of the bridge runs, meanwhile. A
 // failed ADD waits for it and releases what it allocated.
-func (a *adding) startIPAM() error {
+func startIPAM(a *adding) error {
 	if a.conf.IPAM.Type != "" {
 		a.pending = ipam.Start(a.ctx, a.conf.IPAM.Type, a.args.StdinData)
 	}
@@ -274,11 +340,11 @@ func (a *adding) releaseIPAM(ctx context.Context) {
 // removal that was committed has been applied by ovs-vswitchd: an ofport no
 // Interface row holds is free there too, and so is the name of a device a
 // DEL just removed.
-func (a *adding) syncPending() error {
+func syncPending(a *adding) error {
 	if a.retry {
 		return nil
 	}
-	return asCNIError(a.cli.SyncPending(a.ctx, ofportTimeout))
+	return a.cli.SyncPending(a.ctx, ofportTimeout)
 }
 
 // chooseMAC takes the configured MAC, or without dhcp a random one: MAC
@@ -286,7 +352,7 @@ func (a *adding) syncPending() error {
 // returns, so the flows go in before the port, whose insert then is the
 // only reconfiguration the ADD waits for. With dhcp and no "mac" the
 // kernel chooses it.
-func (a *adding) chooseMAC() error {
+func chooseMAC(a *adding) error {
 	a.contMAC = a.conf.MAC
 	if !a.dhcp() && a.contMAC == nil {
 		var err error
@@ -303,7 +369,7 @@ func (a *adding) chooseMAC() error {
 // claim claims the ofport and the cookie before any flow goes in for them
 // (claim, then act). A failed ADD removes the cookie's flows, then lets the
 // claim go.
-func (a *adding) claim() (err error) {
+func claim(a *adding) (err error) {
 	if a.res, err = reserveOFPort(a.ctx, a.cli, a.conf, a.att); err != nil {
 		return err
 	}
@@ -322,7 +388,7 @@ func (a *adding) claim() (err error) {
 // from answering ARP (with the veth's MAC) or running IPv6: the datapath
 // reads it through a packet socket, so the node's kernel sees every frame
 // too.
-func (a *adding) createVeth() (err error) {
+func createVeth(a *adding) (err error) {
 	a.hostLink, err = link.CreateVeth(link.VethSpec{HostName: a.hostName, ContName: a.args.IfName, HostDown: a.dhcp(), Promisc: true,
 		ContNSFd: int(a.netns.Fd()), MTU: a.conf.MTU, ContMAC: a.contMAC, Alias: link.Alias(a.conf.Name, a.args.ContainerID, a.args.IfName)})
 	if err != nil {
@@ -340,9 +406,9 @@ func (a *adding) createVeth() (err error) {
 	return nil
 }
 
-// prepareContainer sets the container end's sysctls and offloads and, on
+// prepareContEnd sets the container end's sysctls and offloads and, on
 // the userspace datapath or with dhcp, brings it up (prepareContainer).
-func (a *adding) prepareContainer() error {
+func prepareContEnd(a *adding) error {
 	return a.netns.Do(func(ns.NetNS) error {
 		mac, err := prepareContainer(a.args.IfName, a.netdev, a.dhcp() || a.netdev, a.conf.IPAM.Type != "" && !a.conf.AllowRouter)
 		a.result.Interfaces[contIndex].Mac = mac
@@ -351,7 +417,7 @@ func (a *adding) prepareContainer() error {
 }
 
 // waitIPAM waits for the IPAM that startIPAM started and takes its result.
-func (a *adding) waitIPAM() (err error) {
+func waitIPAM(a *adding) (err error) {
 	if a.pending == nil {
 		return nil
 	}
@@ -362,42 +428,49 @@ func (a *adding) waitIPAM() (err error) {
 }
 
 // lease runs dhcp on the attached port.
-func (a *adding) lease() (err error) {
+func lease(a *adding) (err error) {
 	a.allocated, err = addresses(a.ctx, a.conf, a.args, a.result, contIndex)
 	return err
 }
 
-func (a *adding) checkAllowed() error {
+// allowedFree refuses addresses that another attachment's
+// allowedAddresses hold, or allowedAddresses that hold another's address
+// (checkAllowed). The ADD asks before it installs anything for its
+// addresses and again once its port and record are in: of two ADDs that
+// conflict and asked at the same moment, the one that reads after both
+// inserts sees the other and fails (its rollback removes its port), so
+// never both pass.
+func allowedFree(a *adding) error {
 	return checkAllowed(a.ctx, a.cli, a.conf, a.att, a.result)
 }
 
-// configureAddressesNetdev configures the container end before its port
+// addressContainerNetdev configures the container end before its port
 // exists on the userspace datapath, where it is up already.
-func (a *adding) configureAddressesNetdev() error {
+func addressContainerNetdev(a *adding) error {
 	if !a.netdev {
 		return nil
 	}
-	return a.configureAddresses()
+	return addressContainer(a)
 }
 
-// configureAddressesKernel configures the container end, and brings it
+// addressContainerKernel configures the container end, and brings it
 // up, once its port exists on the kernel datapath.
-func (a *adding) configureAddressesKernel() error {
+func addressContainerKernel(a *adding) error {
 	if a.netdev {
 		return nil
 	}
-	return a.configureAddresses()
+	return addressContainer(a)
 }
 
-func (a *adding) configureAddresses() error {
+func addressContainer(a *adding) error {
 	return a.netns.Do(func(ns.NetNS) error { return configureAddresses(a.args.IfName, a.result) })
 }
 
-// securePort installs the port's table-0 flows for what is known so far,
+// secure installs the port's table-0 flows for what is known so far,
 // and, once the port exists, records them on it. A bridge just created
 // (createBridge), or one of an ovs-vswitchd restarting, has no OpenFlow
 // socket yet: portsec.Apply waits for it.
-func (a *adding) securePort() error {
+func secure(a *adding) error {
 	return securePort(a.ctx, a.cli, a.conf, a.br, a.args, a.result, contIndex, a.portUUID, a.ofport)
 }
 
@@ -408,7 +481,7 @@ func (a *adding) securePort() error {
 // flows it has until the lease (no addresses yet): a reconcile meanwhile
 // rebuilds those, instead of removing them as an attachment's without a
 // record.
-func (a *adding) attachPort() (err error) {
+func attachPort(a *adding) (err error) {
 	a.spec = ovsdb.PortSpec{Name: a.hostName, Trunks: a.conf.Trunks, ExternalIDs: portExternalIDs(a.args, a.conf, a.result.Interfaces[contIndex].Mac)}
 	if a.conf.VLAN != nil {
 		a.spec.Tag = *a.conf.VLAN
@@ -432,14 +505,14 @@ func (a *adding) attachPort() (err error) {
 
 // hostUp brings the host end up for dhcp, which needs the link: the flows
 // of a port without addresses are in, now the carrier.
-func (a *adding) hostUp() error {
+func hostUp(a *adding) error {
 	return link.SetUp(a.hostLink)
 }
 
 // announce repeats, on the userspace datapath, the container end's
 // gratuitous ARP and unsolicited NA: it came up before its port existed,
 // and they reached no one.
-func (a *adding) announce() error {
+func announce(a *adding) error {
 	if !a.netdev {
 		return nil
 	}
@@ -455,9 +528,9 @@ func (a *adding) announce() error {
 	return a.netns.Do(func(ns.NetNS) error { return link.Announce(a.args.IfName, gateways) })
 }
 
-// setupGateway puts the gateways on the bridge's interface (isGateway),
+// gateway puts the gateways on the bridge's interface (isGateway),
 // and logs the attachment.
-func (a *adding) setupGateway() error {
+func gateway(a *adding) error {
 	if a.conf.IsGateway {
 		if err := setupGateway(a.ctx, a.cli, a.br, a.result); err != nil {
 			return err
@@ -467,9 +540,9 @@ func (a *adding) setupGateway() error {
 	return nil
 }
 
-// publishMesos publishes the port mappings Mesos passes (publishMesos),
+// hostPorts publishes the port mappings Mesos passes (publishMesos),
 // on the port as this ADD just wrote it.
-func (a *adding) publishMesos() error {
+func hostPorts(a *adding) error {
 	if len(a.conf.Mappings) == 0 {
 		return nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
@@ -32,9 +33,6 @@ import (
 
 // ofportTimeout bounds the wait for ovs-vswitchd to attach a new port.
 const ofportTimeout = 10 * time.Second
-
-// asCNIError gives OVS unreachable or unresponsive their CNI codes.
-func asCNIError(err error) error { return cnicmd.Error(err) }
 
 func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[string]string {
 	ids := map[string]string{
@@ -64,7 +62,7 @@ func notOwnNetNS(path string) error {
 		return nil // ns.GetNS reports a bad path
 	}
 	if own.Dev == target.Dev && own.Ino == target.Ino {
-		return types.NewError(types.ErrInvalidEnvironmentVariables,
+		return cnierr.New(cnierr.Environment,
 			fmt.Sprintf("CNI_NETNS %q is the plugin's own network namespace, not a container's", path), "")
 	}
 	return nil
@@ -76,7 +74,7 @@ func macError(err error) error {
 	if errors.As(err, &inUse) {
 		return invalid(`"mac" %s: %v`, inUse.MAC, err)
 	}
-	return asCNIError(err)
+	return err
 }
 
 // portVLAN is how the port's VLAN is configured, for the port flows.
@@ -158,14 +156,14 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 			}
 		case errors.Is(err, ovsdb.ErrSweeping) && attempt < 8:
 			if err := cli.AfterSweep(ctx, *res); err != nil {
-				return "", 0, asCNIError(err)
+				return "", 0, err
 			}
 		case err != nil:
 			return "", 0, macError(err)
 		default:
 			got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
 			if err != nil {
-				return "", 0, asCNIError(err)
+				return "", 0, err
 			}
 			if err := requestedOFPort(conf, got); err != nil {
 				return "", 0, err
@@ -201,11 +199,11 @@ func reserve(ctx context.Context, cli *ovsdb.Client, att ovsdb.Attachment, home 
 	res, err := cli.Reserve(ctx, att, home, c.String())
 	var taken *ovsdb.IdentityTakenError
 	if errors.As(err, &taken) {
-		return res, types.NewError(types.ErrInvalidEnvironmentVariables,
+		return res, cnierr.New(cnierr.Environment,
 			fmt.Sprintf("CNI_CONTAINERID %q with CNI_IFNAME %q: its flows' cookie %s is that of attachment %s", att.ContainerID, att.IfName, c, taken.Holder),
 			"choose another container ID or interface name")
 	}
-	return res, asCNIError(err)
+	return res, err
 }
 
 // reserveOFPort claims the attachment's ofport (reserve): the one
@@ -249,7 +247,7 @@ func lookupBridge(ctx context.Context, cli *ovsdb.Client, conf *NetConf) (*ovsdb
 		br, err = cli.Bridge(ctx, conf.Bridge)
 	}
 	if err != nil {
-		return nil, asCNIError(err)
+		return nil, err
 	}
 	if br == nil {
 		return nil, invalid(`"bridge" %q does not exist (create it, or set "createBridge": true)`, conf.Bridge)
@@ -283,7 +281,7 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 		err = cli.SyncPending(ctx, ofportTimeout)
 	}
 	if err != nil {
-		return true, asCNIError(err)
+		return true, err
 	}
 	if conf.IPAM.Type != "" {
 		// host-local refuses a second allocation for the same container.
@@ -314,7 +312,7 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 	}
 	for target, b := range byTarget {
 		if err := openflow.Apply(ctx, target, b); err != nil && !openflow.NotServed(err) {
-			return asCNIError(err)
+			return err
 		}
 	}
 	return nil
@@ -323,8 +321,8 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 // securePort installs the port's table-0 flows (pkg/portsec) and, given
 // portUUID, first records them on the port for reconcile.
 func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, portUUID string, ofport int) error {
-	return asCNIError(portsec.Apply(ctx, cli, portSecRecord(conf, result, contIndex), br.Secure(),
-		flows.AttachmentCookie(args.ContainerID, args.IfName), portUUID, ofport))
+	return portsec.Apply(ctx, cli, portSecRecord(conf, result, contIndex), br.Secure(),
+		flows.AttachmentCookie(args.ContainerID, args.IfName), portUUID, ofport)
 }
 
 // publishMesos publishes the port mappings Apache Mesos passes in args: Mesos
@@ -346,7 +344,7 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 		return err
 	}
 	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, flows.DefaultPipeline(), plan.Attachment); err != nil {
-		return asCNIError(err)
+		return err
 	}
 	cnilog.Note("host ports %v", plan.Attachment.Rules)
 	return nil
@@ -381,7 +379,7 @@ func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovs
 		ports, err = cli.OwnedPortsWith(ctx, record.KeyAllowedAddresses, "true")
 	}
 	if err != nil {
-		return asCNIError(err)
+		return err
 	}
 	for _, p := range ports {
 		other := p.Attachment()
@@ -509,7 +507,7 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 	if err != nil {
 		// The internal interface exists once ovs-vswitchd has given it an ofport.
 		if _, err := cli.WaitOFPort(ctx, bridge, ofportTimeout); err != nil {
-			return asCNIError(err)
+			return err
 		}
 		if l, err = netlink.LinkByName(bridge); err != nil {
 			return fmt.Errorf("looking up bridge interface %q: %w", bridge, err)
@@ -533,7 +531,7 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 	// re-creates the interface.
 	if len(recorded) > 0 {
 		if err := cli.SetBridgeExternalIDs(ctx, br.UUID, recorded); err != nil {
-			return asCNIError(err)
+			return err
 		}
 	}
 	return nil
@@ -575,7 +573,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		// Marked as under way: a sweep meanwhile restores none of its flows.
 		del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 		if err != nil {
-			return asCNIError(err)
+			return err
 		}
 		ports := del.Ports
 		if err := cutOff(ctx, conf, ports); err != nil {
@@ -588,14 +586,14 @@ func CmdDel(args *skel.CmdArgs) error {
 			err := openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
 				flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
 			if err != nil && !openflow.NotServed(err) {
-				return asCNIError(err)
+				return err
 			}
 		}
 		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
 			return err
 		}
 		if err := cli.Finish(ctx, del); err != nil {
-			return asCNIError(err)
+			return err
 		}
 	case link.Exists(hostName):
 		// Something of ours is still here and OVSDB cannot be reached to remove its port.
@@ -622,7 +620,7 @@ func CmdDel(args *skel.CmdArgs) error {
 // or by ovs-bridge itself for Mesos), so that nothing outlives the port even
 // when the chained plugin's DEL was never called.
 func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
-	return asCNIError(hostport.Withdraw(ctx, cli, ports))
+	return hostport.Withdraw(ctx, cli, ports)
 }
 
 // CmdCheck verifies that what ADD built is still there, naming what drifted.
@@ -649,7 +647,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
 	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 	if err != nil {
-		return asCNIError(err)
+		return err
 	}
 	if len(ports) != 1 {
 		return fmt.Errorf("port %q of %s/%s: found %d ports with our external_ids, want 1", hostName, args.ContainerID, args.IfName, len(ports))
@@ -657,7 +655,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	p := ports[0]
 	onBridge, err := cli.BridgeHasPort(ctx, conf.Bridge, p.Port.UUID)
 	if err != nil {
-		return asCNIError(err)
+		return err
 	}
 	if !onBridge {
 		return fmt.Errorf("port %q is not on bridge %q", p.Port.Name, conf.Bridge)
@@ -747,7 +745,7 @@ func checkFlows(ctx context.Context, p ovsdb.OwnedPort) error {
 	suite := flows.SuiteDelete()
 	dumped, err := openflow.Dump(ctx, target, suite.Cookie, suite.Mask)
 	if err != nil {
-		return asCNIError(err)
+		return err
 	}
 	var got []openflow.Flow
 	own, _ := c.Attachment()
@@ -823,7 +821,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	if addingErr != nil {
-		return asCNIError(addingErr)
+		return addingErr
 	}
 	if conf.IPAM.Type != "" {
 		if err := ipam.GC(ctx, conf.IPAM.Type, args.StdinData); err != nil {
@@ -843,10 +841,10 @@ func CmdGC(args *skel.CmdArgs) error {
 func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Attachment) (bool, error) {
 	del, err := cli.BeginDelete(ctx, a)
 	if err != nil {
-		return false, asCNIError(err)
+		return false, err
 	}
 	if del.Claimed() {
-		return true, asCNIError(cli.Abandon(ctx, del))
+		return true, cli.Abandon(ctx, del)
 	}
 	var ports []ovsdb.OwnedPort
 	for _, p := range del.Ports {
@@ -862,7 +860,7 @@ func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Atta
 		return false, err
 	}
 	if err := cli.Finish(ctx, del); err != nil {
-		return false, asCNIError(err)
+		return false, err
 	}
 	for _, p := range ports {
 		if err := link.Delete(p.Port.Name); err != nil {
@@ -886,10 +884,10 @@ func CmdStatus(args *skel.CmdArgs) error {
 	defer done()
 	br, err := cli.Bridge(ctx, conf.Bridge)
 	if err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unusable", err.Error())
+		return cnierr.Wrap(cnierr.Unavailable, "ovsdb unusable", err)
 	}
 	if br == nil && !conf.CreateBridge {
-		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("bridge %q does not exist", conf.Bridge), "")
+		return cnierr.New(cnierr.Unavailable, fmt.Sprintf("bridge %q does not exist", conf.Bridge), "")
 	}
 	if conf.IPAM.Type != "" {
 		if err := ipam.Status(ctx, conf.IPAM.Type, args.StdinData); err != nil {

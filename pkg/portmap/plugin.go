@@ -45,7 +45,6 @@ func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, o
 	ports, err := cli.FindPorts(ctx, att)
 	switch {
 	case err != nil:
-		err = cnicmd.Error(err)
 	case len(ports) != 1:
 		err = fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (ovs-portmap must follow ovs-bridge in the conflist)", att, len(ports))
 	default:
@@ -78,13 +77,13 @@ func CmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, conf.Pipeline, plan.Attachment); err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	if pod := record.PodOf(args.Args); pod != "" && port.Port.ExternalIDs[record.KeyPod] != pod {
 		// ovs-bridge records it with the port; a port of an older one
 		// gets it here.
 		if err := cli.SetPortExternalIDs(ctx, port.Port.UUID, map[string]string{record.KeyPod: pod}); err != nil {
-			return cnicmd.Error(err)
+			return err
 		}
 	}
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
@@ -112,7 +111,7 @@ func CmdDel(args *skel.CmdArgs) error {
 func withdraw(ctx context.Context, cli *ovsdb.Client, a ovsdb.Attachment, in func(ovsdb.OwnedPort) bool) error {
 	del, err := cli.BeginDelete(ctx, a)
 	if err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	var ports []ovsdb.OwnedPort
 	for _, p := range del.Ports {
@@ -121,7 +120,7 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, a ovsdb.Attachment, in fun
 		}
 	}
 	err = hostport.Withdraw(ctx, cli, ports)
-	return cnicmd.Error(errors.Join(err, cli.Abandon(ctx, del)))
+	return errors.Join(err, cli.Abandon(ctx, del))
 }
 
 // CmdCheck verifies that the bridge holds exactly the flows the attachment

@@ -182,7 +182,7 @@ func addStatic(a *adding) error {
 	if err := a.did("allowed", allowedFree(a)); err != nil {
 		return err
 	}
-	if err := a.did("addresses", addressContainerNetdev(a)); err != nil {
+	if err := a.did("addresses, netdev", addressContainerNetdev(a)); err != nil {
 		return err
 	}
 	if err := a.did("port flows", secure(a)); err != nil {
@@ -197,7 +197,7 @@ func addStatic(a *adding) error {
 	if err := a.did("allowed again", allowedFree(a)); err != nil {
 		return err
 	}
-	if err := a.did("addresses", addressContainerKernel(a)); err != nil {
+	if err := a.did("addresses, kernel datapath", addressContainerKernel(a)); err != nil {
 		return err
 	}
 	if err := a.did("gateway", gateway(a)); err != nil {
@@ -257,7 +257,7 @@ func addDHCP(a *adding) error {
 	if err := a.did("allowed", allowedFree(a)); err != nil {
 		return err
 	}
-	if err := a.did("port flows", secure(a)); err != nil {
+	if err := a.did("port flows, lease", secure(a)); err != nil {
 		return err
 	}
 	if err := a.did("allowed again", allowedFree(a)); err != nil {

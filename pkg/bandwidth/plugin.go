@@ -2,7 +2,6 @@ package bandwidth
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -29,22 +28,11 @@ func loadChained(args *skel.CmdArgs) (*Conf, error) {
 // openPort opens the command and finds the ovs-bridge port of the
 // attachment, with the OpenFlow target of its bridge.
 func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, string, func(), error) {
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, cli, port, done, err := cnicmd.OpenPort(conf.OVSDB, "ovs-bandwidth", args)
 	if err != nil {
 		return nil, nil, ovsdb.OwnedPort{}, "", nil, err
 	}
-	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	ports, err := cli.FindPorts(ctx, att)
-	switch {
-	case err != nil:
-	case len(ports) != 1:
-		err = fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (ovs-bandwidth must follow ovs-bridge in the conflist)", att, len(ports))
-	default:
-		target := endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, ports[0].Port.ExternalIDs[ovsdb.KeyBridge])
-		return ctx, cli, ports[0], target, done, nil
-	}
-	done()
-	return nil, nil, ovsdb.OwnedPort{}, "", nil, err
+	return ctx, cli, port, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, port.Port.ExternalIDs[ovsdb.KeyBridge]), done, nil
 }
 
 // CmdAdd puts the limits on the attachment's port and prints prevResult

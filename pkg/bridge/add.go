@@ -144,36 +144,15 @@ func (a *adding) did(step string, err error) error {
 // addStatic is the ADD of an attachment whose addresses IPAM gives before
 // the port exists (or that has none): IPAM runs while the veth is made,
 // the port goes in with its final flows, the container end is configured
-// last.
+// last (on the kernel datapath).
 func addStatic(a *adding) error {
-	if err := a.did("bridge", findBridge(a)); err != nil {
-		return err
-	}
-	if err := a.did("previous", findPrevious(a)); err != nil {
-		return err
-	}
-	if err := a.did("netns", openNetNS(a)); err != nil {
-		return err
-	}
-	if err := a.did("replace previous", replaceOld(a)); err != nil {
+	if err := begin(a); err != nil {
 		return err
 	}
 	if err := a.did("ipam start", startIPAM(a)); err != nil {
 		return err
 	}
-	if err := a.did("sync", syncPending(a)); err != nil {
-		return err
-	}
-	if err := a.did("mac", chooseMAC(a)); err != nil {
-		return err
-	}
-	if err := a.did("claim", claim(a)); err != nil {
-		return err
-	}
-	if err := a.did("veth", createVeth(a)); err != nil {
-		return err
-	}
-	if err := a.did("container", prepareContEnd(a)); err != nil {
+	if err := makeVeth(a); err != nil {
 		return err
 	}
 	if err := a.did("ipam wait", waitIPAM(a)); err != nil {
@@ -182,7 +161,7 @@ func addStatic(a *adding) error {
 	if err := a.did("allowed", allowedFree(a)); err != nil {
 		return err
 	}
-	if err := a.did("addresses, netdev", addressContainerNetdev(a)); err != nil {
+	if err := a.did("addresses, netdev", addressBeforePort(a)); err != nil {
 		return err
 	}
 	if err := a.did("port flows", secure(a)); err != nil {
@@ -194,19 +173,7 @@ func addStatic(a *adding) error {
 	if err := a.did("announce", announce(a)); err != nil {
 		return err
 	}
-	if err := a.did("allowed again", allowedFree(a)); err != nil {
-		return err
-	}
-	if err := a.did("addresses, kernel datapath", addressContainerKernel(a)); err != nil {
-		return err
-	}
-	if err := a.did("gateway", gateway(a)); err != nil {
-		return err
-	}
-	if err := a.did("host ports", hostPorts(a)); err != nil {
-		return err
-	}
-	return nil
+	return finish(a)
 }
 
 // addDHCP is the ADD of an attachment whose addresses dhcp leases on the
@@ -215,31 +182,10 @@ func addStatic(a *adding) error {
 // replaced by those of its addresses.
 func addDHCP(a *adding) error {
 	a.undo.Arm(a.releaseIPAM)
-	if err := a.did("bridge", findBridge(a)); err != nil {
+	if err := begin(a); err != nil {
 		return err
 	}
-	if err := a.did("previous", findPrevious(a)); err != nil {
-		return err
-	}
-	if err := a.did("netns", openNetNS(a)); err != nil {
-		return err
-	}
-	if err := a.did("replace previous", replaceOld(a)); err != nil {
-		return err
-	}
-	if err := a.did("sync", syncPending(a)); err != nil {
-		return err
-	}
-	if err := a.did("mac", chooseMAC(a)); err != nil {
-		return err
-	}
-	if err := a.did("claim", claim(a)); err != nil {
-		return err
-	}
-	if err := a.did("veth", createVeth(a)); err != nil {
-		return err
-	}
-	if err := a.did("container", prepareContEnd(a)); err != nil {
+	if err := makeVeth(a); err != nil {
 		return err
 	}
 	if err := a.did("port flows", secure(a)); err != nil {
@@ -260,10 +206,54 @@ func addDHCP(a *adding) error {
 	if err := a.did("port flows, lease", secure(a)); err != nil {
 		return err
 	}
+	return finish(a)
+}
+
+// begin finds the bridge and what an earlier ADD of the attachment left,
+// and replaces it.
+func begin(a *adding) error {
+	if err := a.did("bridge", findBridge(a)); err != nil {
+		return err
+	}
+	if err := a.did("previous", findPrevious(a)); err != nil {
+		return err
+	}
+	if err := a.did("netns", openNetNS(a)); err != nil {
+		return err
+	}
+	if err := a.did("replace previous", replaceOld(a)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// makeVeth claims the ofport and cookie, then makes and prepares the veth.
+func makeVeth(a *adding) error {
+	if err := a.did("sync", syncPending(a)); err != nil {
+		return err
+	}
+	if err := a.did("mac", chooseMAC(a)); err != nil {
+		return err
+	}
+	if err := a.did("claim", claim(a)); err != nil {
+		return err
+	}
+	if err := a.did("veth", createVeth(a)); err != nil {
+		return err
+	}
+	if err := a.did("container", prepareContEnd(a)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// finish checks the addresses again, configures the container end where
+// it is not yet, and puts the gateway and the host ports in.
+func finish(a *adding) error {
 	if err := a.did("allowed again", allowedFree(a)); err != nil {
 		return err
 	}
-	if err := a.did("addresses", addressContainer(a)); err != nil {
+	if err := a.did("addresses", addressAfterPort(a)); err != nil {
 		return err
 	}
 	if err := a.did("gateway", gateway(a)); err != nil {
@@ -444,19 +434,19 @@ func allowedFree(a *adding) error {
 	return checkAllowed(a.ctx, a.cli, a.conf, a.att, a.result)
 }
 
-// addressContainerNetdev configures the container end before its port
-// exists on the userspace datapath, where it is up already.
-func addressContainerNetdev(a *adding) error {
+// addressBeforePort configures the container end before its port exists
+// on the userspace datapath, where it is up already (static IPAM).
+func addressBeforePort(a *adding) error {
 	if !a.netdev {
 		return nil
 	}
 	return addressContainer(a)
 }
 
-// addressContainerKernel configures the container end, and brings it
-// up, once its port exists on the kernel datapath.
-func addressContainerKernel(a *adding) error {
-	if a.netdev {
+// addressAfterPort configures the container end, and brings it up, once
+// its port exists: on the kernel datapath, and with dhcp.
+func addressAfterPort(a *adding) error {
+	if a.netdev && !a.dhcp() {
 		return nil
 	}
 	return addressContainer(a)

@@ -343,7 +343,7 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	if err != nil {
 		return err
 	}
-	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, flows.DefaultPipeline(), plan.Attachment); err != nil {
+	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, flows.DefaultPipeline(), plan.Attachment, nil); err != nil {
 		return err
 	}
 	cnilog.Note("host ports %v", plan.Attachment.Rules)

@@ -101,6 +101,27 @@ func OpenTLS(ep string, t endpoint.TLS) (ctx context.Context, cli *ovsdb.Client,
 	return open(ep, t, Timeout, Error)
 }
 
+// OpenPort opens a chained plugin's ADD or CHECK (Open) and finds the
+// attachment's ovs-bridge port: exactly one, or an error saying that plugin
+// must follow ovs-bridge in the conflist.
+func OpenPort(ep, plugin string, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, func(), error) {
+	ctx, cli, done, err := Open(ep)
+	if err != nil {
+		return nil, nil, ovsdb.OwnedPort{}, nil, err
+	}
+	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+	ports, err := cli.FindPorts(ctx, att)
+	switch {
+	case err != nil:
+	case len(ports) != 1:
+		err = fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (%s must follow ovs-bridge in the conflist)", att, len(ports), plugin)
+	default:
+		return ctx, cli, ports[0], done, nil
+	}
+	done()
+	return nil, nil, ovsdb.OwnedPort{}, nil, err
+}
+
 // OpenDel opens the DEL of a chained plugin: Open, except that when OVSDB
 // cannot be reached, DEL fails (code 11) while the attachment's host veth is
 // still there and succeeds with nothing to do (done nil) once it is gone.

@@ -10,14 +10,15 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
 	"github.com/ovsflow/ovs-cni/pkg/buildinfo"
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 )
 
 func init() { runtime.LockOSThread() }
 
 func main() {
-	skel.PluginMainFuncs(cnilog.Funcs("ovs-bandwidth", skel.CNIFuncs{
+	skel.PluginMainFuncs(cnilog.Funcs("ovs-bandwidth", cnicmd.Funcs(skel.CNIFuncs{
 		Add: bandwidth.CmdAdd, Del: bandwidth.CmdDel, Check: bandwidth.CmdCheck,
 		GC: bandwidth.CmdGC, Status: bandwidth.CmdStatus,
-	}), version.All, buildinfo.About("ovs-bandwidth"))
+	})), version.All, buildinfo.About("ovs-bandwidth"))
 }

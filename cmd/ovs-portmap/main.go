@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/ovsflow/ovs-cni/pkg/buildinfo"
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/inspect"
@@ -39,8 +40,8 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "flows" {
 		os.Exit(inspect.FlowsMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	skel.PluginMainFuncs(cnilog.Funcs("ovs-portmap", skel.CNIFuncs{
+	skel.PluginMainFuncs(cnilog.Funcs("ovs-portmap", cnicmd.Funcs(skel.CNIFuncs{
 		Add: portmap.CmdAdd, Del: portmap.CmdDel, Check: portmap.CmdCheck,
 		GC: portmap.CmdGC, Status: portmap.CmdStatus,
-	}), version.All, buildinfo.About("ovs-portmap"))
+	})), version.All, buildinfo.About("ovs-portmap"))
 }

@@ -18,13 +18,13 @@
 package bandwidth
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 )
 
 // Entry is one set of limits, as the reference plugin and the CNI
@@ -137,5 +137,5 @@ func (c *Conf) GCScope() (string, string, []types.GCAttachment) {
 func loadConf(args *skel.CmdArgs) (*Conf, error) { return LoadConf(args.StdinData) }
 
 func invalid(format string, a ...any) error {
-	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, a...), "")
+	return cnierr.Invalid(format, a...)
 }

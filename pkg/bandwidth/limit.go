@@ -7,12 +7,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
+	"github.com/ovsflow/ovs-cni/pkg/rollback"
 )
 
 // QoSType is the QoS of the ingress limit: tc htb on the port's device.
@@ -74,7 +74,7 @@ func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, ne
 	}
 	defer func() {
 		if err != nil {
-			cnicmd.Rollback(func(ctx context.Context) { _ = withdraw(ctx, cli, p, rec) })
+			rollback.Do(func(ctx context.Context) { _ = withdraw(ctx, cli, p, rec) })
 		}
 	}()
 	if !l.Egress() {

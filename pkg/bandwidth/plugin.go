@@ -2,7 +2,6 @@ package bandwidth
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -29,23 +28,11 @@ func loadChained(args *skel.CmdArgs) (*Conf, error) {
 // openPort opens the command and finds the ovs-bridge port of the
 // attachment, with the OpenFlow target of its bridge.
 func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, string, func(), error) {
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
+	ctx, cli, port, done, err := cnicmd.OpenPort(conf.OVSDB, "ovs-bandwidth", args)
 	if err != nil {
 		return nil, nil, ovsdb.OwnedPort{}, "", nil, err
 	}
-	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	ports, err := cli.FindPorts(ctx, att)
-	switch {
-	case err != nil:
-		err = cnicmd.Error(err)
-	case len(ports) != 1:
-		err = fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (ovs-bandwidth must follow ovs-bridge in the conflist)", att, len(ports))
-	default:
-		target := endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, ports[0].Port.ExternalIDs[ovsdb.KeyBridge])
-		return ctx, cli, ports[0], target, done, nil
-	}
-	done()
-	return nil, nil, ovsdb.OwnedPort{}, "", nil, err
+	return ctx, cli, port, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, port.Port.ExternalIDs[ovsdb.KeyBridge]), done, nil
 }
 
 // CmdAdd puts the limits on the attachment's port and prints prevResult
@@ -64,7 +51,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 	}
 	defer done()
 	if err := Apply(ctx, cli, port, target, conf.Name, conf.Limits); err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	l := conf.Limits
 	cnilog.Note("port %s: ingress %d bit/s burst %d, egress %d bit/s burst %d", port.Port.Name, l.IngressRate, l.IngressBurst, l.EgressRate, l.EgressBurst)
@@ -86,13 +73,13 @@ func CmdDel(args *skel.CmdArgs) error {
 	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
 	ports, err := cli.FindPorts(ctx, att)
 	if err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	if err := Withdraw(ctx, cli, ports); err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	// Rows of a port that is gone already.
-	return cnicmd.Error(cli.ClearPortQoS(ctx, nil, att))
+	return cli.ClearPortQoS(ctx, nil, att)
 }
 
 // CmdCheck verifies that Open vSwitch enforces exactly the limits of the
@@ -110,7 +97,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	defer done()
-	return cnicmd.Error(Check(ctx, cli, port, target, conf.Limits))
+	return Check(ctx, cli, port, target, conf.Limits)
 }
 
 // CmdGC removes the limits of our attachments of the network not in
@@ -123,11 +110,11 @@ func CmdGC(args *skel.CmdArgs) error {
 	}
 	defer gc.Close()
 	if err := Withdraw(gc.Ctx, gc.OVSDB, gc.Stale); err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	owned, err := gc.OVSDB.OwnedQoSAttachments(gc.Ctx)
 	if err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	valid := map[ovsdb.Attachment]bool{}
 	for _, a := range gc.Conf.ValidAttachments {
@@ -140,9 +127,9 @@ func CmdGC(args *skel.CmdArgs) error {
 		}
 	}
 	if err := gc.OVSDB.ClearPortQoS(gc.Ctx, nil, orphans...); err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
-	return cnicmd.Error(RemoveOrphans(gc.Ctx, gc.OVSDB, gc.Conf.OVSDB, gc.Conf.OpenFlow))
+	return RemoveOrphans(gc.Ctx, gc.OVSDB, gc.Conf.OVSDB, gc.Conf.OpenFlow)
 }
 
 // CmdStatus reports OVSDB unreachable as code 50.

@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	_ "github.com/ovsflow/ovs-cni/pkg/endpoint/tlsdial" // an ssl: "ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
@@ -113,7 +114,7 @@ var bridgeName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
 var ovnPortName = regexp.MustCompile(`^[!-~]{0,255}$`)
 
 func invalid(format string, a ...any) error {
-	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, a...), "")
+	return cnierr.Invalid(format, a...)
 }
 
 // LoadConf decodes stdin, applies defaults, then validates, in that order.

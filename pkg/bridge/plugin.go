@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
@@ -32,9 +33,6 @@ import (
 
 // ofportTimeout bounds the wait for ovs-vswitchd to attach a new port.
 const ofportTimeout = 10 * time.Second
-
-// asCNIError gives OVS unreachable or unresponsive their CNI codes.
-func asCNIError(err error) error { return cnicmd.Error(err) }
 
 func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[string]string {
 	ids := map[string]string{
@@ -64,7 +62,7 @@ func notOwnNetNS(path string) error {
 		return nil // ns.GetNS reports a bad path
 	}
 	if own.Dev == target.Dev && own.Ino == target.Ino {
-		return types.NewError(types.ErrInvalidEnvironmentVariables,
+		return cnierr.New(cnierr.Environment,
 			fmt.Sprintf("CNI_NETNS %q is the plugin's own network namespace, not a container's", path), "")
 	}
 	return nil
@@ -76,7 +74,7 @@ func macError(err error) error {
 	if errors.As(err, &inUse) {
 		return invalid(`"mac" %s: %v`, inUse.MAC, err)
 	}
-	return asCNIError(err)
+	return err
 }
 
 // portVLAN is how the port's VLAN is configured, for the port flows.
@@ -88,274 +86,6 @@ func portVLAN(conf *NetConf) flows.PortVLAN {
 		return flows.Trunk
 	}
 	return flows.Untagged
-}
-
-// CmdAdd attaches a container interface. In the order of the reference
-// bridge plugin (veth, then IPAM, so that dhcp can run on the attached
-// interface); on any failure it removes what it created: veth, port, flows,
-// IP allocation.
-//
-// No frame from the container is forwarded before its port flows are in.
-// They go in before the port exists, for the ofport and cookie the ADD
-// claimed first (ovsdb.Reserve), which the port's insert then takes over;
-// with dhcp, the flows of a port without addresses (DHCP client
-// broadcasts, link-local), replaced once the lease is in. ovs-vswitchd reconfigures the whole
-// bridge on every link change and every insert, and answers OpenFlow only
-// between reconfigurations: so the veth is made, in its final state, while
-// IPAM runs (the reconfiguration its link changes start runs meanwhile),
-// and the bundle and the insert come after, so that the insert's is the
-// only reconfiguration the ADD waits for. On the kernel datapath the
-// container end comes up after the insert, since an unattached host end
-// would hand its frames to the node's IP stack. With dhcp, the host end
-// stays down (the container end has no carrier) until the flows of a port
-// without addresses are in.
-func CmdAdd(args *skel.CmdArgs) (retErr error) {
-	conf, err := LoadConf(args.StdinData, args.Args)
-	if err != nil {
-		return err
-	}
-	if err := notOwnNetNS(args.Netns); err != nil {
-		return err
-	}
-	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
-	if err != nil {
-		return err
-	}
-	defer done()
-	br, err := lookupBridge(ctx, cli, conf)
-	if err != nil {
-		return err
-	}
-	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	previous, err := cli.FindPorts(ctx, att)
-	if err != nil {
-		return asCNIError(err)
-	}
-	if conf.MAC != nil {
-		// A runtime-supplied MAC must not be another container's, the
-		// bridge's or an uplink's: it would receive their traffic.
-		if err := cli.MACHolder(ctx, conf.MAC.String(), att); err != nil {
-			return macError(err)
-		}
-	}
-	netns, err := ns.GetNS(args.Netns)
-	if err != nil {
-		return fmt.Errorf("opening netns %q: %w", args.Netns, err)
-	}
-	defer netns.Close()
-	hostName := link.HostVethName(args.ContainerID, args.IfName)
-	retry, err := replacePrevious(ctx, cli, conf, args, previous, hostName)
-	if err != nil {
-		return err
-	}
-
-	netdev := br.DatapathType == "netdev"
-	dhcp := conf.IPAM.Type == "dhcp"
-	contIndex := 1
-	result := &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS,
-		Interfaces: []*current.Interface{{Name: hostName}, {Name: args.IfName, Sandbox: args.Netns}}}
-	// Without dhcp, IPAM runs while the veth is made: the veth's link
-	// changes reach ovs-vswitchd, and its reconfiguration of the bridge
-	// runs, meanwhile. A failed ADD releases the addresses (once allocated)
-	// and, from the first bundle on, removes the attachment's flows.
-	allocated := false
-	var pending *ipam.Pending
-	if !dhcp && conf.IPAM.Type != "" {
-		pending = ipam.Start(ctx, conf.IPAM.Type, args.StdinData)
-	}
-	defer func() {
-		if pending != nil { // ADD failed before it used IPAM's result
-			_, err := pending.Wait()
-			allocated = err == nil
-		}
-		if retErr != nil && allocated {
-			cnicmd.Rollback(func(ctx context.Context) { _ = ipam.Del(ctx, conf.IPAM.Type, args.StdinData) })
-		}
-	}()
-	if !retry {
-		// After this, every port removal that was committed has been
-		// applied by ovs-vswitchd: an ofport no Interface row holds is free
-		// there too, and so is the name of a device a DEL just removed.
-		if err := cli.SyncPending(ctx, ofportTimeout); err != nil {
-			return asCNIError(err)
-		}
-	}
-	// The flows go with a failed ADD once its cookie is its own (claimed).
-	ownCookie := false
-	defer func() {
-		if retErr != nil && ownCookie {
-			cnicmd.Rollback(func(ctx context.Context) {
-				_ = openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
-					flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
-			})
-		}
-	}()
-	contMAC := conf.MAC
-	if !dhcp && contMAC == nil {
-		// MAC and ofport are known before the veth exists, the addresses
-		// once IPAM returns: the flows go in before the port, whose insert
-		// then is the only reconfiguration the ADD waits for.
-		if contMAC, err = link.RandomMAC(); err != nil {
-			return err
-		}
-	}
-	if contMAC != nil {
-		result.Interfaces[contIndex].Mac = contMAC.String()
-	}
-	// Claim, then act: the ofport and the cookie are this ADD's before any
-	// flow goes in for them, with dhcp as without.
-	res, err := reserveOFPort(ctx, cli, conf, att)
-	if err != nil {
-		return err
-	}
-	ofport := res.OFPort
-	ownCookie = true
-	defer func() {
-		if retErr != nil {
-			cnicmd.Rollback(func(ctx context.Context) { _ = cli.Release(ctx, res) })
-		}
-	}()
-
-	// The veth, its container end created in place and prepared, the host
-	// end in its final state (promiscuous, as the datapath makes it; down
-	// for dhcp, see above). On the userspace datapath the container end
-	// comes up now too.
-	hostLink, err := link.CreateVeth(link.VethSpec{HostName: hostName, ContName: args.IfName, HostDown: dhcp, Promisc: true,
-		ContNSFd: int(netns.Fd()), MTU: conf.MTU, ContMAC: contMAC, Alias: link.Alias(conf.Name, args.ContainerID, args.IfName)})
-	if err != nil {
-		return err
-	}
-	portLeft := false // the port could not be rolled back: keep the veth, so DEL knows (code 11)
-	defer func() {
-		if retErr != nil && !portLeft {
-			_ = link.Delete(hostName)
-		}
-	}()
-	result.Interfaces[0].Mac = hostLink.Attrs().HardwareAddr.String()
-	if netdev {
-		// The userspace datapath reads the host end through a packet socket, so
-		// the node's kernel sees every frame too: keep it from answering ARP
-		// (with the veth's MAC) or running IPv6 on that end.
-		if err := link.Isolate(hostName); err != nil {
-			return err
-		}
-	}
-	if err := netns.Do(func(ns.NetNS) error {
-		mac, err := prepareContainer(args.IfName, netdev, dhcp || netdev, conf.IPAM.Type != "" && !conf.AllowRouter)
-		result.Interfaces[contIndex].Mac = mac
-		return err
-	}); err != nil {
-		return err
-	}
-	if !dhcp {
-		if pending != nil {
-			r, err := pending.Wait()
-			pending = nil
-			if allocated, err = useIPAM(conf, r, err, result, contIndex); err != nil {
-				return err
-			}
-		}
-		if err := checkAllowed(ctx, cli, conf, att, result); err != nil {
-			return err
-		}
-		if netdev {
-			if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
-				return err
-			}
-		}
-	}
-	// A bridge just created (createBridge), or one of an ovs-vswitchd
-	// restarting, has no OpenFlow socket yet: securePort waits for it.
-	if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", ofport); err != nil {
-		return err
-	}
-	spec := ovsdb.PortSpec{Name: hostName, Trunks: conf.Trunks, ExternalIDs: portExternalIDs(args, conf, result.Interfaces[contIndex].Mac)}
-	if conf.VLAN != nil {
-		spec.Tag = *conf.VLAN
-	}
-	if conf.MAC != nil {
-		spec.UniqueMAC = result.Interfaces[contIndex].Mac
-	}
-	if conf.OVNPort != "" {
-		spec.InterfaceIDs = map[string]string{ovsdb.KeyOVNIfaceID: conf.OVNPort}
-	}
-	// The port, in one transaction, and its ofport. The rollback is armed
-	// before the transaction: when the connection breaks mid-commit its
-	// outcome is unknown, and the port may be there.
-	defer func() {
-		if retErr != nil {
-			cnicmd.Rollback(func(ctx context.Context) {
-				ports, err := cli.FindPorts(ctx, att)
-				if err == nil {
-					err = cli.DetachPorts(ctx, ovsdb.PortUUIDs(ports)...)
-				}
-				portLeft = err != nil
-			})
-		}
-	}()
-	// With dhcp, the port goes in with the record of the flows it has until
-	// the lease (no addresses yet): a reconcile meanwhile rebuilds those,
-	// instead of removing them as an attachment's without a record.
-	portUUID, ofport, err := attachSecured(ctx, cli, conf, br, args, result, contIndex, spec, &res)
-	if err != nil {
-		return err
-	}
-	if dhcp {
-		// dhcp needs the link: the flows of a port without addresses are
-		// in, now the carrier.
-		if err := link.SetUp(hostLink); err != nil {
-			return err
-		}
-		if allocated, err = addresses(ctx, conf, args, result, contIndex); err != nil {
-			return err
-		}
-		if err := checkAllowed(ctx, cli, conf, att, result); err != nil {
-			return err
-		}
-		if err := securePort(ctx, cli, conf, br, args, result, contIndex, portUUID, ofport); err != nil {
-			return err
-		}
-	} else {
-		var gateways []netip.Addr
-		for _, ipc := range result.IPs {
-			if a, ok := netip.AddrFromSlice(ipc.Gateway); ok && netdev {
-				gateways = append(gateways, a.Unmap())
-			}
-		}
-		if len(gateways) > 0 {
-			// The container end came up before its port existed: its
-			// gratuitous ARP and unsolicited NA reached no one.
-			if err := netns.Do(func(ns.NetNS) error { return link.Announce(args.IfName, gateways) }); err != nil {
-				return err
-			}
-		}
-	}
-	// Again, now that the port and its record are in: of two ADDs that
-	// conflict and ran the check above at the same moment, the one that
-	// reads after both inserts sees the other and fails (its rollback
-	// removes its port), so never both pass.
-	if err := checkAllowed(ctx, cli, conf, att, result); err != nil {
-		return err
-	}
-	if !netdev || dhcp {
-		if err := netns.Do(func(ns.NetNS) error { return configureAddresses(args.IfName, result) }); err != nil {
-			return err
-		}
-	}
-	if conf.IsGateway {
-		if err := setupGateway(ctx, cli, br, result); err != nil {
-			return err
-		}
-	}
-	cnilog.Note("port %s on %s, ips %v", hostName, conf.Bridge, ipList(result))
-	if len(conf.Mappings) > 0 {
-		port := ovsdb.OwnedPort{Port: ovsdb.Port{UUID: portUUID, Name: hostName, ExternalIDs: spec.ExternalIDs},
-			Interface: ovsdb.Interface{Name: hostName, OFPort: &ofport}}
-		if err := publishMesos(ctx, cli, args, conf, result, port); err != nil {
-			return err
-		}
-	}
-	return types.PrintResult(result, conf.CNIVersion)
 }
 
 // addresses runs IPAM and puts its addresses, routes and DNS into result.
@@ -426,14 +156,14 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 			}
 		case errors.Is(err, ovsdb.ErrSweeping) && attempt < 8:
 			if err := cli.AfterSweep(ctx, *res); err != nil {
-				return "", 0, asCNIError(err)
+				return "", 0, err
 			}
 		case err != nil:
 			return "", 0, macError(err)
 		default:
 			got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
 			if err != nil {
-				return "", 0, asCNIError(err)
+				return "", 0, err
 			}
 			if err := requestedOFPort(conf, got); err != nil {
 				return "", 0, err
@@ -469,11 +199,11 @@ func reserve(ctx context.Context, cli *ovsdb.Client, att ovsdb.Attachment, home 
 	res, err := cli.Reserve(ctx, att, home, c.String())
 	var taken *ovsdb.IdentityTakenError
 	if errors.As(err, &taken) {
-		return res, types.NewError(types.ErrInvalidEnvironmentVariables,
+		return res, cnierr.New(cnierr.Environment,
 			fmt.Sprintf("CNI_CONTAINERID %q with CNI_IFNAME %q: its flows' cookie %s is that of attachment %s", att.ContainerID, att.IfName, c, taken.Holder),
 			"choose another container ID or interface name")
 	}
-	return res, asCNIError(err)
+	return res, err
 }
 
 // reserveOFPort claims the attachment's ofport (reserve): the one
@@ -517,7 +247,7 @@ func lookupBridge(ctx context.Context, cli *ovsdb.Client, conf *NetConf) (*ovsdb
 		br, err = cli.Bridge(ctx, conf.Bridge)
 	}
 	if err != nil {
-		return nil, asCNIError(err)
+		return nil, err
 	}
 	if br == nil {
 		return nil, invalid(`"bridge" %q does not exist (create it, or set "createBridge": true)`, conf.Bridge)
@@ -551,7 +281,7 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 		err = cli.SyncPending(ctx, ofportTimeout)
 	}
 	if err != nil {
-		return true, asCNIError(err)
+		return true, err
 	}
 	if conf.IPAM.Type != "" {
 		// host-local refuses a second allocation for the same container.
@@ -582,7 +312,7 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 	}
 	for target, b := range byTarget {
 		if err := openflow.Apply(ctx, target, b); err != nil && !openflow.NotServed(err) {
-			return asCNIError(err)
+			return err
 		}
 	}
 	return nil
@@ -591,8 +321,8 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 // securePort installs the port's table-0 flows (pkg/portsec) and, given
 // portUUID, first records them on the port for reconcile.
 func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, portUUID string, ofport int) error {
-	return asCNIError(portsec.Apply(ctx, cli, portSecRecord(conf, result, contIndex), br.Secure(),
-		flows.AttachmentCookie(args.ContainerID, args.IfName), portUUID, ofport))
+	return portsec.Apply(ctx, cli, portSecRecord(conf, result, contIndex), br.Secure(),
+		flows.AttachmentCookie(args.ContainerID, args.IfName), portUUID, ofport)
 }
 
 // publishMesos publishes the port mappings Apache Mesos passes in args: Mesos
@@ -613,8 +343,8 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	if err != nil {
 		return err
 	}
-	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, flows.DefaultPipeline(), plan.Attachment); err != nil {
-		return asCNIError(err)
+	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, flows.DefaultPipeline(), plan.Attachment, nil); err != nil {
+		return err
 	}
 	cnilog.Note("host ports %v", plan.Attachment.Rules)
 	return nil
@@ -649,7 +379,7 @@ func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovs
 		ports, err = cli.OwnedPortsWith(ctx, record.KeyAllowedAddresses, "true")
 	}
 	if err != nil {
-		return asCNIError(err)
+		return err
 	}
 	for _, p := range ports {
 		other := p.Attachment()
@@ -777,7 +507,7 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 	if err != nil {
 		// The internal interface exists once ovs-vswitchd has given it an ofport.
 		if _, err := cli.WaitOFPort(ctx, bridge, ofportTimeout); err != nil {
-			return asCNIError(err)
+			return err
 		}
 		if l, err = netlink.LinkByName(bridge); err != nil {
 			return fmt.Errorf("looking up bridge interface %q: %w", bridge, err)
@@ -801,7 +531,7 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 	// re-creates the interface.
 	if len(recorded) > 0 {
 		if err := cli.SetBridgeExternalIDs(ctx, br.UUID, recorded); err != nil {
-			return asCNIError(err)
+			return err
 		}
 	}
 	return nil
@@ -843,7 +573,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		// Marked as under way: a sweep meanwhile restores none of its flows.
 		del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 		if err != nil {
-			return asCNIError(err)
+			return err
 		}
 		ports := del.Ports
 		if err := cutOff(ctx, conf, ports); err != nil {
@@ -856,14 +586,14 @@ func CmdDel(args *skel.CmdArgs) error {
 			err := openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
 				flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
 			if err != nil && !openflow.NotServed(err) {
-				return asCNIError(err)
+				return err
 			}
 		}
 		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
 			return err
 		}
 		if err := cli.Finish(ctx, del); err != nil {
-			return asCNIError(err)
+			return err
 		}
 	case link.Exists(hostName):
 		// Something of ours is still here and OVSDB cannot be reached to remove its port.
@@ -890,7 +620,7 @@ func CmdDel(args *skel.CmdArgs) error {
 // or by ovs-bridge itself for Mesos), so that nothing outlives the port even
 // when the chained plugin's DEL was never called.
 func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
-	return asCNIError(hostport.Withdraw(ctx, cli, ports))
+	return hostport.Withdraw(ctx, cli, ports)
 }
 
 // CmdCheck verifies that what ADD built is still there, naming what drifted.
@@ -917,7 +647,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
 	ports, err := cli.FindPorts(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 	if err != nil {
-		return asCNIError(err)
+		return err
 	}
 	if len(ports) != 1 {
 		return fmt.Errorf("port %q of %s/%s: found %d ports with our external_ids, want 1", hostName, args.ContainerID, args.IfName, len(ports))
@@ -925,7 +655,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	p := ports[0]
 	onBridge, err := cli.BridgeHasPort(ctx, conf.Bridge, p.Port.UUID)
 	if err != nil {
-		return asCNIError(err)
+		return err
 	}
 	if !onBridge {
 		return fmt.Errorf("port %q is not on bridge %q", p.Port.Name, conf.Bridge)
@@ -1015,7 +745,7 @@ func checkFlows(ctx context.Context, p ovsdb.OwnedPort) error {
 	suite := flows.SuiteDelete()
 	dumped, err := openflow.Dump(ctx, target, suite.Cookie, suite.Mask)
 	if err != nil {
-		return asCNIError(err)
+		return err
 	}
 	var got []openflow.Flow
 	own, _ := c.Attachment()
@@ -1091,7 +821,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	if addingErr != nil {
-		return asCNIError(addingErr)
+		return addingErr
 	}
 	if conf.IPAM.Type != "" {
 		if err := ipam.GC(ctx, conf.IPAM.Type, args.StdinData); err != nil {
@@ -1111,10 +841,10 @@ func CmdGC(args *skel.CmdArgs) error {
 func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Attachment) (bool, error) {
 	del, err := cli.BeginDelete(ctx, a)
 	if err != nil {
-		return false, asCNIError(err)
+		return false, err
 	}
 	if del.Claimed() {
-		return true, asCNIError(cli.Abandon(ctx, del))
+		return true, cli.Abandon(ctx, del)
 	}
 	var ports []ovsdb.OwnedPort
 	for _, p := range del.Ports {
@@ -1130,7 +860,7 @@ func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Atta
 		return false, err
 	}
 	if err := cli.Finish(ctx, del); err != nil {
-		return false, asCNIError(err)
+		return false, err
 	}
 	for _, p := range ports {
 		if err := link.Delete(p.Port.Name); err != nil {
@@ -1154,10 +884,10 @@ func CmdStatus(args *skel.CmdArgs) error {
 	defer done()
 	br, err := cli.Bridge(ctx, conf.Bridge)
 	if err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unusable", err.Error())
+		return cnierr.Wrap(cnierr.Unavailable, "ovsdb unusable", err)
 	}
 	if br == nil && !conf.CreateBridge {
-		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("bridge %q does not exist", conf.Bridge), "")
+		return cnierr.New(cnierr.Unavailable, fmt.Sprintf("bridge %q does not exist", conf.Bridge), "")
 	}
 	// A bridge row that no ovs-vswitchd serves (it stopped, or has not
 	// started yet) takes no port and forwards nothing: an ADD now would

@@ -2,8 +2,8 @@
 // last: decoding the network config (Decode, ValidateEndpoints), a context
 // bounded by Timeout with the OVSDB connection (Open, Status; OpenGC adds the
 // stale ports), prevResult parsing, the CNI codes of errors (OVS unreachable
-// or unresponsive: 11, try again later; a host port conflict: 7), and the
-// bounded clean-up of a failed ADD (Rollback).
+// or unresponsive: 11, try again later; a host port conflict: 7). The
+// clean-up of a failed ADD is pkg/rollback.
 package cnicmd
 
 import (
@@ -19,6 +19,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -100,6 +101,27 @@ func OpenTLS(ep string, t endpoint.TLS) (ctx context.Context, cli *ovsdb.Client,
 	return open(ep, t, Timeout, Error)
 }
 
+// OpenPort opens a chained plugin's ADD or CHECK (Open) and finds the
+// attachment's ovs-bridge port: exactly one, or an error saying that plugin
+// must follow ovs-bridge in the conflist.
+func OpenPort(ep, plugin string, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, func(), error) {
+	ctx, cli, done, err := Open(ep)
+	if err != nil {
+		return nil, nil, ovsdb.OwnedPort{}, nil, err
+	}
+	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+	ports, err := cli.FindPorts(ctx, att)
+	switch {
+	case err != nil:
+	case len(ports) != 1:
+		err = fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (%s must follow ovs-bridge in the conflist)", att, len(ports), plugin)
+	default:
+		return ctx, cli, ports[0], done, nil
+	}
+	done()
+	return nil, nil, ovsdb.OwnedPort{}, nil, err
+}
+
 // OpenDel opens the DEL of a chained plugin: Open, except that when OVSDB
 // cannot be reached, DEL fails (code 11) while the attachment's host veth is
 // still there and succeeds with nothing to do (done nil) once it is gone.
@@ -123,7 +145,7 @@ func StatusTLS(ep string, t endpoint.TLS) (ctx context.Context, cli *ovsdb.Clien
 		if e := tlsError(err); e != nil {
 			return e
 		}
-		return types.NewError(types.ErrPluginNotAvailable, "ovsdb unreachable", err.Error())
+		return cnierr.Wrap(cnierr.Unavailable, "ovsdb unreachable", err)
 	})
 }
 
@@ -137,9 +159,39 @@ func open(ep string, t endpoint.TLS, timeout time.Duration, cniError func(error)
 	return ctx, cli, func() { cli.Close(); cancel() }, nil
 }
 
+// Funcs gives every command of a plugin its CNI error codes at its
+// boundary (Code): the one place where an error becomes a *types.Error.
+func Funcs(f skel.CNIFuncs) skel.CNIFuncs {
+	return skel.CNIFuncs{Add: boundary(f.Add), Del: boundary(f.Del), Check: boundary(f.Check),
+		GC: boundary(f.GC), Status: boundary(f.Status)}
+}
+
+func boundary(f func(*skel.CmdArgs) error) func(*skel.CmdArgs) error {
+	if f == nil {
+		return nil
+	}
+	return func(args *skel.CmdArgs) error { return Code(f(args)) }
+}
+
+// Code is err as the runtime gets it: the *types.Error of the first error
+// of a kind in its chain (cnierr.Error, or a delegated IPAM plugin's
+// *types.Error, as it is); else, for OVS unreachable or unresponsive and
+// host port conflicts, their kind (Error); else err, which skel reports as
+// code 999.
+func Code(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *types.Error
+	if errors.As(err, &e) || errors.As(Error(err), &e) {
+		return e
+	}
+	return err
+}
+
 // Error gives OVSDB unreachability and every timeout of ovs-vswitchd (code
-// 11, try again later) and host port conflicts (code 7) their CNI codes, and
-// leaves other errors as they are.
+// 11, try again later) and host port conflicts (code 7) their kind
+// (cnierr), and leaves other errors as they are.
 func Error(err error) error {
 	if e := tlsError(err); e != nil {
 		return e
@@ -147,18 +199,18 @@ func Error(err error) error {
 	var claimed *ovsdb.ClaimedError
 	switch {
 	case errors.Is(err, ovsdb.ErrUnreachable):
-		return types.NewError(types.ErrTryAgainLater, "ovsdb unreachable", err.Error())
+		return cnierr.Wrap(cnierr.TryAgain, "ovsdb unreachable", err)
 	case errors.Is(err, endpoint.ErrTimeout):
-		return types.NewError(types.ErrTryAgainLater, "ovs-vswitchd unresponsive", err.Error())
+		return cnierr.Wrap(cnierr.TryAgain, "ovs-vswitchd unresponsive", err)
 	case errors.Is(err, ovsdb.ErrSweeping):
-		return types.NewError(types.ErrTryAgainLater, "reconcile under way", err.Error())
+		return cnierr.Wrap(cnierr.TryAgain, "reconcile under way", err)
 	case errors.As(err, &claimed):
-		return types.NewError(types.ErrInvalidNetworkConfig, "host port conflict: "+claimed.Error(), "")
+		return &cnierr.Error{Kind: cnierr.Config, Msg: "host port conflict: " + claimed.Error(), Err: err}
 	case errors.Is(err, unixctl.ErrNoSocket):
 		// ovs-vswitchd serves the bridge (the flows went in before the
 		// zone limits): its socket is elsewhere than the config says.
-		return types.NewError(types.ErrInvalidNetworkConfig,
-			`ovs-vswitchd control socket not found: set "vswitchdControl" to the path of its --unixctl socket`, err.Error())
+		return cnierr.Wrap(cnierr.Config,
+			`ovs-vswitchd control socket not found: set "vswitchdControl" to the path of its --unixctl socket`, err)
 	}
 	return err
 }
@@ -176,36 +228,28 @@ func tlsError(err error) error {
 	var file *endpoint.TLSFileError
 	switch {
 	case errors.As(err, &file):
-		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(`"%s" %q: %v`, tlsKeys[file.Field], file.Path, file.Err), err.Error())
+		return cnierr.Wrap(cnierr.Config, fmt.Sprintf(`"%s" %q: %v`, tlsKeys[file.Field], file.Path, file.Err), err)
 	case errors.Is(err, endpoint.ErrNoTLS):
-		return types.NewError(types.ErrInvalidNetworkConfig, `"ovsdb": `+endpoint.ErrNoTLS.Error(), err.Error())
+		return cnierr.Wrap(cnierr.Config, `"ovsdb": `+endpoint.ErrNoTLS.Error(), err)
 	case errors.Is(err, endpoint.ErrTLSRefused):
-		return types.NewError(types.ErrInvalidNetworkConfig,
-			`ovsdb TLS handshake refused: the server's certificate is not signed by "ovsdbCA", or the server does not accept "ovsdbCert"`, err.Error())
+		return cnierr.Wrap(cnierr.Config,
+			`ovsdb TLS handshake refused: the server's certificate is not signed by "ovsdbCA", or the server does not accept "ovsdbCert"`, err)
 	}
 	return nil
-}
-
-// Rollback runs the clean-up of a failed ADD with a bounded context of its
-// own: the command's context may have expired, and clean-up must not hang.
-func Rollback(f func(context.Context)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	f(ctx)
 }
 
 // PrevResult parses the prevResult of conf; missing is the error when there
 // is none. A prevResult that does not decode, or has null entries, is code 6.
 func PrevResult(conf *types.PluginConf, missing string) (*current.Result, error) {
 	if conf.RawPrevResult == nil {
-		return nil, types.NewError(types.ErrInvalidNetworkConfig, missing, "")
+		return nil, cnierr.New(cnierr.Config, missing, "")
 	}
 	if err := version.ParsePrevResult(conf); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
+		return nil, cnierr.New(cnierr.Decoding, fmt.Sprintf("prevResult: %v", err), "")
 	}
 	r, err := current.NewResultFromResult(conf.PrevResult)
 	if err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
+		return nil, cnierr.New(cnierr.Decoding, fmt.Sprintf("prevResult: %v", err), "")
 	}
 	return r, CheckResult(r)
 }
@@ -214,17 +258,17 @@ func PrevResult(conf *types.PluginConf, missing string) (*current.Result, error)
 func CheckResult(r *current.Result) error {
 	for i, iface := range r.Interfaces {
 		if iface == nil {
-			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: interfaces[%d] is null", i), "")
+			return cnierr.New(cnierr.Decoding, fmt.Sprintf("prevResult: interfaces[%d] is null", i), "")
 		}
 	}
 	for i, ipc := range r.IPs {
 		if ipc == nil {
-			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: ips[%d] is null", i), "")
+			return cnierr.New(cnierr.Decoding, fmt.Sprintf("prevResult: ips[%d] is null", i), "")
 		}
 	}
 	for i, rt := range r.Routes {
 		if rt == nil {
-			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: routes[%d] is null", i), "")
+			return cnierr.New(cnierr.Decoding, fmt.Sprintf("prevResult: routes[%d] is null", i), "")
 		}
 	}
 	return nil
@@ -256,7 +300,7 @@ func Stale(ctx context.Context, cli *ovsdb.Client, network, bridge string, valid
 // first step of either plugin's LoadConf.
 func Decode(stdin []byte, conf any, ovsdb *string) error {
 	if err := json.Unmarshal(stdin, conf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network config: %v", err), "")
+		return cnierr.New(cnierr.Decoding, fmt.Sprintf("decoding network config: %v", err), "")
 	}
 	if *ovsdb == "" {
 		*ovsdb = endpoint.DefaultOVSDB
@@ -268,22 +312,22 @@ func Decode(stdin []byte, conf any, ovsdb *string) error {
 // path.
 func ValidateControl(path string) error {
 	if path != "" && !filepath.IsAbs(path) {
-		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(`"vswitchdControl" %q: want the absolute path of ovs-vswitchd's control socket`, path), "")
+		return cnierr.Invalid(`"vswitchdControl" %q: want the absolute path of ovs-vswitchd's control socket`, path)
 	}
 	return nil
 }
 
 // ValidateEndpoints checks the "ovsdb" and "openflow" (optional) keys of a
-// network config: code 7 naming the key.
+// network config: a *types.Error, code 7 naming the key.
 func ValidateEndpoints(ovsdb, openflow string) error {
 	if _, err := endpoint.Parse(ovsdb); err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(`"ovsdb": %v`, err), "")
+		return cnierr.Invalid(`"ovsdb": %v`, err).CNI()
 	}
 	if openflow == "" {
 		return nil
 	}
 	if _, err := endpoint.ParseOpenFlow(openflow); err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(`"openflow": %v`, err), "")
+		return cnierr.Invalid(`"openflow": %v`, err).CNI()
 	}
 	return nil
 }

@@ -35,17 +35,11 @@ func (c Cookie) String() string { return fmt.Sprintf("0x%016x", uint64(c)) }
 // Delete selects every flow with exactly this cookie, in every table.
 func (c Cookie) Delete() openflow.Delete { return openflow.Delete{Cookie: uint64(c), Mask: ^uint64(0)} }
 
-// Match renders Delete's cookie match, as del-flows and dump-flows read it.
-func (c Cookie) Match() string { return c.Delete().String() }
-
 // SuiteDelete selects every flow of this pipeline, shared and per
 // attachment.
 func SuiteDelete() openflow.Delete {
 	return openflow.Delete{Cookie: uint64(CookieSuite), Mask: uint64(SuiteMask)}
 }
-
-// SuiteMatch renders SuiteDelete's cookie match.
-func SuiteMatch() string { return SuiteDelete().String() }
 
 // WithKind returns the cookie with another kind and the same attachment hash.
 func (c Cookie) WithKind(k uint8) Cookie {
@@ -63,6 +57,3 @@ func (c Cookie) AttachmentDelete() openflow.Delete {
 	v, m := c.Attachment()
 	return openflow.Delete{Cookie: uint64(v), Mask: uint64(m)}
 }
-
-// AttachmentMatch renders AttachmentDelete's cookie match.
-func (c Cookie) AttachmentMatch() string { return c.AttachmentDelete().String() }

@@ -18,16 +18,22 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
+	"github.com/ovsflow/ovs-cni/pkg/rollback"
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
 // Publish records and programs the attachment's host ports on port p,
 // replacing what an earlier ADD of the same attachment left. target is the
 // bridge's OpenFlow endpoint, control the control socket of its
-// ovs-vswitchd ("": found by unixctl.Find). It installs
+// ovs-vswitchd ("": found by unixctl.Find); ids are other external_ids the
+// port takes in the same transaction as the record. It installs
 // nothing when a claim is held by another attachment (*ovsdb.ClaimedError),
 // and removes what it did when a later step fails.
-func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.Attachment) (retErr error) {
+func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.Attachment, ids map[string]string) (retErr error) {
+	// An earlier ADD's meters that no flow of a uses, from the record p
+	// holds before this ADD: removed once the new flows are in.
+	stale := staleConnMeters(p, a)
+	meters := flows.ConnMeters(a)
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("host ports of port %q: %w", p.Port.Name, err)
 	}
@@ -35,34 +41,40 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 	if err != nil {
 		return err
 	}
+	for k, v := range ids {
+		set[k] = v
+	}
 	// Effective on return: wait until the datapath's flow cache follows the
 	// new flows (openflow.StartRevalidation), registered before the change
 	// and collected last. The registration is a round trip to ovs-vswitchd;
-	// it runs while ovsdb-server records the claims.
-	type registered struct {
-		reval *openflow.Revalidation
-		err   error
+	// ovsdb-server records the claims meanwhile.
+	type recorded struct {
+		br  *ovsdb.Bridge
+		err error
 	}
-	regc := make(chan registered, 1)
+	recc := make(chan recorded, 1)
 	go func() {
-		r, err := openflow.StartRevalidation(ctx, target)
-		regc <- registered{r, err}
+		br, err := cli.RecordOnBridge(ctx, p.Port.UUID, unset, set, claims, p.Port.ExternalIDs[ovsdb.KeyBridge])
+		recc <- recorded{br, err}
 	}()
-	br, err := cli.RecordOnBridge(ctx, p.Port.UUID, unset, set, claims, p.Port.ExternalIDs[ovsdb.KeyBridge])
-	reg := <-regc
-	defer reg.reval.Close()
-	if err != nil {
-		return err
+	reval, revalErr := openflow.StartRevalidation(ctx, target)
+	defer reval.Close()
+	rec := <-recc
+	br := rec.br
+	if rec.err != nil {
+		return rec.err
 	}
+	var undo rollback.List
 	defer func() {
 		if retErr != nil {
-			undo(func(ctx context.Context) {
-				_ = cli.Record(ctx, p.Port.UUID, append(claims, record.KeyHostPorts), nil, nil)
-			})
+			undo.Run()
 		}
 	}()
-	if reg.err != nil {
-		return reg.err
+	undo.Arm(func(ctx context.Context) {
+		_ = cli.Record(ctx, p.Port.UUID, append(claims, record.KeyHostPorts), nil, nil)
+	})
+	if revalErr != nil {
+		return revalErr
 	}
 	// The flows, then the conntrack entries that traffic to the host ports
 	// left before there were flows for them (flows.ConntrackFlushes). Their
@@ -70,25 +82,23 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 	// may have been applied, and a failure after it (zone limits, nft) must
 	// not leave them. The node-local nft elements go to the kernel
 	// meanwhile, not to ovs-vswitchd.
-	defer func() {
-		if retErr != nil {
-			undo(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
-		}
-	}()
+	undo.Arm(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
 	// The new-connection meters go before the flows that use them (they
 	// cannot be part of the bundle); set again, they keep their flows.
-	if meters := flows.ConnMeters(a); len(meters) > 0 {
-		defer func() {
-			if retErr != nil {
-				undo(func(ctx context.Context) { _ = openflow.DeleteMeters(ctx, target, meterIDs(meters)...) })
-			}
-		}()
+	if len(meters) > 0 {
+		undo.Arm(func(ctx context.Context) { _ = openflow.DeleteMeters(ctx, target, meterIDs(meters)...) })
 		if err := openflow.SetMeters(ctx, target, meters...); err != nil {
 			return err
 		}
 	}
 	nftc := make(chan error, 1)
 	go func() { nftc <- applyNodeLocal(ctx, a.Rules, false) }()
+	nftIn := false // the elements' removal is armed now, for once they are in
+	undo.Arm(func(ctx context.Context) {
+		if nftIn {
+			_ = applyNodeLocal(ctx, a.Rules, true)
+		}
+	})
 	err = openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...)
 	if flushUnsupported(err) {
 		// An ovs-vswitchd before 3.1 (no NXT_CT_FLUSH): the flows are in;
@@ -96,11 +106,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 		err = nil
 	}
 	if nerr := <-nftc; nerr == nil {
-		defer func() {
-			if retErr != nil {
-				undo(func(ctx context.Context) { _ = applyNodeLocal(ctx, a.Rules, true) })
-			}
-		}()
+		nftIn = true
 	} else if err == nil {
 		err = nerr
 	}
@@ -110,13 +116,12 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 	if err := ensureZoneLimits(ctx, cli, br, target, control, pl); err != nil {
 		return err
 	}
-	if stale := staleConnMeters(p, a); len(stale) > 0 {
-		// An earlier ADD's meters that no flow uses any more.
+	if len(stale) > 0 {
 		if err := openflow.DeleteMeters(ctx, target, stale...); err != nil {
 			return err
 		}
 	}
-	return waitRevalidation(ctx, reg.reval)
+	return reval.WaitAtMost(ctx, revalidationCap)
 }
 
 // staleConnMeters are the new-connection meters of the record port p held
@@ -151,15 +156,6 @@ func flushUnsupported(err error) bool {
 	return errors.As(err, &fe) && fe.Unsupported()
 }
 
-// undo runs a step of a failed Publish's clean-up with a bounded context of
-// its own: the command's context may have expired, and clean-up must not
-// hang.
-func undo(f func(context.Context)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	f(ctx)
-}
-
 // revalidationCap bounds the wait for the datapath's flow cache. The round a
 // flow change starts ends 1-5 ms after the commit; a few waits in a hundred
 // (a round the change did not start, see openflow.StartRevalidation) would
@@ -167,16 +163,6 @@ func undo(f func(context.Context)) {
 // flows are in the table and a cached megaflow may still steer the next
 // packets the old way for a few milliseconds.
 const revalidationCap = 50 * time.Millisecond
-
-func waitRevalidation(ctx context.Context, reval *openflow.Revalidation) error {
-	wctx, cancel := context.WithTimeout(ctx, revalidationCap)
-	defer cancel()
-	err := reval.Wait(wctx)
-	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
-		return nil
-	}
-	return err
-}
 
 // SetZoneLimits bounds the conntrack entries of the pipeline's zones. The
 // limits live in the datapath, which ovs-vswitchd's control socket reaches:

@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/containernetworking/cni/pkg/types"
-
+	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 )
 
 func invalid(format string, a ...any) error {
-	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, a...), "")
+	return cnierr.Invalid(format, a...)
 }
 
 // Entry is one runtimeConfig.portMappings element. encoding/json matches keys

@@ -233,7 +233,7 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 			}
 			before := dump(t, target)
 			bundle := append(slices.Clone(c["bundle_snat.golden"]), tt.bad)
-			if !strings.HasPrefix(bundle.String(), "delete "+cookie.Match()) {
+			if !strings.HasPrefix(bundle.String(), "delete "+cookie.Delete().String()) {
 				t.Fatalf("bundle_snat.golden does not start by deleting %s", cookie)
 			}
 			err := Apply(context.Background(), target, bundle)

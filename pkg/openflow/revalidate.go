@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
@@ -129,6 +130,18 @@ func (w *Revalidation) Wait(ctx context.Context) error {
 		return fmt.Errorf("revalidator/wait: ovs-vswitchd: %v", reply.Error)
 	}
 	return nil
+}
+
+// WaitAtMost is Wait, bounded by limit: a round that has not ended by then
+// is not waited for (nil), unless ctx itself ended.
+func (w *Revalidation) WaitAtMost(ctx context.Context, limit time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	err := w.Wait(wctx)
+	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		return nil
+	}
+	return err
 }
 
 // Close gives up a registered wait.

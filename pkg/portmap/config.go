@@ -7,13 +7,13 @@ package portmap
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 )
@@ -181,5 +181,5 @@ func (c *Conf) options() hostport.Options {
 }
 
 func invalid(format string, a ...any) error {
-	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, a...), "")
+	return cnierr.Invalid(format, a...)
 }

@@ -18,6 +18,9 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
+// noPrevResult is the error of an ADD or CHECK without a prevResult.
+const noPrevResult = "must be called as chained plugin (no prevResult)"
+
 // loadChained loads the config and its prevResult, which ADD and CHECK
 // require.
 func loadChained(args *skel.CmdArgs) (*Conf, *current.Result, error) {
@@ -25,34 +28,8 @@ func loadChained(args *skel.CmdArgs) (*Conf, *current.Result, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	prev, err := prevResult(conf)
+	prev, err := cnicmd.PrevResult(&conf.PluginConf, noPrevResult)
 	return conf, prev, err
-}
-
-// prevResult parses the prevResult.
-func prevResult(conf *Conf) (*current.Result, error) {
-	return cnicmd.PrevResult(&conf.PluginConf, "must be called as chained plugin (no prevResult)")
-}
-
-// openPort opens the command and finds the ovs-bridge port of the
-// attachment.
-func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, func(), error) {
-	ctx, cli, done, err := cnicmd.Open(conf.OVSDB)
-	if err != nil {
-		return nil, nil, ovsdb.OwnedPort{}, nil, err
-	}
-	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	ports, err := cli.FindPorts(ctx, att)
-	switch {
-	case err != nil:
-		err = cnicmd.Error(err)
-	case len(ports) != 1:
-		err = fmt.Errorf("attachment %s: found %d ovs-bridge ports, want 1 (ovs-portmap must follow ovs-bridge in the conflist)", att, len(ports))
-	default:
-		return ctx, cli, ports[0], done, nil
-	}
-	done()
-	return nil, nil, ovsdb.OwnedPort{}, nil, err
 }
 
 // CmdAdd publishes the mappings and prints prevResult unchanged.
@@ -64,11 +41,12 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if len(conf.Mappings) == 0 {
 		return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 	}
+	pod := record.PodOf(args.Args)
 	v4, v6, mac := hostport.ContainerFacts(prev, args.IfName)
 	if !v4.IsValid() && !v6.IsValid() {
 		return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 	}
-	ctx, cli, port, done, err := openPort(conf, args)
+	ctx, cli, port, done, err := cnicmd.OpenPort(conf.OVSDB, "ovs-portmap", args)
 	if err != nil {
 		return err
 	}
@@ -77,15 +55,14 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, conf.Pipeline, plan.Attachment); err != nil {
-		return cnicmd.Error(err)
+	// ovs-bridge records the pod with the port; a port of an older one
+	// gets it here, with the host ports.
+	var ids map[string]string
+	if pod != "" && port.Port.ExternalIDs[record.KeyPod] != pod {
+		ids = map[string]string{record.KeyPod: pod}
 	}
-	if pod := record.PodOf(args.Args); pod != "" && port.Port.ExternalIDs[record.KeyPod] != pod {
-		// ovs-bridge records it with the port; a port of an older one
-		// gets it here.
-		if err := cli.SetPortExternalIDs(ctx, port.Port.UUID, map[string]string{record.KeyPod: pod}); err != nil {
-			return cnicmd.Error(err)
-		}
+	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, conf.Pipeline, plan.Attachment, ids); err != nil {
+		return err
 	}
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 }
@@ -112,7 +89,7 @@ func CmdDel(args *skel.CmdArgs) error {
 func withdraw(ctx context.Context, cli *ovsdb.Client, a ovsdb.Attachment, in func(ovsdb.OwnedPort) bool) error {
 	del, err := cli.BeginDelete(ctx, a)
 	if err != nil {
-		return cnicmd.Error(err)
+		return err
 	}
 	var ports []ovsdb.OwnedPort
 	for _, p := range del.Ports {
@@ -121,7 +98,7 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, a ovsdb.Attachment, in fun
 		}
 	}
 	err = hostport.Withdraw(ctx, cli, ports)
-	return cnicmd.Error(errors.Join(err, cli.Abandon(ctx, del)))
+	return errors.Join(err, cli.Abandon(ctx, del))
 }
 
 // CmdCheck verifies that the bridge holds exactly the flows the attachment
@@ -136,7 +113,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, _, port, done, err := openPort(conf, args)
+	ctx, _, port, done, err := cnicmd.OpenPort(conf.OVSDB, "ovs-portmap", args)
 	if err != nil {
 		return err
 	}

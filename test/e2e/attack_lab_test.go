@@ -123,9 +123,9 @@ func (l *lab) watch(c *container, role string) {
 			return
 		}
 		cookie := flows.AttachmentCookie(c.id, "eth0")
-		fl, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", l.ofTarget(), cookie.AttachmentMatch())
+		fl, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", l.ofTarget(), cookie.AttachmentDelete().String())
 		port, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "--columns=name,tag,trunks,vlan_mode,external_ids", "list", "Port", hostVeth(c, "eth0"))
-		t.Logf("%s (%s): flows of %s:\n%s\nport:\n%s", role, c.id, cookie.AttachmentMatch(), fl, port)
+		t.Logf("%s (%s): flows of %s:\n%s\nport:\n%s", role, c.id, cookie.AttachmentDelete().String(), fl, port)
 	})
 }
 

@@ -56,7 +56,7 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 			// In the lease: the port has its ofport and the link is up.
 			portsecFlows := func() string {
 				out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.ofTarget(),
-					flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity).Match())
+					flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity).Delete().String())
 				return out
 			}
 			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {

@@ -306,7 +306,7 @@ func TestAttackRestartWindow(t *testing.T) {
 				t.FailNow()
 			}
 			if tc.blocked {
-				out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.ofTarget(), "table=0,"+flows.SuiteMatch())
+				out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.ofTarget(), "table=0,"+flows.SuiteDelete().String())
 				base := false
 				for _, line := range strings.Split(out, "\n") {
 					base = base || strings.Contains(line, " priority=0 ") && strings.HasSuffix(strings.TrimSpace(line), "actions=NORMAL")

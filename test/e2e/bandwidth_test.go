@@ -387,7 +387,7 @@ func TestBandwidthCheckDetectsRemoval(t *testing.T) {
 		}},
 		{"flow deleted", func() {
 			c := flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindBandwidth)
-			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), c.Match()); err != nil {
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), c.Delete().String()); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -60,7 +60,7 @@ func ofportOf(t *testing.T, c *container) int {
 func ownFlowsOnly(t *testing.T, br string, cs []*container) {
 	t.Helper()
 	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows",
-		(&ovsHost{bridge: br}).ofTarget(), "table=0,"+flows.SuiteMatch())
+		(&ovsHost{bridge: br}).ofTarget(), "table=0,"+flows.SuiteDelete().String())
 	if err != nil {
 		t.Fatalf("dump-flows: %v", err)
 	}
@@ -442,7 +442,7 @@ func TestBusyInFlight(t *testing.T) {
 	if err != nil || len(del.Ports) != 1 {
 		t.Fatalf("BeginDelete: %d ports, %v", len(del.Ports), err)
 	}
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), xc.AttachmentMatch()); err != nil {
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), xc.AttachmentDelete().String()); err != nil {
 		t.Fatal(err)
 	}
 	reconcile()
@@ -587,7 +587,7 @@ func TestReconcilePastDeadEndpoint(t *testing.T) {
 		cs, hs = append(cs, c), append(hs, &ovsHost{bridge: br})
 	}
 	for i, h := range hs {
-		if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), flows.AttachmentCookie(cs[i].id, "eth0").AttachmentMatch()); err != nil {
+		if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), flows.AttachmentCookie(cs[i].id, "eth0").AttachmentDelete().String()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -692,7 +692,7 @@ func TestBusyDHCPCookie(t *testing.T) {
 func attachmentFlows(t *testing.T, br, id string) []string {
 	t.Helper()
 	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows",
-		(&ovsHost{bridge: br}).ofTarget(), flows.AttachmentCookie(id, "eth0").AttachmentMatch())
+		(&ovsHost{bridge: br}).ofTarget(), flows.AttachmentCookie(id, "eth0").AttachmentDelete().String())
 	if err != nil {
 		t.Fatalf("dump-flows: %v", err)
 	}

@@ -77,7 +77,7 @@ exit 0
 			}
 			assertNothingLeft(t, c.id, t.TempDir(), "")
 			out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows",
-				(&ovsHost{bridge: br}).ofTarget(), flows.AttachmentCookie(c.id, "eth0").AttachmentMatch())
+				(&ovsHost{bridge: br}).ofTarget(), flows.AttachmentCookie(c.id, "eth0").AttachmentDelete().String())
 			if err != nil {
 				t.Fatal(err)
 			}

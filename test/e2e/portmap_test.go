@@ -56,7 +56,7 @@ func (h *ovsHost) ofTarget() string {
 // flowsOf dumps the flows with a cookie.
 func (h *ovsHost) flowsOf(t *testing.T, c flows.Cookie) []string {
 	t.Helper()
-	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", h.ofTarget(), c.Match())
+	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", h.ofTarget(), c.Delete().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestPortmapDatapath(t *testing.T) {
 		t.Fatalf("CHECK after ADD: %v", err)
 	}
 	cookie := flows.AttachmentCookie(a.id, "eth0")
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), fmt.Sprintf("table=41,%s", cookie.Match())); err != nil {
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), fmt.Sprintf("table=41,%s", cookie.Delete().String())); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.check(a, "eth0", capA); err == nil || !strings.Contains(err.Error(), "differ") {

@@ -55,7 +55,7 @@ func TestPortSecurity(t *testing.T) {
 		t.Errorf("own MAC again: %v", err)
 	}
 	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", (&ovsHost{bridge: br}).ofTarget(),
-		flows.AttachmentCookie(a.id, "eth0").WithKind(flows.CookieKindPortSecurity).Match())
+		flows.AttachmentCookie(a.id, "eth0").WithKind(flows.CookieKindPortSecurity).Delete().String())
 	if err != nil || !strings.Contains(out, "arp_spa="+addrOf(t, ra, false)) {
 		t.Errorf("port security flows of A: %v\n%s", err, out)
 	}

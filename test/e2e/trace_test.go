@@ -175,11 +175,11 @@ func TestTraceVerdicts(t *testing.T) {
 
 	// Wiped: the host-port flows, then all of the attachment's.
 	c := flows.AttachmentCookie(p.id, "eth0")
-	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.ofTarget(), c.Match())
+	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.ofTarget(), c.Delete().String())
 	if got := strings.TrimSpace(portmapTool(t, "trace", "-pod", "shop/web-0", "-q", "outside")); got != "no host-port flow of this attachment on the bridge: run reconcile" {
 		t.Errorf("host-port flows wiped: got %q", got)
 	}
-	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.ofTarget(), c.AttachmentMatch())
+	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.ofTarget(), c.AttachmentDelete().String())
 	for _, q := range []string{"outside", "ra"} {
 		if got := strings.TrimSpace(portmapTool(t, "trace", "-pod", "shop/web-0", "-q", q)); got != "no flow of this attachment on the bridge: run reconcile" {
 			t.Errorf("every flow wiped, -q %s: got %q", q, got)

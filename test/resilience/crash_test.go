@@ -175,7 +175,7 @@ func cleanupAttachment(t testing.TB, n node, a attachment) {
 		}
 	}
 	n.cmd("ip", "link", "del", a.veth())
-	run("ovs-ofctl", "--timeout=10", "-O", "OpenFlow14", "del-flows", n.ofTarget(), flows.AttachmentCookie(a.id, a.ifname).AttachmentMatch())
+	run("ovs-ofctl", "--timeout=10", "-O", "OpenFlow14", "del-flows", n.ofTarget(), flows.AttachmentCookie(a.id, a.ifname).AttachmentDelete().String())
 	for _, e := range n.nftElements(t) {
 		if a.hasIP(e.ContainerIP) {
 			t.Logf("leftover nft element %s (not removed)", e.Text)

@@ -39,7 +39,7 @@ func TestGCAfterInterruptedDel(t *testing.T) {
 	}
 	// ovs-bridge's DEL withdraws the attachment's flows, then detaches the
 	// port, then deletes the veth: it was killed after the second step.
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), flows.AttachmentCookie(c.id, "eth0").AttachmentMatch()); err != nil {
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), flows.AttachmentCookie(c.id, "eth0").AttachmentDelete().String()); err != nil {
 		t.Fatal(err)
 	}
 	vsctl(t, "del-port", h.bridge, a.veth())

@@ -162,7 +162,7 @@ func (n node) nftElements(t testing.TB) []nftElem {
 // by attachment cookie with the kind cleared (attachment.cookie).
 func (n node) attachmentFlows(t testing.TB) map[flows.Cookie][]string {
 	t.Helper()
-	out, err := run("ovs-ofctl", "--timeout=10", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", n.ofTarget(), flows.SuiteMatch())
+	out, err := run("ovs-ofctl", "--timeout=10", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", n.ofTarget(), flows.SuiteDelete().String())
 	if err != nil {
 		if strings.Contains(out, "No such file or directory") {
 			return nil // ovs-vswitchd is not running: it holds no flow

@@ -325,7 +325,7 @@ func (n *node) ofTarget() string {
 // those whose cookie kind is CookieKindAttachment.
 func (n *node) ourFlows(t *testing.T) (attachment, shared []string) {
 	t.Helper()
-	out := mustRun(t, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", n.ofTarget(), flows.SuiteMatch())
+	out := mustRun(t, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", n.ofTarget(), flows.SuiteDelete().String())
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimSpace(l)
 		_, rest, ok := strings.Cut(l, "cookie=0x")
@@ -350,7 +350,7 @@ func (n *node) ourFlows(t *testing.T) (attachment, shared []string) {
 func (n *node) flowsOf(t *testing.T, containerID, ifname string) []string {
 	t.Helper()
 	out := mustRun(t, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", n.ofTarget(),
-		flows.AttachmentCookie(containerID, ifname).Match())
+		flows.AttachmentCookie(containerID, ifname).Delete().String())
 	var fl []string
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "cookie=") {

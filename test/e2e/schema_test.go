@@ -40,6 +40,8 @@ func TestSchemaOldRecord(t *testing.T) {
 		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), flows.SuiteDelete().String()); err != nil {
 			t.Fatalf("del-flows: %v: %s", err, out)
 		}
+		// The datapath's cached flows go with the next revalidation.
+		appctl(t, "revalidator/wait")
 		if got, err := dial(h.outside.ns, "tcp", hp(nodeV4, 31080)); err == nil {
 			t.Fatalf("without the flows the host port still answers (%q): the test proves nothing", got)
 		}

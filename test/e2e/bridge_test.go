@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"net"
 	"os/exec"
 	"strings"
@@ -304,7 +305,7 @@ func TestBridgeGC(t *testing.T) {
 // ovs-vswitchd stopped (OVSDB up) and with OVS stopped.
 func TestBridgeStatus(t *testing.T) {
 	requireSandbox(t)
-	sb := uniq("ovsflow-st-")
+	sb := uniq(fmt.Sprintf("ovsflow-st-%d-", os.Getpid())) // a netns name: unique across suites running at once
 	script := repoRoot + "/hack/ovs-sandbox.sh"
 	out, err := exec.Command(script, "start", sb).Output()
 	if err != nil {

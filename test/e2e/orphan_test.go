@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/orphan"
@@ -102,6 +103,16 @@ func TestOrphanDelReplayed(t *testing.T) {
 		t.Fatalf("ADD of a new sandbox with the lost host port: got %v, want a conflict naming %s", err, lost.id)
 	}
 	n.del(next, "eth0", nil)
+
+	// A sweeper with a long interval suspects, and deletes nothing until
+	// that interval has passed since its first sighting.
+	slow := orphan.New(orphan.Config{OVSDB: ovsdbAddr, Conflist: confPath, CNIPath: []string{binDir},
+		CacheDir: t.TempDir(), Interval: time.Hour, Log: testLog{t}})
+	for i := 0; i < 2; i++ {
+		if res, err := slow.Pass(context.Background()); err != nil || len(res.Deleted)+len(res.Failed) != 0 || len(res.Suspects) != 1 {
+			t.Fatalf("pass %d of the sweeper of 1h: %+v, %v; want one suspect, no DEL", i, res, err)
+		}
+	}
 
 	// First pass: suspects only.
 	if res := pass("first pass"); len(res.Deleted) != 0 || !slices.Equal(res.Suspects, []ovsdb.Attachment{{ContainerID: lost.id, IfName: "eth0"}}) {

@@ -20,7 +20,8 @@ import (
 // agent): after two passes the orphan's port, flows, host port and
 // host-local address are gone, through the plugins' own DEL. An attachment
 // whose veth exists is never touched; one whose veth is missing but whose
-// ADD is in flight (a claim) is left alone until the claim goes.
+// ADD (a claim) or DEL (a deleting mark) is in flight is left alone until
+// the claim or the mark goes.
 func TestOrphanDelReplayed(t *testing.T) {
 	requireSandbox(t)
 	h := newOVSHost(t)
@@ -53,13 +54,14 @@ func TestOrphanDelReplayed(t *testing.T) {
 		return res
 	}
 
-	lost, keep, adding := newContainer(t), newContainer(t), newContainer(t)
+	lost, keep, adding, dying := newContainer(t), newContainer(t), newContainer(t), newContainer(t)
 	capLost, capKeep, capAdding := mappings(pm(8191, 80, "tcp", "")), mappings(pm(8192, 80, "tcp", "")), mappings(pm(8193, 80, "tcp", ""))
 	rLost := n.mustAdd(t, lost, "eth0", capLost)
 	n.mustAdd(t, keep, "eth0", capKeep)
 	rAdding := n.mustAdd(t, adding, "eth0", capAdding)
+	n.mustAdd(t, dying, "eth0", nil)
 	t.Cleanup(func() {
-		for _, c := range []*container{lost, keep, adding} {
+		for _, c := range []*container{lost, keep, adding, dying} {
 			n.del(c, "eth0", nil)
 		}
 	})
@@ -80,8 +82,9 @@ func TestOrphanDelReplayed(t *testing.T) {
 	}
 
 	// The sandboxes of lost and adding go without a DEL; adding's ADD is
-	// retried and in flight (its claim).
-	for _, c := range []*container{lost, adding} {
+	// retried and in flight (its claim), dying's DEL is under way (its
+	// deleting mark).
+	for _, c := range []*container{lost, adding, dying} {
 		if _, err := run("ip", "link", "del", hostVeth(c, "eth0")); err != nil {
 			t.Fatal(err)
 		}
@@ -93,6 +96,11 @@ func TestOrphanDelReplayed(t *testing.T) {
 	defer cli.Close()
 	addingAtt := ovsdb.Attachment{ContainerID: adding.id, IfName: "eth0"}
 	claim, err := cli.Reserve(context.Background(), addingAtt, ovsdb.HomeOFPort(addingAtt), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyingAtt := ovsdb.Attachment{ContainerID: dying.id, IfName: "eth0"}
+	mark, err := cli.BeginDelete(context.Background(), dyingAtt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,16 +169,27 @@ func TestOrphanDelReplayed(t *testing.T) {
 	if !slices.Contains(allocations(t, dataDir, network), addingV4) {
 		t.Errorf("the attachment with an ADD in flight lost its address %s", addingV4)
 	}
-	// Once its ADD is over (the claim gone), it is an orphan like any.
+	if len(portsOf(t, ovsdb.KeyContainerID, dying.id)) != 1 {
+		t.Error("the attachment with a DEL in flight lost its port to the sweep")
+	}
+	// Once its ADD is over (the claim gone) and the other's DEL given up
+	// (the mark gone), each is an orphan like any.
 	if err := cli.Release(context.Background(), claim); err != nil {
 		t.Fatal(err)
 	}
-	pass("claim released, first pass")
-	if res := pass("claim released, second pass"); !slices.Equal(res.Deleted, []ovsdb.Attachment{addingAtt}) {
-		t.Fatalf("after the claim: deleted %v, want %s", res.Deleted, addingAtt)
+	if err := cli.Abandon(context.Background(), mark); err != nil {
+		t.Fatal(err)
 	}
-	if ps := portsOf(t, ovsdb.KeyContainerID, adding.id); len(ps) != 0 {
-		t.Errorf("ports left after the claim: %v", ps)
+	pass("claim and mark gone, first pass")
+	want := []ovsdb.Attachment{addingAtt, dyingAtt}
+	slices.SortFunc(want, func(x, y ovsdb.Attachment) int { return strings.Compare(x.String(), y.String()) })
+	if res := pass("claim and mark gone, second pass"); !slices.Equal(res.Deleted, want) {
+		t.Fatalf("after the claim and the mark: deleted %v, want %v", res.Deleted, want)
+	}
+	for _, c := range []*container{adding, dying} {
+		if ps := portsOf(t, ovsdb.KeyContainerID, c.id); len(ps) != 0 {
+			t.Errorf("ports of %s left: %v", c.id, ps)
+		}
 	}
 	if got := h.flowsOf(t, keepCookie); !slices.Equal(got, keepFlows) {
 		t.Errorf("the kept attachment's flows changed:\n got %q\nwant %q", got, keepFlows)

@@ -9,6 +9,9 @@
 //     the same family (pkg/podroutes: host-gw, the nodes share an L2 segment);
 //   - the flows of the node, rebuilt from OVSDB whenever ovs-vswitchd
 //     (re)starts (pkg/reconcile, what `ovs-portmap reconcile -watch` does);
+//   - no orphaned attachment: one whose host veth is gone with its sandbox
+//     while the runtime never ran its DEL gets that DEL, from the node's
+//     conflist (pkg/orphan; a runtime without CNI GC loses such a DEL);
 //
 // and serves /healthz and /readyz for the pod's probes (and /metrics when
 // given a handler). Uninstall removes what the suite put on the node.
@@ -38,6 +41,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ovsflow/ovs-cni/pkg/buildinfo"
+	"github.com/ovsflow/ovs-cni/pkg/orphan"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
 	"github.com/ovsflow/ovs-cni/pkg/reconcile"
 )
@@ -75,6 +80,12 @@ type Config struct {
 	// ovs-vswitchd restart the watch sees (the metrics' counters).
 	Events Events
 
+	// OrphanInterval is the orphan sweep's interval (pkg/orphan): an
+	// attachment seen orphaned by two of its passes this far apart gets
+	// its DEL (0: orphan.DefaultInterval; < 0: no sweep). It needs OVSDB
+	// and CNIBinDir.
+	OrphanInterval time.Duration
+
 	Resync      time.Duration // a full pass at least this often (a wiped file is repaired)
 	WedgedAfter time.Duration // /healthz fails when a loop is busy for longer
 	Log         io.Writer
@@ -84,6 +95,7 @@ type Config struct {
 type Events interface {
 	ReconcileDone(took time.Duration, err error)
 	VswitchdRestart()
+	OrphanDeleted(err error)
 }
 
 // Defaults fills in the zero fields.
@@ -93,6 +105,9 @@ func (c *Config) Defaults() {
 	}
 	if c.Resync == 0 {
 		c.Resync = 30 * time.Second
+	}
+	if c.OrphanInterval == 0 {
+		c.OrphanInterval = orphan.DefaultInterval
 	}
 	if c.WedgedAfter == 0 {
 		c.WedgedAfter = 2 * time.Minute
@@ -179,6 +194,13 @@ func Run(ctx context.Context, cfg Config) error {
 		go func() {
 			defer wg.Done()
 			a.reconcileLoop(ctx)
+		}()
+	}
+	if cfg.OVSDB != "" && cfg.CNIBinDir != "" && cfg.OrphanInterval > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.orphanSweeper().Run(ctx)
 		}()
 	}
 
@@ -412,6 +434,24 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 				a.cfg.Events.VswitchdRestart()
 			}
 			a.st.busy("reconcile")
+		},
+	})
+}
+
+// orphanSweeper replays, from the conflist the agent installs, the DEL of
+// the node's orphaned attachments, with the plugins of the node's CNI bin
+// dir. Until the conflist is in place its passes fail and touch nothing.
+func (a *Agent) orphanSweeper() *orphan.Sweeper {
+	return orphan.New(orphan.Config{
+		OVSDB:    a.cfg.OVSDB,
+		Conflist: filepath.Join(a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate)),
+		CNIPath:  []string{a.cfg.CNIBinDir},
+		Interval: a.cfg.OrphanInterval,
+		Log:      a.cfg.Log,
+		Deleted: func(_ ovsdb.Attachment, err error) {
+			if a.cfg.Events != nil {
+				a.cfg.Events.OrphanDeleted(err)
+			}
 		},
 	})
 }

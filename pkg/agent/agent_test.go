@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -182,5 +183,20 @@ current-context: c
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context was cancelled")
+	}
+}
+
+func TestOrphanIntervalFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, 30 * time.Second}, {[]string{"-orphan-interval=10s"}, 10 * time.Second}, {[]string{"-orphan-interval=0"}, -1}} {
+		_, cfg, err := ParseArgs(append([]string{"-metrics=false"}, tc.args...), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Defaults(); cfg.OrphanInterval != tc.want {
+			t.Errorf("%q: orphan interval %v, want %v", tc.args, cfg.OrphanInterval, tc.want)
+		}
 	}
 }

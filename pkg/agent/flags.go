@@ -10,6 +10,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/metrics"
+	"github.com/ovsflow/ovs-cni/pkg/orphan"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
 )
 
@@ -58,6 +59,7 @@ func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error
 	fs.IntVar(&cfg.RouteProtocol, "route-protocol", podroutes.DefaultProtocol, "protocol number that marks those routes as the agent's")
 	fs.StringVar(&cfg.HealthAddr, "health-addr", DefaultHealthAddr, "address of /healthz and /readyz (\"\": none)")
 	fs.DurationVar(&cfg.Resync, "resync", 0, "a full pass at least this often (default 30s)")
+	orphans := fs.Duration("orphan-interval", orphan.DefaultInterval, "replay the DEL of an attachment whose host veth has been gone this long, with no ADD or DEL in flight (0: never)")
 	withMetrics := fs.Bool("metrics", true, "serve /metrics (Prometheus text format) next to the probes")
 	if err := fs.Parse(args); err != nil {
 		return mode, cfg, err
@@ -66,6 +68,9 @@ func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error
 		return mode, cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	cfg.Plugins, cfg.OptionalPlugins = split(*plugins), split(*optional)
+	if cfg.OrphanInterval = *orphans; *orphans <= 0 {
+		cfg.OrphanInterval = -1
+	}
 	if *withMetrics && mode == "run" && cfg.OVSDB != "" {
 		m := metrics.New(metrics.Config{OVSDB: cfg.OVSDB, VswitchdControl: cfg.VswitchdControl})
 		cfg.Metrics, cfg.Events = m.Handler(), m

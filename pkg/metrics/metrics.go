@@ -67,6 +67,7 @@ type Collector struct {
 	reconciles       *prometheus.CounterVec
 	reconcileSeconds prometheus.Histogram
 	restarts         prometheus.Counter
+	orphans          *prometheus.CounterVec
 	scrapeErrors     *prometheus.CounterVec
 
 	mu   sync.Mutex
@@ -89,6 +90,7 @@ const (
 	NameReconciles       = "ovsflow_reconcile_total"
 	NameReconcileSeconds = "ovsflow_reconcile_duration_seconds"
 	NameRestarts         = "ovsflow_vswitchd_restarts_total"
+	NameOrphansDeleted   = "ovsflow_orphans_deleted_total"
 	NameScrapeErrors     = "ovsflow_scrape_errors_total"
 )
 
@@ -123,6 +125,8 @@ func New(cfg Config) *Collector {
 			Help: "How long the node agent's reconcile passes took.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{Name: NameRestarts,
 			Help: "ovs-vswitchd (re)starts the node agent saw."}),
+		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameOrphansDeleted,
+			Help: "DELs the node agent replayed for orphaned attachments (host veth gone, no DEL run), by result (ok, error)."}, []string{"result"}),
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameScrapeErrors,
 			Help: "Scrapes that could not read a source (ovsdb, openflow, conntrack) or dropped a sample whose labels were not valid (labels)."}, []string{"source"}),
 	}
@@ -141,6 +145,16 @@ func (c *Collector) ReconcileDone(d time.Duration, err error) {
 // VswitchdRestart records an ovs-vswitchd (re)start the agent saw.
 func (c *Collector) VswitchdRestart() { c.restarts.Inc() }
 
+// OrphanDeleted records one DEL the agent replayed for an orphaned
+// attachment (pkg/orphan).
+func (c *Collector) OrphanDeleted(err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	c.orphans.WithLabelValues(result).Inc()
+}
+
 // Handler serves the collector (and nothing else: no Go runtime metrics,
 // which the agent may add to a registry of its own) in Prometheus's
 // exposition format.
@@ -158,6 +172,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.reconciles.Describe(ch)
 	c.reconcileSeconds.Describe(ch)
 	c.restarts.Describe(ch)
+	c.orphans.Describe(ch)
 	c.scrapeErrors.Describe(ch)
 }
 
@@ -173,6 +188,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.reconciles.Collect(ch)
 	c.reconcileSeconds.Collect(ch)
 	c.restarts.Collect(ch)
+	c.orphans.Collect(ch)
 	c.scrapeErrors.Collect(ch)
 }
 

@@ -17,6 +17,9 @@ func TestUnreachable(t *testing.T) {
 	c.ReconcileDone(time.Second, nil)
 	c.ReconcileDone(time.Second, errors.New("x"))
 	c.VswitchdRestart()
+	c.OrphanDeleted(nil)
+	c.OrphanDeleted(nil)
+	c.OrphanDeleted(errors.New("x"))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	mfs, err := reg.Gather()
@@ -39,7 +42,7 @@ func TestUnreachable(t *testing.T) {
 		}
 	}
 	for k, want := range map[string]float64{NameUp: 0, NameScrapeErrors + "/ovsdb": 1, NameReconciles + "/ok": 1,
-		NameReconciles + "/error": 1, NameRestarts: 1} {
+		NameReconciles + "/error": 1, NameRestarts: 1, NameOrphansDeleted + "/ok": 2, NameOrphansDeleted + "/error": 1} {
 		if got[k] != want {
 			t.Errorf("%s: got %v, want %v (all: %v)", k, got[k], want, got)
 		}

@@ -321,6 +321,29 @@ func (c *Client) Adding(ctx context.Context) (map[Attachment]bool, error) {
 	return out, nil
 }
 
+// Deleting returns the attachments with a DEL in flight: those under a
+// deleting mark younger than DeletingTTL (an older one is a killed DEL's,
+// which the next sweep removes).
+func (c *Client) Deleting(ctx context.Context) (map[Attachment]bool, error) {
+	ids, err := c.rootIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[Attachment]bool{}
+	for k, v := range ids {
+		rest, ok := strings.CutPrefix(k, keyDeleting)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		ci, i, ok := strings.Cut(rest, "/")
+		if err == nil && ok && time.Since(time.Unix(n, 0)) <= DeletingTTL {
+			out[Attachment{ContainerID: ci, IfName: i}] = true
+		}
+	}
+	return out, nil
+}
+
 // rootIDs reads the root row's external_ids.
 func (c *Client) rootIDs(ctx context.Context) (map[string]string, error) {
 	res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"external_ids"}})

@@ -1,12 +1,9 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -548,53 +546,46 @@ echo "sandboxes after the restart: $(crictl pods -q | tr '\n' ' ')"`, sandbox)
 	t.Logf("%s", strings.TrimSpace(out))
 }
 
-// cniGC runs the node's conflist's GC as a runtime calling libcni's
-// GCNetworkList would: each plugin in order, CNI_COMMAND=GC, its config with
-// cniVersion 1.1.0 and the network's name, and cni.dev/valid-attachments
-// naming every ready sandbox on the node (eth0).
-func cniGC(t *testing.T, ctx context.Context, nodeName string) {
+// dropNetns destroys the netns of a sandbox whose DEL was lost, as a
+// reboot of the node would: containerd pinned it under its state dir and,
+// its teardown never run, still does, and the pod's app container may
+// still run in it. Its veth goes with it.
+func dropNetns(t *testing.T, ctx context.Context, nodeName, sandbox string) {
 	t.Helper()
-	out, err := onNode(ctx, nodeName, "cat /etc/cni/net.d/10-ovsflow.conflist; echo '== ready'; crictl pods -q --state ready")
+	script := fmt.Sprintf(`set -eo pipefail
+port=$(ovs-vsctl --bare --columns=name find Port external_ids:ovsflow.io/container-id=%s)
+netns=$(ovs-vsctl get Port "$port" external_ids:ovsflow.io/netns | tr -d '"')
+# What still runs in it (the pod's app container: the sandbox went, not
+# its task) goes too, as in a reboot.
+ino=$(stat -L -c %%i "$netns")
+for p in /proc/[0-9]*; do
+	[ "$(stat -L -c %%i $p/ns/net 2>/dev/null)" = "$ino" ] && kill -9 ${p#/proc/} 2>/dev/null || true
+done
+umount "$netns"; rm -f "$netns"
+for i in $(seq 200); do ip link show "$port" >/dev/null 2>&1 || break; sleep 0.1; done
+if ip link show "$port" >/dev/null 2>&1; then echo "veth $port still there"; exit 1; fi
+echo "netns $netns destroyed, veth $port gone"`, sandbox)
+	out, err := onNode(ctx, nodeName, script)
 	if err != nil {
-		t.Fatalf("reading the conflist and sandboxes of %s: %v", nodeName, err)
+		t.Fatalf("destroying the netns of sandbox %s on %s: %v: %s", sandbox[:12], nodeName, err, out)
 	}
-	conf, ready, _ := strings.Cut(out, "== ready\n")
-	var list struct {
-		Name    string           `json:"name"`
-		Plugins []map[string]any `json:"plugins"`
-	}
-	if err := json.Unmarshal([]byte(conf), &list); err != nil {
-		t.Fatalf("conflist of %s: %v", nodeName, err)
-	}
-	var valid []map[string]string
-	for _, id := range strings.Fields(ready) {
-		valid = append(valid, map[string]string{"containerID": id, "ifname": "eth0"})
-	}
-	for _, p := range list.Plugins {
-		p["cniVersion"], p["name"], p["cni.dev/valid-attachments"] = "1.1.0", list.Name, valid
-		in, _ := json.Marshal(p)
-		cmd := exec.CommandContext(ctx, harness, "exec", nodeName, "env", "CNI_COMMAND=GC", "CNI_PATH=/opt/cni/bin", fmt.Sprintf("/opt/cni/bin/%s", p["type"]))
-		cmd.Stdin = bytes.NewReader(in)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("GC of %s on %s: %v: %s", p["type"], nodeName, err, out)
-		}
-	}
+	t.Logf("%s", strings.TrimSpace(out))
 }
 
-// TestLostDelHeldUntilGC: containerd 2.4 never calls CNI GC (its CRI plugin
+// TestLostDelReplayed: containerd 2.4 never calls CNI GC (its CRI plugin
 // calls go-cni, whose CNI interface has no GC: containerd v2.4.2's go.mod
 // pins github.com/containerd/go-cni v1.1.14, whose cni.go declares Setup,
 // SetupSerially, Remove, Check, Load, Status, GetConfig; nothing in
 // containerd calls libcni's GCNetworkList, not at start, not on a timer).
-// So a DEL lost for good stays lost: after a pod's sandbox is removed
-// behind containerd's back (loseDel) and containerd restarted, the
-// attachment's Port row and flows are still there, and the pod's new
-// sandbox is refused the host port the lost attachment holds, with an
-// event naming it (the suite fails closed: no port is bound twice). The
-// plugins' GC, called as a runtime with GC would call it (cniGC), removes
-// the lost attachment and nothing else; the pod's next sandbox gets the
-// host port and answers.
-func TestLostDelHeldUntilGC(t *testing.T) {
+// So a DEL lost behind containerd's back (loseDel: the sandbox removed
+// while kubelet and containerd are down) is never run by the runtime. Once
+// the sandbox's netns is gone (dropNetns, as a reboot would), the node
+// agent replays it (pkg/orphan): the attachment's host veth went with the
+// netns, so two of its passes (30 s apart) see it
+// orphaned and it runs the conflist's DEL for exactly that attachment. The
+// lost attachment goes and nothing else; the pod's next sandbox gets the
+// host port and answers, without any GC.
+func TestLostDelReplayed(t *testing.T) {
 	needCluster(t)
 	ctx := testContext(t)
 	nodes := readyNodes(t, ctx, 2)
@@ -609,39 +600,19 @@ func TestLostDelHeldUntilGC(t *testing.T) {
 	keep := sandboxID(t, ctx, &keepPod)
 
 	loseDel(t, ctx, nd.Name, lost)
-	r := readRecord(t, ctx, nd.Name)
-	if r.Sandboxes[lost] {
-		t.Fatalf("sandbox %s still known to containerd: the DEL was not lost", lost[:12])
+	if r := readRecord(t, ctx, nd.Name); r.Sandboxes[lost] || r.attached(lost) != 1 {
+		t.Fatalf("sandbox %s still known to containerd (%v), or its attachment already gone (ports %v): the DEL was not lost",
+			lost[:12], r.Sandboxes[lost], r.Ports)
 	}
-	if r.attached(lost) != 1 || r.FlowOwners[r.Ports[lost]] == 0 {
-		t.Fatalf("after containerd's restart the lost attachment's port or flows are already gone (ports %v): then something collected it", r.Ports)
-	}
+	dropNetns(t, ctx, nd.Name, lost)
 
-	eventually(t, ctx, 2*time.Minute, "the pod's new sandbox refused the host port, naming the lost attachment", func() error {
-		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=lost"})
-		if err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "host port conflict") && strings.Contains(e.Message, lost) {
-				t.Logf("event: %s", e.Message)
-				return nil
-			}
-		}
-		return fmt.Errorf("no FailedCreatePodSandBox event naming %s", lost[:12])
-	})
-	if r := readRecord(t, ctx, nd.Name); r.attached(lost) != 1 {
-		t.Fatalf("the lost attachment went before any GC: ports %v", r.Ports)
-	}
-
-	cniGC(t, ctx, nd.Name)
-	eventually(t, ctx, 4*time.Minute, "the lost attachment collected, the pod back with its host port", func() error {
+	eventually(t, ctx, 3*time.Minute, "the lost attachment removed by the agent, the pod back with its host port", func() error {
 		r := readRecord(t, ctx, nd.Name)
 		if r.attached(lost) != 0 {
 			return fmt.Errorf("the lost attachment's port is still there")
 		}
 		if r.attached(keep) != 1 {
-			return fmt.Errorf("GC removed the live attachment of pod keep")
+			return fmt.Errorf("the live attachment of pod keep is gone")
 		}
 		if bad := r.stale(); bad != nil {
 			return fmt.Errorf("stale: %v", bad)
@@ -663,4 +634,35 @@ func TestLostDelHeldUntilGC(t *testing.T) {
 		}
 		return nil
 	})
+	// It was the agent's DEL (not the runtime's, which was lost): its log
+	// names the lost attachment once, and never the live one.
+	agents, err := kube.CoreV1().Pods(dsNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=" + dsName, FieldSelector: "spec.nodeName=" + nd.Name})
+	if err != nil || len(agents.Items) != 1 {
+		t.Fatalf("the agent pod of %s: %d pods, %v", nd.Name, len(agents.Items), err)
+	}
+	b, err := kube.CoreV1().Pods(dsNamespace).GetLogs(agents.Items[0].Name, &corev1.PodLogOptions{Container: dsContainer}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("the agent's log: %v", err)
+	}
+	var replayed []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "orphans: DEL of ") {
+			replayed = append(replayed, l)
+		}
+	}
+	t.Logf("agent on %s:\n%s", nd.Name, strings.Join(replayed, "\n"))
+	// (Earlier tests may have left the agent's log lines of their own.)
+	var ofLost int
+	for _, l := range replayed {
+		if strings.Contains(l, "DEL of "+keep+"/") {
+			t.Errorf("the agent replayed the DEL of the live pod keep: %s", l)
+		}
+		if strings.Contains(l, "DEL of "+lost+"/eth0 replayed") {
+			ofLost++
+		}
+	}
+	if ofLost != 1 {
+		t.Errorf("agent's replayed DELs %q: %d of %s/eth0, want 1", replayed, ofLost, lost)
+	}
 }

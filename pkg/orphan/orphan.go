@@ -1,0 +1,247 @@
+// Package orphan replays the DEL of an attachment whose sandbox is gone
+// while the runtime never ran its DEL (a runtime without CNI GC, such as
+// containerd 2.4, loses such a DEL for good: the attachment keeps its port,
+// flows, host ports and address, and the pod's next sandbox on the node is
+// refused its host ports).
+//
+// An attachment is orphaned when its port row (pkg/ovsdb's records) names
+// a host interface that the node's kernel no longer has (the host end of a
+// veth goes with the sandbox's netns), while no ADD or DEL of it is in
+// flight (pkg/ovsdb's claims and deleting marks), seen so by two passes at
+// least Interval apart. For each, the Sweeper executes the node's conflist's
+// DEL for exactly that attachment, as the runtime would have: the plugins
+// remove the port, flows, host ports and host-local's allocation
+// themselves. It is a DEL and not a GC with a list of valid attachments:
+// host-local's GC releases every address not on the list, the one of an
+// ADD in flight too.
+package orphan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// DefaultInterval is the time between passes, and how long a host
+// interface must have been seen missing before its attachment's DEL.
+const DefaultInterval = 30 * time.Second
+
+// delTimeout bounds one replayed DEL (the plugins' own timeouts are
+// shorter).
+const delTimeout = time.Minute
+
+// Config is what a Sweeper works on.
+type Config struct {
+	OVSDB    string        // the node's OVSDB
+	Conflist string        // path of the node's conflist: its DEL is replayed
+	CNIPath  []string      // the node's plugin dirs (CNI_PATH)
+	CacheDir string        // libcni's cache dir ("": one under os.TempDir; DEL only removes from it)
+	Interval time.Duration // between passes and between the two sightings (0: none)
+	Log      io.Writer
+	// Deleted, when set, hears of each replayed DEL (the metrics).
+	Deleted func(a ovsdb.Attachment, err error)
+}
+
+// Sweeper remembers, between passes, since when each attachment has been
+// seen orphaned.
+type Sweeper struct {
+	cfg  Config
+	seen map[ovsdb.Attachment]time.Time
+	// linkExists is the node's kernel, by interface name.
+	linkExists func(name string) (bool, error)
+}
+
+// New returns a Sweeper that has seen nothing yet.
+func New(cfg Config) *Sweeper {
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	return &Sweeper{cfg: cfg, seen: map[ovsdb.Attachment]time.Time{}, linkExists: linkExists}
+}
+
+func linkExists(name string) (bool, error) {
+	_, err := netlinksafe.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &nf):
+		return false, nil
+	}
+	return false, fmt.Errorf("looking up host interface %q: %w", name, err)
+}
+
+// Result is what one pass found and did.
+type Result struct {
+	Suspects []ovsdb.Attachment // seen orphaned for the first time, or not yet for Interval
+	Deleted  []ovsdb.Attachment // DEL replayed and successful
+	Failed   []ovsdb.Attachment // DEL replayed and failed (tried again next pass)
+}
+
+// Run runs a pass every Interval until ctx is done.
+func (s *Sweeper) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+			s.logf("pass: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Pass is one sweep: it notes the attachments orphaned now, and replays
+// the DEL of those also seen orphaned by a pass at least Interval ago.
+func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
+	var res Result
+	list, err := libcni.ConfListFromFile(s.cfg.Conflist)
+	if err != nil {
+		return res, fmt.Errorf("the node's conflist: %w", err)
+	}
+	orphans, err := s.orphans(ctx, list.Name)
+	if err != nil {
+		return res, err
+	}
+	now := time.Now()
+	for a := range s.seen {
+		if _, ok := orphans[a]; !ok {
+			delete(s.seen, a) // back, gone, or in flight: start again
+		}
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(orphans), cmpAttachment) {
+		first, ok := s.seen[a]
+		if !ok {
+			s.seen[a] = now
+		}
+		// A tenth of slack: Run's ticker makes two passes one Interval
+		// apart, give or take its jitter.
+		if !ok || now.Sub(first) < s.cfg.Interval-s.cfg.Interval/10 {
+			res.Suspects = append(res.Suspects, a)
+			continue
+		}
+		err := s.del(ctx, list, a)
+		if s.cfg.Deleted != nil {
+			s.cfg.Deleted(a, err)
+		}
+		if err != nil {
+			s.logf("DEL of %s (host interface %s missing since %s): %v", a, orphans[a], first.UTC().Format(time.RFC3339), err)
+			res.Failed = append(res.Failed, a)
+			continue
+		}
+		s.logf("DEL of %s replayed: its host interface %s has been missing since %s, no ADD or DEL of it in flight",
+			a, orphans[a], first.UTC().Format(time.RFC3339))
+		delete(s.seen, a)
+		res.Deleted = append(res.Deleted, a)
+	}
+	return res, nil
+}
+
+// orphans are the attachments of network whose host interface is missing
+// and that no ADD or DEL has in flight, with that interface's name. The
+// in-flight records are read after the ports: an ADD that claims after the
+// read of the ports has no port in it yet.
+func (s *Sweeper) orphans(ctx context.Context, network string) (map[ovsdb.Attachment]string, error) {
+	cli, err := ovsdb.Dial(ctx, s.cfg.OVSDB)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[ovsdb.Attachment]string{}
+	for _, p := range ports {
+		a := p.Attachment()
+		// Only veths (the netdev and the kernel datapath both name them
+		// type "" or "system"), and only this conflist's network: another
+		// network's attachment (a second conflist, Multus) is not this
+		// conflist's to delete.
+		if a.ContainerID == "" || a.IfName == "" || p.Port.ExternalIDs[ovsdb.KeyNetwork] != network ||
+			(p.Interface.Type != "" && p.Interface.Type != "system") {
+			continue
+		}
+		ok, err := s.linkExists(p.Port.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			out[a] = p.Port.Name
+		}
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	adding, err := cli.Adding(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deleting, err := cli.Deleting(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for a := range out {
+		if adding[a] || deleting[a] {
+			delete(out, a)
+		}
+	}
+	return out, nil
+}
+
+// del executes the conflist's DEL for a, without a netns (valid CNI: the
+// netns is gone), as the runtime would have.
+func (s *Sweeper) del(ctx context.Context, list *libcni.NetworkConfigList, a ovsdb.Attachment) error {
+	ctx, cancel := context.WithTimeout(ctx, delTimeout)
+	defer cancel()
+	cache := s.cfg.CacheDir
+	if cache == "" {
+		cache = defaultCacheDir()
+	}
+	cfg := libcni.NewCNIConfigWithCacheDir(s.cfg.CNIPath, cache, nil)
+	rt := &libcni.RuntimeConf{ContainerID: a.ContainerID, IfName: a.IfName}
+	if err := cfg.DelNetworkList(ctx, list, rt); err != nil {
+		return fmt.Errorf("DEL of %s: %w", a, err)
+	}
+	return nil
+}
+
+func (s *Sweeper) logf(format string, args ...any) {
+	fmt.Fprintf(s.cfg.Log, "%s orphans: %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
+}
+
+func cmpAttachment(x, y ovsdb.Attachment) int {
+	if x.ContainerID != y.ContainerID {
+		if x.ContainerID < y.ContainerID {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case x.IfName < y.IfName:
+		return -1
+	case x.IfName > y.IfName:
+		return 1
+	}
+	return 0
+}
+
+// defaultCacheDir is libcni's cache for the replayed DELs: a DEL reads a
+// cached result when there is one (the runtime's cache is not the agent's
+// to read) and removes it; it writes nothing.
+func defaultCacheDir() string { return filepath.Join(os.TempDir(), "ovsflow-orphans") }

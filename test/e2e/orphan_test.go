@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/orphan"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// A DEL the runtime never ran (the sandbox's netns destroyed behind its
+// back) is replayed by the orphan sweep (pkg/orphan, run by the node
+// agent): after two passes the orphan's port, flows, host port and
+// host-local address are gone, through the plugins' own DEL. An attachment
+// whose veth exists is never touched; one whose veth is missing but whose
+// ADD (a claim) or DEL (a deleting mark) is in flight is left alone until
+// the claim or the mark goes.
+func TestOrphanDelReplayed(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	dataDir := t.TempDir()
+	const network = "orph"
+	list := conflist("1.0.0", network,
+		bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true}),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}})
+	n := newCNI(t, list)
+	b, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	confPath := filepath.Join(t.TempDir(), "10-orph.conflist")
+	if err := os.WriteFile(confPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sw := orphan.New(orphan.Config{OVSDB: ovsdbAddr, Conflist: confPath, CNIPath: []string{binDir},
+		CacheDir: t.TempDir(), Interval: 0, Log: testLog{t}})
+	pass := func(what string) orphan.Result {
+		t.Helper()
+		res, err := sw.Pass(context.Background())
+		if err != nil {
+			t.Fatalf("%s: orphan pass: %v", what, err)
+		}
+		t.Logf("%s: suspects %v, deleted %v, failed %v", what, res.Suspects, res.Deleted, res.Failed)
+		if len(res.Failed) > 0 {
+			t.Fatalf("%s: DEL failed for %v", what, res.Failed)
+		}
+		return res
+	}
+
+	lost, keep, adding, dying := newContainer(t), newContainer(t), newContainer(t), newContainer(t)
+	capLost, capKeep, capAdding := mappings(pm(8191, 80, "tcp", "")), mappings(pm(8192, 80, "tcp", "")), mappings(pm(8193, 80, "tcp", ""))
+	rLost := n.mustAdd(t, lost, "eth0", capLost)
+	n.mustAdd(t, keep, "eth0", capKeep)
+	rAdding := n.mustAdd(t, adding, "eth0", capAdding)
+	n.mustAdd(t, dying, "eth0", nil)
+	t.Cleanup(func() {
+		for _, c := range []*container{lost, keep, adding, dying} {
+			n.del(c, "eth0", nil)
+		}
+	})
+	for _, c := range []*container{lost, keep, adding} {
+		c.serveTCP(t, 80)
+	}
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8191), lost, outsideV4)
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8192), keep, outsideV4)
+	keepCookie := flows.AttachmentCookie(keep.id, "eth0")
+	keepFlows := h.flowsOf(t, keepCookie)
+	if len(keepFlows) == 0 {
+		t.Fatal("no flows for the kept attachment")
+	}
+
+	// Nothing is orphaned while every veth exists.
+	if res := pass("all veths in place"); len(res.Suspects)+len(res.Deleted) != 0 {
+		t.Fatalf("suspects %v, deleted %v with every veth in place", res.Suspects, res.Deleted)
+	}
+
+	// The sandboxes of lost and adding go without a DEL; adding's ADD is
+	// retried and in flight (its claim), dying's DEL is under way (its
+	// deleting mark).
+	for _, c := range []*container{lost, adding, dying} {
+		if _, err := run("ip", "link", "del", hostVeth(c, "eth0")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli, err := ovsdb.Dial(context.Background(), ovsdbAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	addingAtt := ovsdb.Attachment{ContainerID: adding.id, IfName: "eth0"}
+	claim, err := cli.Reserve(context.Background(), addingAtt, ovsdb.HomeOFPort(addingAtt), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyingAtt := ovsdb.Attachment{ContainerID: dying.id, IfName: "eth0"}
+	mark, err := cli.BeginDelete(context.Background(), dyingAtt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Control: while it is held, the lost host port is refused to a new
+	// sandbox, naming the lost attachment.
+	next := newContainer(t)
+	if _, err := n.add(next, "eth0", capLost); err == nil || !strings.Contains(err.Error(), lost.id) {
+		t.Fatalf("ADD of a new sandbox with the lost host port: got %v, want a conflict naming %s", err, lost.id)
+	}
+	n.del(next, "eth0", nil)
+
+	// A sweeper with a long interval suspects, and deletes nothing until
+	// that interval has passed since its first sighting.
+	slow := orphan.New(orphan.Config{OVSDB: ovsdbAddr, Conflist: confPath, CNIPath: []string{binDir},
+		CacheDir: t.TempDir(), Interval: time.Hour, Log: testLog{t}})
+	for i := 0; i < 2; i++ {
+		if res, err := slow.Pass(context.Background()); err != nil || len(res.Deleted)+len(res.Failed) != 0 || len(res.Suspects) != 1 {
+			t.Fatalf("pass %d of the sweeper of 1h: %+v, %v; want one suspect, no DEL", i, res, err)
+		}
+	}
+
+	// First pass: suspects only.
+	if res := pass("first pass"); len(res.Deleted) != 0 || !slices.Equal(res.Suspects, []ovsdb.Attachment{{ContainerID: lost.id, IfName: "eth0"}}) {
+		t.Fatalf("first pass: suspects %v, deleted %v; want only %s/eth0 suspected", res.Suspects, res.Deleted, lost.id)
+	}
+	if len(portsOf(t, ovsdb.KeyContainerID, lost.id)) != 1 {
+		t.Fatal("the first pass removed the orphan's port")
+	}
+	// Second pass: lost's DEL is replayed; adding's claim keeps it.
+	if res := pass("second pass"); !slices.Equal(res.Deleted, []ovsdb.Attachment{{ContainerID: lost.id, IfName: "eth0"}}) {
+		t.Fatalf("second pass: deleted %v, want %s/eth0", res.Deleted, lost.id)
+	}
+	lostV4 := addrOf(t, rLost, false)
+	if ps := portsOf(t, ovsdb.KeyContainerID, lost.id); len(ps) != 0 {
+		t.Errorf("orphan's ports left: %v", ps)
+	}
+	if fl := h.flowsOf(t, flows.AttachmentCookie(lost.id, "eth0")); len(fl) != 0 {
+		t.Errorf("orphan's flows left: %v", fl)
+	}
+	if slices.Contains(allocations(t, dataDir, network), lostV4) {
+		t.Errorf("orphan's address %s still allocated: %v", lostV4, allocations(t, dataDir, network))
+	}
+	if out, _ := run("nft", "list", "map", "ip", "ovsflow_hostport", "hostports"); strings.Contains(out, lostV4) {
+		t.Errorf("orphan's node-local nft elements left:\n%s", out)
+	}
+	// The host port is free again: a new sandbox takes it and answers.
+	n.mustAdd(t, next, "eth0", capLost)
+	t.Cleanup(func() { n.del(next, "eth0", nil) })
+	next.serveTCP(t, 80)
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8191), next, outsideV4)
+
+	// The kept attachment is untouched.
+	if len(portsOf(t, ovsdb.KeyContainerID, keep.id)) != 1 {
+		t.Error("the kept attachment's port is gone")
+	}
+	if got := h.flowsOf(t, keepCookie); !slices.Equal(got, keepFlows) {
+		t.Errorf("the kept attachment's flows changed:\n got %q\nwant %q", got, keepFlows)
+	}
+	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8192), keep, outsideV4)
+
+	// The attachment with an ADD in flight is untouched, its address kept.
+	addingV4 := addrOf(t, rAdding, false)
+	if len(portsOf(t, ovsdb.KeyContainerID, adding.id)) != 1 || len(h.flowsOf(t, flows.AttachmentCookie(adding.id, "eth0"))) == 0 {
+		t.Error("the attachment with an ADD in flight lost its port or flows")
+	}
+	if !slices.Contains(allocations(t, dataDir, network), addingV4) {
+		t.Errorf("the attachment with an ADD in flight lost its address %s", addingV4)
+	}
+	if len(portsOf(t, ovsdb.KeyContainerID, dying.id)) != 1 {
+		t.Error("the attachment with a DEL in flight lost its port to the sweep")
+	}
+	// Once its ADD is over (the claim gone) and the other's DEL given up
+	// (the mark gone), each is an orphan like any.
+	if err := cli.Release(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Abandon(context.Background(), mark); err != nil {
+		t.Fatal(err)
+	}
+	pass("claim and mark gone, first pass")
+	want := []ovsdb.Attachment{addingAtt, dyingAtt}
+	slices.SortFunc(want, func(x, y ovsdb.Attachment) int { return strings.Compare(x.String(), y.String()) })
+	if res := pass("claim and mark gone, second pass"); !slices.Equal(res.Deleted, want) {
+		t.Fatalf("after the claim and the mark: deleted %v, want %v", res.Deleted, want)
+	}
+	for _, c := range []*container{adding, dying} {
+		if ps := portsOf(t, ovsdb.KeyContainerID, c.id); len(ps) != 0 {
+			t.Errorf("ports of %s left: %v", c.id, ps)
+		}
+	}
+	if got := h.flowsOf(t, keepCookie); !slices.Equal(got, keepFlows) {
+		t.Errorf("the kept attachment's flows changed:\n got %q\nwant %q", got, keepFlows)
+	}
+}
+
+// testLog writes the sweeper's lines into the test's log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(b []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}

@@ -191,9 +191,9 @@ func benchReply(b *testing.B) []byte {
 		var cols []string
 		switch table {
 		case tablePort:
-			cols = selectModel[Port](table).columns
+			cols = selectModel[Port](table).Columns
 		case tableInterface:
-			cols = selectModel[Interface](table).columns
+			cols = selectModel[Interface](table).Columns
 		}
 		if cols != nil {
 			for i, r := range rs {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
 )
@@ -118,7 +120,7 @@ func checkResults(ops []operation, res transactReply) ([]opResult, error) {
 	var errs opErrors
 	for i := range ops {
 		if res[i].err != nil {
-			errs = append(errs, &OpError{Op: string(ops[i].op), Table: ops[i].table, Index: i, Err: res[i].err})
+			errs = append(errs, &OpError{Op: ops[i].Op, Table: ops[i].Table, Index: i, Err: res[i].err})
 		}
 	}
 	if len(errs) > 0 {
@@ -216,7 +218,7 @@ func timedOutWait(err error) *OpError {
 	}
 	for _, e := range errs {
 		var oe *OpError
-		if errors.As(e, &oe) && oe.Op == string(opWait) && waitTimedOut(oe) {
+		if errors.As(e, &oe) && oe.Op == ovsdb.OperationWait && waitTimedOut(oe) {
 			return oe
 		}
 	}
@@ -235,26 +237,22 @@ func lostConnection(err error) bool {
 // allRows is a condition every row meets, for the operations on the root
 // table's one row. (An empty "where" means the same to ovsdb-server, but
 // libovsdb, whose encoding the tests compare with, drops it.)
-var allRows = []condition{{"_uuid", fnNotEqual, uuid("00000000-0000-0000-0000-000000000000")}}
+var allRows = []ovsdb.Condition{cond("_uuid", fnNotEqual, uuid("00000000-0000-0000-0000-000000000000"))}
 
 // byUUID selects the row of UUID u.
-func byUUID(u string) []condition { return []condition{{"_uuid", fnEqual, uuid(u)}} }
+func byUUID(u string) []ovsdb.Condition { return []ovsdb.Condition{cond("_uuid", fnEqual, uuid(u))} }
 
 // selectModel is a select of the columns model T reads: ovsdb-server then
 // encodes, and the plugin decodes, none of the others (an Interface row's
 // statistics and status maps are most of its size).
-func selectModel[T any](table string, where ...condition) operation {
+func selectModel[T any](table string, where ...ovsdb.Condition) operation {
 	op := selectOp(table, where...)
 	plan, err := planOf(reflect.TypeFor[T]())
 	if err != nil {
 		return op // decode reports it
 	}
 	for _, f := range plan {
-		op.columns = append(op.columns, f.column)
+		op.Columns = append(op.Columns, f.column)
 	}
 	return op
-}
-
-func selectOp(table string, where ...condition) operation {
-	return operation{op: opSelect, table: table, where: where}
 }

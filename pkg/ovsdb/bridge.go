@@ -21,7 +21,7 @@ func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)
 	}
-	brs, err := decode[Bridge](tableBridge, res[0].rows)
+	brs, err := decode[Bridge](tableBridge, res[0].Rows)
 	if err != nil || len(brs) == 0 {
 		return nil, err
 	}
@@ -39,7 +39,7 @@ func (c *Client) BridgeHasPort(ctx context.Context, name, portUUID string) (bool
 	if err != nil {
 		return false, fmt.Errorf("looking up bridge %q: %w", name, err)
 	}
-	return len(res[0].rows) == 1, nil
+	return len(res[0].Rows) == 1, nil
 }
 
 // EnsureBridge creates bridge name (with its internal port) unless it exists.
@@ -84,7 +84,7 @@ func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}
-	brs, err := decode[Bridge](tableBridge, res[0].rows)
+	brs, err := decode[Bridge](tableBridge, res[0].Rows)
 	if err != nil {
 		return nil, err
 	}

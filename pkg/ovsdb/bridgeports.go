@@ -18,11 +18,11 @@ func (c *Client) BridgePorts(ctx context.Context, name string) ([]OwnedPort, err
 	if err != nil {
 		return nil, fmt.Errorf("listing the ports of bridge %q: %w", name, err)
 	}
-	brs, err := decode[Bridge](tableBridge, res[0].rows)
+	brs, err := decode[Bridge](tableBridge, res[0].Rows)
 	if err != nil || len(brs) == 0 {
 		return nil, err
 	}
-	all, err := joinPorts(res[1].rows, res[2].rows)
+	all, err := joinPorts(res[1].Rows, res[2].Rows)
 	if err != nil {
 		return nil, err
 	}

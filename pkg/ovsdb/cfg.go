@@ -30,7 +30,7 @@ func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("reading next_cfg: %w", err)
 	}
-	roots, err := decode[OpenvSwitch](tableRoot, res[0].rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[0].Rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -50,7 +50,7 @@ func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, 
 	if err != nil {
 		return fmt.Errorf("detaching %d port(s): %w", len(portUUIDs), err)
 	}
-	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].Rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -67,7 +67,7 @@ func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) erro
 		if err != nil {
 			return fmt.Errorf("reading cur_cfg: %w", err)
 		}
-		roots, err := decode[OpenvSwitch](tableRoot, res[0].rows)
+		roots, err := decode[OpenvSwitch](tableRoot, res[0].Rows)
 		if err != nil || len(roots) != 1 {
 			return fmt.Errorf("reading cur_cfg: %v", err)
 		}

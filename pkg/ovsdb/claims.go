@@ -77,13 +77,13 @@ func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []st
 	mutates := ops[0].Op == ovsdb.OperationMutate
 	res, err := c.transact(ctx, ops...)
 	if err == nil {
-		if mutates && res[0].count != 1 {
+		if mutates && res[0].Count != 1 {
 			return nil, fmt.Errorf("recording on port %s: %w", portUUID, ErrPortGone)
 		}
 		if bridge == "" {
 			return nil, nil
 		}
-		brs, err := decode[Bridge](tableBridge, res[len(res)-1].rows)
+		brs, err := decode[Bridge](tableBridge, res[len(res)-1].Rows)
 		if err != nil || len(brs) == 0 {
 			return nil, err
 		}
@@ -100,7 +100,7 @@ func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []st
 		if serr != nil {
 			break
 		}
-		if ports, derr := decode[Port](tablePort, r[0].rows); derr == nil && len(ports) > 0 {
+		if ports, derr := decode[Port](tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
 			p := OwnedPort{Port: ports[0]}
 			return nil, &ClaimedError{Key: k, Holder: p.Attachment(), Port: p.Port.Name}
 		}

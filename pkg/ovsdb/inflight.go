@@ -322,7 +322,7 @@ func (c *Client) rootIDs(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the in-flight records: %w", err)
 	}
-	roots, err := decode[rootIDs](tableRoot, res[0].rows)
+	roots, err := decode[rootIDs](tableRoot, res[0].Rows)
 	if err != nil || len(roots) != 1 {
 		return nil, fmt.Errorf("reading the in-flight records: %d root rows: %v", len(roots), err)
 	}
@@ -344,7 +344,7 @@ func (c *Client) identityHolder(ctx context.Context, identity string) (Attachmen
 	if err != nil {
 		return Attachment{}, false, fmt.Errorf("looking up identity %s: %w", identity, err)
 	}
-	ps, err := decode[Port](tablePort, res[0].rows)
+	ps, err := decode[Port](tablePort, res[0].Rows)
 	if err != nil || len(ps) == 0 {
 		return Attachment{}, false, err
 	}
@@ -385,10 +385,10 @@ func (c *Client) BeginDelete(ctx context.Context, a Attachment) (*Deletion, erro
 		if err != nil {
 			return nil, fmt.Errorf("beginning the DEL of %s: %w", a, err)
 		}
-		if d.Ports, err = joinPorts(res[2].rows, res[3].rows); err != nil {
+		if d.Ports, err = joinPorts(res[2].Rows, res[3].Rows); err != nil {
 			return nil, err
 		}
-		roots, err := decode[rootIDs](tableRoot, res[4].rows)
+		roots, err := decode[rootIDs](tableRoot, res[4].Rows)
 		if err != nil || len(roots) != 1 {
 			return nil, fmt.Errorf("reading the in-flight records: %v", err)
 		}
@@ -463,7 +463,7 @@ func (c *Client) BeginSweep(ctx context.Context) (*Sweep, error) {
 		if err != nil {
 			return nil, fmt.Errorf("beginning a sweep: %w", err)
 		}
-		roots, err := decode[rootIDs](tableRoot, res[2].rows)
+		roots, err := decode[rootIDs](tableRoot, res[2].Rows)
 		if err != nil || len(roots) != 1 {
 			return nil, fmt.Errorf("reading the in-flight records: %v", err)
 		}

@@ -384,20 +384,19 @@ func TestDecodeRealRows(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res[len(res)-1].rows) == 0 {
+			rows := res[len(res)-1].Rows
+			if len(rows) == 0 {
 				t.Fatal("no rows")
 			}
-			// The same answer, as libovsdb reads it.
-			rows := string(rowsJSON(res[len(res)-1].rows))
 			switch sel.table {
 			case tableRoot:
-				err = sameAsMapper[OpenvSwitch](t, db, sel.table, rows)
+				err = sameAsMapperRows[OpenvSwitch](t, db, sel.table, rows)
 			case tableBridge:
-				err = sameAsMapper[Bridge](t, db, sel.table, rows)
+				err = sameAsMapperRows[Bridge](t, db, sel.table, rows)
 			case tablePort:
-				err = sameAsMapper[Port](t, db, sel.table, rows)
+				err = sameAsMapperRows[Port](t, db, sel.table, rows)
 			case tableInterface:
-				err = sameAsMapper[Interface](t, db, sel.table, rows)
+				err = sameAsMapperRows[Interface](t, db, sel.table, rows)
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -103,7 +103,7 @@ func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
 		}
 		taken := map[int]bool{}
 		for i := range ops {
-			ifs, err := decode[ofports](tableInterface, res[i].rows)
+			ifs, err := decode[ofports](tableInterface, res[i].Rows)
 			if err != nil {
 				return 0, fmt.Errorf("looking up ofports %d-%d: %w", p, end-1, err)
 			}
@@ -153,7 +153,7 @@ func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) err
 	if err != nil {
 		return fmt.Errorf("looking up MAC %s: %w", mac, err)
 	}
-	ps, err := decode[Port](tablePort, res[0].rows)
+	ps, err := decode[Port](tablePort, res[0].Rows)
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) err
 			return &MACInUseError{MAC: mac, Holder: fmt.Sprintf("attachment %s (port %q)", a, p.Name)}
 		}
 	}
-	is, err := decode[Interface](tableInterface, res[1].rows)
+	is, err := decode[Interface](tableInterface, res[1].Rows)
 	if err != nil || len(is) == 0 {
 		return err
 	}
@@ -192,10 +192,10 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 		}
 		return "", fmt.Errorf("attaching port %q: %w", spec.Name, err)
 	}
-	if n := res[idx.bridge].count; n != 1 {
+	if n := res[idx.bridge].Count; n != 1 {
 		return "", fmt.Errorf("attaching port %q: bridge row is gone", spec.Name)
 	}
-	return res[idx.bridge-1].uuid, nil
+	return res[idx.bridge-1].UUID.GoUUID, nil
 }
 
 // attachIndex are the indexes of the operations of attachOps that callers
@@ -318,11 +318,11 @@ func (c *Client) ownedPorts(ctx context.Context, where []ovsdb.Condition) ([]Own
 	if err != nil {
 		return nil, fmt.Errorf("listing our ports: %w", err)
 	}
-	return joinPorts(res[0].rows, res[1].rows)
+	return joinPorts(res[0].Rows, res[1].Rows)
 }
 
 // joinPorts pairs the selected Port rows with their selected Interface rows.
-func joinPorts(portRows, ifaceRows []resultRow) ([]OwnedPort, error) {
+func joinPorts(portRows, ifaceRows []ovsdb.Row) ([]OwnedPort, error) {
 	ports, err := decode[Port](tablePort, portRows)
 	if err != nil {
 		return nil, err
@@ -373,7 +373,7 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 		}
 		return 0, fmt.Errorf("waiting for ofport of %q: %w", name, err)
 	}
-	ifs, err := decode[Interface](tableInterface, res[1].rows)
+	ifs, err := decode[Interface](tableInterface, res[1].Rows)
 	if err != nil {
 		return 0, err
 	}

@@ -96,7 +96,7 @@ func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec *QoSSpec, se
 	if err != nil {
 		return fmt.Errorf("setting the QoS of port %s: %w", a, err)
 	}
-	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].Rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -150,13 +150,13 @@ func (c *Client) PortQoS(ctx context.Context, a Attachment) (AttachmentQoS, erro
 		return AttachmentQoS{}, fmt.Errorf("reading the QoS of port %s: %w", a, err)
 	}
 	var out AttachmentQoS
-	if out.QoS, err = decode[QoS](tableQoS, res[0].rows); err != nil {
+	if out.QoS, err = decode[QoS](tableQoS, res[0].Rows); err != nil {
 		return out, err
 	}
-	if out.Queues, err = decode[Queue](tableQueue, res[1].rows); err != nil {
+	if out.Queues, err = decode[Queue](tableQueue, res[1].Rows); err != nil {
 		return out, err
 	}
-	ports, err := decode[portQoS](tablePort, res[2].rows)
+	ports, err := decode[portQoS](tablePort, res[2].Rows)
 	if err != nil {
 		return out, err
 	}
@@ -174,11 +174,11 @@ func (c *Client) OwnedQoSAttachments(ctx context.Context) (map[Attachment]string
 	if err != nil {
 		return nil, fmt.Errorf("listing our QoS rows: %w", err)
 	}
-	qos, err := decode[QoS](tableQoS, res[0].rows)
+	qos, err := decode[QoS](tableQoS, res[0].Rows)
 	if err != nil {
 		return nil, err
 	}
-	queues, err := decode[Queue](tableQueue, res[1].rows)
+	queues, err := decode[Queue](tableQueue, res[1].Rows)
 	if err != nil {
 		return nil, err
 	}

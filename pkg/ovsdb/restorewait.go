@@ -62,7 +62,7 @@ func (c *Client) FlowRestoreWait(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	roots, err := decode[rootOther](tableRoot, res[0].rows)
+	roots, err := decode[rootOther](tableRoot, res[0].Rows)
 	if err != nil || len(roots) != 1 {
 		return false, err
 	}
@@ -87,6 +87,6 @@ func (c *Client) KernelBridges(ctx context.Context) ([]Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}
-	brs, err := decode[Bridge](tableBridge, res[0].rows)
+	brs, err := decode[Bridge](tableBridge, res[0].Rows)
 	return slices.DeleteFunc(brs, func(b Bridge) bool { return !b.KernelDatapath() }), err
 }

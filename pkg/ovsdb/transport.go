@@ -87,7 +87,7 @@ func (c *Client) Close() { c.c.Close() }
 // value of the wrong type) in the failed operation's result, and the tests
 // check every operation this package builds against the schema subset
 // (TestOperationsFitSchema).
-func (c *Client) transact(ctx context.Context, ops ...operation) ([]opResult, error) {
+func (c *Client) transact(ctx context.Context, ops ...operation) ([]ovsdb.OperationResult, error) {
 	if c.observe != nil {
 		c.observe(ops)
 	}
@@ -113,23 +113,32 @@ func (c *Client) transact(ctx context.Context, ops ...operation) ([]opResult, er
 
 // checkResults returns the results of ops, one each, or the errors of the
 // failed operations (opErrors), or the commit's.
-func checkResults(ops []operation, res transactReply) ([]opResult, error) {
+func checkResults(ops []operation, res transactReply) ([]ovsdb.OperationResult, error) {
 	if len(res) < len(ops) {
 		return nil, fmt.Errorf("ovsdb transaction: %d results for %d operations", len(res), len(ops))
 	}
 	var errs opErrors
 	for i := range ops {
-		if res[i].err != nil {
-			errs = append(errs, &OpError{Op: ops[i].Op, Table: ops[i].Table, Index: i, Err: res[i].err})
+		if err := resultErr(res[i]); err != nil {
+			errs = append(errs, &OpError{Op: ops[i].Op, Table: ops[i].Table, Index: i, Err: err})
 		}
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	for i := range ops {
+		// (libovsdb's UUID reads a UUID that is not ["uuid", u] as the
+		// empty one, without an error.)
+		if ops[i].Op == ovsdb.OperationInsert && res[i].UUID.GoUUID == "" {
+			return nil, fmt.Errorf("ovsdb insert on %s: %w", ops[i].Table, errEmptyUUID)
+		}
+	}
 	// RFC 7047: when every operation succeeded but the commit failed, the
 	// result has one more element, the commit's error.
-	if len(res) > len(ops) && res[len(ops)].err != nil {
-		return nil, fmt.Errorf("ovsdb transaction: %w", res[len(ops)].err)
+	if len(res) > len(ops) {
+		if err := resultErr(res[len(ops)]); err != nil {
+			return nil, fmt.Errorf("ovsdb transaction: %w", err)
+		}
 	}
 	return res[:len(ops)], nil
 }

@@ -245,7 +245,8 @@ func lostConnection(err error) bool {
 
 // allRows is a condition every row meets, for the operations on the root
 // table's one row. (An empty "where" means the same to ovsdb-server, but
-// libovsdb, whose encoding the tests compare with, drops it.)
+// libovsdb's Operation leaves an empty one out of all but a select, and
+// RFC 7047 requires the member.)
 var allRows = []ovsdb.Condition{cond("_uuid", fnNotEqual, uuid("00000000-0000-0000-0000-000000000000"))}
 
 // byUUID selects the row of UUID u.

@@ -14,6 +14,7 @@ import (
 // package is imported: its client, cache and model packages would load a
 // schema and keep a cache, which a short-lived plugin has no use for.
 
+// An operation is one operation of a transaction.
 type operation = ovsdb.Operation
 
 // Condition functions, mutators and wait conditions used here.

@@ -75,9 +75,10 @@ func (e *Error) Error() string { return e.Method + ": " + e.Detail }
 // arrive meanwhile are dropped; the server's echo requests are answered.
 //
 // Params given as a json.RawMessage are sent as they are, and an out that
-// is a json.Unmarshaler gets the result's bytes as they came: pkg/ovsdb
-// writes and reads the bulk of its messages itself, and encoding/json
-// would only check and copy them again.
+// is a json.Unmarshaler gets the result's bytes as they came, without
+// encoding/json checking and copying them once more before its
+// UnmarshalJSON (pkg/ovsdb turns a panic of libovsdb's decoders there into
+// an error).
 func (r *Conn) Call(ctx context.Context, method string, params any, out any) error {
 	if r.broken != nil {
 		return fmt.Errorf("%s: %w by an earlier call: %v", method, ErrBroken, r.broken)

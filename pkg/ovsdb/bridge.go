@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
 // bridgeColumns are the columns of a Bridge that Bridge reads: all but its
@@ -13,13 +15,13 @@ var bridgeColumns = []string{"_uuid", "name", "datapath_type", "fail_mode", "ext
 // Bridge returns the bridge called name, or nil when there is none, without
 // its ports.
 func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
-	op := selectOp(tableBridge, condition{"name", fnEqual, str(name)})
-	op.columns = bridgeColumns
+	op := selectOp(tableBridge, cond("name", fnEqual, name))
+	op.Columns = bridgeColumns
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("looking up bridge %q: %w", name, err)
 	}
-	brs, err := decode[Bridge](tableBridge, res[0].rows)
+	brs, err := decode[Bridge](tableBridge, res[0].Rows)
 	if err != nil || len(brs) == 0 {
 		return nil, err
 	}
@@ -31,14 +33,13 @@ func (c *Client) Bridge(ctx context.Context, name string) (*Bridge, error) {
 
 // BridgeHasPort reports whether bridge name holds the port.
 func (c *Client) BridgeHasPort(ctx context.Context, name, portUUID string) (bool, error) {
-	op := selectOp(tableBridge, condition{"name", fnEqual, str(name)},
-		condition{"ports", fnIncludes, uuid(portUUID)})
-	op.columns = []string{"_uuid"}
+	op := selectOp(tableBridge, cond("name", fnEqual, name), cond("ports", fnIncludes, uuid(portUUID)))
+	op.Columns = []string{"_uuid"}
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return false, fmt.Errorf("looking up bridge %q: %w", name, err)
 	}
-	return len(res[0].rows) == 1, nil
+	return len(res[0].Rows) == 1, nil
 }
 
 // EnsureBridge creates bridge name (with its internal port) unless it exists.
@@ -52,18 +53,14 @@ func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*
 			return br, err
 		}
 		ops := []operation{
-			{op: opInsert, table: tableInterface, uuidName: "newiface",
-				row: row{{"name", str(name)}, {"type", str("internal")}}},
-			{op: opInsert, table: tablePort, uuidName: "newport",
-				row: row{{"name", str(name)}, {"interfaces", named("newiface")}}},
-			{op: opInsert, table: tableBridge, uuidName: "newbridge",
-				row: row{{"name", str(name)}, {"ports", named("newport")}, {"datapath_type", str(datapathType)},
-					{"external_ids", withSchema(map[string]string{KeyOwner: OwnerValue})},
-					// Nothing is forwarded after an ovs-vswitchd restart
-					// until reconcile has put the port security flows back.
-					{"fail_mode", str("secure")}}},
-			{op: opMutate, table: tableRoot, where: allRows,
-				mutations: []mutation{{"bridges", mutInsert, named("newbridge")}}},
+			insertOp(tableInterface, "newiface", ovsdb.Row{"name": name, "type": "internal"}),
+			insertOp(tablePort, "newport", ovsdb.Row{"name": name, "interfaces": named("newiface")}),
+			insertOp(tableBridge, "newbridge", ovsdb.Row{"name": name, "ports": named("newport"), "datapath_type": datapathType,
+				"external_ids": withSchema(map[string]string{KeyOwner: OwnerValue}).ovs(),
+				// Nothing is forwarded after an ovs-vswitchd restart
+				// until reconcile has put the port security flows back.
+				"fail_mode": "secure"}),
+			mutateOp(tableRoot, allRows, mut("bridges", mutInsert, named("newbridge"))),
 		}
 		if _, err := c.transact(ctx, ops...); err != nil {
 			if errors.Is(err, ErrUnreachable) {
@@ -82,12 +79,12 @@ func (c *Client) EnsureBridge(ctx context.Context, name, datapathType string) (*
 // Bridges returns every bridge.
 func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
 	op := selectOp(tableBridge)
-	op.columns = bridgeColumns
+	op.Columns = bridgeColumns
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}
-	brs, err := decode[Bridge](tableBridge, res[0].rows)
+	brs, err := decode[Bridge](tableBridge, res[0].Rows)
 	if err != nil {
 		return nil, err
 	}
@@ -102,13 +99,9 @@ func (c *Client) Bridges(ctx context.Context) ([]Bridge, error) {
 // SetBridgeExternalIDs adds keys to a bridge's external_ids; existing keys
 // keep their value (an OVSDB map insert does not overwrite).
 func (c *Client) SetBridgeExternalIDs(ctx context.Context, bridgeUUID string, set map[string]string) error {
-	keys := make(strSet, 0, len(set))
-	for k := range set {
-		keys = append(keys, k)
-	}
 	// A map insert keeps a key that is already there: delete the keys first.
-	_, err := c.transact(ctx, operation{op: opMutate, table: tableBridge, where: byUUID(bridgeUUID),
-		mutations: []mutation{{"external_ids", mutDelete, keys}, {"external_ids", mutInsert, withSchema(set)}}})
+	_, err := c.transact(ctx, mutateOp(tableBridge, byUUID(bridgeUUID),
+		mut("external_ids", mutDelete, strSet(strMap(set).keys()...)), mut("external_ids", mutInsert, withSchema(set).ovs())))
 	if err != nil {
 		return fmt.Errorf("recording on bridge %s: %w", bridgeUUID, err)
 	}

@@ -12,17 +12,17 @@ import (
 // tables, which a node tool run by hand can afford and a plugin never
 // does.
 func (c *Client) BridgePorts(ctx context.Context, name string) ([]OwnedPort, error) {
-	br := selectOp(tableBridge, condition{"name", fnEqual, str(name)})
-	br.columns = []string{"_uuid", "name", "ports"}
+	br := selectOp(tableBridge, cond("name", fnEqual, name))
+	br.Columns = []string{"_uuid", "name", "ports"}
 	res, err := c.transact(ctx, br, selectModel[Port](tablePort), selectModel[Interface](tableInterface))
 	if err != nil {
 		return nil, fmt.Errorf("listing the ports of bridge %q: %w", name, err)
 	}
-	brs, err := decode[Bridge](tableBridge, res[0].rows)
+	brs, err := decode[Bridge](tableBridge, res[0].Rows)
 	if err != nil || len(brs) == 0 {
 		return nil, err
 	}
-	all, err := joinPorts(res[1].rows, res[2].rows)
+	all, err := joinPorts(res[1].Rows, res[2].Rows)
 	if err != nil {
 		return nil, err
 	}

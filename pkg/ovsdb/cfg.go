@@ -5,24 +5,32 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // bumpCfg asks ovs-vswitchd to report, through cur_cfg, when it has applied
 // the transaction; SyncPending waits on that.
-var bumpCfg = operation{op: opMutate, table: tableRoot, where: allRows,
-	mutations: []mutation{{"next_cfg", mutAdd, integer(1)}}}
+var bumpCfg = mutateOp(tableRoot, allRows, mut("next_cfg", mutAdd, 1))
+
+// selectRoot selects columns of the root row.
+func selectRoot(columns ...string) operation {
+	op := selectOp(tableRoot, allRows...)
+	op.Columns = columns
+	return op
+}
 
 // SyncPending waits, only if a change is pending (cur_cfg < next_cfg), until
 // ovs-vswitchd has applied it. ADD calls it before creating a device whose
 // name a just-removed port may still hold inside ovs-vswitchd (a DEL quickly
 // followed by an ADD of the same attachment).
 func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
-	res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"next_cfg", "cur_cfg"}})
+	res, err := c.transact(ctx, selectRoot("next_cfg", "cur_cfg"))
 	if err != nil {
 		return fmt.Errorf("reading next_cfg: %w", err)
 	}
-	roots, err := decode[OpenvSwitch](tableRoot, res[0].rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[0].Rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -37,13 +45,12 @@ func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
 // re-creates a device of the same name: if ovs-vswitchd saw the old and the
 // new port in one reconfiguration, it would keep reading the deleted device.
 func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, portUUIDs ...string) error {
-	ops := append(detachOps(portUUIDs), bumpCfg,
-		operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"next_cfg"}})
+	ops := append(detachOps(portUUIDs), bumpCfg, selectRoot("next_cfg"))
 	res, err := c.transact(ctx, ops...)
 	if err != nil {
 		return fmt.Errorf("detaching %d port(s): %w", len(portUUIDs), err)
 	}
-	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].Rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -56,11 +63,11 @@ func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, 
 func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"cur_cfg"}})
+		res, err := c.transact(ctx, selectRoot("cur_cfg"))
 		if err != nil {
 			return fmt.Errorf("reading cur_cfg: %w", err)
 		}
-		roots, err := decode[OpenvSwitch](tableRoot, res[0].rows)
+		roots, err := decode[OpenvSwitch](tableRoot, res[0].Rows)
 		if err != nil || len(roots) != 1 {
 			return fmt.Errorf("reading cur_cfg: %v", err)
 		}
@@ -74,8 +81,7 @@ func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) erro
 		}
 		ms := int(left / time.Millisecond)
 		wctx, cancel := context.WithTimeout(ctx, left+waitGrace)
-		_, err = c.transact(wctx, operation{op: opWait, table: tableRoot, where: allRows, timeout: ms,
-			columns: []string{"cur_cfg"}, until: fnNotEqual, rows: []row{{{"cur_cfg", integer(cur)}}}})
+		_, err = c.transact(wctx, waitOp(tableRoot, allRows, []string{"cur_cfg"}, untilNotEqual, ms, ovsdb.Row{"cur_cfg": cur}))
 		cancel()
 		if err != nil && !waitTimedOut(err) {
 			return fmt.Errorf("waiting for cur_cfg: %w", err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
 // ErrPortGone says that the port a change was for no longer exists.
@@ -35,22 +37,19 @@ func recordOps(portUUID string, unset []string, set map[string]string, claims []
 	}
 	ops := make([]operation, 0, 3+len(claims))
 	if len(unset) > 0 {
-		ops = append(ops, operation{op: opMutate, table: tablePort, where: where,
-			mutations: []mutation{{"external_ids", mutDelete, strSet(unset)}}})
+		ops = append(ops, mutateOp(tablePort, where, mut("external_ids", mutDelete, strSet(unset...))))
 	}
 	if len(ins) > 0 {
-		ops = append(ops, operation{op: opMutate, table: tablePort, where: where,
-			mutations: []mutation{{"external_ids", mutInsert, withSchema(ins)}}})
+		ops = append(ops, mutateOp(tablePort, where, mut("external_ids", mutInsert, withSchema(ins).ovs())))
 	}
 	for _, k := range claims {
 		// Timeout 0: fail at once.
-		ops = append(ops, operation{op: opWait, table: tablePort,
-			where:   []condition{{"external_ids", fnIncludes, strMap{k: ClaimValue}}},
-			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", uuid(portUUID)}}}})
+		ops = append(ops, waitOp(tablePort, []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{k: ClaimValue}.ovs())},
+			[]string{"_uuid"}, untilEqual, 0, ovsdb.Row{"_uuid": uuid(portUUID)}))
 	}
 	if bridge != "" {
-		op := selectOp(tableBridge, condition{"name", fnEqual, str(bridge)})
-		op.columns = bridgeColumns
+		op := selectOp(tableBridge, cond("name", fnEqual, bridge))
+		op.Columns = bridgeColumns
 		ops = append(ops, op)
 	}
 	return ops
@@ -75,16 +74,16 @@ func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []st
 	if len(ops) == 0 {
 		return nil, nil
 	}
-	mutates := ops[0].op == opMutate
+	mutates := ops[0].Op == ovsdb.OperationMutate
 	res, err := c.transact(ctx, ops...)
 	if err == nil {
-		if mutates && res[0].count != 1 {
+		if mutates && res[0].Count != 1 {
 			return nil, fmt.Errorf("recording on port %s: %w", portUUID, ErrPortGone)
 		}
 		if bridge == "" {
 			return nil, nil
 		}
-		brs, err := decode[Bridge](tableBridge, res[len(res)-1].rows)
+		brs, err := decode[Bridge](tableBridge, res[len(res)-1].Rows)
 		if err != nil || len(brs) == 0 {
 			return nil, err
 		}
@@ -95,13 +94,13 @@ func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []st
 	}
 	// Find who holds what we could not claim.
 	for _, k := range claims {
-		sel := selectModel[Port](tablePort, condition{"external_ids", fnIncludes, strMap{k: ClaimValue}},
-			condition{"_uuid", fnNotEqual, uuid(portUUID)})
+		sel := selectModel[Port](tablePort, cond("external_ids", fnIncludes, strMap{k: ClaimValue}.ovs()),
+			cond("_uuid", fnNotEqual, uuid(portUUID)))
 		r, serr := c.transact(ctx, sel)
 		if serr != nil {
 			break
 		}
-		if ports, derr := decode[Port](tablePort, r[0].rows); derr == nil && len(ports) > 0 {
+		if ports, derr := decode[Port](tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
 			p := OwnedPort{Port: ports[0]}
 			return nil, &ClaimedError{Key: k, Holder: p.Attachment(), Port: p.Port.Name}
 		}

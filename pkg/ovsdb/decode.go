@@ -5,37 +5,35 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"strconv"
 	"sync"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
-// decode turns the rows of a select result into models of table. It fills
-// each field tagged `ovsdb:"column"` by the field's Go type alone, without
-// the schema: the rows come from ovsdb-server's own schema, and the models'
-// types follow it (TestModelsMatchVswitchSchema), so only the forms in which
-// a value may arrive are left to handle. TestDecodeAsLibovsdb and
-// TestDecodeRealRows keep the result equal to libovsdb's schema-driven
-// mapper. A column missing from a row leaves its field zero.
-func decode[T any](table string, rows []resultRow) ([]T, error) {
+// decode turns the rows of a select result, as libovsdb's Row holds them
+// (strings, float64s, booleans, ovsdb.UUID, ovsdb.OvsSet, ovsdb.OvsMap),
+// into models of table. It fills each field tagged `ovsdb:"column"` by the
+// field's Go type alone, without the schema: the rows come from
+// ovsdb-server's own schema, and the models' types follow it
+// (TestModelsMatchVswitchSchema), so only the forms in which a value may
+// arrive are left to handle. TestDecodeAsLibovsdb and TestDecodeRealRows
+// keep the result equal to libovsdb's schema-driven mapper, which would
+// need the schema loaded and libovsdb's model package. A column missing
+// from a row leaves its field zero.
+func decode[T any](table string, rows []ovsdb.Row) ([]T, error) {
 	plan, err := planOf(reflect.TypeFor[T]())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]T, len(rows))
-	var scratch [16]atom
 	for i, row := range rows {
 		v := reflect.ValueOf(&out[i]).Elem()
-		for _, c := range row {
-			f := plan.field(c.column)
-			if f == nil {
+		for _, f := range plan {
+			val, ok := row[f.column]
+			if !ok {
 				continue
 			}
-			s := scanner{b: c.datum}
-			d, _, err := s.datum(scratch[:0])
-			if err == nil {
-				err = f.set(v.Field(f.index), d)
-			}
-			if err != nil {
+			if err := f.set(v.Field(f.index), val); err != nil {
 				return nil, fmt.Errorf("decoding %s row: column %s: %w", table, f.column, err)
 			}
 		}
@@ -47,19 +45,10 @@ func decode[T any](table string, rows []resultRow) ([]T, error) {
 type fieldPlan struct {
 	column string
 	index  int
-	set    func(field reflect.Value, d datum) error
+	set    func(field reflect.Value, val any) error
 }
 
 type modelPlan []fieldPlan
-
-func (p modelPlan) field(column []byte) *fieldPlan {
-	for i := range p {
-		if p[i].column == string(column) {
-			return &p[i]
-		}
-	}
-	return nil
-}
 
 // plans caches the plan of each model type (reflect.Type → modelPlan).
 var plans sync.Map
@@ -88,14 +77,14 @@ func planOf(t reflect.Type) (modelPlan, error) {
 // setterFor returns how to set a field of type t: the Go types of the
 // models (model.go), in libovsdb's mapping of OVSDB types (a column of
 // exactly one value is the value, an optional one a pointer, a set a slice).
-func setterFor(t reflect.Type) func(reflect.Value, datum) error {
+func setterFor(t reflect.Type) func(reflect.Value, any) error {
 	switch t {
 	case reflect.TypeFor[string]():
-		return setter(single(atomString))
+		return setter(atomString)
 	case reflect.TypeFor[*string]():
 		return setter(optional(atomString))
 	case reflect.TypeFor[int]():
-		return setter(single(atomInt))
+		return setter(atomInt)
 	case reflect.TypeFor[*int]():
 		return setter(optional(atomInt))
 	case reflect.TypeFor[[]string]():
@@ -108,9 +97,9 @@ func setterFor(t reflect.Type) func(reflect.Value, datum) error {
 	return nil
 }
 
-func setter[E any](conv func(datum) (E, error)) func(reflect.Value, datum) error {
-	return func(field reflect.Value, d datum) error {
-		e, err := conv(d)
+func setter[E any](conv func(any) (E, error)) func(reflect.Value, any) error {
+	return func(field reflect.Value, val any) error {
+		e, err := conv(val)
 		if err == nil {
 			*field.Addr().Interface().(*E) = e
 		}
@@ -118,56 +107,77 @@ func setter[E any](conv func(datum) (E, error)) func(reflect.Value, datum) error
 	}
 }
 
-// atomString is a string or a UUID (a reference, or a row's _uuid).
-func atomString(a atom) (string, error) {
-	if a.kind != kindString && a.kind != kindUUID {
-		return "", fmt.Errorf("got %s, want a string or a UUID", a.kind)
+// kind names the OVSDB form of a value as libovsdb's Row holds it.
+func kind(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case ovsdb.UUID:
+		return "a UUID"
+	case ovsdb.OvsSet:
+		return "a set"
+	case ovsdb.OvsMap:
+		return "a map"
+	case nil:
+		return "null"
 	}
-	return unquote(a.raw, a.esc)
+	return fmt.Sprintf("%T", v)
 }
+
+// atomString is a string or a UUID (a reference, or a row's _uuid).
+func atomString(v any) (string, error) {
+	switch s := v.(type) {
+	case string:
+		return s, nil
+	case ovsdb.UUID:
+		// libovsdb's UUID reads ["uuid", 1] as the empty UUID, without
+		// an error: ovsdb-server never sends one.
+		if s.GoUUID == "" {
+			return "", errEmptyUUID
+		}
+		return s.GoUUID, nil
+	}
+	return "", fmt.Errorf("got %s, want a string or a UUID", kind(v))
+}
+
+var errEmptyUUID = errors.New("got an empty UUID")
 
 // errNotInteger: RFC 7047's integers are JSON numbers without a fraction,
 // in 64 bits.
 var errNotInteger = errors.New("not an integer")
 
-// atomInt is an integer. Like encoding/json (and so libovsdb), it reads
-// the number as a float64, which holds every integer ovsdb-server sends
-// here exactly.
-func atomInt(a atom) (int, error) {
-	if a.kind != kindNumber {
-		return 0, fmt.Errorf("got %s, want an integer", a.kind)
+// atomInt is an integer, which encoding/json reads as a float64 (holding
+// every integer ovsdb-server sends here exactly).
+func atomInt(v any) (int, error) {
+	f, ok := v.(float64)
+	if !ok {
+		return 0, fmt.Errorf("got %s, want an integer", kind(v))
 	}
-	f, err := strconv.ParseFloat(string(a.raw), 64)
-	if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
-		return 0, fmt.Errorf("%s: %w", a.raw, errNotInteger)
+	if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		return 0, fmt.Errorf("%v: %w", f, errNotInteger)
 	}
 	return int(f), nil
 }
 
-// single decodes a column of exactly one value.
-func single[E any](atom func(atom) (E, error)) func(datum) (E, error) {
-	return func(d datum) (E, error) {
-		if d.kind != datumAtom {
-			var zero E
-			return zero, fmt.Errorf("got %s, want one value", d)
-		}
-		return atom(d.atoms[0])
-	}
-}
-
 // optional decodes a column of at most one value: the bare atom, or a set
 // of zero or one.
-func optional[E any](atom func(atom) (E, error)) func(datum) (*E, error) {
-	return func(d datum) (*E, error) {
-		switch {
-		case d.kind == datumMap:
-			return nil, fmt.Errorf("got %s, want at most one value", d)
-		case d.kind == datumSet && len(d.atoms) == 0:
-			return nil, nil
-		case len(d.atoms) > 1:
-			return nil, fmt.Errorf("got a set of %d values, want at most one", len(d.atoms))
+func optional[E any](atom func(any) (E, error)) func(any) (*E, error) {
+	return func(v any) (*E, error) {
+		if s, ok := v.(ovsdb.OvsSet); ok {
+			switch len(s.GoSet) {
+			case 0:
+				return nil, nil
+			case 1:
+				v = s.GoSet[0]
+			default:
+				return nil, fmt.Errorf("got a set of %d values, want at most one", len(s.GoSet))
+			}
 		}
-		e, err := atom(d.atoms[0])
+		e, err := atom(v)
 		if err != nil {
 			return nil, err
 		}
@@ -177,14 +187,15 @@ func optional[E any](atom func(atom) (E, error)) func(datum) (*E, error) {
 
 // setOf decodes a set, which arrives as a bare atom when it holds one value
 // (RFC 7047 section 5.1). An empty set is an empty slice, not nil.
-func setOf[E any](atom func(atom) (E, error)) func(datum) ([]E, error) {
-	return func(d datum) ([]E, error) {
-		if d.kind == datumMap {
-			return nil, fmt.Errorf("got %s, want a set", d)
+func setOf[E any](atom func(any) (E, error)) func(any) ([]E, error) {
+	return func(v any) ([]E, error) {
+		vals := []any{v}
+		if s, ok := v.(ovsdb.OvsSet); ok {
+			vals = s.GoSet
 		}
-		out := make([]E, 0, len(d.atoms))
-		for _, a := range d.atoms {
-			e, err := atom(a)
+		out := make([]E, 0, len(vals))
+		for _, v := range vals {
+			e, err := atom(v)
 			if err != nil {
 				return nil, err
 			}
@@ -194,17 +205,18 @@ func setOf[E any](atom func(atom) (E, error)) func(datum) ([]E, error) {
 	}
 }
 
-func stringMap(d datum) (map[string]string, error) {
-	if d.kind != datumMap {
-		return nil, fmt.Errorf("got %s, want a map", d)
+func stringMap(v any) (map[string]string, error) {
+	m, ok := v.(ovsdb.OvsMap)
+	if !ok {
+		return nil, fmt.Errorf("got %s, want a map", kind(v))
 	}
-	out := make(map[string]string, len(d.atoms)/2)
-	for i := 0; i+1 < len(d.atoms); i += 2 {
-		ks, err := atomString(d.atoms[i])
+	out := make(map[string]string, len(m.GoMap))
+	for k, v := range m.GoMap {
+		ks, err := atomString(k)
 		if err != nil {
 			return nil, fmt.Errorf("key: %w", err)
 		}
-		vs, err := atomString(d.atoms[i+1])
+		vs, err := atomString(v)
 		if err != nil {
 			return nil, fmt.Errorf("value of %q: %w", ks, err)
 		}

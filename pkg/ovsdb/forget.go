@@ -37,26 +37,25 @@ func (c *Client) ForgetSuite(ctx context.Context) (Forgotten, error) {
 	}
 	ops := detachOps(PortUUIDs(ports))
 	f.Ports = len(ports)
-	var rootKeys strSet
+	var rootKeys []string
 	for k := range root {
 		if strings.HasPrefix(k, KeyPrefix) {
 			rootKeys = append(rootKeys, k)
 		}
 	}
 	if len(rootKeys) > 0 {
-		ops = append(ops, rootMutate(mutDelete, rootKeys))
+		ops = append(ops, rootMutate(mutDelete, strSet(rootKeys...)))
 		f.RootKeys = len(rootKeys)
 	}
 	for _, br := range bridges {
-		var keys strSet
+		var keys []string
 		for k := range br.ExternalIDs {
 			if strings.HasPrefix(k, KeyPrefix) && k != KeyOwner {
 				keys = append(keys, k)
 			}
 		}
 		if len(keys) > 0 {
-			ops = append(ops, operation{op: opMutate, table: tableBridge, where: byUUID(br.UUID),
-				mutations: []mutation{{"external_ids", mutDelete, keys}}})
+			ops = append(ops, mutateOp(tableBridge, byUUID(br.UUID), mut("external_ids", mutDelete, strSet(keys...))))
 			f.BridgeKeys[br.Name] = keys
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
 // In-flight records: what an ADD or a DEL has started and not finished. They
@@ -107,28 +109,26 @@ func parseClaim(v string) (Attachment, time.Time, bool) {
 	return Attachment{ContainerID: c, IfName: i}, time.Unix(n, 0), true
 }
 
-func rootMutate(m mutator, v value) operation {
-	return operation{op: opMutate, table: tableRoot, where: allRows,
-		mutations: []mutation{{"external_ids", m, v}}}
+func rootMutate(m ovsdb.Mutator, v any) operation {
+	return mutateOp(tableRoot, allRows, mut("external_ids", m, v))
 }
 
 // rootWait fails at once unless some root row has (present) or none has
 // (!present) the pairs of m in its external_ids.
 func rootWait(m strMap, present bool) operation {
-	until := fnEqual
+	until := untilEqual
 	if present {
-		until = fnNotEqual
+		until = untilNotEqual
 	}
-	return operation{op: opWait, table: tableRoot, where: []condition{{"external_ids", fnIncludes, m}},
-		columns: []string{"_uuid"}, until: until, rows: []row{}}
+	return waitOp(tableRoot, []ovsdb.Condition{cond("external_ids", fnIncludes, m.ovs())}, []string{"_uuid"}, until, 0)
 }
 
 // noSweep fails at once while a sweep is under way.
-var noSweep = rootWait(strMap{keySweep: "1"}, false)
+func noSweep() operation { return rootWait(strMap{keySweep: "1"}, false) }
 
 // waitNone fails at once if a row of table matches where.
-func waitNone(table string, where ...condition) operation {
-	return operation{op: opWait, table: table, where: where, columns: []string{"_uuid"}, until: fnEqual, rows: []row{}}
+func waitNone(table string, where ...ovsdb.Condition) operation {
+	return waitOp(table, where, []string{"_uuid"}, untilEqual, 0)
 }
 
 // Reserve claims for attachment a the first free ofport from home on (as
@@ -138,7 +138,7 @@ func waitNone(table string, where ...condition) operation {
 // that was killed) are given up. It waits while a sweep is under way.
 func (c *Client) Reserve(ctx context.Context, a Attachment, home int, identity string) (Reservation, error) {
 	r := Reservation{Attachment: a, OFPort: home, Identity: identity, value: claimValue(a, time.Now())}
-	var drop strSet
+	var drop []string
 	for attempt := 0; ; attempt++ {
 		ops := reserveOps(r, drop)
 		_, err := c.transact(ctx, ops...)
@@ -201,22 +201,22 @@ func (c *Client) Reserve(ctx context.Context, a Attachment, home int, identity s
 
 // reserveOps are Reserve's transaction. The first operation is the wait
 // for no sweep (Reserve tells its failure by its index).
-func reserveOps(r Reservation, drop strSet) []operation {
+func reserveOps(r Reservation, drop []string) []operation {
 	claims := strMap{keyClaimOFPort + strconv.Itoa(r.OFPort): r.value}
 	if r.Identity != "" {
 		claims[keyClaimIdentity+r.Identity] = r.value
 	}
-	ops := []operation{noSweep}
+	ops := []operation{noSweep()}
 	if len(drop) > 0 {
-		ops = append(ops, rootMutate(mutDelete, drop))
+		ops = append(ops, rootMutate(mutDelete, strSet(drop...)))
 	}
 	// A map insert leaves a key that is there alone: the wait finds out
 	// whether the value is ours.
-	ops = append(ops, rootMutate(mutInsert, claims), rootWait(claims, true),
-		waitNone(tableInterface, condition{"ofport_request", fnEqual, integer(r.OFPort)}),
-		waitNone(tableInterface, condition{"ofport", fnEqual, integer(r.OFPort)}))
+	ops = append(ops, rootMutate(mutInsert, claims.ovs()), rootWait(claims, true),
+		waitNone(tableInterface, cond("ofport_request", fnEqual, r.OFPort)),
+		waitNone(tableInterface, cond("ofport", fnEqual, r.OFPort)))
 	if r.Identity != "" {
-		ops = append(ops, waitNone(tablePort, condition{"external_ids", fnIncludes, strMap{KeyIdentity: r.Identity}}))
+		ops = append(ops, waitNone(tablePort, cond("external_ids", fnIncludes, strMap{KeyIdentity: r.Identity}.ovs())))
 	}
 	return ops
 }
@@ -226,7 +226,7 @@ func (c *Client) Release(ctx context.Context, r Reservation) error {
 	if r.value == "" {
 		return nil
 	}
-	_, err := c.transact(ctx, rootMutate(mutDelete, r.claims()), rootMutate(mutDelete, strSet{keySwept + r.Attachment.String()}))
+	_, err := c.transact(ctx, rootMutate(mutDelete, r.claims().ovs()), rootMutate(mutDelete, strSet(keySwept+r.Attachment.String())))
 	return err
 }
 
@@ -243,8 +243,8 @@ func (r Reservation) claims() strMap {
 // and the insert fails while a sweep is under way or after one ran since
 // the claim.
 func (r Reservation) handOverOps() []operation {
-	return []operation{noSweep, rootWait(strMap{keySwept + r.Attachment.String(): "1"}, false),
-		rootWait(r.claims(), true), rootMutate(mutDelete, r.claims())}
+	return []operation{noSweep(), rootWait(strMap{keySwept + r.Attachment.String(): "1"}, false),
+		rootWait(r.claims(), true), rootMutate(mutDelete, r.claims().ovs())}
 }
 
 // handOverClaimWait is the index of the wait in handOverOps that finds the
@@ -258,7 +258,7 @@ func (c *Client) AfterSweep(ctx context.Context, r Reservation) error {
 	if err := c.WaitSweep(ctx); err != nil {
 		return err
 	}
-	_, err := c.transact(ctx, rootMutate(mutDelete, strSet{keySwept + r.Attachment.String()}))
+	_, err := c.transact(ctx, rootMutate(mutDelete, strSet(keySwept+r.Attachment.String())))
 	return err
 }
 
@@ -269,8 +269,8 @@ func (c *Client) WaitSweep(ctx context.Context) error {
 	deadline := time.Now().Add(sweepWait)
 	for {
 		if left := min(time.Until(deadline), time.Second); left > 0 {
-			w := noSweep
-			w.timeout = int(left / time.Millisecond)
+			w := noSweep()
+			*w.Timeout = int(left / time.Millisecond)
 			wctx, cancel := context.WithTimeout(ctx, left+waitGrace)
 			_, err := c.transact(wctx, w)
 			cancel()
@@ -291,7 +291,7 @@ func (c *Client) WaitSweep(ctx context.Context) error {
 		since, _ := strconv.ParseInt(ids[keySweepSince], 10, 64)
 		if time.Since(time.Unix(since, 0)) > SweepTTL {
 			_, err := c.transact(ctx, rootWait(strMap{keySweepSince: ids[keySweepSince]}, true),
-				rootMutate(mutDelete, strSet{keySweep, keySweepSince}))
+				rootMutate(mutDelete, strSet(keySweep, keySweepSince)))
 			if err != nil && timedOutWait(err) == nil {
 				return err
 			}
@@ -346,11 +346,11 @@ func (c *Client) Deleting(ctx context.Context) (map[Attachment]bool, error) {
 
 // rootIDs reads the root row's external_ids.
 func (c *Client) rootIDs(ctx context.Context) (map[string]string, error) {
-	res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"external_ids"}})
+	res, err := c.transact(ctx, selectRoot("external_ids"))
 	if err != nil {
 		return nil, fmt.Errorf("reading the in-flight records: %w", err)
 	}
-	roots, err := decode[rootIDs](tableRoot, res[0].rows)
+	roots, err := decode[rootIDs](tableRoot, res[0].Rows)
 	if err != nil || len(roots) != 1 {
 		return nil, fmt.Errorf("reading the in-flight records: %d root rows: %v", len(roots), err)
 	}
@@ -366,13 +366,13 @@ func (c *Client) identityHolder(ctx context.Context, identity string) (Attachmen
 	if identity == "" {
 		return Attachment{}, false, nil
 	}
-	op := selectOp(tablePort, condition{"external_ids", fnIncludes, strMap{KeyIdentity: identity}})
-	op.columns = []string{"_uuid", "name", "external_ids"}
+	op := selectOp(tablePort, cond("external_ids", fnIncludes, strMap{KeyIdentity: identity}.ovs()))
+	op.Columns = []string{"_uuid", "name", "external_ids"}
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return Attachment{}, false, fmt.Errorf("looking up identity %s: %w", identity, err)
 	}
-	ps, err := decode[Port](tablePort, res[0].rows)
+	ps, err := decode[Port](tablePort, res[0].Rows)
 	if err != nil || len(ps) == 0 {
 		return Attachment{}, false, err
 	}
@@ -384,7 +384,7 @@ func (c *Client) identityHolder(ctx context.Context, identity string) (Attachmen
 type Deletion struct {
 	Attachment Attachment
 	Ports      []OwnedPort
-	claims     strSet
+	claims     []string
 	claimed    bool
 	mark       string
 }
@@ -399,10 +399,10 @@ func (d *Deletion) Claimed() bool { return d.claimed }
 func (c *Client) BeginDelete(ctx context.Context, a Attachment) (*Deletion, error) {
 	d := &Deletion{Attachment: a, mark: keyDeleting + a.String()}
 	for {
-		ops := []operation{noSweep,
-			rootMutate(mutInsert, strMap{d.mark: strconv.FormatInt(time.Now().Unix(), 10)}),
+		ops := []operation{noSweep(),
+			rootMutate(mutInsert, strMap{d.mark: strconv.FormatInt(time.Now().Unix(), 10)}.ovs()),
 			selectModel[Port](tablePort, a.where()...), selectModel[Interface](tableInterface, a.where()...),
-			{op: opSelect, table: tableRoot, where: allRows, columns: []string{"external_ids"}}}
+			selectRoot("external_ids")}
 		res, err := c.transact(ctx, ops...)
 		if w := timedOutWait(err); w != nil && w.Index == 0 {
 			if err := c.WaitSweep(ctx); err != nil {
@@ -413,10 +413,10 @@ func (c *Client) BeginDelete(ctx context.Context, a Attachment) (*Deletion, erro
 		if err != nil {
 			return nil, fmt.Errorf("beginning the DEL of %s: %w", a, err)
 		}
-		if d.Ports, err = joinPorts(res[2].rows, res[3].rows); err != nil {
+		if d.Ports, err = joinPorts(res[2].Rows, res[3].Rows); err != nil {
 			return nil, err
 		}
-		roots, err := decode[rootIDs](tableRoot, res[4].rows)
+		roots, err := decode[rootIDs](tableRoot, res[4].Rows)
 		if err != nil || len(roots) != 1 {
 			return nil, fmt.Errorf("reading the in-flight records: %v", err)
 		}
@@ -433,7 +433,7 @@ func (c *Client) BeginDelete(ctx context.Context, a Attachment) (*Deletion, erro
 // Finish removes the ports of d, its claims and its mark in one
 // transaction.
 func (c *Client) Finish(ctx context.Context, d *Deletion) error {
-	ops := append(detachOps(PortUUIDs(d.Ports)), rootMutate(mutDelete, append(d.claims, d.mark)))
+	ops := append(detachOps(PortUUIDs(d.Ports)), rootMutate(mutDelete, strSet(append(d.claims, d.mark)...)))
 	if len(d.Ports) > 0 {
 		ops = append(ops, bumpCfg)
 	}
@@ -448,7 +448,7 @@ func (c *Client) Finish(ctx context.Context, d *Deletion) error {
 // that ADD; ovs-portmap withdraws host ports under the mark, and the ports
 // are not its own).
 func (c *Client) Abandon(ctx context.Context, d *Deletion) error {
-	if _, err := c.transact(ctx, rootMutate(mutDelete, strSet{d.mark})); err != nil {
+	if _, err := c.transact(ctx, rootMutate(mutDelete, strSet(d.mark))); err != nil {
 		return fmt.Errorf("giving up the DEL of %s: %w", d.Attachment, err)
 	}
 	return nil
@@ -470,7 +470,7 @@ type Sweep struct {
 	// flight when the sweep began, and since when.
 	Adding, Deleting map[Attachment]time.Time
 	since            string
-	expired          strSet
+	expired          []string
 }
 
 // BeginSweep marks a sweep as under way and returns what is in flight. When
@@ -479,9 +479,9 @@ func (c *Client) BeginSweep(ctx context.Context) (*Sweep, error) {
 	for {
 		now := time.Now()
 		s := &Sweep{Adding: map[Attachment]time.Time{}, Deleting: map[Attachment]time.Time{}, since: strconv.FormatInt(now.Unix(), 10)}
-		res, err := c.transact(ctx, noSweep,
-			rootMutate(mutInsert, strMap{keySweep: "1", keySweepSince: s.since}),
-			operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"external_ids"}})
+		res, err := c.transact(ctx, noSweep(),
+			rootMutate(mutInsert, strMap{keySweep: "1", keySweepSince: s.since}.ovs()),
+			selectRoot("external_ids"))
 		if w := timedOutWait(err); w != nil {
 			if err := c.WaitSweep(ctx); err != nil {
 				return nil, err
@@ -491,7 +491,7 @@ func (c *Client) BeginSweep(ctx context.Context) (*Sweep, error) {
 		if err != nil {
 			return nil, fmt.Errorf("beginning a sweep: %w", err)
 		}
-		roots, err := decode[rootIDs](tableRoot, res[2].rows)
+		roots, err := decode[rootIDs](tableRoot, res[2].Rows)
 		if err != nil || len(roots) != 1 {
 			return nil, fmt.Errorf("reading the in-flight records: %v", err)
 		}
@@ -537,9 +537,9 @@ func (c *Client) EndSweep(ctx context.Context, s *Sweep) error {
 	for a := range s.Adding {
 		swept[keySwept+a.String()] = "1"
 	}
-	ops := []operation{rootMutate(mutDelete, append(s.expired, keySweep, keySweepSince))}
+	ops := []operation{rootMutate(mutDelete, strSet(append(s.expired, keySweep, keySweepSince)...))}
 	if len(swept) > 0 {
-		ops = append(ops, rootMutate(mutInsert, swept))
+		ops = append(ops, rootMutate(mutInsert, swept.ovs()))
 	}
 	// Only our own mark: a sweep that outlived SweepTTL may have lost it.
 	ops = append([]operation{rootWait(strMap{keySweepSince: s.since}, true)}, ops...)

@@ -1,14 +1,9 @@
 // Package ovsdb is a small typed client for the few Open_vSwitch tables and
 // columns the plugins use. It speaks OVSDB (RFC 7047) over pkg/jsonrpc with
-// wire types of its own: operations with only the members used here, and
-// values typed by what they are on the wire (wire.go), which write their own
-// JSON; and a reader of transact answers that checks them against OVSDB's
-// grammar and keeps the rows' values in wire form (reply.go), so that a
-// broken or hostile answer is an error, never a crash. libovsdb's wire types,
-// which it used before, cost every plugin process a regexp compiled at
-// start-up and reflection-driven JSON both ways (docs/performance.md,
-// "Design costs"); the tests still check that the JSON is the one they
-// wrote, and decode the same as libovsdb's mapper.
+// libovsdb's wire types (its ovsdb package only) and encoding/json: the
+// transactions are ovsdb.Operation values (wire.go), the answers
+// []ovsdb.OperationResult with their ovsdb.Row values (reply.go), read so
+// that a broken or hostile answer is an error, never a crash.
 //
 // It keeps no cache and starts no monitor: a short-lived plugin process
 // sends a handful of transactions and exits, so downloading whole tables

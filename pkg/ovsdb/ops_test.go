@@ -135,41 +135,32 @@ func TestCheckOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	where := byUUID("u")
+	where := byUUID(portU)
 	for _, tc := range []struct {
 		name string
 		op   operation
 		ok   bool
 	}{
-		{"insert", operation{op: opInsert, table: tablePort,
-			row: row{{"name", str("p")}, {"tag", integer(5)}, {"vlan_mode", str("access")}, {"interfaces", named("i")}, {"external_ids", strMap{"k": "v"}}}}, true},
-		{"no such table", operation{op: opSelect, table: "Nosuch"}, false},
-		{"no such column", operation{op: opInsert, table: tablePort, row: row{{"nosuch", integer(1)}}}, false},
-		{"no such selected column", operation{op: opSelect, table: tablePort, columns: []string{"nosuch"}}, false},
-		{"value of the wrong type", operation{op: opInsert, table: tablePort, row: row{{"name", integer(1)}}}, false},
-		{"not in the enum", operation{op: opInsert, table: tablePort, row: row{{"vlan_mode", str("bogus")}}}, false},
-		{"out of range", operation{op: opInsert, table: tablePort, row: row{{"trunks", intSet{10, 5000}}}}, false},
-		{"condition on no such column", operation{op: opSelect, table: tablePort,
-			where: []condition{{"nosuch", fnEqual, str("x")}}}, false},
-		{"condition of the wrong type", operation{op: opSelect, table: tablePort,
-			where: []condition{{"name", fnEqual, intSet{1}}}}, false},
-		{"inequality on an optional integer", operation{op: opSelect, table: tableInterface,
-			where: []condition{{"ofport", fnAtLeast, integer(1)}}}, true},
-		{"inequality on a string", operation{op: opSelect, table: tableInterface,
-			where: []condition{{"name", ">", str("a")}}}, false},
-		{"map delete by keys", operation{op: opMutate, table: tablePort, where: where,
-			mutations: []mutation{{"external_ids", mutDelete, strSet{"k"}}}}, true},
-		{"mutation of no such column", operation{op: opMutate, table: tablePort, where: where,
-			mutations: []mutation{{"nosuch", mutInsert, strSet{"k"}}}}, false},
-		{"set insert into a map", operation{op: opMutate, table: tablePort, where: where,
-			mutations: []mutation{{"external_ids", mutInsert, strSet{"k"}}}}, false},
-		{"wait on no such column", operation{op: opWait, table: tablePort, where: where,
-			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"nosuch", integer(1)}}}}, false},
-		{"wait until what", operation{op: opWait, table: tablePort, where: where,
-			columns: []string{"_uuid"}, until: "<", rows: []row{{{"_uuid", uuid("u")}}}}, false},
+		{"insert", insertOp(tablePort, "",
+			ovsdb.Row{"name": "p", "tag": 5, "vlan_mode": "access", "interfaces": named("i"), "external_ids": strMap{"k": "v"}.ovs()}), true},
+		{"no such table", selectOp("Nosuch"), false},
+		{"no such column", insertOp(tablePort, "", ovsdb.Row{"nosuch": 1}), false},
+		{"no such selected column", operation{Op: ovsdb.OperationSelect, Table: tablePort, Columns: []string{"nosuch"}}, false},
+		{"value of the wrong type", insertOp(tablePort, "", ovsdb.Row{"name": 1}), false},
+		{"not in the enum", insertOp(tablePort, "", ovsdb.Row{"vlan_mode": "bogus"}), false},
+		{"out of range", insertOp(tablePort, "", ovsdb.Row{"trunks": intSet(10, 5000)}), false},
+		{"condition on no such column", selectOp(tablePort, cond("nosuch", fnEqual, "x")), false},
+		{"condition of the wrong type", selectOp(tablePort, cond("name", fnEqual, intSet(1))), false},
+		{"inequality on an optional integer", selectOp(tableInterface, cond("ofport", fnAtLeast, 1)), true},
+		{"inequality on a string", selectOp(tableInterface, cond("name", ovsdb.ConditionGreaterThan, "a")), false},
+		{"map delete by keys", mutateOp(tablePort, where, mut("external_ids", mutDelete, strSet("k"))), true},
+		{"mutation of no such column", mutateOp(tablePort, where, mut("nosuch", mutInsert, strSet("k"))), false},
+		{"set insert into a map", mutateOp(tablePort, where, mut("external_ids", mutInsert, strSet("k"))), false},
+		{"wait on no such column", waitOp(tablePort, where, []string{"_uuid"}, untilEqual, 0, ovsdb.Row{"nosuch": 1}), false},
+		{"wait until what", waitOp(tablePort, where, []string{"_uuid"}, "<", 0, ovsdb.Row{"_uuid": uuid(portU)}), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := checkOperation(s, toLibovsdb([]operation{tc.op})[0]); (err == nil) != tc.ok {
+			if err := checkOperation(s, tc.op); (err == nil) != tc.ok {
 				t.Errorf("got error %v, want ok %v", err, tc.ok)
 			}
 		})

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
 	"github.com/ovsflow/ovs-cni/pkg/internal/ovstest"
 )
 
@@ -309,7 +311,7 @@ func TestOperationsFitSchema(t *testing.T) {
 			t.Errorf("%s: sent no transaction", s.name)
 		}
 		for _, ops := range s.txns {
-			lops := toLibovsdb(ops)
+			lops := ops
 			if !schema.ValidateOperations(lops...) {
 				t.Errorf("%s: libovsdb's ValidateOperations refuses %v", s.name, lops)
 			}
@@ -319,7 +321,7 @@ func TestOperationsFitSchema(t *testing.T) {
 					t.Errorf("%s: operation %d (%s on %s): %v", s.name, i+1, op.Op, op.Table, err)
 				}
 			}
-			if err := sameAsLibovsdb(ops); err != nil {
+			if err := checkWire(ops); err != nil {
 				t.Errorf("%s: %v", s.name, err)
 			}
 		}
@@ -368,34 +370,33 @@ func TestDecodeRealRows(t *testing.T) {
 	} {
 		t.Run(sel.name, func(t *testing.T) {
 			op := selectOp(sel.table)
-			op.columns = sel.columns
+			op.Columns = sel.columns
 			ops := []operation{op}
 			if sel.name == "interface not yet seen by ovs-vswitchd" {
 				// Selected in the transaction that inserts it: every
 				// column at its default (the row is not referenced, so
 				// the commit drops it again).
 				name := newName("ovsdbnew")
-				ops = []operation{{op: opInsert, table: tableInterface, row: row{{"name", str(name)}}},
-					selectOp(tableInterface, condition{"name", fnEqual, str(name)})}
+				ops = []operation{insertOp(tableInterface, "", ovsdb.Row{"name": name}),
+					selectOp(tableInterface, cond("name", fnEqual, name))}
 			}
 			res, err := cli.transact(ctx, ops...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res[len(res)-1].rows) == 0 {
+			rows := res[len(res)-1].Rows
+			if len(rows) == 0 {
 				t.Fatal("no rows")
 			}
-			// The same answer, as libovsdb reads it.
-			rows := string(rowsJSON(res[len(res)-1].rows))
 			switch sel.table {
 			case tableRoot:
-				err = sameAsMapper[OpenvSwitch](t, db, sel.table, rows)
+				err = sameAsMapperRows[OpenvSwitch](t, db, sel.table, rows)
 			case tableBridge:
-				err = sameAsMapper[Bridge](t, db, sel.table, rows)
+				err = sameAsMapperRows[Bridge](t, db, sel.table, rows)
 			case tablePort:
-				err = sameAsMapper[Port](t, db, sel.table, rows)
+				err = sameAsMapperRows[Port](t, db, sel.table, rows)
 			case tableInterface:
-				err = sameAsMapper[Interface](t, db, sel.table, rows)
+				err = sameAsMapperRows[Interface](t, db, sel.table, rows)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -421,8 +422,7 @@ func TestServerErrorSurfaces(t *testing.T) {
 		{
 			name: "unknown column",
 			op: func() error {
-				_, err := cli.transact(ctx, selectOp(tableBridge), operation{op: opInsert, table: tablePort,
-					row: row{{"name", str("p")}, {"nosuch", integer(1)}}})
+				_, err := cli.transact(ctx, selectOp(tableBridge), insertOp(tablePort, "", ovsdb.Row{"name": "p", "nosuch": 1}))
 				return err
 			},
 			want:   "ovsdb insert on Port: unknown column: No column nosuch in table Port.",
@@ -431,7 +431,7 @@ func TestServerErrorSurfaces(t *testing.T) {
 		{
 			name: "value of the wrong type",
 			op: func() error {
-				_, err := cli.transact(ctx, selectOp(tableBridge, condition{"name", fnEqual, integer(1)}))
+				_, err := cli.transact(ctx, selectOp(tableBridge, cond("name", fnEqual, 1)))
 				return err
 			},
 			want:   "ovsdb select on Bridge: syntax error: ",
@@ -441,9 +441,8 @@ func TestServerErrorSurfaces(t *testing.T) {
 			name: "commit refused",
 			op: func() error {
 				// A second bridge of the same name (name is an index).
-				_, err := cli.transact(ctx, operation{op: opInsert, table: tableBridge, uuidName: "dup",
-					row: row{{"name", str(br.Name)}}}, operation{op: opMutate, table: tableRoot, where: allRows,
-					mutations: []mutation{{"bridges", mutInsert, named("dup")}}})
+				_, err := cli.transact(ctx, insertOp(tableBridge, "dup", ovsdb.Row{"name": br.Name}),
+					mutateOp(tableRoot, allRows, mut("bridges", mutInsert, named("dup"))))
 				return err
 			},
 			want:   "ovsdb transaction: constraint violation: ",

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"slices"
 	"time"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
@@ -18,10 +21,10 @@ type Attachment struct {
 
 func (a Attachment) String() string { return a.ContainerID + "/" + a.IfName }
 
-func (a Attachment) where() []condition {
-	return []condition{{"external_ids", fnIncludes, strMap{
+func (a Attachment) where() []ovsdb.Condition {
+	return []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{
 		KeyOwner: OwnerValue, KeyContainerID: a.ContainerID, KeyIfName: a.IfName,
-	}}}
+	}.ovs())}
 }
 
 // PortSpec is what AttachPort writes.
@@ -90,8 +93,8 @@ func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
 		var ops []operation
 		for _, col := range []string{"ofport", "ofport_request"} {
 			// (The bounds must be in the column's range, 1-65279.)
-			op := selectOp(tableInterface, condition{col, fnAtLeast, integer(p)}, condition{col, fnAtMost, integer(end - 1)})
-			op.columns = []string{col}
+			op := selectOp(tableInterface, cond(col, fnAtLeast, p), cond(col, fnAtMost, end-1))
+			op.Columns = []string{col}
 			ops = append(ops, op)
 		}
 		res, err := c.transact(ctx, ops...)
@@ -100,7 +103,7 @@ func (c *Client) ChooseOFPort(ctx context.Context, from int) (int, error) {
 		}
 		taken := map[int]bool{}
 		for i := range ops {
-			ifs, err := decode[ofports](tableInterface, res[i].rows)
+			ifs, err := decode[ofports](tableInterface, res[i].Rows)
 			if err != nil {
 				return 0, fmt.Errorf("looking up ofports %d-%d: %w", p, end-1, err)
 			}
@@ -142,15 +145,15 @@ func (e *MACInUseError) Error() string {
 // of a port of another attachment than self, or the MAC of any Open vSwitch
 // interface (a bridge's internal interface, an uplink, a host veth).
 func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) error {
-	ports := selectOp(tablePort, condition{"external_ids", fnIncludes, strMap{KeyMAC: mac}})
-	ports.columns = []string{"_uuid", "name", "external_ids"}
-	ifaces := selectOp(tableInterface, condition{"mac_in_use", fnEqual, str(mac)})
-	ifaces.columns = []string{"_uuid", "name"}
+	ports := selectOp(tablePort, cond("external_ids", fnIncludes, strMap{KeyMAC: mac}.ovs()))
+	ports.Columns = []string{"_uuid", "name", "external_ids"}
+	ifaces := selectOp(tableInterface, cond("mac_in_use", fnEqual, mac))
+	ifaces.Columns = []string{"_uuid", "name"}
 	res, err := c.transact(ctx, ports, ifaces)
 	if err != nil {
 		return fmt.Errorf("looking up MAC %s: %w", mac, err)
 	}
-	ps, err := decode[Port](tablePort, res[0].rows)
+	ps, err := decode[Port](tablePort, res[0].Rows)
 	if err != nil {
 		return err
 	}
@@ -159,7 +162,7 @@ func (c *Client) MACHolder(ctx context.Context, mac string, self Attachment) err
 			return &MACInUseError{MAC: mac, Holder: fmt.Sprintf("attachment %s (port %q)", a, p.Name)}
 		}
 	}
-	is, err := decode[Interface](tableInterface, res[1].rows)
+	is, err := decode[Interface](tableInterface, res[1].Rows)
 	if err != nil || len(is) == 0 {
 		return err
 	}
@@ -189,10 +192,10 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 		}
 		return "", fmt.Errorf("attaching port %q: %w", spec.Name, err)
 	}
-	if n := res[idx.bridge].count; n != 1 {
+	if n := res[idx.bridge].Count; n != 1 {
 		return "", fmt.Errorf("attaching port %q: bridge row is gone", spec.Name)
 	}
-	return res[idx.bridge-1].uuid, nil
+	return res[idx.bridge-1].UUID.GoUUID, nil
 }
 
 // attachIndex are the indexes of the operations of attachOps that callers
@@ -218,24 +221,23 @@ func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
 	if len(spec.Trunks) > 0 {
 		mode = "trunk"
 	}
-	portRow := row{{"name", str(spec.Name)}, {"interfaces", named("iface")}, {"external_ids", ids}, {"vlan_mode", str(mode)}}
+	portRow := ovsdb.Row{"name": spec.Name, "interfaces": named("iface"), "external_ids": ids.ovs(), "vlan_mode": mode}
 	if spec.Tag > 0 {
-		portRow = append(portRow, cell{"tag", integer(spec.Tag)})
+		portRow["tag"] = spec.Tag
 	}
 	if len(spec.Trunks) > 0 {
-		portRow = append(portRow, cell{"trunks", intSet(spec.Trunks)})
+		portRow["trunks"] = intSet(spec.Trunks...)
 	}
 	ifaceIDs := withSchema(spec.ExternalIDs) // a copy
 	maps.Copy(ifaceIDs, spec.InterfaceIDs)
-	ifaceRow := row{{"name", str(spec.Name)}, {"external_ids", ifaceIDs}}
+	ifaceRow := ovsdb.Row{"name": spec.Name, "external_ids": ifaceIDs.ovs()}
 	if spec.OFPort > 0 {
-		ifaceRow = append(ifaceRow, cell{"ofport_request", integer(spec.OFPort)})
+		ifaceRow["ofport_request"] = spec.OFPort
 	}
 	ops = append(ops,
-		operation{op: opInsert, table: tableInterface, uuidName: "iface", row: ifaceRow},
-		operation{op: opInsert, table: tablePort, uuidName: "port", row: portRow},
-		operation{op: opMutate, table: tableBridge, where: byUUID(bridgeUUID),
-			mutations: []mutation{{"ports", mutInsert, named("port")}}})
+		insertOp(tableInterface, "iface", ifaceRow),
+		insertOp(tablePort, "port", portRow),
+		mutateOp(tableBridge, byUUID(bridgeUUID), mut("ports", mutInsert, named("port"))))
 	idx.bridge = len(ops) - 1
 	// Waits with timeout 0: they fail at once.
 	if spec.OFPort > 0 {
@@ -244,24 +246,21 @@ func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
 		// numbered without a request is ChooseOFPort's to avoid; should
 		// it hold the number, ovs-vswitchd gives this port another.)
 		idx.ofport = len(ops)
-		ops = append(ops, operation{op: opWait, table: tableInterface,
-			where:   []condition{{"ofport_request", fnEqual, integer(spec.OFPort)}},
-			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", named("iface")}}}})
+		ops = append(ops, waitOp(tableInterface, []ovsdb.Condition{cond("ofport_request", fnEqual, spec.OFPort)},
+			[]string{"_uuid"}, untilEqual, 0, ovsdb.Row{"_uuid": named("iface")}))
 	}
 	if spec.UniqueMAC != "" {
 		// The new port must be the only one recording the MAC (the
 		// container MAC is in its external_ids): two concurrent ADDs with
 		// the same MAC cannot both win.
 		idx.mac = len(ops)
-		ops = append(ops, operation{op: opWait, table: tablePort,
-			where:   []condition{{"external_ids", fnIncludes, strMap{KeyMAC: spec.UniqueMAC}}},
-			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", named("port")}}}})
+		ops = append(ops, waitOp(tablePort, []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{KeyMAC: spec.UniqueMAC}.ovs())},
+			[]string{"_uuid"}, untilEqual, 0, ovsdb.Row{"_uuid": named("port")}))
 	}
 	if r := spec.Reservation; r != nil && r.Identity != "" {
 		idx.identity = len(ops)
-		ops = append(ops, operation{op: opWait, table: tablePort,
-			where:   []condition{{"external_ids", fnIncludes, strMap{KeyIdentity: r.Identity}}},
-			columns: []string{"_uuid"}, until: fnEqual, rows: []row{{{"_uuid", named("port")}}}})
+		ops = append(ops, waitOp(tablePort, []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{KeyIdentity: r.Identity}.ovs())},
+			[]string{"_uuid"}, untilEqual, 0, ovsdb.Row{"_uuid": named("port")}))
 	}
 	return ops, idx
 }
@@ -271,9 +270,8 @@ func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
 func detachOps(portUUIDs []string) []operation {
 	ops := make([]operation, 0, len(portUUIDs))
 	for _, u := range portUUIDs {
-		ops = append(ops, operation{op: opMutate, table: tableBridge,
-			where:     []condition{{"ports", fnIncludes, uuid(u)}},
-			mutations: []mutation{{"ports", mutDelete, uuid(u)}}})
+		ops = append(ops, mutateOp(tableBridge, []ovsdb.Condition{cond("ports", fnIncludes, uuid(u))},
+			mut("ports", mutDelete, uuid(u))))
 	}
 	return ops
 }
@@ -307,24 +305,24 @@ func (c *Client) FindPorts(ctx context.Context, a Attachment) ([]OwnedPort, erro
 
 // OwnedPorts returns every port this suite owns.
 func (c *Client) OwnedPorts(ctx context.Context) ([]OwnedPort, error) {
-	return c.ownedPorts(ctx, []condition{{"external_ids", fnIncludes, strMap{KeyOwner: OwnerValue}}})
+	return c.ownedPorts(ctx, []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{KeyOwner: OwnerValue}.ovs())})
 }
 
 // OwnedPortsWith returns our ports whose external_ids hold key=value.
 func (c *Client) OwnedPortsWith(ctx context.Context, key, value string) ([]OwnedPort, error) {
-	return c.ownedPorts(ctx, []condition{{"external_ids", fnIncludes, strMap{KeyOwner: OwnerValue, key: value}}})
+	return c.ownedPorts(ctx, []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{KeyOwner: OwnerValue, key: value}.ovs())})
 }
 
-func (c *Client) ownedPorts(ctx context.Context, where []condition) ([]OwnedPort, error) {
+func (c *Client) ownedPorts(ctx context.Context, where []ovsdb.Condition) ([]OwnedPort, error) {
 	res, err := c.transact(ctx, selectModel[Port](tablePort, where...), selectModel[Interface](tableInterface, where...))
 	if err != nil {
 		return nil, fmt.Errorf("listing our ports: %w", err)
 	}
-	return joinPorts(res[0].rows, res[1].rows)
+	return joinPorts(res[0].Rows, res[1].Rows)
 }
 
 // joinPorts pairs the selected Port rows with their selected Interface rows.
-func joinPorts(portRows, ifaceRows []resultRow) ([]OwnedPort, error) {
+func joinPorts(portRows, ifaceRows []ovsdb.Row) ([]OwnedPort, error) {
 	ports, err := decode[Port](tablePort, portRows)
 	if err != nil {
 		return nil, err
@@ -359,11 +357,12 @@ func joinPorts(portRows, ifaceRows []resultRow) ([]OwnedPort, error) {
 // set the ofport of interface name, or timeout passes, and returns it.
 func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Duration) (int, error) {
 	ms := int(timeout / time.Millisecond)
-	byName := []condition{{"name", fnEqual, str(name)}}
+	byName := []ovsdb.Condition{cond("name", fnEqual, name)}
+	sel := selectOp(tableInterface, byName...)
+	sel.Columns = []string{"_uuid", "name", "ofport", "error"}
 	ops := []operation{
-		{op: opWait, table: tableInterface, timeout: ms, where: byName,
-			columns: []string{"ofport"}, until: fnNotEqual, rows: []row{{{"ofport", intSet{}}}}},
-		{op: opSelect, table: tableInterface, where: byName, columns: []string{"_uuid", "name", "ofport", "error"}},
+		waitOp(tableInterface, byName, []string{"ofport"}, untilNotEqual, ms, ovsdb.Row{"ofport": intSet()}),
+		sel,
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout+2*time.Second)
 	defer cancel()
@@ -374,7 +373,7 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 		}
 		return 0, fmt.Errorf("waiting for ofport of %q: %w", name, err)
 	}
-	ifs, err := decode[Interface](tableInterface, res[1].rows)
+	ifs, err := decode[Interface](tableInterface, res[1].Rows)
 	if err != nil {
 		return 0, err
 	}
@@ -394,16 +393,12 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 // SetPortExternalIDs sets keys on our port (replacing old values) and removes
 // the keys in unset, in one transaction.
 func (c *Client) SetPortExternalIDs(ctx context.Context, portUUID string, set map[string]string, unset ...string) error {
-	keys := make(strSet, 0, len(unset)+len(set))
-	keys = append(keys, unset...)
-	for k := range set {
-		keys = append(keys, k)
-	}
-	muts := []mutation{{"external_ids", mutDelete, keys}}
+	keys := append(slices.Clone(unset), strMap(set).keys()...)
+	muts := []ovsdb.Mutation{mut("external_ids", mutDelete, strSet(keys...))}
 	if len(set) > 0 {
-		muts = append(muts, mutation{"external_ids", mutInsert, withSchema(set)})
+		muts = append(muts, mut("external_ids", mutInsert, withSchema(set).ovs()))
 	}
-	if _, err := c.transact(ctx, operation{op: opMutate, table: tablePort, where: byUUID(portUUID), mutations: muts}); err != nil {
+	if _, err := c.transact(ctx, mutateOp(tablePort, byUUID(portUUID), muts...)); err != nil {
 		return fmt.Errorf("recording on port %s: %w", portUUID, err)
 	}
 	return nil

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
 // ErrNoPort says that the attachment has no port of ours.
@@ -71,9 +72,8 @@ type AttachmentQoS struct {
 func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec *QoSSpec, set map[string]string, unset []string, timeout time.Duration) error {
 	// The port must be there (a wait that fails at once otherwise): rows
 	// of no port would be left behind.
-	ops := append([]operation{{op: opWait, table: tablePort, where: a.where(), columns: []string{"_uuid"},
-		until: fnNotEqual, rows: []row{}}}, qosDeleteOps(a)...)
-	qos := value(strSet{})
+	ops := append([]operation{waitOp(tablePort, a.where(), []string{"_uuid"}, untilNotEqual, 0)}, qosDeleteOps(a)...)
+	var qos any = strSet()
 	if spec != nil {
 		ids := strMap(maps.Clone(spec.ExternalIDs))
 		if ids == nil {
@@ -81,16 +81,14 @@ func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec *QoSSpec, se
 		}
 		ids[KeyOwner], ids[KeyContainerID], ids[KeyIfName] = OwnerValue, a.ContainerID, a.IfName
 		ops = append(ops,
-			operation{op: opInsert, table: tableQueue, uuidName: "queue0",
-				row: row{{"other_config", strMap(spec.QueueConfig)}, {"external_ids", ids}}},
-			operation{op: opInsert, table: tableQoS, uuidName: "qos",
-				row: row{{"type", str(spec.Type)}, {"other_config", strMap(spec.OtherConfig)},
-					{"queues", intUUIDMap{0: "queue0"}}, {"external_ids", ids}}})
+			insertOp(tableQueue, "queue0", ovsdb.Row{"other_config": strMap(spec.QueueConfig).ovs(), "external_ids": ids.ovs()}),
+			insertOp(tableQoS, "qos", ovsdb.Row{"type": spec.Type, "other_config": strMap(spec.OtherConfig).ovs(),
+				"queues": ovsdb.OvsMap{GoMap: map[any]any{0: named("queue0")}}, "external_ids": ids.ovs()}))
 		qos = named("qos")
 	}
-	ops = append(ops, operation{op: opUpdate, table: tablePort, where: a.where(), row: row{{"qos", qos}}})
+	ops = append(ops, updateOp(tablePort, a.where(), ovsdb.Row{"qos": qos}))
 	ops = append(ops, externalIDsOps(a, set, unset)...)
-	ops = append(ops, bumpCfg, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"next_cfg"}})
+	ops = append(ops, bumpCfg, selectRoot("next_cfg"))
 	res, err := c.transact(ctx, ops...)
 	if waitTimedOut(err) {
 		return fmt.Errorf("setting the QoS of port %s: %w", a, ErrNoPort)
@@ -98,7 +96,7 @@ func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec *QoSSpec, se
 	if err != nil {
 		return fmt.Errorf("setting the QoS of port %s: %w", a, err)
 	}
-	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].rows)
+	roots, err := decode[OpenvSwitch](tableRoot, res[len(res)-1].Rows)
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
@@ -108,18 +106,15 @@ func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec *QoSSpec, se
 // externalIDsOps remove the keys of unset and set from the external_ids of
 // a's port, then insert set.
 func externalIDsOps(a Attachment, set map[string]string, unset []string) []operation {
-	keys := slices.Clone(strSet(unset))
-	for k := range set {
-		keys = append(keys, k)
-	}
+	keys := append(slices.Clone(unset), strMap(set).keys()...)
 	if len(keys) == 0 {
 		return nil
 	}
-	muts := []mutation{{"external_ids", mutDelete, keys}}
+	muts := []ovsdb.Mutation{mut("external_ids", mutDelete, strSet(keys...))}
 	if len(set) > 0 {
-		muts = append(muts, mutation{"external_ids", mutInsert, strMap(set)})
+		muts = append(muts, mut("external_ids", mutInsert, strMap(set).ovs()))
 	}
-	return []operation{{op: opMutate, table: tablePort, where: a.where(), mutations: muts}}
+	return []operation{mutateOp(tablePort, a.where(), muts...)}
 }
 
 // ClearPortQoS removes the QoS of each attachment, and the keys of unset
@@ -129,7 +124,7 @@ func externalIDsOps(a Attachment, set map[string]string, unset []string) []opera
 func (c *Client) ClearPortQoS(ctx context.Context, unset []string, a ...Attachment) error {
 	var ops []operation
 	for _, at := range a {
-		ops = append(ops, operation{op: opUpdate, table: tablePort, where: at.where(), row: row{{"qos", strSet{}}}})
+		ops = append(ops, updateOp(tablePort, at.where(), ovsdb.Row{"qos": strSet()}))
 		ops = append(ops, qosDeleteOps(at)...)
 		ops = append(ops, externalIDsOps(at, nil, unset)...)
 	}
@@ -144,10 +139,7 @@ func (c *Client) ClearPortQoS(ctx context.Context, unset []string, a ...Attachme
 
 // qosDeleteOps delete the QoS and Queue rows of attachment a.
 func qosDeleteOps(a Attachment) []operation {
-	return []operation{
-		{op: opDelete, table: tableQoS, where: a.where()},
-		{op: opDelete, table: tableQueue, where: a.where()},
-	}
+	return []operation{deleteOp(tableQoS, a.where()...), deleteOp(tableQueue, a.where()...)}
 }
 
 // PortQoS reads what OVSDB holds of the QoS of attachment a.
@@ -158,13 +150,13 @@ func (c *Client) PortQoS(ctx context.Context, a Attachment) (AttachmentQoS, erro
 		return AttachmentQoS{}, fmt.Errorf("reading the QoS of port %s: %w", a, err)
 	}
 	var out AttachmentQoS
-	if out.QoS, err = decode[QoS](tableQoS, res[0].rows); err != nil {
+	if out.QoS, err = decode[QoS](tableQoS, res[0].Rows); err != nil {
 		return out, err
 	}
-	if out.Queues, err = decode[Queue](tableQueue, res[1].rows); err != nil {
+	if out.Queues, err = decode[Queue](tableQueue, res[1].Rows); err != nil {
 		return out, err
 	}
-	ports, err := decode[portQoS](tablePort, res[2].rows)
+	ports, err := decode[portQoS](tablePort, res[2].Rows)
 	if err != nil {
 		return out, err
 	}
@@ -177,16 +169,16 @@ func (c *Client) PortQoS(ctx context.Context, a Attachment) (AttachmentQoS, erro
 // OwnedQoSAttachments lists the attachments that QoS or Queue rows of ours
 // are tagged with, each with the network it records ("" when none).
 func (c *Client) OwnedQoSAttachments(ctx context.Context) (map[Attachment]string, error) {
-	where := []condition{{"external_ids", fnIncludes, strMap{KeyOwner: OwnerValue}}}
+	where := []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{KeyOwner: OwnerValue}.ovs())}
 	res, err := c.transact(ctx, selectModel[QoS](tableQoS, where...), selectModel[Queue](tableQueue, where...))
 	if err != nil {
 		return nil, fmt.Errorf("listing our QoS rows: %w", err)
 	}
-	qos, err := decode[QoS](tableQoS, res[0].rows)
+	qos, err := decode[QoS](tableQoS, res[0].Rows)
 	if err != nil {
 		return nil, err
 	}
-	queues, err := decode[Queue](tableQueue, res[1].rows)
+	queues, err := decode[Queue](tableQueue, res[1].Rows)
 	if err != nil {
 		return nil, err
 	}
@@ -201,14 +193,4 @@ func (c *Client) OwnedQoSAttachments(ctx context.Context) (map[Attachment]string
 		add(q.ExternalIDs)
 	}
 	return out, nil
-}
-
-// intUUIDMap is a map from integers to named UUIDs (QoS.queues), written
-// with its keys in order.
-type intUUIDMap map[int]string
-
-func (m intUUIDMap) appendJSON(b []byte) []byte {
-	return appendMap(b, m,
-		func(b []byte, k int) []byte { return strconv.AppendInt(b, int64(k), 10) },
-		func(b []byte, v string) []byte { return named(v).appendJSON(b) })
 }

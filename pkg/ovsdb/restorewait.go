@@ -28,12 +28,12 @@ const (
 // SetFlowRestoreWait sets other_config:flow-restore-wait=true and records
 // that the suite set it.
 func (c *Client) SetFlowRestoreWait(ctx context.Context) error {
-	_, err := c.transact(ctx, operation{op: opMutate, table: tableRoot, where: allRows, mutations: []mutation{
-		{"other_config", mutDelete, strSet{keyFlowRestoreWait}},
-		{"other_config", mutInsert, strMap{keyFlowRestoreWait: "true"}},
-		{"external_ids", mutDelete, strSet{KeyRestoreWaitSet}},
-		{"external_ids", mutInsert, strMap{KeyRestoreWaitSet: strconv.FormatInt(time.Now().Unix(), 10)}},
-	}})
+	_, err := c.transact(ctx, mutateOp(tableRoot, allRows,
+		mut("other_config", mutDelete, strSet(keyFlowRestoreWait)),
+		mut("other_config", mutInsert, strMap{keyFlowRestoreWait: "true"}.ovs()),
+		mut("external_ids", mutDelete, strSet(KeyRestoreWaitSet)),
+		mut("external_ids", mutInsert, strMap{KeyRestoreWaitSet: strconv.FormatInt(time.Now().Unix(), 10)}.ovs()),
+	))
 	return err
 }
 
@@ -48,21 +48,21 @@ func (c *Client) ClearFlowRestoreWait(ctx context.Context) (bool, error) {
 	}
 	_, err = c.transact(ctx,
 		rootWait(strMap{KeyRestoreWaitSet: ids[KeyRestoreWaitSet]}, true),
-		operation{op: opMutate, table: tableRoot, where: allRows, mutations: []mutation{
-			{"other_config", mutDelete, strSet{keyFlowRestoreWait}},
-			{"external_ids", mutDelete, strSet{KeyRestoreWaitSet}},
-		}})
+		mutateOp(tableRoot, allRows,
+			mut("other_config", mutDelete, strSet(keyFlowRestoreWait)),
+			mut("external_ids", mutDelete, strSet(KeyRestoreWaitSet)),
+		))
 	return err == nil, err
 }
 
 // FlowRestoreWait reports other_config:flow-restore-wait as ovs-vswitchd
 // reads it.
 func (c *Client) FlowRestoreWait(ctx context.Context) (bool, error) {
-	res, err := c.transact(ctx, operation{op: opSelect, table: tableRoot, where: allRows, columns: []string{"other_config"}})
+	res, err := c.transact(ctx, selectRoot("other_config"))
 	if err != nil {
 		return false, err
 	}
-	roots, err := decode[rootOther](tableRoot, res[0].rows)
+	roots, err := decode[rootOther](tableRoot, res[0].Rows)
 	if err != nil || len(roots) != 1 {
 		return false, err
 	}
@@ -82,11 +82,11 @@ func (b Bridge) KernelDatapath() bool { return b.DatapathType == "" || b.Datapat
 // ports.
 func (c *Client) KernelBridges(ctx context.Context) ([]Bridge, error) {
 	op := selectOp(tableBridge)
-	op.columns = append(slices.Clone(bridgeColumns), "ports")
+	op.Columns = append(slices.Clone(bridgeColumns), "ports")
 	res, err := c.transact(ctx, op)
 	if err != nil {
 		return nil, fmt.Errorf("listing bridges: %w", err)
 	}
-	brs, err := decode[Bridge](tableBridge, res[0].rows)
+	brs, err := decode[Bridge](tableBridge, res[0].Rows)
 	return slices.DeleteFunc(brs, func(b Bridge) bool { return !b.KernelDatapath() }), err
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
 )
@@ -85,7 +87,7 @@ func (c *Client) Close() { c.c.Close() }
 // value of the wrong type) in the failed operation's result, and the tests
 // check every operation this package builds against the schema subset
 // (TestOperationsFitSchema).
-func (c *Client) transact(ctx context.Context, ops ...operation) ([]opResult, error) {
+func (c *Client) transact(ctx context.Context, ops ...operation) ([]ovsdb.OperationResult, error) {
 	if c.observe != nil {
 		c.observe(ops)
 	}
@@ -111,23 +113,32 @@ func (c *Client) transact(ctx context.Context, ops ...operation) ([]opResult, er
 
 // checkResults returns the results of ops, one each, or the errors of the
 // failed operations (opErrors), or the commit's.
-func checkResults(ops []operation, res transactReply) ([]opResult, error) {
+func checkResults(ops []operation, res transactReply) ([]ovsdb.OperationResult, error) {
 	if len(res) < len(ops) {
 		return nil, fmt.Errorf("ovsdb transaction: %d results for %d operations", len(res), len(ops))
 	}
 	var errs opErrors
 	for i := range ops {
-		if res[i].err != nil {
-			errs = append(errs, &OpError{Op: string(ops[i].op), Table: ops[i].table, Index: i, Err: res[i].err})
+		if err := resultErr(res[i]); err != nil {
+			errs = append(errs, &OpError{Op: ops[i].Op, Table: ops[i].Table, Index: i, Err: err})
 		}
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	for i := range ops {
+		// (libovsdb's UUID reads a UUID that is not ["uuid", u] as the
+		// empty one, without an error.)
+		if ops[i].Op == ovsdb.OperationInsert && res[i].UUID.GoUUID == "" {
+			return nil, fmt.Errorf("ovsdb insert on %s: %w", ops[i].Table, errEmptyUUID)
+		}
+	}
 	// RFC 7047: when every operation succeeded but the commit failed, the
 	// result has one more element, the commit's error.
-	if len(res) > len(ops) && res[len(ops)].err != nil {
-		return nil, fmt.Errorf("ovsdb transaction: %w", res[len(ops)].err)
+	if len(res) > len(ops) {
+		if err := resultErr(res[len(ops)]); err != nil {
+			return nil, fmt.Errorf("ovsdb transaction: %w", err)
+		}
 	}
 	return res[:len(ops)], nil
 }
@@ -216,7 +227,7 @@ func timedOutWait(err error) *OpError {
 	}
 	for _, e := range errs {
 		var oe *OpError
-		if errors.As(e, &oe) && oe.Op == string(opWait) && waitTimedOut(oe) {
+		if errors.As(e, &oe) && oe.Op == ovsdb.OperationWait && waitTimedOut(oe) {
 			return oe
 		}
 	}
@@ -234,27 +245,24 @@ func lostConnection(err error) bool {
 
 // allRows is a condition every row meets, for the operations on the root
 // table's one row. (An empty "where" means the same to ovsdb-server, but
-// libovsdb, whose encoding the tests compare with, drops it.)
-var allRows = []condition{{"_uuid", fnNotEqual, uuid("00000000-0000-0000-0000-000000000000")}}
+// libovsdb's Operation leaves an empty one out of all but a select, and
+// RFC 7047 requires the member.)
+var allRows = []ovsdb.Condition{cond("_uuid", fnNotEqual, uuid("00000000-0000-0000-0000-000000000000"))}
 
 // byUUID selects the row of UUID u.
-func byUUID(u string) []condition { return []condition{{"_uuid", fnEqual, uuid(u)}} }
+func byUUID(u string) []ovsdb.Condition { return []ovsdb.Condition{cond("_uuid", fnEqual, uuid(u))} }
 
 // selectModel is a select of the columns model T reads: ovsdb-server then
 // encodes, and the plugin decodes, none of the others (an Interface row's
 // statistics and status maps are most of its size).
-func selectModel[T any](table string, where ...condition) operation {
+func selectModel[T any](table string, where ...ovsdb.Condition) operation {
 	op := selectOp(table, where...)
 	plan, err := planOf(reflect.TypeFor[T]())
 	if err != nil {
 		return op // decode reports it
 	}
 	for _, f := range plan {
-		op.columns = append(op.columns, f.column)
+		op.Columns = append(op.Columns, f.column)
 	}
 	return op
-}
-
-func selectOp(table string, where ...condition) operation {
-	return operation{op: opSelect, table: table, where: where}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
 	"github.com/ovsflow/ovs-cni/pkg/jsonrpc"
 )
 
@@ -29,8 +31,7 @@ func TestCallAfterTimeout(t *testing.T) {
 
 	stalled, cancelStalled := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancelStalled()
-	never := operation{op: opWait, table: tableBridge, where: byUUID(br.UUID), timeout: 10000,
-		columns: []string{"name"}, until: fnEqual, rows: []row{{{"name", str(br.Name + "-never")}}}}
+	never := waitOp(tableBridge, byUUID(br.UUID), []string{"name"}, untilEqual, 10000, ovsdb.Row{"name": br.Name + "-never"})
 	_, err := cli.transact(stalled, never)
 	if !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("stalled transaction: got %v, want ErrUnreachable", err)

@@ -100,8 +100,8 @@ var (
 	phVswitchdDel   = phase{"(after DEL) ovs-vswitchd applying the removal, paid by a next ADD's sync", false}
 	ofCall          = map[phase]bool{bridgeStep("port flows"): true, bridgeDelStep("flows"): true}
 	// addPhases and delPhases are the phases in the order they first ran.
-	addPhases = []phase{}
-	delPhases = []phase{}
+	addPhases    = []phase{}
+	delPhases    = []phase{}
 	rawConnect   = "raw JSON-RPC: connect + 1 select (no schema)"
 	coldConnect  = "pkg/ovsdb Dial, first in a fresh process (as in a plugin)"
 	bundleAgain  = "OpenFlow port security bundle again right after (vswitchd no longer busy)"

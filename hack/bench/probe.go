@@ -39,51 +39,42 @@ type phase struct {
 	ours bool
 }
 
-// bridgeSteps describes ovs-bridge's ADD steps (pkg/bridge, add.go) by
-// their names, and says which are ours. A step not listed (a new one)
-// shows under its name, counted as ours.
+// bridgeSteps describes ovs-bridge's steps (pkg/bridge: CmdAdd's in
+// add.go, CmdDel's), keyed by command and step name, and says which are
+// ours. A step not listed (a new one) shows under its name, counted as ours.
 var bridgeSteps = map[string]phase{
-	"bridge":            {"OVSDB select: bridge row", true},
-	"previous":          {"OVSDB select: own ports (an earlier ADD's)", true},
-	"netns":             {"open the container netns", false},
-	"replace previous":  {"replace an earlier ADD's port (none here)", true},
-	"ipam start":        {"IPAM started in the background (host-local exec)", true},
-	"sync":              {"OVSDB next_cfg check (waits while ovs-vswitchd applies a change)", false},
-	"mac":               {"random MAC", true},
-	"claim":             {"OVSDB transaction: ofport and cookie claim", true},
-	"veth":              {"netlink: veth with peer in container netns, isolate", false},
-	"container":         {"netlink: container sysctls, tx off, up", false},
-	"ipam wait":         {"IPAM: what is left of host-local ADD (exec)", false},
-	"allowed":           {"OVSDB select: allowedAddresses of other ports", true},
-	"addresses, netdev": {"netlink: container addresses and routes", false},
-	"port flows":        {"OpenFlow bundle: port security flows (pkg/openflow)", true},
-	"port":              {"OVSDB transaction: insert Port + Interface, ofport wait = ovs-vswitchd reconfiguration", false},
-	"announce":          {"netlink: gratuitous ARP / unsolicited NA", false},
-	"allowed again":     {"OVSDB select: allowedAddresses, after the insert", true},
-	"addresses":         {"netlink: container addresses and routes, once the port is in", false},
-	"gateway":           {"gateway on bridge (address, up; recorded)", false},
-	"host ports":        {"host ports (Mesos only)", true},
+	"ADD bridge":            {"OVSDB select: bridge row", true},
+	"ADD previous":          {"OVSDB select: own ports (an earlier ADD's)", true},
+	"ADD netns":             {"open the container netns", false},
+	"ADD replace previous":  {"replace an earlier ADD's port (none here)", true},
+	"ADD ipam start":        {"IPAM started in the background (host-local exec)", true},
+	"ADD sync":              {"OVSDB next_cfg check (waits while ovs-vswitchd applies a change)", false},
+	"ADD mac":               {"random MAC", true},
+	"ADD claim":             {"OVSDB transaction: ofport and cookie claim", true},
+	"ADD veth":              {"netlink: veth with peer in container netns, isolate", false},
+	"ADD container":         {"netlink: container sysctls, tx off, up", false},
+	"ADD ipam wait":         {"IPAM: what is left of host-local ADD (exec)", false},
+	"ADD allowed":           {"OVSDB select: allowedAddresses of other ports", true},
+	"ADD addresses, netdev": {"netlink: container addresses and routes", false},
+	"ADD port flows":        {"OpenFlow bundle: port security flows (pkg/openflow)", true},
+	"ADD port":              {"OVSDB transaction: insert Port + Interface, ofport wait = ovs-vswitchd reconfiguration", false},
+	"ADD announce":          {"netlink: gratuitous ARP / unsolicited NA", false},
+	"ADD allowed again":     {"OVSDB select: allowedAddresses, after the insert", true},
+	"ADD addresses":         {"netlink: container addresses and routes, once the port is in", false},
+	"ADD gateway":           {"gateway on bridge (address, up; recorded)", false},
+	"ADD host ports":        {"host ports (Mesos only)", true},
+	"DEL mark":              {"OVSDB select + transaction: deleting mark", true},
+	"DEL flows":             {"OpenFlow bundle: tombstone, attachment flows deleted (pkg/openflow)", true},
+	"DEL claimed flows":     {"OpenFlow delete: flows of an ADD that died before its insert (none here)", true},
+	"DEL host ports":        {"host ports (Mesos only; ovs-portmap's are gone)", true},
+	"DEL port":              {"OVSDB transaction: port deleted, mark removed (no wait)", true},
+	"DEL veth":              {"netlink: veth delete (kernel)", false},
+	"DEL ipam":              {"IPAM: host-local DEL (exec)", false},
 }
 
-// bridgeDelSteps describes ovs-bridge's DEL steps (pkg/bridge, CmdDel).
-var bridgeDelSteps = map[string]phase{
-	"mark":          {"OVSDB select + transaction: deleting mark", true},
-	"flows":         {"OpenFlow bundle: tombstone, attachment flows deleted (pkg/openflow)", true},
-	"claimed flows": {"OpenFlow delete: flows of an ADD that died before its insert (none here)", true},
-	"host ports":    {"host ports (Mesos only; ovs-portmap's are gone)", true},
-	"port":          {"OVSDB transaction: port deleted, mark removed (no wait)", true},
-	"veth":          {"netlink: veth delete (kernel)", false},
-	"ipam":          {"IPAM: host-local DEL (exec)", false},
-}
-
-// bridgeStep is the phase of ovs-bridge's ADD step named step.
-func bridgeStep(step string) phase { return stepPhase(bridgeSteps, step) }
-
-// bridgeDelStep is the phase of ovs-bridge's DEL step named step.
-func bridgeDelStep(step string) phase { return stepPhase(bridgeDelSteps, step) }
-
-func stepPhase(steps map[string]phase, step string) phase {
-	p, ok := steps[step]
+// bridgeStep is the phase of ovs-bridge's step named step of command (ADD, DEL).
+func bridgeStep(command, step string) phase {
+	p, ok := bridgeSteps[command+" "+step]
 	if !ok {
 		p = phase{step, true}
 	}
@@ -93,12 +84,12 @@ func stepPhase(steps map[string]phase, step string) phase {
 var (
 	phBridgeRest    = phase{"ovs-bridge  around the steps: config, OVSDB connect, result", true}
 	phPortmapAdd    = phase{"ovs-portmap CmdAdd: config, OVSDB connect, own port, node addresses, hostport.Publish", true}
-	phSync          = bridgeStep("sync")
-	phOFPort        = bridgeStep("port")
+	phSync          = bridgeStep("ADD", "sync")
+	phOFPort        = bridgeStep("ADD", "port")
 	phPortmapDel    = phase{"ovs-portmap CmdDel: config, OVSDB connect, deleting mark, hostport.Withdraw (flows, conntrack flush, node-local nft, record + claims)", true}
 	phBridgeDelRest = phase{"ovs-bridge  around the steps: config, OVSDB connect", true}
 	phVswitchdDel   = phase{"(after DEL) ovs-vswitchd applying the removal, paid by a next ADD's sync", false}
-	ofCall          = map[phase]bool{bridgeStep("port flows"): true, bridgeDelStep("flows"): true}
+	ofCall          = map[phase]bool{bridgeStep("ADD", "port flows"): true, bridgeStep("DEL", "flows"): true}
 	// addPhases and delPhases are the phases in the order they first ran.
 	addPhases    = []phase{}
 	delPhases    = []phase{}
@@ -263,7 +254,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	blocked := make(chan time.Duration, 1)
 	var stepped time.Duration
 	bridge.StepTimer = func(step string, took time.Duration) {
-		res.addTime(bridgeStep(step), took)
+		res.addTime(bridgeStep("ADD", step), took)
 		stepped += took
 		if step == "port" {
 			go func() {
@@ -330,7 +321,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	res.delTime(phPortmapDel, time.Since(start))
 	stepped = 0
 	bridge.StepTimer = func(step string, took time.Duration) {
-		res.delTime(bridgeDelStep(step), took)
+		res.delTime(bridgeStep("DEL", step), took)
 		stepped += took
 	}
 	start = time.Now()

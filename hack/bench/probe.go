@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -18,9 +17,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/ovsflow/ovs-cni/pkg/bridge"
-	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/pkg/hostport"
-	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portmap"
@@ -28,16 +24,13 @@ import (
 )
 
 // The breakdown runs, in this process, ovs-bridge's and ovs-portmap's own
-// CmdAdd for an ADD (ovs-bridge's named steps timed as they run, through
-// bridge.StepTimer), then replays a DEL step by step (the same library
-// calls, in the same order), on the same bridge, with the same number of
-// containers attached. What a plugin process adds on top, process
-// start-up, is timed separately (a VERSION call). The breakdown uses its
-// own network name, container and host port, so it never touches the
-// measured attachments. The DEL replay mirrors pkg/bridge and pkg/portmap
-// through their public building blocks (pkg/ovsdb, pkg/flows, pkg/link;
-// ovs-portmap's part is hostport.Withdraw, whole): when the plugins change
-// what they do on DEL, change it too.
+// CmdAdd, then their CmdDel in the order libcni runs a DEL (ovs-portmap
+// first), on the same bridge, with the same number of containers attached:
+// ovs-bridge's named steps are timed as they run (bridge.StepTimer),
+// ovs-portmap's command is one row. What a plugin process adds on top,
+// process start-up, is timed separately (a VERSION call). The breakdown
+// uses its own network name, container and host port, so it never touches
+// the measured attachments.
 
 // Phases, in the order they run. "ours" is false for the phases whose time
 // is another program's: ovs-vswitchd reconfiguring, host-local, the kernel.
@@ -46,35 +39,42 @@ type phase struct {
 	ours bool
 }
 
-// bridgeSteps describes ovs-bridge's ADD steps (pkg/bridge, add.go) by
-// their names, and says which are ours. A step not listed (a new one)
-// shows under its name, counted as ours.
+// bridgeSteps describes ovs-bridge's steps (pkg/bridge: CmdAdd's in
+// add.go, CmdDel's), keyed by command and step name, and says which are
+// ours. A step not listed (a new one) shows under its name, counted as ours.
 var bridgeSteps = map[string]phase{
-	"bridge":            {"OVSDB select: bridge row", true},
-	"previous":          {"OVSDB select: own ports (an earlier ADD's)", true},
-	"netns":             {"open the container netns", false},
-	"replace previous":  {"replace an earlier ADD's port (none here)", true},
-	"ipam start":        {"IPAM started in the background (host-local exec)", true},
-	"sync":              {"OVSDB next_cfg check (waits while ovs-vswitchd applies a change)", false},
-	"mac":               {"random MAC", true},
-	"claim":             {"OVSDB transaction: ofport and cookie claim", true},
-	"veth":              {"netlink: veth with peer in container netns, isolate", false},
-	"container":         {"netlink: container sysctls, tx off, up", false},
-	"ipam wait":         {"IPAM: what is left of host-local ADD (exec)", false},
-	"allowed":           {"OVSDB select: allowedAddresses of other ports", true},
-	"addresses, netdev": {"netlink: container addresses and routes", false},
-	"port flows":        {"OpenFlow bundle: port security flows (pkg/openflow)", true},
-	"port":              {"OVSDB transaction: insert Port + Interface, ofport wait = ovs-vswitchd reconfiguration", false},
-	"announce":          {"netlink: gratuitous ARP / unsolicited NA", false},
-	"allowed again":     {"OVSDB select: allowedAddresses, after the insert", true},
-	"addresses":         {"netlink: container addresses and routes, once the port is in", false},
-	"gateway":           {"gateway on bridge (address, up; recorded)", false},
-	"host ports":        {"host ports (Mesos only)", true},
+	"ADD bridge":            {"OVSDB select: bridge row", true},
+	"ADD previous":          {"OVSDB select: own ports (an earlier ADD's)", true},
+	"ADD netns":             {"open the container netns", false},
+	"ADD replace previous":  {"replace an earlier ADD's port (none here)", true},
+	"ADD ipam start":        {"IPAM started in the background (host-local exec)", true},
+	"ADD sync":              {"OVSDB next_cfg check (waits while ovs-vswitchd applies a change)", false},
+	"ADD mac":               {"random MAC", true},
+	"ADD claim":             {"OVSDB transaction: ofport and cookie claim", true},
+	"ADD veth":              {"netlink: veth with peer in container netns, isolate", false},
+	"ADD container":         {"netlink: container sysctls, tx off, up", false},
+	"ADD ipam wait":         {"IPAM: what is left of host-local ADD (exec)", false},
+	"ADD allowed":           {"OVSDB select: allowedAddresses of other ports", true},
+	"ADD addresses, netdev": {"netlink: container addresses and routes", false},
+	"ADD port flows":        {"OpenFlow bundle: port security flows (pkg/openflow)", true},
+	"ADD port":              {"OVSDB transaction: insert Port + Interface, ofport wait = ovs-vswitchd reconfiguration", false},
+	"ADD announce":          {"netlink: gratuitous ARP / unsolicited NA", false},
+	"ADD allowed again":     {"OVSDB select: allowedAddresses, after the insert", true},
+	"ADD addresses":         {"netlink: container addresses and routes, once the port is in", false},
+	"ADD gateway":           {"gateway on bridge (address, up; recorded)", false},
+	"ADD host ports":        {"host ports (Mesos only)", true},
+	"DEL mark":              {"OVSDB select + transaction: deleting mark", true},
+	"DEL flows":             {"OpenFlow bundle: tombstone, attachment flows deleted (pkg/openflow)", true},
+	"DEL claimed flows":     {"OpenFlow delete: flows of an ADD that died before its insert (none here)", true},
+	"DEL host ports":        {"host ports (Mesos only; ovs-portmap's are gone)", true},
+	"DEL port":              {"OVSDB transaction: port deleted, mark removed (no wait)", true},
+	"DEL veth":              {"netlink: veth delete (kernel)", false},
+	"DEL ipam":              {"IPAM: host-local DEL (exec)", false},
 }
 
-// bridgeStep is the phase of ovs-bridge's ADD step named step.
-func bridgeStep(step string) phase {
-	p, ok := bridgeSteps[step]
+// bridgeStep is the phase of ovs-bridge's step named step of command (ADD, DEL).
+func bridgeStep(command, step string) phase {
+	p, ok := bridgeSteps[command+" "+step]
 	if !ok {
 		p = phase{step, true}
 	}
@@ -82,25 +82,17 @@ func bridgeStep(step string) phase {
 }
 
 var (
-	phBridgeRest  = phase{"ovs-bridge  around the steps: config, OVSDB connect, result", true}
-	phPortmapAdd  = phase{"ovs-portmap CmdAdd: config, OVSDB connect, own port, node addresses, hostport.Publish", true}
-	phSync        = bridgeStep("sync")
-	phOFPort      = bridgeStep("port")
-	phDPmDial     = phase{"ovs-portmap OVSDB connect", true}
-	phDPmSelect   = phase{"ovs-portmap OVSDB select (own port)", true}
-	phWithdraw    = phase{"ovs-portmap hostport.Withdraw: flows, conntrack flush, node-local nft, record + claims", true}
-	phDBrDial     = phase{"ovs-bridge  OVSDB connect", true}
-	phDBrSelect   = phase{"ovs-bridge  OVSDB select (own ports)", true}
-	phDPortSec    = phase{"ovs-bridge  OpenFlow masked delete: attachment flows (pkg/openflow)", true}
-	phDetach      = phase{"ovs-bridge  OVSDB transaction: detach port (no wait)", true}
-	phVethDel     = phase{"ovs-bridge  netlink: veth delete (kernel)", false}
-	phIPAMDel     = phase{"ovs-bridge  IPAM: host-local DEL (exec)", false}
-	phVswitchdDel = phase{"(after DEL) ovs-vswitchd applying the removal, paid by a next ADD's sync", false}
-	ofCall        = map[phase]bool{bridgeStep("port flows"): true, phDPortSec: true}
-	// addPhases are ovs-bridge's steps in the order they first ran, then
-	// the rest of its call and ovs-portmap's (ordered in report).
+	phBridgeRest    = phase{"ovs-bridge  around the steps: config, OVSDB connect, result", true}
+	phPortmapAdd    = phase{"ovs-portmap CmdAdd: config, OVSDB connect, own port, node addresses, hostport.Publish", true}
+	phSync          = bridgeStep("ADD", "sync")
+	phOFPort        = bridgeStep("ADD", "port")
+	phPortmapDel    = phase{"ovs-portmap CmdDel: config, OVSDB connect, deleting mark, hostport.Withdraw (flows, conntrack flush, node-local nft, record + claims)", true}
+	phBridgeDelRest = phase{"ovs-bridge  around the steps: config, OVSDB connect", true}
+	phVswitchdDel   = phase{"(after DEL) ovs-vswitchd applying the removal, paid by a next ADD's sync", false}
+	ofCall          = map[phase]bool{bridgeStep("ADD", "port flows"): true, bridgeStep("DEL", "flows"): true}
+	// addPhases and delPhases are the phases in the order they first ran.
 	addPhases    = []phase{}
-	delPhases    = []phase{phDPmDial, phDPmSelect, phWithdraw, phDBrDial, phDBrSelect, phDPortSec, phDetach, phVethDel, phIPAMDel}
+	delPhases    = []phase{}
 	rawConnect   = "raw JSON-RPC: connect + 1 select (no schema)"
 	coldConnect  = "pkg/ovsdb Dial, first in a fresh process (as in a plugin)"
 	bundleAgain  = "OpenFlow port security bundle again right after (vswitchd no longer busy)"
@@ -133,15 +125,20 @@ type replayResult struct {
 
 // addTime adds the time of one ADD phase, listing the phase in addPhases
 // when it first runs.
-func (res *replayResult) addTime(p phase, d time.Duration) {
-	if _, seen := res.add[p]; !seen && !slices.Contains(addPhases, p) {
-		addPhases = append(addPhases, p)
+func (res *replayResult) addTime(p phase, d time.Duration) { timeIn(res.add, &addPhases, p, d) }
+
+// delTime is addTime for a DEL phase.
+func (res *replayResult) delTime(p phase, d time.Duration) { timeIn(res.del, &delPhases, p, d) }
+
+func timeIn(to map[phase][]time.Duration, order *[]phase, p phase, d time.Duration) {
+	if _, seen := to[p]; !seen && !slices.Contains(*order, p) {
+		*order = append(*order, p)
 	}
-	res.add[p] = append(res.add[p], d)
+	to[p] = append(to[p], d)
 }
 
 // ipamSection is the replay's host-local config, in ovs-bridge's network
-// config and alone (the DEL replay's host-local DEL).
+// config.
 func (r *replayer) ipamSection() map[string]any {
 	return map[string]any{"type": "host-local", "dataDir": r.ipamDir,
 		"ranges": []any{[]any{map[string]any{"subnet": ovsSubnet, "gateway": ovsGateway,
@@ -168,10 +165,11 @@ func (r *replayer) portmapConf(prev []byte) []byte {
 	return b
 }
 
-// inProcess runs a plugin command in this process as skel would: the CNI_*
-// variables set (IPAM delegation reads them), stdout (the result) taken.
-func inProcess(cmd func(*skel.CmdArgs) error, args *skel.CmdArgs) ([]byte, error) {
-	for k, v := range map[string]string{"CNI_COMMAND": "ADD", "CNI_CONTAINERID": args.ContainerID, "CNI_NETNS": args.Netns,
+// inProcess runs a plugin command (ADD or DEL) in this process as skel
+// would: the CNI_* variables set (IPAM delegation reads them), stdout (the
+// result) taken.
+func inProcess(command string, cmd func(*skel.CmdArgs) error, args *skel.CmdArgs) ([]byte, error) {
+	for k, v := range map[string]string{"CNI_COMMAND": command, "CNI_CONTAINERID": args.ContainerID, "CNI_NETNS": args.Netns,
 		"CNI_IFNAME": args.IfName, "CNI_PATH": args.Path} {
 		os.Setenv(k, v)
 		defer os.Unsetenv(k)
@@ -193,23 +191,6 @@ func inProcess(cmd func(*skel.CmdArgs) error, args *skel.CmdArgs) ([]byte, error
 	out := <-outc
 	rd.Close()
 	return out, err
-}
-
-func (r *replayer) ipamConf() []byte {
-	b, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "bench-replay", "ipam": r.ipamSection()})
-	return b
-}
-
-func (r *replayer) hostLocal(cmd, id, netnsPath string) ([]byte, error) {
-	c := exec.Command(filepath.Join(r.binDir, "host-local"))
-	c.Env = append(os.Environ(), "CNI_COMMAND="+cmd, "CNI_CONTAINERID="+id, "CNI_NETNS="+netnsPath,
-		"CNI_IFNAME=eth0", "CNI_PATH="+r.binDir)
-	c.Stdin = strings.NewReader(string(r.ipamConf()))
-	out, err := c.Output()
-	if err != nil {
-		return nil, fmt.Errorf("host-local %s: %w: %s", cmd, err, out)
-	}
-	return out, nil
 }
 
 // run replays `reps` ADD+DEL pairs.
@@ -262,7 +243,6 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return err
 	}
 	defer cns.Close()
-	hostName := link.HostVethName(id, "eth0")
 	att := ovsdb.Attachment{ContainerID: id, IfName: "eth0"}
 
 	// ---- ADD, ovs-bridge and ovs-portmap: their real CmdAdd, in-process ----
@@ -274,7 +254,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	blocked := make(chan time.Duration, 1)
 	var stepped time.Duration
 	bridge.StepTimer = func(step string, took time.Duration) {
-		res.addTime(bridgeStep(step), took)
+		res.addTime(bridgeStep("ADD", step), took)
 		stepped += took
 		if step == "port" {
 			go func() {
@@ -289,7 +269,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	}
 	defer func() { bridge.StepTimer = nil }()
 	start := time.Now()
-	out, err := inProcess(bridge.CmdAdd, &skel.CmdArgs{ContainerID: id, Netns: cns.Path(), IfName: "eth0", Path: r.binDir,
+	out, err := inProcess("ADD", bridge.CmdAdd, &skel.CmdArgs{ContainerID: id, Netns: cns.Path(), IfName: "eth0", Path: r.binDir,
 		StdinData: r.bridgeConf()})
 	if err != nil {
 		return fmt.Errorf("ovs-bridge ADD: %w", err)
@@ -303,7 +283,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	case <-time.After(5 * time.Second):
 	}
 	start = time.Now()
-	if _, err := inProcess(portmap.CmdAdd, &skel.CmdArgs{ContainerID: id, Netns: cns.Path(), IfName: "eth0", Path: r.binDir,
+	if _, err := inProcess("ADD", portmap.CmdAdd, &skel.CmdArgs{ContainerID: id, Netns: cns.Path(), IfName: "eth0", Path: r.binDir,
 		StdinData: r.portmapConf(out)}); err != nil {
 		return fmt.Errorf("ovs-portmap ADD: %w", err)
 	}
@@ -331,53 +311,31 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		}
 		res.extra[bundleAgain] = append(res.extra[bundleAgain], time.Since(start))
 	}
-	cookie := flows.AttachmentCookie(id, "eth0")
 
 	// ---- DEL, ovs-portmap then ovs-bridge (libcni runs a DEL in reverse) ----
+	start = time.Now()
+	if _, err := inProcess("DEL", portmap.CmdDel, &skel.CmdArgs{ContainerID: id, Netns: cns.Path(), IfName: "eth0", Path: r.binDir,
+		StdinData: r.portmapConf(out)}); err != nil {
+		return fmt.Errorf("ovs-portmap DEL: %w", err)
+	}
+	res.delTime(phPortmapDel, time.Since(start))
+	stepped = 0
+	bridge.StepTimer = func(step string, took time.Duration) {
+		res.delTime(bridgeStep("DEL", step), took)
+		stepped += took
+	}
+	start = time.Now()
+	if _, err := inProcess("DEL", bridge.CmdDel, &skel.CmdArgs{ContainerID: id, Netns: cns.Path(), IfName: "eth0", Path: r.binDir,
+		StdinData: r.bridgeConf()}); err != nil {
+		return fmt.Errorf("ovs-bridge DEL: %w", err)
+	}
+	res.delTime(phBridgeDelRest, time.Since(start)-stepped)
 	t := &timer{last: time.Now(), to: res.del}
 	cli, err = ovsdb.Dial(ctx, r.ovsdbEP)
 	if err != nil {
 		return err
 	}
-	t.mark(phDPmDial)
-	ports, err = cli.FindPorts(ctx, att)
-	if err != nil || len(ports) != 1 {
-		return fmt.Errorf("replay port: %d, %v", len(ports), err)
-	}
-	t.mark(phDPmSelect)
-	if err := hostport.Withdraw(ctx, cli, ports[:1]); err != nil {
-		return err
-	}
-	t.mark(phWithdraw)
-	cli.Close()
-	t.last = time.Now()
-	cli, err = ovsdb.Dial(ctx, r.ovsdbEP)
-	if err != nil {
-		return err
-	}
 	defer cli.Close()
-	t.mark(phDBrDial)
-	ports, err = cli.FindPorts(ctx, att)
-	if err != nil || len(ports) != 1 {
-		return fmt.Errorf("replay port: %d, %v", len(ports), err)
-	}
-	t.mark(phDBrSelect)
-	if err := openflow.DeleteFlows(ctx, r.target, cookie.AttachmentDelete()); err != nil {
-		return err
-	}
-	t.mark(phDPortSec)
-	if err := cli.DetachPorts(ctx, ports[0].Port.UUID); err != nil {
-		return err
-	}
-	t.mark(phDetach)
-	if err := link.Delete(hostName); err != nil {
-		return err
-	}
-	t.mark(phVethDel)
-	if _, err := r.hostLocal("DEL", id, cns.Path()); err != nil {
-		return err
-	}
-	t.mark(phIPAMDel)
 	if err := cli.SyncPending(ctx, 10*time.Second); err != nil {
 		return err
 	}

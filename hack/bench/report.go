@@ -256,7 +256,7 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 	}
 	slices.Sort(levelsR)
 	if len(levelsR) > 0 {
-		fmt.Fprintf(w, "## Where our time goes: the real ADD's steps (in-process CmdAdd) and DEL replayed step by step (p50 ms)\n\n")
+		fmt.Fprintf(w, "## Where our time goes: the plugins' own ADD and DEL in-process, ovs-bridge's named steps (p50 ms)\n\n")
 		fmt.Fprintf(w, "\"ours\" is this suite's own code, protocol round trips and helper programs; \"ovs-vswitchd\" is waiting for it; \"other\" is host-local or the kernel.\n")
 		fmt.Fprintf(w, "An OpenFlow call counts as ours up to what the same call costs right after, ovs-vswitchd idle again (\"more measurements\"), the rest as waiting for ovs-vswitchd.\n\n")
 		head := []string{"step", "whose"}

@@ -28,10 +28,33 @@ import (
 // end's is 0).
 const contIndex = 1
 
-// StepTimer, when set, is told how long each named step of an ADD took,
-// in the order they ran (a benchmark's breakdown of the ADD). Nil, the
-// default, costs nothing.
+// StepTimer, when set, is told how long each named step of an ADD or a DEL
+// took, in the order they ran (a benchmark's breakdown of the commands).
+// Nil, the default, costs nothing.
 var StepTimer func(step string, took time.Duration)
+
+// laps ends the named steps of one command for StepTimer.
+type laps struct {
+	last time.Time // when the last step ended (StepTimer set)
+}
+
+// startLaps starts the first step's clock.
+func (l *laps) startLaps() {
+	if StepTimer != nil {
+		l.last = time.Now()
+	}
+}
+
+// did ends the named step: it tells StepTimer, when set, how long the step
+// took (since the previous one ended), and returns its error.
+func (l *laps) did(step string, err error) error {
+	if StepTimer != nil {
+		now := time.Now()
+		StepTimer(step, now.Sub(l.last))
+		l.last = now
+	}
+	return err
+}
 
 // adding is one ADD under way: its inputs, what its steps found or made so
 // far, and the clean-up armed as each step succeeded (undo).
@@ -60,7 +83,7 @@ type adding struct {
 	allocated bool // IPAM allocated addresses: a failed ADD releases them
 	portLeft  bool // the port could not be rolled back: the veth stays, so DEL knows (code 11)
 	undo      rollback.List
-	lap       time.Time // when the last step ended (StepTimer set)
+	laps
 }
 
 // CmdAdd attaches a container interface, as a sequence of named steps in
@@ -107,9 +130,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 			a.netns.Close()
 		}
 	}()
-	if StepTimer != nil {
-		a.lap = time.Now()
-	}
+	a.startLaps()
 	if conf.IPAM.Type == "dhcp" {
 		err = addDHCP(a)
 	} else {
@@ -128,17 +149,6 @@ func newAdding(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel
 		hostName: hostName,
 		result: &current.Result{CNIVersion: current.ImplementedSpecVersion, DNS: conf.DNS,
 			Interfaces: []*current.Interface{{Name: hostName}, {Name: args.IfName, Sandbox: args.Netns}}}}
-}
-
-// did ends the named step: it tells StepTimer, when set, how long the step
-// took (since the previous one ended), and returns its error.
-func (a *adding) did(step string, err error) error {
-	if StepTimer != nil {
-		now := time.Now()
-		StepTimer(step, now.Sub(a.lap))
-		a.lap = now
-	}
-	return err
 }
 
 // addStatic is the ADD of an attachment whose addresses IPAM gives before

@@ -558,8 +558,10 @@ func hasAddrs(l netlink.Link, want []*netlink.Addr) bool {
 	return true
 }
 
-// CmdDel detaches a container interface. It needs nothing but what the runtime
-// passes, and succeeds when the netns, veth, port or allocation are gone.
+// CmdDel detaches a container interface, as named steps in the reverse of
+// ADD's order: the deleting mark, the flows, the host ports, the port, the
+// veth, the IP allocation. It needs nothing but what the runtime passes,
+// and succeeds when the netns, veth, port or allocation are gone.
 func CmdDel(args *skel.CmdArgs) error {
 	conf, err := LoadConf(args.StdinData, args.Args)
 	if err != nil {
@@ -567,32 +569,12 @@ func CmdDel(args *skel.CmdArgs) error {
 	}
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
 	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
+	var l laps
+	l.startLaps()
 	switch {
 	case err == nil:
 		defer done()
-		// Marked as under way: a sweep meanwhile restores none of its flows.
-		del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
-		if err != nil {
-			return err
-		}
-		ports := del.Ports
-		if err := cutOff(ctx, conf, ports); err != nil {
-			return err
-		}
-		if len(ports) == 0 && del.Claimed() {
-			// An ADD that died before its insert left its flows (they go
-			// in before the port, after the claim): they go by the
-			// attachment's cookie, which is its own.
-			err := openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
-				flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
-			if err != nil && !openflow.NotServed(err) {
-				return err
-			}
-		}
-		if err := withdrawHostPorts(ctx, cli, ports); err != nil {
-			return err
-		}
-		if err := cli.Finish(ctx, del); err != nil {
+		if err := detach(ctx, cli, conf, args, &l); err != nil {
 			return err
 		}
 	case link.Exists(hostName):
@@ -605,15 +587,46 @@ func CmdDel(args *skel.CmdArgs) error {
 		ctx, cancel = context.WithTimeout(context.Background(), cnicmd.Timeout)
 		defer cancel()
 	}
-	if err := link.Delete(hostName); err != nil {
+	if err := l.did("veth", link.Delete(hostName)); err != nil {
 		return err
 	}
 	if conf.IPAM.Type != "" {
-		if err := ipam.Del(ctx, conf.IPAM.Type, args.StdinData); err != nil {
+		if err := ipam.Del(ctx, conf.IPAM.Type, args.StdinData); l.did("ipam", err) != nil {
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 		}
 	}
 	return nil
+}
+
+// detach is DEL's part in OVSDB and OpenFlow: the attachment's port, flows
+// and host ports go under a deleting mark, so that a sweep meanwhile
+// restores none of its flows.
+func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, l *laps) error {
+	del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
+	if err := l.did("mark", err); err != nil {
+		return err
+	}
+	ports := del.Ports
+	if err := l.did("flows", cutOff(ctx, conf, ports)); err != nil {
+		return err
+	}
+	if len(ports) == 0 && del.Claimed() {
+		// An ADD that died before its insert left its flows (they go in
+		// before the port, after the claim): they go by the attachment's
+		// cookie, which is its own.
+		err := openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+			flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
+		if openflow.NotServed(err) {
+			err = nil
+		}
+		if err := l.did("claimed flows", err); err != nil {
+			return err
+		}
+	}
+	if err := l.did("host ports", withdrawHostPorts(ctx, cli, ports)); err != nil {
+		return err
+	}
+	return l.did("port", cli.Finish(ctx, del))
 }
 
 // withdrawHostPorts removes the host ports recorded on ports (by ovs-portmap,

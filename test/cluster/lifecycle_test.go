@@ -482,6 +482,20 @@ func TestStatusReadyOnlyOnceBridgeServed(t *testing.T) {
 		}
 		return nil
 	})
+	// The Node's own Ready goes false too before ovs-vswitchd comes back:
+	// kubelet posts its status only every so often, so a Ready seen after
+	// the restart could otherwise be the status from before the stop, and
+	// the NotReady would land after this test, on the next one.
+	eventually(t, ctx, time.Minute, "the Node NotReady with ovs-vswitchd stopped", func() error {
+		n, err := kube.CoreV1().Nodes().Get(ctx, nd.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if nodeReady(n) {
+			return fmt.Errorf("node %s still Ready", nd.Name)
+		}
+		return nil
+	})
 
 	if _, err := onNode(ctx, nd.Name, start); err != nil {
 		t.Fatalf("starting ovs-vswitchd on %s: %v", nd.Name, err)

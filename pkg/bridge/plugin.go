@@ -906,7 +906,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	// started yet) takes no port and forwards nothing: an ADD now would
 	// wait for it and time out, so the runtime must not start pods here.
 	if target := endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge); br != nil && !endpoint.Listening(target) {
-		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("bridge %q is not served", conf.Bridge),
+		return cnierr.New(cnierr.Unavailable, fmt.Sprintf("bridge %q is not served", conf.Bridge),
 			fmt.Sprintf("no ovs-vswitchd listens on %s", target))
 	}
 	if conf.IPAM.Type != "" {

@@ -16,9 +16,9 @@ import (
 // Node-local host ports over netlink: no nft binary is needed on the node.
 // The map elements of an ADD or a DEL go to the kernel as one netlink batch
 // (an `nft -f` exec cost milliseconds of wall and CPU time per call,
-// BenchmarkNodeLocal); the tables, maps and chains, which nftScript (nft.go)
-// renders as text for people and tests, are declared in the same kind of
-// batch by nftDeclare when they are missing.
+// BenchmarkNodeLocal); the tables, maps and chains (nft.go shows them as
+// nft text) are declared in the same kind of batch by nftDeclare when they
+// are missing.
 
 // nftHostports names the map of one family. Only the table (name, family)
 // and the set name reach the kernel: google/nftables encodes an element from
@@ -65,10 +65,10 @@ func appendPort(b []byte, p uint16) []byte {
 }
 
 // sendElements applies the elements of rules in one netlink batch (both
-// families if mixed), with the semantics of nftElements: with remove, each
-// element is added then deleted, so that the delete succeeds when it is
-// already gone. Each element is its own message, in nftElements's order, so
-// that rules repeating a key behave as they do in nft -f. With declare, the
+// families if mixed), with the semantics of an `nft -f` of "add element"
+// lines: with remove, each element is added then deleted, so that the
+// delete succeeds when it is already gone. Each element is its own message,
+// in rule order, so that rules repeating a key behave as they do in nft -f. With declare, the
 // tables, maps and chains of the families concerned (both with rebuild,
 // whose maps are also flushed first) go in the same batch (nftDeclare).
 func sendElements(rules []flows.Rule, remove, declare, rebuild bool, opts ...nftables.ConnOption) error {
@@ -78,7 +78,7 @@ func sendElements(rules []flows.Rule, remove, declare, rebuild bool, opts ...nft
 	}
 	sets := [2]*nftables.Set{nftHostports(false), nftHostports(true)}
 	if declare || rebuild {
-		for _, v4 := range []bool{true, false} { // in nftScript's order: ip, then ip6
+		for _, v4 := range []bool{true, false} { // ip, then ip6, as the tests' nft text has them
 			i := 0
 			if v4 {
 				i = 1
@@ -116,7 +116,7 @@ func tablesMissing(err error) bool {
 	return errors.Is(err, unix.ENOENT)
 }
 
-// nftDeclare adds to c, for one family, what nftScript declares: the table,
+// nftDeclare adds to c, for one family, the declarations of nft.go: the table,
 // the map, the output chain hooked at nat/output with its single rule
 // (flushed and added again, so that it is never doubled), as nft -f does
 // with "add" (idempotent) commands. The rule is the netlink form of

@@ -71,8 +71,10 @@ type adding struct {
 	netdev   bool
 	previous []ovsdb.OwnedPort
 	netns    ns.NetNS
-	contMAC  net.HardwareAddr // nil: the kernel chooses it (dhcp without "mac")
-	retry    bool             // an earlier ADD's attachment was replaced
+	contMAC  net.HardwareAddr // requested for the veth; nil: the kernel chooses it (dhcp without "mac")
+	mac      openflow.MAC     // the container interface's, once prepareContEnd read it
+	ps       flows.PortSecurity
+	retry    bool // an earlier ADD's attachment was replaced
 	pending  *ipam.Pending
 	res      ovsdb.Reservation
 	hostLink netlink.Link
@@ -411,7 +413,7 @@ func createVeth(a *adding) (err error) {
 func prepareContEnd(a *adding) error {
 	return a.netns.Do(func(ns.NetNS) error {
 		mac, err := prepareContainer(a.args.IfName, a.netdev, a.dhcp() || a.netdev, a.conf.IPAM.Type != "" && !a.conf.AllowRouter)
-		a.result.Interfaces[contIndex].Mac = mac
+		a.mac, a.result.Interfaces[contIndex].Mac = mac, mac.String()
 		return err
 	})
 }
@@ -466,12 +468,13 @@ func addressContainer(a *adding) error {
 	return a.netns.Do(func(ns.NetNS) error { return configureAddresses(a.args.IfName, a.result) })
 }
 
-// secure installs the port's table-0 flows for what is known so far,
-// and, once the port exists, records them on it. A bridge just created
-// (createBridge), or one of an ovs-vswitchd restarting, has no OpenFlow
-// socket yet: portsec.Apply waits for it.
+// secure builds the facts of the port's table-0 flows from what is known
+// so far, installs the flows, and, once the port exists, records the facts
+// on it. A bridge just created (createBridge), or one of an ovs-vswitchd
+// restarting, has no OpenFlow socket yet: portsec.Apply waits for it.
 func secure(a *adding) error {
-	return securePort(a.ctx, a.cli, a.conf, a.br, a.args, a.result, contIndex, a.portUUID, a.ofport)
+	a.ps = portSecurity(a.conf, a.args, a.mac, a.result, a.ofport)
+	return securePort(a.ctx, a.cli, a.conf, a.br, a.ps, a.portUUID)
 }
 
 // attachPort inserts the port, in one transaction, and waits for its
@@ -499,7 +502,7 @@ func attachPort(a *adding) (err error) {
 		}
 		a.portLeft = err != nil
 	})
-	a.portUUID, a.ofport, err = attachSecured(a.ctx, a.cli, a.conf, a.br, a.args, a.result, contIndex, a.spec, &a.res)
+	a.portUUID, a.ofport, err = attachSecured(a.ctx, a.cli, a.conf, a.br, a.ps, a.spec, &a.res)
 	return err
 }
 
@@ -548,5 +551,5 @@ func hostPorts(a *adding) error {
 	}
 	port := ovsdb.OwnedPort{Port: ovsdb.Port{UUID: a.portUUID, Name: a.hostName, ExternalIDs: a.spec.ExternalIDs},
 		Interface: ovsdb.Interface{Name: a.hostName, OFPort: &a.ofport}}
-	return publishMesos(a.ctx, a.cli, a.args, a.conf, a.result, port)
+	return publishMesos(a.ctx, a.cli, a.args, a.conf, a.ps, port)
 }

@@ -126,9 +126,10 @@ func useIPAM(conf *NetConf, r types.Result, err error, result *current.Result, c
 // frame. When the insert meets a sweep (reconcile), the flows go in again
 // after it, since a sweep after an ovs-vswitchd restart rebuilds only what
 // ports record. When ovs-vswitchd gives the port another number (one it
-// still held for a port removed meanwhile), the flows follow.
-func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, spec ovsdb.PortSpec, res *ovsdb.Reservation) (string, int, error) {
-	if err := withPortSecRecord(spec, portSecRecord(conf, result, contIndex)); err != nil {
+// still held for a port removed meanwhile), the flows follow. ps are the
+// facts of the flows, with the reserved ofport.
+func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, ps flows.PortSecurity, spec ovsdb.PortSpec, res *ovsdb.Reservation) (string, int, error) {
+	if err := withPortSecRecord(spec, record.NewPortSecurity(portSecTarget(conf), ps)); err != nil {
 		return "", 0, err
 	}
 	for attempt := 0; ; attempt++ {
@@ -169,13 +170,13 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 				return "", 0, err
 			}
 			if got != res.OFPort {
-				if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", got); err != nil {
+				if err := securePort(ctx, cli, conf, br, onPort(ps, got), ""); err != nil {
 					return "", 0, err
 				}
 			}
 			return portUUID, got, nil
 		}
-		if err := securePort(ctx, cli, conf, br, args, result, contIndex, "", res.OFPort); err != nil {
+		if err := securePort(ctx, cli, conf, br, onPort(ps, res.OFPort), ""); err != nil {
 			return "", 0, err
 		}
 	}
@@ -318,11 +319,16 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 	return nil
 }
 
-// securePort installs the port's table-0 flows (pkg/portsec) and, given
-// portUUID, first records them on the port for reconcile.
-func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, args *skel.CmdArgs, result *current.Result, contIndex int, portUUID string, ofport int) error {
-	return portsec.Apply(ctx, cli, portSecRecord(conf, result, contIndex), br.Secure(),
-		flows.AttachmentCookie(args.ContainerID, args.IfName), portUUID, ofport)
+// securePort installs the port's table-0 flows for ps (pkg/portsec) and,
+// given portUUID, first records them on the port for reconcile.
+func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, ps flows.PortSecurity, portUUID string) error {
+	return portsec.Apply(ctx, cli, portSecTarget(conf), ps, br.Secure(), portUUID)
+}
+
+// portSecTarget is the OpenFlow target of the port flows, recorded with
+// them.
+func portSecTarget(conf *NetConf) string {
+	return endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge)
 }
 
 // publishMesos publishes the port mappings Apache Mesos passes in args: Mesos
@@ -331,15 +337,15 @@ func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb
 // ovs-portmap's defaults (node addresses of the bridge interface, snat on).
 //
 // port is the attachment's port as this ADD just wrote it (no need to read
-// it back).
-func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, conf *NetConf, result *current.Result, port ovsdb.OwnedPort) error {
-	v4, v6, mac := hostport.ContainerFacts(result, args.IfName)
+// it back), ps the facts of its port flows (its MAC and addresses).
+func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, conf *NetConf, ps flows.PortSecurity, port ovsdb.OwnedPort) error {
+	v4, v6 := hostport.FirstAddrs(ps.IPs)
 	if !v4.IsValid() && !v6.IsValid() {
 		return nil
 	}
 	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.OVSDB,
 		VswitchdControl: conf.VswitchdControl},
-		args.ContainerID, args.IfName, port, v4, v6, mac)
+		args.ContainerID, args.IfName, port, v4, v6, ps.MAC.HardwareAddr())
 	if err != nil {
 		return err
 	}
@@ -408,20 +414,30 @@ func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovs
 	return nil
 }
 
-// portSecRecord lists what the port security flows allow: the container
-// interface's MAC and addresses (MAC only without IPAM).
-func portSecRecord(conf *NetConf, result *current.Result, contIndex int) record.PortSecurity {
-	rec := record.PortSecurity{OpenFlow: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
-		MAC: result.Interfaces[contIndex].Mac, L2Only: conf.IPAM.Type == "",
+// portSecurity is what the port flows of the attachment allow on ofport:
+// the container interface's MAC and the addresses in result so far (MAC
+// only without IPAM), the link-local address of the MAC (which
+// prepareContainer pins), and the network's settings. ADD builds it each
+// time what it knows changes (the lease, with dhcp); the flows and the
+// port's record both come from it.
+func portSecurity(conf *NetConf, args *skel.CmdArgs, mac openflow.MAC, result *current.Result, ofport int) flows.PortSecurity {
+	ps := flows.PortSecurity{Cookie: flows.AttachmentCookie(args.ContainerID, args.IfName), OFPort: uint32(ofport),
+		MAC: mac, LinkLocal: flows.LinkLocalOf(mac.HardwareAddr()), L2Only: conf.IPAM.Type == "",
 		AllowRouter: conf.AllowRouter, AllowDHCPServer: conf.AllowDHCPServer,
 		Allowed: conf.Allowed, AllowVRRP: conf.AllowVRRP,
 		VLAN: portVLAN(conf), Disabled: !*conf.PortSecurity}
 	for _, ipc := range result.IPs {
 		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
-			rec.IPs = append(rec.IPs, a.Unmap())
+			ps.IPs = append(ps.IPs, a.Unmap())
 		}
 	}
-	return rec
+	return ps
+}
+
+// onPort is ps on another ofport.
+func onPort(ps flows.PortSecurity, ofport int) flows.PortSecurity {
+	ps.OFPort = uint32(ofport)
+	return ps
 }
 
 func ipList(r *current.Result) []string {
@@ -436,7 +452,7 @@ func ipList(r *current.Result) []string {
 // known: sysctls, TX offload, and, with up, the link up (dhcp needs it; on
 // the userspace datapath its carrier then reaches ovs-vswitchd while IPAM
 // runs). It returns the MAC.
-func prepareContainer(ifname string, netdev, up, noRA bool) (string, error) {
+func prepareContainer(ifname string, netdev, up, noRA bool) (openflow.MAC, error) {
 	// Addresses come from IPAM and are unique: skip DAD so IPv6 works at once,
 	// and announce them (gratuitous ARP / unsolicited NA) when the link comes
 	// up. The link-local address is the EUI-64 one of the MAC, whatever the
@@ -450,23 +466,27 @@ func prepareContainer(ifname string, netdev, up, noRA bool) (string, error) {
 		conf.IPv6["accept_ra"] = "0"
 	}
 	if err := link.SetConf(ifname, conf); err != nil {
-		return "", err
+		return openflow.MAC{}, err
 	}
 	if netdev {
 		if err := link.DisableTxChecksum(ifname); err != nil {
-			return "", err
+			return openflow.MAC{}, err
 		}
 	}
 	l, err := netlink.LinkByName(ifname)
 	if err != nil {
-		return "", fmt.Errorf("looking up %q: %w", ifname, err)
+		return openflow.MAC{}, fmt.Errorf("looking up %q: %w", ifname, err)
 	}
 	if up {
 		if err := netlink.LinkSetUp(l); err != nil {
-			return "", fmt.Errorf("setting %q up: %w", ifname, err)
+			return openflow.MAC{}, fmt.Errorf("setting %q up: %w", ifname, err)
 		}
 	}
-	return l.Attrs().HardwareAddr.String(), nil
+	mac, ok := openflow.MACFrom(l.Attrs().HardwareAddr)
+	if !ok {
+		return mac, fmt.Errorf("%q has MAC %q, not a 48-bit one", ifname, l.Attrs().HardwareAddr)
+	}
+	return mac, nil
 }
 
 // configureAddresses runs inside the container netns after IPAM: addresses,

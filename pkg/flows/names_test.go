@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 // TestNames checks that every flow the pipeline declares has a name of its
@@ -13,7 +15,7 @@ func TestNames(t *testing.T) {
 	a := sample(t)
 	a.MasqAll = true
 	pl := DefaultPipeline()
-	ps := PortSecurity{Cookie: a.Cookie, OFPort: 10, MAC: mac, LinkLocal: LinkLocalOf(mac), IPs: []netip.Addr{ctr4, ctr6}}
+	ps := PortSecurity{Cookie: a.Cookie, OFPort: 10, MAC: openflow.MAC(mac), LinkLocal: LinkLocalOf(mac), IPs: []netip.Addr{ctr4, ctr6}}
 	trunk := ps
 	trunk.VLAN = Trunk
 	trunk.AllowVRRP = true

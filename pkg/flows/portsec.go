@@ -26,10 +26,13 @@ const (
 
 // PortSecurity is what ovs-bridge's table-0 flows of one container port
 // depend on: port security, and VLAN isolation from the host port pipeline.
+// ovs-bridge builds it once per state of the port; the port's record
+// (record.PortSecurity, its stored form) is derived from it, and reconcile
+// gets it back from that record.
 type PortSecurity struct {
 	Cookie Cookie // any kind; rendered with CookieKindPortSecurity
 	OFPort uint32
-	MAC    net.HardwareAddr
+	MAC    openflow.MAC
 	// IPs are the container's addresses: without an IPv4 one it sends no
 	// IPv4 (nor ARP); without an IPv6 one only from LinkLocal.
 	IPs []netip.Addr
@@ -80,7 +83,7 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 	if ps.Disabled {
 		return out
 	}
-	mymac, _ := openflow.MACFrom(ps.MAC)
+	mymac := ps.MAC
 	// raw: unchecked frames from the container's port; port: on an access
 	// port they carry no 802.1Q header at all (neither a VLAN nor a
 	// priority tag hiding another tag).

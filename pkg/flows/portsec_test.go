@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 func TestPortSecurityFlows(t *testing.T) {
@@ -15,7 +17,7 @@ func TestPortSecurityFlows(t *testing.T) {
 	if ll.String() != "fe80::ff:fe00:a" {
 		t.Fatalf("LinkLocalOf(%s) = %s, want fe80::ff:fe00:a", mac, ll)
 	}
-	ps := PortSecurity{Cookie: c, OFPort: 7, MAC: mac, LinkLocal: ll,
+	ps := PortSecurity{Cookie: c, OFPort: 7, MAC: openflow.MAC(mac), LinkLocal: ll,
 		IPs: []netip.Addr{netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8:c::10")}}
 	psc := "cookie=" + c.WithKind(CookieKindPortSecurity).String() + ",table=0,"
 	raw := "in_port=7,reg1=0/0x1"
@@ -43,7 +45,7 @@ func TestPortSecurityFlows(t *testing.T) {
 	}
 	// A trunk: tagged frames allowed (ovs-vswitchd checks the VLANs), a
 	// second tag is not, and the port never reaches the host port classifiers.
-	l2 := PortSecurity{Cookie: c, OFPort: 7, MAC: mac, L2Only: true, VLAN: Trunk, AllowRouter: true, AllowDHCPServer: true}
+	l2 := PortSecurity{Cookie: c, OFPort: 7, MAC: openflow.MAC(mac), L2Only: true, VLAN: Trunk, AllowRouter: true, AllowDHCPServer: true}
 	check("L2-only trunk, router and DHCP server allowed", PortSecurityFlows(l2), []string{
 		"priority=205,in_port=7,actions=NORMAL",
 		"priority=420," + raw + ",vlan_tci=0x1000/0x1000,dl_type=0x8100,actions=drop",
@@ -53,9 +55,9 @@ func TestPortSecurityFlows(t *testing.T) {
 		"priority=400," + raw + ",dl_src=02:00:00:00:00:0a," + allow,
 		"priority=390," + raw + ",actions=drop",
 	})
-	check("portSecurity off, access VLAN", PortSecurityFlows(PortSecurity{Cookie: c, OFPort: 7, MAC: mac, VLAN: Access, Disabled: true}),
+	check("portSecurity off, access VLAN", PortSecurityFlows(PortSecurity{Cookie: c, OFPort: 7, MAC: openflow.MAC(mac), VLAN: Access, Disabled: true}),
 		[]string{"priority=205,in_port=7,actions=NORMAL"})
-	if n := len(PortSecurityFlows(PortSecurity{Cookie: c, OFPort: 7, MAC: mac, Disabled: true})); n != 0 {
+	if n := len(PortSecurityFlows(PortSecurity{Cookie: c, OFPort: 7, MAC: openflow.MAC(mac), Disabled: true})); n != 0 {
 		t.Errorf("portSecurity off, untagged: %d flows, want 0", n)
 	}
 	if b := BaseFlows(); len(b) != 1 || b[0].String() != "cookie="+SharedCookie().String()+",table=0,priority=0,actions=NORMAL" {
@@ -81,7 +83,7 @@ func FuzzPortSecurityFlows(f *testing.F) {
 			return
 		}
 		mac := net.HardwareAddr(hw)
-		ps := PortSecurity{Cookie: AttachmentCookie(a4, a6), OFPort: ofport, MAC: mac, LinkLocal: LinkLocalOf(mac),
+		ps := PortSecurity{Cookie: AttachmentCookie(a4, a6), OFPort: ofport, MAC: openflow.MAC(mac), LinkLocal: LinkLocalOf(mac),
 			L2Only: opts&1 != 0, AllowRouter: opts&2 != 0, AllowDHCPServer: opts&4 != 0, VLAN: PortVLAN(opts >> 3 % 3), Disabled: opts&0x40 != 0}
 		own := map[string]bool{ps.LinkLocal.String(): true}
 		for _, s := range []string{a4, a6} {

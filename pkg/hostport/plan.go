@@ -27,22 +27,30 @@ func ContainerFacts(r *current.Result, ifname string) (v4, v6 netip.Addr, mac ne
 			break
 		}
 	}
+	var addrs []netip.Addr
 	for _, ipc := range r.IPs {
 		if ipc == nil || ipc.Interface != nil && *ipc.Interface != idx {
 			continue
 		}
-		a, ok := netip.AddrFromSlice(ipc.Address.IP)
-		if !ok {
-			continue
+		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
+			addrs = append(addrs, a.Unmap())
 		}
-		a = a.Unmap()
+	}
+	v4, v6 = FirstAddrs(addrs)
+	return v4, v6, mac
+}
+
+// FirstAddrs picks the first IPv4 and the first IPv6 address of addrs, the
+// container addresses whose host ports are published.
+func FirstAddrs(addrs []netip.Addr) (v4, v6 netip.Addr) {
+	for _, a := range addrs {
 		if a.Is4() && !v4.IsValid() {
 			v4 = a
 		} else if a.Is6() && !v6.IsValid() {
 			v6 = a
 		}
 	}
-	return v4, v6, mac
+	return v4, v6
 }
 
 // NodeIPs are the global unicast addresses of the bridge's internal interface.

@@ -92,9 +92,7 @@ func load(p ovsdb.OwnedPort, ovsdbEndpoint string) (attachment, error) {
 	if rec, ok := record.PortSecurityOf(p); ok {
 		at.target = rec.OpenFlow
 		f.PortSec = !rec.Disabled
-		if m, err := net.ParseMAC(rec.MAC); err == nil {
-			f.MAC = m
-		}
+		f.MAC = rec.MAC.HardwareAddr()
 		for _, ip := range rec.IPs {
 			if ip.Is4() && !f.IPv4.IsValid() {
 				f.IPv4 = ip
@@ -169,12 +167,8 @@ func peer(ports []ovsdb.OwnedPort, self ovsdb.Attachment, ip netip.Addr) trace.P
 		if !ok || rec.Disabled || rec.L2Only {
 			continue
 		}
-		mac, err := net.ParseMAC(rec.MAC)
-		if err != nil {
-			continue
-		}
 		if i := slices.IndexFunc(rec.IPs, func(a netip.Addr) bool { return a.Is4() == ip.Is4() }); i >= 0 {
-			return trace.Peer{OFPort: uint32(*p.Interface.OFPort), MAC: mac, IP: rec.IPs[i]}
+			return trace.Peer{OFPort: uint32(*p.Interface.OFPort), MAC: rec.MAC.HardwareAddr(), IP: rec.IPs[i]}
 		}
 	}
 	return trace.Peer{}

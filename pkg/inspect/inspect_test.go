@@ -20,7 +20,7 @@ func TestWriteFlows(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:0a")
 	c := flows.AttachmentCookie("ctr", "eth0")
 	ip := netip.MustParseAddr("192.0.2.10")
-	ps := flows.PortSecurityFlows(flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mac, IPs: []netip.Addr{ip}, LinkLocal: flows.LinkLocalOf(mac)})
+	ps := flows.PortSecurityFlows(flows.PortSecurity{Cookie: c, OFPort: 7, MAC: openflow.MAC(mac), IPs: []netip.Addr{ip}, LinkLocal: flows.LinkLocalOf(mac)})
 	pl := flows.DefaultPipeline()
 	a := flows.Attachment{Cookie: c, OFPort: 7, MAC: mac, IPv4: ip,
 		Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}}, []netip.Addr{netip.MustParseAddr("198.51.100.1")}, ip, netip.Addr{})}

@@ -104,7 +104,7 @@ func corpus(t testing.TB) map[string]of.Bundle {
 		{"l2only", nil, true, flows.Trunk, false, false, false},
 		{"off", nil, false, flows.Access, false, true, false},
 	} {
-		ps := flows.PortSecurity{Cookie: flows.AttachmentCookie("ps-"+tt.name, "eth0"), OFPort: 7, MAC: mac, IPs: tt.ips, L2Only: tt.l2,
+		ps := flows.PortSecurity{Cookie: flows.AttachmentCookie("ps-"+tt.name, "eth0"), OFPort: 7, MAC: of.MAC(mac), IPs: tt.ips, L2Only: tt.l2,
 			LinkLocal: flows.LinkLocalOf(mac), VLAN: tt.vlan, AllowRouter: tt.allow, AllowDHCPServer: tt.allow, Disabled: tt.off}
 		var base []flows.Flow
 		if tt.secure {

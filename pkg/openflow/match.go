@@ -25,6 +25,38 @@ func MACFrom(hw net.HardwareAddr) (MAC, bool) {
 // String renders xx:xx:xx:xx:xx:xx.
 func (m MAC) String() string { return net.HardwareAddr(m[:]).String() }
 
+// HardwareAddr returns m as a net.HardwareAddr, for the netlink side.
+func (m MAC) HardwareAddr() net.HardwareAddr { return net.HardwareAddr(m[:]) }
+
+// IsZero reports whether m is 00:00:00:00:00:00, which stands for no MAC.
+func (m MAC) IsZero() bool { return m == MAC{} }
+
+// ParseMAC parses a 48-bit MAC in any form net.ParseMAC reads.
+func ParseMAC(s string) (MAC, error) {
+	hw, err := net.ParseMAC(s)
+	if err != nil {
+		return MAC{}, err
+	}
+	m, ok := MACFrom(hw)
+	if !ok {
+		return MAC{}, fmt.Errorf("MAC %q is not 48 bits", s)
+	}
+	return m, nil
+}
+
+// MarshalText renders m as String does, so that JSON holds it as text.
+func (m MAC) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText parses what MarshalText renders (ParseMAC).
+func (m *MAC) UnmarshalText(b []byte) error {
+	v, err := ParseMAC(string(b))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
 // Ethernet types and IP protocols of the keywords ovs-ofctl knows
 // (ip, ipv6, arp, icmp, tcp6, ...).
 const (

@@ -1,6 +1,8 @@
 // Package portsec applies the table-0 flows of one ovs-bridge port (port
 // security and VLAN isolation, built by pkg/flows from the port's
-// record.PortSecurity) and rebuilds them from that record for reconcile.
+// flows.PortSecurity), records those facts on the port
+// (record.PortSecurity), and rebuilds the flows from that record for
+// reconcile.
 package portsec
 
 import (
@@ -17,9 +19,9 @@ import (
 // ovs-bridge bounds its wait for an ofport.
 const ServedWithin = 10 * time.Second
 
-// Apply installs the port's table-0 flows for rec (and table 0's NORMAL on
-// a fail_mode=secure bridge) in one bundle under cookie c, and, given
-// portUUID, first records them on the port for reconcile. The bundle first
+// Apply installs the port's table-0 flows for ps (and table 0's NORMAL on
+// a fail_mode=secure bridge) on the bridge at target in one bundle, and,
+// given portUUID, first records them on the port for reconcile. The bundle first
 // clears every flow of the suite on ofport (flows.ClearPort). While
 // ovs-vswitchd does not serve the bridge (down, restarting) it tries again
 // for up to ServedWithin, then fails with openflow.ErrTimeout (CNI code 11).
@@ -28,18 +30,18 @@ const ServedWithin = 10 * time.Second
 // cache to follow (openflow.StartRevalidation): the flows match the new
 // port's own ingress, which no megaflow cached before the port existed can
 // carry.
-func Apply(ctx context.Context, cli *ovsdb.Client, rec record.PortSecurity, secure bool, c flows.Cookie, portUUID string, ofport int) error {
+func Apply(ctx context.Context, cli *ovsdb.Client, target string, ps flows.PortSecurity, secure bool, portUUID string) error {
 	var base []flows.Flow
 	if secure {
 		base = flows.BaseFlows()
 	}
-	clear := flows.ClearPort(uint32(ofport))
-	if rec.Disabled && rec.VLAN == flows.Untagged && base == nil {
+	clear := flows.ClearPort(ps.OFPort)
+	if ps.Disabled && ps.VLAN == flows.Untagged && base == nil {
 		// No flows of ours on this port, only what an earlier one left to clear.
-		return openflow.ApplyServed(ctx, rec.OpenFlow, openflow.Bundle{clear}, ServedWithin)
+		return openflow.ApplyServed(ctx, target, openflow.Bundle{clear}, ServedWithin)
 	}
 	if portUUID != "" {
-		if raw, ok, err := rec.Value(); err != nil {
+		if raw, ok, err := record.NewPortSecurity(target, ps).Value(); err != nil {
 			return err
 		} else if ok {
 			if err := cli.SetPortExternalIDs(ctx, portUUID, map[string]string{record.KeyPortSecurity: raw}); err != nil {
@@ -47,11 +49,7 @@ func Apply(ctx context.Context, cli *ovsdb.Client, rec record.PortSecurity, secu
 			}
 		}
 	}
-	ps, err := rec.Facts(c, uint32(ofport))
-	if err != nil {
-		return err
-	}
-	return openflow.ApplyServed(ctx, rec.OpenFlow, append(openflow.Bundle{clear}, flows.PortSecurityBundle(ps, base...)...), ServedWithin)
+	return openflow.ApplyServed(ctx, target, append(openflow.Bundle{clear}, flows.PortSecurityBundle(ps, base...)...), ServedWithin)
 }
 
 // Rebuild returns the port security flows recorded for port p, with the
@@ -63,10 +61,7 @@ func Rebuild(p ovsdb.OwnedPort) (target string, c flows.Cookie, fl []flows.Flow,
 		return "", 0, nil, false
 	}
 	c = flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
-	f, err := rec.Facts(c, uint32(*p.Interface.OFPort))
-	if err != nil {
-		return "", 0, nil, false
-	}
+	f := rec.Facts(c, uint32(*p.Interface.OFPort))
 	return rec.OpenFlow, c.WithKind(flows.CookieKindPortSecurity), flows.PortSecurityFlows(f), true
 }
 

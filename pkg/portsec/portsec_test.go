@@ -8,17 +8,21 @@ import (
 	"testing"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
-// Reconcile's share: the flows rebuilt from the record, with the ofport
-// OVSDB holds now, are the flows ADD installed for that ofport.
+// Reconcile's share: the flows rebuilt from the record of the facts ADD
+// built, with the ofport OVSDB holds now, are the flows ADD installed for
+// that ofport.
 func TestRebuild(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:01")
-	rec := record.PortSecurity{OpenFlow: "unix:/run/ovs/br0.mgmt", MAC: mac.String(),
-		IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}, VLAN: flows.Access,
+	cookie := flows.AttachmentCookie("ctr", "eth0")
+	ps := flows.PortSecurity{Cookie: cookie, OFPort: 9, MAC: openflow.MAC(mac), LinkLocal: flows.LinkLocalOf(mac),
+		IPs: []netip.Addr{netip.MustParseAddr("203.0.113.2")}, VLAN: flows.Access,
 		Allowed: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/28"), netip.MustParsePrefix("2001:db8::7/128")}, AllowVRRP: true}
+	rec := record.NewPortSecurity("unix:/run/ovs/br0.mgmt", ps)
 	raw, _ := json.Marshal(rec)
 	ofport := 9
 	p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{
@@ -28,11 +32,10 @@ func TestRebuild(t *testing.T) {
 	if !ok {
 		t.Fatal("Rebuild: not ok")
 	}
-	cookie := flows.AttachmentCookie("ctr", "eth0")
-	want := flows.PortSecurityFlows(flows.PortSecurity{Cookie: cookie, OFPort: 9, MAC: mac, IPs: rec.IPs,
-		LinkLocal: flows.LinkLocalOf(mac), VLAN: flows.Access, Allowed: rec.Allowed, AllowVRRP: true})
-	if len(want) == len(flows.PortSecurityFlows(flows.PortSecurity{Cookie: cookie, OFPort: 9, MAC: mac, IPs: rec.IPs,
-		LinkLocal: flows.LinkLocalOf(mac), VLAN: flows.Access})) {
+	want := flows.PortSecurityFlows(ps)
+	plain := ps
+	plain.Allowed, plain.AllowVRRP = nil, false
+	if len(want) == len(flows.PortSecurityFlows(plain)) {
 		t.Fatal("the allowed addresses and VRRP add no flows: the test would not see them lost")
 	}
 	if target != rec.OpenFlow || c != cookie.WithKind(flows.CookieKindPortSecurity) {

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -237,13 +238,17 @@ func HostPortKeys(p ovsdb.OwnedPort) []string {
 	return keys
 }
 
-// PortSecurity is ovs-bridge's record of a port's table-0 flows (port
-// security and VLAN isolation), stored as JSON in the port's
-// external_ids[KeyPortSecurity]: what the flows need besides the ofport,
-// which reconcile reads from OVSDB.
+// PortSecurity is the stored form of flows.PortSecurity: ovs-bridge's record
+// of a port's table-0 flows (port security and VLAN isolation), stored as
+// JSON in the port's external_ids[KeyPortSecurity]. It holds what the flows
+// need besides the ofport, which reconcile reads from OVSDB, and the cookie,
+// which the port's identity gives, and the link-local address, which is the
+// EUI-64 one of the MAC. Made by NewPortSecurity, read back by Facts; the
+// JSON is the same as that of records written before it was derived from
+// the facts (testdata/portsec_*.json).
 type PortSecurity struct {
 	OpenFlow string       `json:"openflow"`
-	MAC      string       `json:"mac"`
+	MAC      openflow.MAC `json:"mac"`
 	IPs      []netip.Addr `json:"ips,omitempty"`
 	L2Only   bool         `json:"l2only,omitempty"`
 	// Allowed and AllowVRRP are the network's allowedAddresses and
@@ -260,16 +265,19 @@ type PortSecurity struct {
 	Disabled bool `json:"disabled,omitempty"`
 }
 
+// NewPortSecurity is the record of ps, whose flows go to the bridge at
+// target.
+func NewPortSecurity(target string, ps flows.PortSecurity) PortSecurity {
+	return PortSecurity{OpenFlow: target, MAC: ps.MAC, IPs: ps.IPs, L2Only: ps.L2Only, Allowed: ps.Allowed,
+		AllowVRRP: ps.AllowVRRP, AllowRouter: ps.AllowRouter, AllowDHCPServer: ps.AllowDHCPServer, VLAN: ps.VLAN, Disabled: ps.Disabled}
+}
+
 // Facts returns the flow facts of the record for ofport and cookie c. The
 // link-local address is the EUI-64 one of the MAC, which ovs-bridge pins on
 // the container interface.
-func (r PortSecurity) Facts(c flows.Cookie, ofport uint32) (flows.PortSecurity, error) {
-	mac, err := net.ParseMAC(r.MAC)
-	if err != nil {
-		return flows.PortSecurity{}, fmt.Errorf("port security record MAC %q: %w", r.MAC, err)
-	}
-	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: mac, IPs: r.IPs, LinkLocal: flows.LinkLocalOf(mac),
-		L2Only: r.L2Only, Allowed: r.Allowed, AllowVRRP: r.AllowVRRP, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled}, nil
+func (r PortSecurity) Facts(c flows.Cookie, ofport uint32) flows.PortSecurity {
+	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: r.MAC, IPs: r.IPs, LinkLocal: flows.LinkLocalOf(r.MAC.HardwareAddr()),
+		L2Only: r.L2Only, Allowed: r.Allowed, AllowVRRP: r.AllowVRRP, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled}
 }
 
 // Value is the external_ids value of the record, when it has flows to
@@ -285,12 +293,13 @@ func (r PortSecurity) Value() (raw string, ok bool, err error) {
 	return string(b), true, nil
 }
 
-// PortSecurityOf reads the port security record of a port.
+// PortSecurityOf reads the port security record of a port; ok is false
+// when it has none, or one that does not decode or names no 48-bit MAC.
 func PortSecurityOf(p ovsdb.OwnedPort) (PortSecurity, bool) {
 	var r PortSecurity
 	raw, ok := p.Port.ExternalIDs[KeyPortSecurity]
-	if !ok || json.Unmarshal([]byte(raw), &r) != nil {
-		return r, false
+	if !ok || json.Unmarshal([]byte(raw), &r) != nil || r.MAC.IsZero() {
+		return PortSecurity{}, false
 	}
 	return r, true
 }

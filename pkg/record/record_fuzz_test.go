@@ -21,10 +21,6 @@ func FuzzPortSecurityOf(f *testing.F) {
 		if !ok {
 			return
 		}
-		ps, err := r.Facts(flows.AttachmentCookie("c", "eth0"), 3)
-		if err != nil {
-			return
-		}
-		_ = flows.PortSecurityBundle(ps)
+		_ = flows.PortSecurityBundle(r.Facts(flows.AttachmentCookie("c", "eth0"), 3))
 	})
 }

@@ -3,11 +3,15 @@ package record
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -106,6 +110,84 @@ func TestPodOf(t *testing.T) {
 	} {
 		if got := PodOf(args); got != want {
 			t.Errorf("PodOf(%q): got %q, want %q", args, got, want)
+		}
+	}
+}
+
+// The port security records in testdata are as ovs-bridge wrote them
+// before the record was derived from flows.PortSecurity: each still
+// decodes, gives back the facts it was written from, and the facts give
+// back the same JSON to the byte, so that readers of either side of an
+// upgrade read what the other wrote.
+func TestPortSecurityGolden(t *testing.T) {
+	mac := func(s string) openflow.MAC {
+		m, err := openflow.ParseMAC(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ll := func(m openflow.MAC) netip.Addr { return flows.LinkLocalOf(m.HardwareAddr()) }
+	addrs := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, a := range s {
+			out = append(out, netip.MustParseAddr(a))
+		}
+		return out
+	}
+	c := flows.AttachmentCookie("ctr", "eth0")
+	for _, tt := range []struct {
+		file   string
+		target string
+		ps     flows.PortSecurity
+	}{
+		{"portsec_full.json", "unix:/run/openvswitch/br0.mgmt", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0a"),
+			LinkLocal: ll(mac("02:00:00:00:00:0a")), IPs: addrs("203.0.113.10", "2001:db8:c::a"),
+			Allowed:   []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:c::100/128")},
+			AllowVRRP: true, AllowRouter: true, AllowDHCPServer: true, VLAN: flows.Trunk}},
+		{"portsec_l2only.json", "unix:/run/openvswitch/br0.mgmt", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0b"),
+			LinkLocal: ll(mac("02:00:00:00:00:0b")), L2Only: true}},
+		{"portsec_disabled_access.json", "tcp:127.0.0.1:6653", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0c"),
+			LinkLocal: ll(mac("02:00:00:00:00:0c")), IPs: addrs("203.0.113.12"), VLAN: flows.Access, Disabled: true}},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := strings.TrimSuffix(string(b), "\n")
+			p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{KeyPortSecurity: stored}}}
+			rec, ok := PortSecurityOf(p)
+			if !ok {
+				t.Fatalf("PortSecurityOf: not ok")
+			}
+			if rec.OpenFlow != tt.target {
+				t.Errorf("target %q, want %q", rec.OpenFlow, tt.target)
+			}
+			if got := rec.Facts(c, 7); !reflect.DeepEqual(got, tt.ps) {
+				t.Errorf("facts\n%+v\nwant\n%+v", got, tt.ps)
+			}
+			raw, ok, err := NewPortSecurity(tt.target, tt.ps).Value()
+			if err != nil || !ok {
+				t.Fatalf("Value: ok %v, err %v", ok, err)
+			}
+			if raw != stored {
+				t.Errorf("record of the facts\n%s\nwant\n%s", raw, stored)
+			}
+		})
+	}
+}
+
+// A record with port security off and no VLAN records nothing; one that
+// names no 48-bit MAC is not a record.
+func TestPortSecurityOfNothing(t *testing.T) {
+	if _, ok, err := NewPortSecurity("unix:/x", flows.PortSecurity{Disabled: true}).Value(); ok || err != nil {
+		t.Errorf("port security off, untagged: ok %v, err %v; want false, nil", ok, err)
+	}
+	for _, raw := range []string{`{`, `{"openflow":"unix:/x"}`, `{"mac":""}`, `{"mac":"02:00:00:00:00:00:00:01"}`, `{"mac":"x"}`} {
+		p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{KeyPortSecurity: raw}}}
+		if _, ok := PortSecurityOf(p); ok {
+			t.Errorf("PortSecurityOf(%s): ok, want not a record", raw)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 // The traces in testdata are ofproto/trace's answers (OVS 3.1, netdev) to
@@ -24,7 +25,7 @@ func sample() (Attachment, []flows.Flow) {
 			[]netip.Addr{node}, v4, netip.Addr{})}
 	pl := flows.DefaultPipeline()
 	fa := flows.Attachment{Cookie: c, OFPort: a.OFPort, MAC: mac, NodeMAC: nodeMAC, IPv4: v4, HairpinV4: node, Rules: a.Rules, SNAT: true}
-	declared := flows.PortSecurityFlows(flows.PortSecurity{Cookie: c, OFPort: a.OFPort, MAC: mac, IPs: []netip.Addr{v4}, LinkLocal: a.LinkLocal})
+	declared := flows.PortSecurityFlows(flows.PortSecurity{Cookie: c, OFPort: a.OFPort, MAC: openflow.MAC(mac), IPs: []netip.Addr{v4}, LinkLocal: a.LinkLocal})
 	declared = append(declared, pl.SharedFlows()...)
 	declared = append(declared, pl.NodeIPFlows(fa)...)
 	declared = append(declared, pl.AttachmentFlows(fa)...)

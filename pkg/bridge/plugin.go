@@ -781,14 +781,14 @@ func checkFlows(ctx context.Context, p ovsdb.OwnedPort) error {
 		return err
 	}
 	var got []openflow.Flow
-	own, _ := c.Attachment()
+	own, _ := c.AnyKind()
 	for _, f := range dumped {
 		fc := flows.Cookie(f.Cookie)
 		if fc == c {
 			got = append(got, f)
 			continue
 		}
-		v, _ := fc.Attachment()
+		v, _ := fc.AnyKind()
 		if in, ok := f.Match.InPortOf(); ok && in == ofport && f.Table == flows.TableClassifier && v != own &&
 			fc.Kind() != flows.CookieKindShared && fc.Kind() != flows.CookieKindTombstone {
 			return fmt.Errorf("port %q (ofport %d): a flow of another attachment matches its frames: %s", p.Port.Name, ofport, f)

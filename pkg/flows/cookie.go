@@ -46,14 +46,14 @@ func (c Cookie) WithKind(k uint8) Cookie {
 	return c&^(Cookie(0xff)<<CookieKindShift) | Cookie(k)<<CookieKindShift
 }
 
-// Attachment returns the cookie value and mask that select every flow of the
-// attachment, any kind.
-func (c Cookie) Attachment() (value, mask Cookie) {
+// AnyKind returns the cookie value and mask that select every flow of the
+// attachment of c, any kind.
+func (c Cookie) AnyKind() (value, mask Cookie) {
 	return c &^ (Cookie(0xff) << CookieKindShift), AttachmentMask
 }
 
 // AttachmentDelete selects every flow of the attachment of c, any kind.
 func (c Cookie) AttachmentDelete() openflow.Delete {
-	v, m := c.Attachment()
+	v, m := c.AnyKind()
 	return openflow.Delete{Cookie: uint64(v), Mask: uint64(m)}
 }

@@ -185,7 +185,7 @@ func (c *common) trace(ctx context.Context, ask trace.Ask) (verdict, raw string,
 	if probe.Decided != "" {
 		return probe.Decided, "", nil
 	}
-	v, m := at.cookie.Attachment()
+	v, m := at.cookie.AnyKind()
 	present, err := openflow.Dump(ctx, at.target, uint64(v), uint64(m))
 	if err != nil {
 		return "", "", fmt.Errorf("%s: %w", c.which, err)
@@ -247,7 +247,7 @@ func (c *common) flows(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	defer cli.Close()
-	v, m := at.cookie.Attachment()
+	v, m := at.cookie.AnyKind()
 	own, err := openflow.DumpStats(ctx, at.target, uint64(v), uint64(m))
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.which, err)
@@ -270,7 +270,7 @@ func Header(f trace.Attachment, c flows.Cookie) string {
 	if f.Pod != "" {
 		s += " (pod " + f.Pod + ")"
 	}
-	v, m := c.Attachment()
+	v, m := c.AnyKind()
 	return s + fmt.Sprintf(", bridge %s, ofport %d, cookie %s/%s", f.Bridge, f.OFPort, v, m)
 }
 

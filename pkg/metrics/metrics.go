@@ -235,7 +235,7 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 		pt := port{id: id, pod: pod, labels: []string{id.ContainerID, id.IfName, ns, name}}
 		bridge := p.Port.ExternalIDs[ovsdb.KeyBridge]
 		target := portsec.Target(p, endpoint.OpenFlow("", c.cfg.OVSDB, bridge))
-		v, _ := flows.AttachmentCookie(id.ContainerID, id.IfName).Attachment()
+		v, _ := flows.AttachmentCookie(id.ContainerID, id.IfName).AnyKind()
 		if t, ctl, pl, a, ok := hostport.Rebuild(p); ok {
 			target = t
 			s := state(target, bridge)
@@ -268,7 +268,7 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 			if g != flows.GroupPortSecurity {
 				continue
 			}
-			v, _ := cookie.Attachment()
+			v, _ := cookie.AnyKind()
 			secured[v] = true
 			if r := flows.DropReason(f.Flow); r != "" {
 				if pt, ok := s.ports[v]; ok {

@@ -101,7 +101,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 	// flight. Those of a DEL in flight are not restored.
 	kept := map[flows.Cookie]bool{}
 	keep := func(a ovsdb.Attachment) {
-		v, _ := flows.AttachmentCookie(a.ContainerID, a.IfName).Attachment()
+		v, _ := flows.AttachmentCookie(a.ContainerID, a.IfName).AnyKind()
 		kept[v] = true
 	}
 	for a := range sweep.Adding {
@@ -204,7 +204,7 @@ func (t *target) apply(ctx context.Context, name string, kept map[flows.Cookie]b
 	// read. Host port flows without a record are stale: ovs-portmap
 	// records before it installs, and removes the record last.
 	keptFlows := func(c flows.Cookie) bool {
-		v, _ := c.Attachment()
+		v, _ := c.AnyKind()
 		k := c.Kind()
 		return (k == flows.CookieKindPortSecurity || k == flows.CookieKindBandwidth) && !t.live[c] && kept[v]
 	}

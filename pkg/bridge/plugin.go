@@ -349,10 +349,10 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	if err != nil {
 		return err
 	}
-	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, flows.DefaultPipeline(), plan.Attachment, nil); err != nil {
+	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, flows.DefaultPipeline(), plan.HostPorts, nil); err != nil {
 		return err
 	}
-	cnilog.Note("host ports %v", plan.Attachment.Rules)
+	cnilog.Note("host ports %v", plan.HostPorts.Rules)
 	return nil
 }
 

@@ -14,8 +14,10 @@ import (
 // (String) and encodes itself (pkg/openflow).
 type Flow = openflow.Flow
 
-// Attachment is everything the flows of one container interface depend on.
-type Attachment struct {
+// HostPorts is everything the host port flows of one container interface
+// (its attachment's cookie, CookieKindAttachment) depend on; the facts of
+// its port flows are PortSecurity. record.HostPorts is its stored form.
+type HostPorts struct {
 	Cookie Cookie
 	// OFPort is the OpenFlow port of the container's host-side interface.
 	OFPort uint32
@@ -45,7 +47,7 @@ type Attachment struct {
 }
 
 // Validate reports facts AttachmentFlows cannot render correctly.
-func (a Attachment) Validate() error {
+func (a HostPorts) Validate() error {
 	var errs []error
 	if !a.Cookie.IsOurs() || a.Cookie.Kind() != CookieKindAttachment {
 		errs = append(errs, fmt.Errorf("cookie %s is not an attachment cookie", a.Cookie))
@@ -92,7 +94,7 @@ type connMapping struct {
 }
 
 // connMappings numbers the distinct mappings of the rules, in rule order.
-func (a Attachment) connMappings() map[connMapping]int {
+func (a HostPorts) connMappings() map[connMapping]int {
 	m := map[connMapping]int{}
 	for _, r := range a.Rules {
 		k := connMapping{r.Protocol, r.HostPort}
@@ -105,7 +107,7 @@ func (a Attachment) connMappings() map[connMapping]int {
 
 // ConnMeters returns the new-connection meters of a (none without
 // ConnRate), in packets per second.
-func ConnMeters(a Attachment) []openflow.MeterBand {
+func ConnMeters(a HostPorts) []openflow.MeterBand {
 	if a.ConnRate == 0 {
 		return nil
 	}
@@ -117,14 +119,14 @@ func ConnMeters(a Attachment) []openflow.MeterBand {
 	return out
 }
 
-func (a Attachment) containerIP(family netip.Addr) netip.Addr {
+func (a HostPorts) containerIP(family netip.Addr) netip.Addr {
 	if family.Is4() {
 		return a.IPv4
 	}
 	return a.IPv6
 }
 
-func (a Attachment) hairpinIP(family netip.Addr) netip.Addr {
+func (a HostPorts) hairpinIP(family netip.Addr) netip.Addr {
 	if family.Is4() {
 		if a.HairpinV4.Is4() {
 			return a.HairpinV4
@@ -212,7 +214,7 @@ func icmpOf(a netip.Addr) uint8 {
 // untranslated either. Both go through ct(nat) without commit: what
 // no connection translates goes to the node (table 40's PriorityMiss). The
 // pipeline's comment says how a fragment goes through them.
-func (p Pipeline) NodeIPFlows(a Attachment) []Flow {
+func (p Pipeline) NodeIPFlows(a HostPorts) []Flow {
 	var out []Flow
 	seen, seenFrag := make(map[netip.Addr]bool), make(map[netip.Addr]bool)
 	nodeMAC, hasMAC := openflow.MACFrom(a.NodeMAC)
@@ -270,7 +272,7 @@ func (p Pipeline) NodeIPFlows(a Attachment) []Flow {
 // classifiers, then tables 40 and 41 per family (IPv4 first). Families
 // without rules get no flows. When two rules share a protocol, node IP and
 // host port, the first wins; callers reject such conflicts beforehand.
-func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
+func (p Pipeline) AttachmentFlows(a HostPorts) []Flow {
 	type replyKey struct {
 		ip    netip.Addr
 		proto Protocol
@@ -430,7 +432,7 @@ func (p Pipeline) AttachmentFlows(a Attachment) []Flow {
 // transaction (all or nothing), so a retried ADD replaces the attachment's
 // flows atomically and a bad entry changes nothing. Bundles need OpenFlow
 // 1.4 or later on the bridge.
-func (p Pipeline) Bundle(a Attachment) openflow.Bundle {
+func (p Pipeline) Bundle(a HostPorts) openflow.Bundle {
 	shared, own := append(p.SharedFlows(), p.NodeIPFlows(a)...), p.AttachmentFlows(a)
 	b := make(openflow.Bundle, 0, 1+len(shared)+len(own))
 	b = append(b, a.Cookie.Delete())

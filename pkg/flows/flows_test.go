@@ -45,13 +45,13 @@ var (
 
 // sample is a typical attachment: tcp 8080→80
 // and udp 5353→53 on every node IP, both families.
-func sample(t testing.TB) Attachment {
+func sample(t testing.TB) HostPorts {
 	t.Helper()
 	mappings := []Mapping{
 		{Protocol: TCP, HostPort: 8080, ContainerPort: 80},
 		{Protocol: UDP, HostPort: 5353, ContainerPort: 53},
 	}
-	a := Attachment{
+	a := HostPorts{
 		Cookie:    AttachmentCookie("ctr-a", "eth0"),
 		OFPort:    10,
 		MAC:       mac,
@@ -77,7 +77,7 @@ func TestBundleGolden(t *testing.T) {
 		[]netip.Addr{node4, node6}, ctr4, netip.Addr{})
 	tests := []struct {
 		name string
-		a    Attachment
+		a    HostPorts
 	}{
 		{"bundle_snat.golden", sample(t)},
 		{"bundle_masqall.golden", masq},
@@ -361,19 +361,19 @@ func TestWithdrawFlushes(t *testing.T) {
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name   string
-		modify func(*Attachment)
+		modify func(*HostPorts)
 		want   string // substring of the error; "" for none
 	}{
-		{"valid", func(*Attachment) {}, ""},
-		{"shared cookie", func(a *Attachment) { a.Cookie = SharedCookie() }, "not an attachment cookie"},
-		{"ofport 0", func(a *Attachment) { a.OFPort = 0 }, "ofport 0"},
-		{"ofport LOCAL", func(a *Attachment) { a.OFPort = 0xfffe }, "ofport 65534"},
-		{"no MAC", func(a *Attachment) { a.MAC = nil }, "mac"},
-		{"IPv6 in IPv4 slot", func(a *Attachment) { a.IPv4 = ctr6 }, "wrong family"},
-		{"rule for another container", func(a *Attachment) { a.Rules[0].ContainerIP = node4b }, "not the attachment's"},
-		{"mixed families", func(a *Attachment) { a.Rules[0].NodeIP = node6 }, "mixes address families"},
-		{"snat without hairpin IP", func(a *Attachment) { a.HairpinV6 = netip.Addr{} }, "hairpin address"},
-		{"invalid protocol", func(a *Attachment) { a.Rules[0].Protocol = 0 }, "invalid protocol"},
+		{"valid", func(*HostPorts) {}, ""},
+		{"shared cookie", func(a *HostPorts) { a.Cookie = SharedCookie() }, "not an attachment cookie"},
+		{"ofport 0", func(a *HostPorts) { a.OFPort = 0 }, "ofport 0"},
+		{"ofport LOCAL", func(a *HostPorts) { a.OFPort = 0xfffe }, "ofport 65534"},
+		{"no MAC", func(a *HostPorts) { a.MAC = nil }, "mac"},
+		{"IPv6 in IPv4 slot", func(a *HostPorts) { a.IPv4 = ctr6 }, "wrong family"},
+		{"rule for another container", func(a *HostPorts) { a.Rules[0].ContainerIP = node4b }, "not the attachment's"},
+		{"mixed families", func(a *HostPorts) { a.Rules[0].NodeIP = node6 }, "mixes address families"},
+		{"snat without hairpin IP", func(a *HostPorts) { a.HairpinV6 = netip.Addr{} }, "hairpin address"},
+		{"invalid protocol", func(a *HostPorts) { a.Rules[0].Protocol = 0 }, "invalid protocol"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,7 +49,7 @@ func FuzzResolve(f *testing.F) {
 				t.Fatalf("rule %v: node and container addresses not canonical and of one family", r)
 			}
 		}
-		a := Attachment{Cookie: AttachmentCookie(host, n1), OFPort: 1, MAC: mac,
+		a := HostPorts{Cookie: AttachmentCookie(host, n1), OFPort: 1, MAC: mac,
 			IPv4: canon(v4), IPv6: canon(v6), HairpinV4: node4, HairpinV6: node6, Rules: rules, SNAT: true}
 		_ = a.Validate()
 		for _, fl := range DefaultPipeline().AttachmentFlows(a) {

@@ -23,7 +23,7 @@ func TestStaleConnMeters(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovfx", ExternalIDs: map[string]string{record.KeyHostPorts: string(raw)}}}
-	a := flows.Attachment{Cookie: c, OFPort: 40000, IPv4: ctr, Rules: rules, ConnRate: 20, ConnBurst: 10}
+	a := flows.HostPorts{Cookie: c, OFPort: 40000, IPv4: ctr, Rules: rules, ConnRate: 20, ConnBurst: 10}
 	if got := staleConnMeters(p, a); len(got) != 0 {
 		t.Errorf("same mappings: got %v, want none", got)
 	}

@@ -29,7 +29,7 @@ import (
 // port takes in the same transaction as the record. It installs
 // nothing when a claim is held by another attachment (*ovsdb.ClaimedError),
 // and removes what it did when a later step fails.
-func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.Attachment, ids map[string]string) (retErr error) {
+func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.HostPorts, ids map[string]string) (retErr error) {
 	// An earlier ADD's meters that no flow of a uses, from the record p
 	// holds before this ADD: removed once the new flows are in.
 	stale := staleConnMeters(p, a)
@@ -126,12 +126,12 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 
 // staleConnMeters are the new-connection meters of the record port p held
 // before this ADD that attachment a does not use.
-func staleConnMeters(p ovsdb.OwnedPort, a flows.Attachment) []uint32 {
+func staleConnMeters(p ovsdb.OwnedPort, a flows.HostPorts) []uint32 {
 	old, ok, err := record.HostPortsOf(p)
 	if err != nil || !ok || old.ConnRate == 0 {
 		return nil
 	}
-	_, oa, err := old.Attachment()
+	_, oa, err := old.Facts()
 	if err != nil {
 		return nil
 	}
@@ -227,7 +227,7 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 	rec, ok, err := record.HostPortsOf(p)
 	keys := record.HostPortKeys(p)
 	if err == nil && ok {
-		pl, a, aerr := rec.Attachment()
+		pl, a, aerr := rec.Facts()
 		if aerr != nil {
 			return aerr
 		}
@@ -261,12 +261,12 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 // programmed again (reconcile): the OpenFlow target, the control socket ADD
 // was given ("" when none), the pipeline and the attachment, with the ofport
 // OVSDB holds now and the bridge interface's MAC of now. ok is false when p has no usable record.
-func Rebuild(p ovsdb.OwnedPort) (target, control string, pl flows.Pipeline, a flows.Attachment, ok bool) {
+func Rebuild(p ovsdb.OwnedPort) (target, control string, pl flows.Pipeline, a flows.HostPorts, ok bool) {
 	rec, ok, err := record.HostPortsOf(p)
 	if err != nil || !ok {
 		return "", "", pl, a, false
 	}
-	pl, a, err = rec.Attachment()
+	pl, a, err = rec.Facts()
 	if err != nil {
 		return "", "", pl, a, false
 	}

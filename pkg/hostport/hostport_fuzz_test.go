@@ -131,7 +131,7 @@ func FuzzRecordOf(f *testing.F) {
 		if !ok || err != nil {
 			return
 		}
-		pl, a, err := r.Attachment()
+		pl, a, err := r.Facts()
 		if err != nil {
 			return
 		}

@@ -116,10 +116,10 @@ func vlanZero(port ovsdb.OwnedPort, mappings int) error {
 
 // Plan is what an ADD resolved for one attachment.
 type Plan struct {
-	Port       ovsdb.OwnedPort
-	Target     string
-	Control    string // ovs-vswitchd's control socket ("": unixctl.Find)
-	Attachment flows.Attachment
+	Port      ovsdb.OwnedPort
+	Target    string
+	Control   string // ovs-vswitchd's control socket ("": unixctl.Find)
+	HostPorts flows.HostPorts
 }
 
 // Options are the host port settings of a network.
@@ -182,7 +182,7 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 	if len(mac) != 6 {
 		return nil, fmt.Errorf("prevResult interface %q has no MAC", ifname)
 	}
-	a := flows.Attachment{
+	a := flows.HostPorts{
 		Cookie: flows.AttachmentCookie(containerID, ifname), OFPort: uint32(*port.Interface.OFPort), MAC: mac, NodeMAC: nodeMAC,
 		IPv4: v4, IPv6: v6, Rules: flows.Resolve(conf.Mappings, nodeIPs, v4, v6),
 		SNAT: conf.SNAT, MasqAll: conf.MasqAll, ConnRate: conf.ConnRate, ConnBurst: conf.ConnBurst,
@@ -202,5 +202,5 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 		a.IPv6 = netip.Addr{}
 	}
 	return &Plan{Port: port, Target: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, bridge),
-		Control: conf.VswitchdControl, Attachment: a}, nil
+		Control: conf.VswitchdControl, HostPorts: a}, nil
 }

@@ -34,14 +34,14 @@ func TestResolvePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, r := range plan.Attachment.Rules {
+	for _, r := range plan.HostPorts.Rules {
 		got = append(got, r.String())
 	}
 	want := "tcp 198.51.100.1:8080->192.0.2.10:80,tcp 198.51.100.1:8083->192.0.2.10:80,tcp [2001:db8:100::1]:8080->[2001:db8:c::10]:80"
 	if strings.Join(got, ",") != want {
 		t.Errorf("rules: got %s, want %s (loopback mappings left out)", strings.Join(got, ","), want)
 	}
-	if plan.Target != "unix:/run/ovs/br0.mgmt" || plan.Attachment.OFPort != 5 || plan.Attachment.HairpinV4 != node[0] {
+	if plan.Target != "unix:/run/ovs/br0.mgmt" || plan.HostPorts.OFPort != 5 || plan.HostPorts.HairpinV4 != node[0] {
 		t.Errorf("plan: %+v", plan)
 	}
 	opts.Mappings = []flows.Mapping{m("203.0.113.9", 8080)}

@@ -26,9 +26,9 @@ var (
 )
 
 // goldenAttachments are the attachments of pkg/flows' golden bundles.
-func goldenAttachments(t testing.TB) map[string]flows.Attachment {
+func goldenAttachments(t testing.TB) map[string]flows.HostPorts {
 	t.Helper()
-	sample := flows.Attachment{
+	sample := flows.HostPorts{
 		Cookie: flows.AttachmentCookie("ctr-a", "eth0"), OFPort: 10, MAC: mac, IPv4: ctr4, IPv6: ctr6,
 		HairpinV4: node4, HairpinV6: node6, SNAT: true,
 		Rules: flows.Resolve([]flows.Mapping{
@@ -42,7 +42,7 @@ func goldenAttachments(t testing.TB) map[string]flows.Attachment {
 	v4only.IPv6, v4only.HairpinV6, v4only.SNAT = netip.Addr{}, netip.Addr{}, false
 	v4only.Rules = flows.Resolve([]flows.Mapping{{Protocol: flows.SCTP, HostIP: node4, HostPort: 3868, ContainerPort: 3868}},
 		[]netip.Addr{node4, node6}, ctr4, netip.Addr{})
-	return map[string]flows.Attachment{"bundle_snat.golden": sample, "bundle_masqall.golden": masq, "bundle_v4only_nosnat.golden": v4only}
+	return map[string]flows.HostPorts{"bundle_snat.golden": sample, "bundle_masqall.golden": masq, "bundle_v4only_nosnat.golden": v4only}
 }
 
 // corpus returns every flow shape pkg/flows produces and more: the golden
@@ -72,7 +72,7 @@ func corpus(t testing.TB) map[string]of.Bundle {
 		{"v6_snat", netip.Addr{}, ctr6, true, false},
 		{"v6_plain", netip.Addr{}, ctr6, false, false},
 	} {
-		a := flows.Attachment{
+		a := flows.HostPorts{
 			Cookie: flows.AttachmentCookie("ctr-"+tt.name, "eth0"), OFPort: 0xfeff, MAC: mac,
 			IPv4: tt.v4, IPv6: tt.v6, HairpinV4: node4, HairpinV6: node6,
 			Rules: flows.Resolve(mappings, []netip.Addr{node4, node6}, tt.v4, tt.v6),

@@ -61,7 +61,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if pod != "" && port.Port.ExternalIDs[record.KeyPod] != pod {
 		ids = map[string]string{record.KeyPod: pod}
 	}
-	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, conf.Pipeline, plan.Attachment, ids); err != nil {
+	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, conf.Pipeline, plan.HostPorts, ids); err != nil {
 		return err
 	}
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
@@ -138,7 +138,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 		if err != nil {
 			return err
 		}
-		want = conf.Pipeline.AttachmentFlows(plan.Attachment)
+		want = conf.Pipeline.AttachmentFlows(plan.HostPorts)
 		target = plan.Target
 	}
 	got, err := openflow.Dump(ctx, target, uint64(cookie), ^uint64(0))

@@ -140,7 +140,7 @@ type HostPorts struct {
 // host ports of attachment a on the bridge at target (ovsdb.Client.Record's
 // arguments): the keys of an earlier record and its claims to remove, the
 // record to set, and the claims to take.
-func PublishHostPorts(p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.Attachment) (unset []string, set map[string]string, claims []string, err error) {
+func PublishHostPorts(p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.HostPorts) (unset []string, set map[string]string, claims []string, err error) {
 	rec := newHostPorts(target, pl, a)
 	rec.VswitchdControl = control
 	raw, err := json.Marshal(rec)
@@ -155,7 +155,7 @@ func PublishHostPorts(p ovsdb.OwnedPort, target, control string, pl flows.Pipeli
 }
 
 // newHostPorts is the record of attachment a on the bridge at target.
-func newHostPorts(target string, pl flows.Pipeline, a flows.Attachment) HostPorts {
+func newHostPorts(target string, pl flows.Pipeline, a flows.HostPorts) HostPorts {
 	return HostPorts{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
 		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
 		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), NodeMAC: macString(a.NodeMAC), IPv4: a.IPv4, IPv6: a.IPv6,
@@ -171,25 +171,25 @@ func macString(m net.HardwareAddr) string {
 	return m.String()
 }
 
-// Attachment rebuilds the flow facts from the record.
-func (r HostPorts) Attachment() (flows.Pipeline, flows.Attachment, error) {
+// Facts rebuilds the flow facts from the record.
+func (r HostPorts) Facts() (flows.Pipeline, flows.HostPorts, error) {
 	var c uint64
 	if _, err := fmt.Sscanf(r.Cookie, "0x%x", &c); err != nil {
-		return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record cookie %q: %w", r.Cookie, err)
+		return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record cookie %q: %w", r.Cookie, err)
 	}
 	mac, err := net.ParseMAC(r.MAC)
 	if err != nil {
-		return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record MAC %q: %w", r.MAC, err)
+		return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record MAC %q: %w", r.MAC, err)
 	}
 	var nodeMAC net.HardwareAddr
 	if r.NodeMAC != "" {
 		if nodeMAC, err = net.ParseMAC(r.NodeMAC); err != nil {
-			return flows.Pipeline{}, flows.Attachment{}, fmt.Errorf("record node MAC %q: %w", r.NodeMAC, err)
+			return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record node MAC %q: %w", r.NodeMAC, err)
 		}
 	}
 	pl := flows.Pipeline{DNATZone: r.DNATZone, SNATZone: r.SNATZone, ContainerZone: r.ContainerZone,
 		Limit: r.Limit, ContainerLimit: r.ContainerLimit}
-	return pl, flows.Attachment{
+	return pl, flows.HostPorts{
 		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, NodeMAC: nodeMAC, IPv4: r.IPv4, IPv6: r.IPv6,
 		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, SNAT: r.SNAT, MasqAll: r.MasqAll,
 		ConnRate: r.ConnRate, ConnBurst: r.ConnBurst,

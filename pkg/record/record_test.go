@@ -21,7 +21,7 @@ func TestHostPortsRoundTrip(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:01")
 	node := netip.MustParseAddr("198.51.100.1")
 	pl := flows.Pipeline{DNATZone: 64000, SNATZone: 64001, ContainerZone: 64002, Limit: 100, ContainerLimit: 200}
-	a := flows.Attachment{Cookie: flows.AttachmentCookie("ctr", "eth0"), OFPort: 7, MAC: mac,
+	a := flows.HostPorts{Cookie: flows.AttachmentCookie("ctr", "eth0"), OFPort: 7, MAC: mac,
 		IPv4: netip.MustParseAddr("192.0.2.10"), HairpinV4: node, SNAT: true,
 		Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80},
 			{Protocol: flows.UDP, HostPort: 53, ContainerPort: 53}}, []netip.Addr{node}, netip.MustParseAddr("192.0.2.10"), netip.Addr{})}
@@ -50,7 +50,7 @@ func TestHostPortsRoundTrip(t *testing.T) {
 	if rec.OpenFlow != "unix:/run/ovs/br0.mgmt" {
 		t.Errorf("OpenFlow %q, want unix:/run/ovs/br0.mgmt", rec.OpenFlow)
 	}
-	gotPl, gotA, err := rec.Attachment()
+	gotPl, gotA, err := rec.Facts()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -345,7 +345,7 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	}
 	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.OVSDB,
 		VswitchdControl: conf.VswitchdControl},
-		args.ContainerID, args.IfName, port, v4, v6, ps.MAC.HardwareAddr())
+		args.ContainerID, args.IfName, port, v4, v6, ps.MAC)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package flows
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 
@@ -22,12 +21,12 @@ type HostPorts struct {
 	// OFPort is the OpenFlow port of the container's host-side interface.
 	OFPort uint32
 	// MAC is the container interface's MAC address.
-	MAC net.HardwareAddr
+	MAC openflow.MAC
 	// NodeMAC is the MAC of the bridge's internal interface, which holds the
 	// node addresses: requests are translated only when sent to it, since
 	// their destination MAC becomes the reply's source (LabelOrigEthDst).
-	// nil (records from before it): any destination MAC.
-	NodeMAC net.HardwareAddr
+	// Zero (records from before it): any destination MAC.
+	NodeMAC openflow.MAC
 	// IPv4 and IPv6 are the container's addresses; either may be zero.
 	IPv4, IPv6 netip.Addr
 	// HairpinV4 and HairpinV6 are node addresses used as the source of
@@ -57,11 +56,11 @@ func (a HostPorts) Validate() error {
 	if a.OFPort == 0 || a.OFPort >= 0xff00 {
 		errs = append(errs, fmt.Errorf("ofport %d out of range", a.OFPort))
 	}
-	if len(a.MAC) != 6 {
-		errs = append(errs, fmt.Errorf("mac %q is not a 48-bit MAC", a.MAC))
+	if a.MAC.IsZero() {
+		errs = append(errs, errors.New("no mac"))
 	}
-	if a.NodeMAC != nil && (len(a.NodeMAC) != 6 || a.NodeMAC[0]&1 != 0) {
-		errs = append(errs, fmt.Errorf("node mac %q is not a 48-bit unicast MAC", a.NodeMAC))
+	if a.NodeMAC[0]&1 != 0 {
+		errs = append(errs, fmt.Errorf("node mac %s is not a unicast MAC", a.NodeMAC))
 	}
 	if a.IPv4.IsValid() && !a.IPv4.Is4() || a.IPv6.IsValid() && !a.IPv6.Is6() {
 		errs = append(errs, fmt.Errorf("container addresses %s, %s are of the wrong family", a.IPv4, a.IPv6))
@@ -217,7 +216,7 @@ func icmpOf(a netip.Addr) uint8 {
 func (p Pipeline) NodeIPFlows(a HostPorts) []Flow {
 	var out []Flow
 	seen, seenFrag := make(map[netip.Addr]bool), make(map[netip.Addr]bool)
-	nodeMAC, hasMAC := openflow.MACFrom(a.NodeMAC)
+	nodeMAC, hasMAC := a.NodeMAC, !a.NodeMAC.IsZero()
 	lookup := func(zone uint16) openflow.CT {
 		return openflow.CT{Zone: zone, NAT: &openflow.NAT{}, Table: openflow.Table(TablePortmapDNAT)}
 	}
@@ -291,13 +290,13 @@ func (p Pipeline) AttachmentFlows(a HostPorts) []Flow {
 		openflow.Move{Src: openflow.FieldEthDst.All(), Dst: LabelOrigEthDst},
 		openflow.Move{Src: openflow.FieldInPort.All(), Dst: LabelOrigInPort},
 	}
-	mac, _ := openflow.MACFrom(a.MAC)
+	mac := a.MAC
 	conns := a.connMappings()
 	for _, r := range a.Rules {
 		// Untagged only: a tagged frame has no path to the node's addresses.
 		match := openflow.Match{}.Proto(ethOf(r.NodeIP), uint8(r.Protocol)).VLANTCI(0, 0x1000).
 			IPDst(openflow.Host(r.NodeIP)).TPDst(r.HostPort)
-		if nodeMAC, ok := openflow.MACFrom(a.NodeMAC); ok {
+		if nodeMAC := a.NodeMAC; !nodeMAC.IsZero() {
 			// The reply's source MAC is this one (LabelOrigEthDst): a
 			// request sent to any other is not ours to answer.
 			match = match.EthDst(nodeMAC)

@@ -54,7 +54,7 @@ func sample(t testing.TB) HostPorts {
 	a := HostPorts{
 		Cookie:    AttachmentCookie("ctr-a", "eth0"),
 		OFPort:    10,
-		MAC:       mac,
+		MAC:       openflow.MAC(mac),
 		IPv4:      ctr4,
 		IPv6:      ctr6,
 		HairpinV4: node4,
@@ -368,7 +368,7 @@ func TestValidate(t *testing.T) {
 		{"shared cookie", func(a *HostPorts) { a.Cookie = SharedCookie() }, "not an attachment cookie"},
 		{"ofport 0", func(a *HostPorts) { a.OFPort = 0 }, "ofport 0"},
 		{"ofport LOCAL", func(a *HostPorts) { a.OFPort = 0xfffe }, "ofport 65534"},
-		{"no MAC", func(a *HostPorts) { a.MAC = nil }, "mac"},
+		{"no MAC", func(a *HostPorts) { a.MAC = openflow.MAC{} }, "mac"},
 		{"IPv6 in IPv4 slot", func(a *HostPorts) { a.IPv4 = ctr6 }, "wrong family"},
 		{"rule for another container", func(a *HostPorts) { a.Rules[0].ContainerIP = node4b }, "not the attachment's"},
 		{"mixed families", func(a *HostPorts) { a.Rules[0].NodeIP = node6 }, "mixes address families"},
@@ -411,7 +411,7 @@ func TestPipelineDeclarations(t *testing.T) {
 // flow does.
 func TestRequestsMatchNodeMAC(t *testing.T) {
 	a := sample(t)
-	a.NodeMAC, _ = net.ParseMAC("02:00:00:00:00:fe")
+	a.NodeMAC, _ = openflow.ParseMAC("02:00:00:00:00:fe")
 	if err := a.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +421,7 @@ func TestRequestsMatchNodeMAC(t *testing.T) {
 			t.Errorf("flow %s: dl_dst=NodeMAC %v, want %v", f, got, request)
 		}
 	}
-	a.NodeMAC, _ = net.ParseMAC("ff:ff:ff:ff:ff:ff")
+	a.NodeMAC, _ = openflow.ParseMAC("ff:ff:ff:ff:ff:ff")
 	if err := a.Validate(); err == nil || !strings.Contains(err.Error(), "unicast") {
 		t.Errorf("broadcast node MAC: got %v, want an error", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 func FuzzParseProtocol(f *testing.F) {
@@ -49,7 +51,7 @@ func FuzzResolve(f *testing.F) {
 				t.Fatalf("rule %v: node and container addresses not canonical and of one family", r)
 			}
 		}
-		a := HostPorts{Cookie: AttachmentCookie(host, n1), OFPort: 1, MAC: mac,
+		a := HostPorts{Cookie: AttachmentCookie(host, n1), OFPort: 1, MAC: openflow.MAC(mac),
 			IPv4: canon(v4), IPv6: canon(v6), HairpinV4: node4, HairpinV6: node6, Rules: rules, SNAT: true}
 		_ = a.Validate()
 		for _, fl := range DefaultPipeline().AttachmentFlows(a) {

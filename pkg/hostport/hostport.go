@@ -273,10 +273,10 @@ func Rebuild(p ovsdb.OwnedPort) (target, control string, pl flows.Pipeline, a fl
 	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
 		a.OFPort = uint32(*p.Interface.OFPort)
 	}
-	if a.NodeMAC != nil {
+	if !a.NodeMAC.IsZero() {
 		// The bridge interface's MAC as it is now (it follows the bridge's
 		// NICs unless other_config:hwaddr pins it).
-		if m, err := NodeMAC(p.Port.ExternalIDs[ovsdb.KeyBridge]); err == nil && len(m) == 6 {
+		if m, err := NodeMAC(p.Port.ExternalIDs[ovsdb.KeyBridge]); err == nil {
 			a.NodeMAC = m
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
@@ -107,8 +108,8 @@ func FuzzContainerFacts(f *testing.F) {
 		if v6.IsValid() && (!v6.Is6() || v6.Is4In6()) {
 			t.Fatalf("v6 %v", v6)
 		}
-		if mac != nil && len(mac) == 0 {
-			t.Fatalf("empty MAC")
+		if m, err := openflow.ParseMAC(mac.String()); !mac.IsZero() && (err != nil || m != mac) {
+			t.Fatalf("MAC %s does not read back: %v, %v", mac, m, err)
 		}
 	})
 }

@@ -2,7 +2,6 @@ package hostport
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 
@@ -12,18 +11,20 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
 // ContainerFacts picks, from a result, the first IPv4 and IPv6 address of the
 // interface ifname that has a sandbox (or of IPs with no interface), and that
-// interface's MAC.
-func ContainerFacts(r *current.Result, ifname string) (v4, v6 netip.Addr, mac net.HardwareAddr) {
+// interface's MAC (zero when it has none, or not a 48-bit one): the
+// prevResult is where the MAC is parsed.
+func ContainerFacts(r *current.Result, ifname string) (v4, v6 netip.Addr, mac openflow.MAC) {
 	idx := -1
 	for i, iface := range r.Interfaces {
 		if iface != nil && iface.Name == ifname && iface.Sandbox != "" {
 			idx = i
-			mac, _ = net.ParseMAC(iface.Mac)
+			mac, _ = openflow.ParseMAC(iface.Mac)
 			break
 		}
 	}
@@ -88,12 +89,21 @@ func nodeIPsOf(l netlink.Link, bridge string) ([]netip.Addr, error) {
 
 // NodeMAC is the MAC of the bridge's internal interface, where the node
 // addresses are.
-func NodeMAC(bridge string) (net.HardwareAddr, error) {
+func NodeMAC(bridge string) (openflow.MAC, error) {
 	l, err := bridgeLink(bridge)
 	if err != nil {
-		return nil, err
+		return openflow.MAC{}, err
 	}
-	return l.Attrs().HardwareAddr, nil
+	return linkMAC(l, bridge)
+}
+
+// linkMAC is the MAC of l, the interface of bridge.
+func linkMAC(l netlink.Link, bridge string) (openflow.MAC, error) {
+	m, ok := openflow.MACFrom(l.Attrs().HardwareAddr)
+	if !ok {
+		return m, fmt.Errorf("bridge interface %q has MAC %q, not a 48-bit one", bridge, l.Attrs().HardwareAddr)
+	}
+	return m, nil
 }
 
 // vlanZero refuses host ports on a port off VLAN 0 (ovs-bridge's "vlan" or
@@ -125,8 +135,8 @@ type Plan struct {
 // Options are the host port settings of a network.
 type Options struct {
 	Mappings []flows.Mapping
-	NodeIPs  []netip.Addr     // nil: the addresses of the bridge's internal interface
-	NodeMAC  net.HardwareAddr // nil: the MAC of the bridge's internal interface
+	NodeIPs  []netip.Addr // nil: the addresses of the bridge's internal interface
+	NodeMAC  openflow.MAC // zero: the MAC of the bridge's internal interface
 	SNAT     bool
 	MasqAll  bool
 	OpenFlow string // override of the bridge's OpenFlow target
@@ -140,17 +150,19 @@ type Options struct {
 
 // Resolve turns options and facts into the attachment's flow facts: node
 // addresses, hostIP checks, rules, hairpin sources.
-func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4, v6 netip.Addr, mac net.HardwareAddr) (*Plan, error) {
+func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4, v6 netip.Addr, mac openflow.MAC) (*Plan, error) {
 	bridge := port.Port.ExternalIDs[ovsdb.KeyBridge]
 	nodeIPs, nodeMAC := conf.NodeIPs, conf.NodeMAC
-	if nodeIPs == nil || nodeMAC == nil {
+	if nodeIPs == nil || nodeMAC.IsZero() {
 		// One lookup of the bridge interface for both.
 		l, err := bridgeLink(bridge)
 		if err != nil {
 			return nil, err
 		}
-		if nodeMAC == nil {
-			nodeMAC = l.Attrs().HardwareAddr
+		if nodeMAC.IsZero() {
+			if nodeMAC, err = linkMAC(l, bridge); err != nil {
+				return nil, err
+			}
 		}
 		if nodeIPs == nil {
 			if nodeIPs, err = nodeIPsOf(l, bridge); err != nil {
@@ -179,7 +191,7 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 	if port.Interface.OFPort == nil || *port.Interface.OFPort <= 0 {
 		return nil, fmt.Errorf("port %q has no ofport", port.Port.Name)
 	}
-	if len(mac) != 6 {
+	if mac.IsZero() {
 		return nil, fmt.Errorf("prevResult interface %q has no MAC", ifname)
 	}
 	a := flows.HostPorts{

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -28,8 +29,8 @@ func TestResolvePlan(t *testing.T) {
 		return flows.Mapping{Protocol: flows.TCP, HostIP: a, HostPort: hp, ContainerPort: 80}
 	}
 	opts := Options{Mappings: []flows.Mapping{m("", 8080), m("127.0.0.1", 8081), m("::1", 8082), m("198.51.100.1", 8083)},
-		NodeIPs: node, NodeMAC: mac, SNAT: true, OVSDB: "unix:/run/ovs/db.sock"}
-	plan, err := Resolve(opts, "ctr", "eth0", port, v4, v6, mac)
+		NodeIPs: node, NodeMAC: openflow.MAC(mac), SNAT: true, OVSDB: "unix:/run/ovs/db.sock"}
+	plan, err := Resolve(opts, "ctr", "eth0", port, v4, v6, openflow.MAC(mac))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestResolvePlan(t *testing.T) {
 		t.Errorf("plan: %+v", plan)
 	}
 	opts.Mappings = []flows.Mapping{m("203.0.113.9", 8080)}
-	_, err = Resolve(opts, "ctr", "eth0", port, v4, v6, mac)
+	_, err = Resolve(opts, "ctr", "eth0", port, v4, v6, openflow.MAC(mac))
 	var e *types.Error
 	if !errors.As(err, &e) || e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, "203.0.113.9 is not a node address") {
 		t.Errorf("foreign hostIP: got %v", err)
@@ -59,7 +60,7 @@ func TestResolvePlan(t *testing.T) {
 		p := port
 		p.Port.Tag, p.Port.Trunks = &tc.tag, tc.trunks
 		opts.Mappings = []flows.Mapping{m("", 8080)}
-		_, err = Resolve(opts, "ctr", "eth0", p, v4, v6, mac)
+		_, err = Resolve(opts, "ctr", "eth0", p, v4, v6, openflow.MAC(mac))
 		if !errors.As(err, &e) || e.Code != types.ErrInvalidNetworkConfig || !strings.Contains(e.Msg, tc.wantField) {
 			t.Errorf("%s: got %v, want code 7 naming %s", tc.name, err, tc.wantField)
 		}

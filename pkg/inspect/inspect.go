@@ -107,7 +107,10 @@ func load(p ovsdb.OwnedPort, ovsdbEndpoint string) (attachment, error) {
 	if target, ctl, pl, a, ok := hostport.Rebuild(p); ok {
 		at.target, at.control = target, ctl
 		f.HostPorts = true
-		f.Pipeline, f.Rules, f.NodeMAC = pl, a.Rules, a.NodeMAC
+		f.Pipeline, f.Rules = pl, a.Rules
+		if !a.NodeMAC.IsZero() {
+			f.NodeMAC = a.NodeMAC.HardwareAddr()
+		}
 		f.HairpinV4, f.HairpinV6, f.SNAT = a.HairpinV4, a.HairpinV6, a.SNAT
 		if a.IPv4.IsValid() {
 			f.IPv4 = a.IPv4
@@ -116,7 +119,7 @@ func load(p ovsdb.OwnedPort, ovsdbEndpoint string) (attachment, error) {
 			f.IPv6 = a.IPv6
 		}
 		if f.MAC == nil {
-			f.MAC = a.MAC
+			f.MAC = a.MAC.HardwareAddr()
 		}
 		at.declared = append(at.declared, pl.SharedFlows()...)
 		at.declared = append(at.declared, pl.NodeIPFlows(a)...)

@@ -22,7 +22,7 @@ func TestWriteFlows(t *testing.T) {
 	ip := netip.MustParseAddr("192.0.2.10")
 	ps := flows.PortSecurityFlows(flows.PortSecurity{Cookie: c, OFPort: 7, MAC: openflow.MAC(mac), IPs: []netip.Addr{ip}, LinkLocal: flows.LinkLocalOf(mac)})
 	pl := flows.DefaultPipeline()
-	a := flows.HostPorts{Cookie: c, OFPort: 7, MAC: mac, IPv4: ip,
+	a := flows.HostPorts{Cookie: c, OFPort: 7, MAC: openflow.MAC(mac), IPv4: ip,
 		Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}}, []netip.Addr{netip.MustParseAddr("198.51.100.1")}, ip, netip.Addr{})}
 	var fs []openflow.FlowStats
 	for _, f := range append(append(pl.SharedFlows(), pl.AttachmentFlows(a)...), ps...) {

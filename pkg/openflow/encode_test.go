@@ -29,7 +29,7 @@ var (
 func goldenAttachments(t testing.TB) map[string]flows.HostPorts {
 	t.Helper()
 	sample := flows.HostPorts{
-		Cookie: flows.AttachmentCookie("ctr-a", "eth0"), OFPort: 10, MAC: mac, IPv4: ctr4, IPv6: ctr6,
+		Cookie: flows.AttachmentCookie("ctr-a", "eth0"), OFPort: 10, MAC: of.MAC(mac), IPv4: ctr4, IPv6: ctr6,
 		HairpinV4: node4, HairpinV6: node6, SNAT: true,
 		Rules: flows.Resolve([]flows.Mapping{
 			{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80},
@@ -73,7 +73,7 @@ func corpus(t testing.TB) map[string]of.Bundle {
 		{"v6_plain", netip.Addr{}, ctr6, false, false},
 	} {
 		a := flows.HostPorts{
-			Cookie: flows.AttachmentCookie("ctr-"+tt.name, "eth0"), OFPort: 0xfeff, MAC: mac,
+			Cookie: flows.AttachmentCookie("ctr-"+tt.name, "eth0"), OFPort: 0xfeff, MAC: of.MAC(mac),
 			IPv4: tt.v4, IPv6: tt.v6, HairpinV4: node4, HairpinV6: node6,
 			Rules: flows.Resolve(mappings, []netip.Addr{node4, node6}, tt.v4, tt.v6),
 			SNAT:  tt.snat, MasqAll: tt.masq,

@@ -12,7 +12,6 @@ package record
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -164,8 +163,8 @@ func newHostPorts(target string, pl flows.Pipeline, a flows.HostPorts) HostPorts
 }
 
 // macString renders a MAC, "" for none.
-func macString(m net.HardwareAddr) string {
-	if m == nil {
+func macString(m openflow.MAC) string {
+	if m.IsZero() {
 		return ""
 	}
 	return m.String()
@@ -177,13 +176,13 @@ func (r HostPorts) Facts() (flows.Pipeline, flows.HostPorts, error) {
 	if _, err := fmt.Sscanf(r.Cookie, "0x%x", &c); err != nil {
 		return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record cookie %q: %w", r.Cookie, err)
 	}
-	mac, err := net.ParseMAC(r.MAC)
+	mac, err := openflow.ParseMAC(r.MAC)
 	if err != nil {
 		return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record MAC %q: %w", r.MAC, err)
 	}
-	var nodeMAC net.HardwareAddr
+	var nodeMAC openflow.MAC
 	if r.NodeMAC != "" {
-		if nodeMAC, err = net.ParseMAC(r.NodeMAC); err != nil {
+		if nodeMAC, err = openflow.ParseMAC(r.NodeMAC); err != nil {
 			return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record node MAC %q: %w", r.NodeMAC, err)
 		}
 	}

@@ -21,7 +21,7 @@ func TestHostPortsRoundTrip(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:01")
 	node := netip.MustParseAddr("198.51.100.1")
 	pl := flows.Pipeline{DNATZone: 64000, SNATZone: 64001, ContainerZone: 64002, Limit: 100, ContainerLimit: 200}
-	a := flows.HostPorts{Cookie: flows.AttachmentCookie("ctr", "eth0"), OFPort: 7, MAC: mac,
+	a := flows.HostPorts{Cookie: flows.AttachmentCookie("ctr", "eth0"), OFPort: 7, MAC: openflow.MAC(mac),
 		IPv4: netip.MustParseAddr("192.0.2.10"), HairpinV4: node, SNAT: true,
 		Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80},
 			{Protocol: flows.UDP, HostPort: 53, ContainerPort: 53}}, []netip.Addr{node}, netip.MustParseAddr("192.0.2.10"), netip.Addr{})}
@@ -189,5 +189,65 @@ func TestPortSecurityOfNothing(t *testing.T) {
 		if _, ok := PortSecurityOf(p); ok {
 			t.Errorf("PortSecurityOf(%s): ok, want not a record", raw)
 		}
+	}
+}
+
+// The host port records in testdata are as ovs-portmap wrote them before
+// the facts carried typed MACs (one of a version without the node MAC):
+// each decodes to the facts it was written from, and the facts give back
+// the same JSON to the byte.
+func TestHostPortsGolden(t *testing.T) {
+	mac := func(s string) openflow.MAC {
+		m, err := openflow.ParseMAC(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	node4, node6 := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:100::1")
+	c4, c6 := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8:c::a")
+	c := flows.AttachmentCookie("ctr", "eth0")
+	for _, tt := range []struct {
+		file    string
+		control string
+		pl      flows.Pipeline
+		a       flows.HostPorts
+	}{
+		{"hostports_full.json", "/run/openvswitch/ovs-vswitchd.1.ctl",
+			flows.Pipeline{DNATZone: 64000, SNATZone: 64001, ContainerZone: 64002, Limit: 100, ContainerLimit: 200},
+			flows.HostPorts{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0a"), NodeMAC: mac("02:00:00:00:00:fe"),
+				IPv4: c4, IPv6: c6, HairpinV4: node4, HairpinV6: node6, SNAT: true, ConnRate: 10, ConnBurst: 20,
+				Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80},
+					{Protocol: flows.UDP, HostPort: 53, ContainerPort: 53}}, []netip.Addr{node4, node6}, c4, c6)}},
+		{"hostports_nonodemac.json", "", flows.Pipeline{DNATZone: 64000, SNATZone: 64001},
+			flows.HostPorts{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0a"), IPv4: c4, HairpinV4: node4,
+				Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}}, []netip.Addr{node4}, c4, netip.Addr{})}},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := strings.TrimSuffix(string(b), "\n")
+			p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{KeyHostPorts: stored}}}
+			rec, ok, err := HostPortsOf(p)
+			if !ok || err != nil {
+				t.Fatalf("HostPortsOf: ok %v, err %v", ok, err)
+			}
+			pl, a, err := rec.Facts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pl != tt.pl || !reflect.DeepEqual(a, tt.a) {
+				t.Errorf("facts\n%+v\n%+v\nwant\n%+v\n%+v", pl, a, tt.pl, tt.a)
+			}
+			_, set, _, err := PublishHostPorts(ovsdb.OwnedPort{}, "unix:/run/openvswitch/br0.mgmt", tt.control, tt.pl, tt.a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if set[KeyHostPorts] != stored {
+				t.Errorf("record of the facts\n%s\nwant\n%s", set[KeyHostPorts], stored)
+			}
+		})
 	}
 }

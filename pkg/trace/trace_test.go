@@ -24,7 +24,7 @@ func sample() (Attachment, []flows.Flow) {
 		Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}, {Protocol: flows.UDP, HostPort: 5353, ContainerPort: 53}},
 			[]netip.Addr{node}, v4, netip.Addr{})}
 	pl := flows.DefaultPipeline()
-	fa := flows.HostPorts{Cookie: c, OFPort: a.OFPort, MAC: mac, NodeMAC: nodeMAC, IPv4: v4, HairpinV4: node, Rules: a.Rules, SNAT: true}
+	fa := flows.HostPorts{Cookie: c, OFPort: a.OFPort, MAC: openflow.MAC(mac), NodeMAC: openflow.MAC(nodeMAC), IPv4: v4, HairpinV4: node, Rules: a.Rules, SNAT: true}
 	declared := flows.PortSecurityFlows(flows.PortSecurity{Cookie: c, OFPort: a.OFPort, MAC: openflow.MAC(mac), IPs: []netip.Addr{v4}, LinkLocal: a.LinkLocal})
 	declared = append(declared, pl.SharedFlows()...)
 	declared = append(declared, pl.NodeIPFlows(fa)...)

@@ -120,13 +120,6 @@ func TestPodOf(t *testing.T) {
 // back the same JSON to the byte, so that readers of either side of an
 // upgrade read what the other wrote.
 func TestPortSecurityGolden(t *testing.T) {
-	mac := func(s string) openflow.MAC {
-		m, err := openflow.ParseMAC(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
 	ll := func(m openflow.MAC) netip.Addr { return flows.LinkLocalOf(m.HardwareAddr()) }
 	addrs := func(s ...string) []netip.Addr {
 		var out []netip.Addr
@@ -141,21 +134,17 @@ func TestPortSecurityGolden(t *testing.T) {
 		target string
 		ps     flows.PortSecurity
 	}{
-		{"portsec_full.json", "unix:/run/openvswitch/br0.mgmt", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0a"),
-			LinkLocal: ll(mac("02:00:00:00:00:0a")), IPs: addrs("203.0.113.10", "2001:db8:c::a"),
+		{"portsec_full.json", "unix:/run/openvswitch/br0.mgmt", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mustMAC(t, "02:00:00:00:00:0a"),
+			LinkLocal: ll(mustMAC(t, "02:00:00:00:00:0a")), IPs: addrs("203.0.113.10", "2001:db8:c::a"),
 			Allowed:   []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:c::100/128")},
 			AllowVRRP: true, AllowRouter: true, AllowDHCPServer: true, VLAN: flows.Trunk}},
-		{"portsec_l2only.json", "unix:/run/openvswitch/br0.mgmt", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0b"),
-			LinkLocal: ll(mac("02:00:00:00:00:0b")), L2Only: true}},
-		{"portsec_disabled_access.json", "tcp:127.0.0.1:6653", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0c"),
-			LinkLocal: ll(mac("02:00:00:00:00:0c")), IPs: addrs("203.0.113.12"), VLAN: flows.Access, Disabled: true}},
+		{"portsec_l2only.json", "unix:/run/openvswitch/br0.mgmt", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mustMAC(t, "02:00:00:00:00:0b"),
+			LinkLocal: ll(mustMAC(t, "02:00:00:00:00:0b")), L2Only: true}},
+		{"portsec_disabled_access.json", "tcp:127.0.0.1:6653", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mustMAC(t, "02:00:00:00:00:0c"),
+			LinkLocal: ll(mustMAC(t, "02:00:00:00:00:0c")), IPs: addrs("203.0.113.12"), VLAN: flows.Access, Disabled: true}},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join("testdata", tt.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			stored := strings.TrimSuffix(string(b), "\n")
+			stored := golden(t, tt.file)
 			p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{KeyPortSecurity: stored}}}
 			rec, ok := PortSecurityOf(p)
 			if !ok {
@@ -197,13 +186,6 @@ func TestPortSecurityOfNothing(t *testing.T) {
 // each decodes to the facts it was written from, and the facts give back
 // the same JSON to the byte.
 func TestHostPortsGolden(t *testing.T) {
-	mac := func(s string) openflow.MAC {
-		m, err := openflow.ParseMAC(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
 	node4, node6 := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8:100::1")
 	c4, c6 := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8:c::a")
 	c := flows.AttachmentCookie("ctr", "eth0")
@@ -215,20 +197,16 @@ func TestHostPortsGolden(t *testing.T) {
 	}{
 		{"hostports_full.json", "/run/openvswitch/ovs-vswitchd.1.ctl",
 			flows.Pipeline{DNATZone: 64000, SNATZone: 64001, ContainerZone: 64002, Limit: 100, ContainerLimit: 200},
-			flows.HostPorts{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0a"), NodeMAC: mac("02:00:00:00:00:fe"),
+			flows.HostPorts{Cookie: c, OFPort: 7, MAC: mustMAC(t, "02:00:00:00:00:0a"), NodeMAC: mustMAC(t, "02:00:00:00:00:fe"),
 				IPv4: c4, IPv6: c6, HairpinV4: node4, HairpinV6: node6, SNAT: true, ConnRate: 10, ConnBurst: 20,
 				Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80},
 					{Protocol: flows.UDP, HostPort: 53, ContainerPort: 53}}, []netip.Addr{node4, node6}, c4, c6)}},
 		{"hostports_nonodemac.json", "", flows.Pipeline{DNATZone: 64000, SNATZone: 64001},
-			flows.HostPorts{Cookie: c, OFPort: 7, MAC: mac("02:00:00:00:00:0a"), IPv4: c4, HairpinV4: node4,
+			flows.HostPorts{Cookie: c, OFPort: 7, MAC: mustMAC(t, "02:00:00:00:00:0a"), IPv4: c4, HairpinV4: node4,
 				Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}}, []netip.Addr{node4}, c4, netip.Addr{})}},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join("testdata", tt.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			stored := strings.TrimSuffix(string(b), "\n")
+			stored := golden(t, tt.file)
 			p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{KeyHostPorts: stored}}}
 			rec, ok, err := HostPortsOf(p)
 			if !ok || err != nil {
@@ -250,4 +228,23 @@ func TestHostPortsGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+func mustMAC(t *testing.T, s string) openflow.MAC {
+	t.Helper()
+	m, err := openflow.ParseMAC(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// golden is the record stored in testdata/file, without its final newline.
+func golden(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSuffix(string(b), "\n")
 }

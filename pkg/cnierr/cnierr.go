@@ -7,7 +7,6 @@
 package cnierr
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -96,13 +95,4 @@ func New(kind Kind, msg, details string) *Error {
 // Wrap is an error of kind with msg whose details and cause are err.
 func Wrap(kind Kind, msg string, err error) *Error {
 	return &Error{Kind: kind, Msg: msg, Details: err.Error(), Err: err}
-}
-
-// KindOf is the kind of the first *Error in err's chain (Internal: none).
-func KindOf(err error) Kind {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Kind
-	}
-	return Internal
 }

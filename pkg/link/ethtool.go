@@ -9,7 +9,6 @@ import (
 
 // ethtool ioctl commands (linux/ethtool.h).
 const (
-	ethtoolGTXCSUM = 0x00000016
 	ethtoolSTXCSUM = 0x00000017
 )
 
@@ -49,10 +48,4 @@ func DisableTxChecksum(ifname string) error {
 		return fmt.Errorf("turning tx checksum offload off on %q: %w", ifname, err)
 	}
 	return nil
-}
-
-// TxChecksum reports whether TX checksum offload is on.
-func TxChecksum(ifname string) (bool, error) {
-	v, err := ethtool(ifname, ethtoolGTXCSUM, 0)
-	return v != 0, err
 }

@@ -55,8 +55,3 @@ func (m Match) CTStateOf() (value, mask uint32, ok bool) {
 func (m Match) VLANTCIOf() (value, mask uint16, ok bool) {
 	return m.vlanTCI.v, m.vlanTCI.m, m.has&hasVLAN != 0
 }
-
-// IPFragOf returns nw_frag's value and mask.
-func (m Match) IPFragOf() (value, mask uint8, ok bool) {
-	return m.ipFrag.v, m.ipFrag.m, m.has&hasIPFrag != 0
-}

@@ -55,25 +55,6 @@ func (c *Client) ClearFlowRestoreWait(ctx context.Context) (bool, error) {
 	return err == nil, err
 }
 
-// FlowRestoreWait reports other_config:flow-restore-wait as ovs-vswitchd
-// reads it.
-func (c *Client) FlowRestoreWait(ctx context.Context) (bool, error) {
-	res, err := c.transact(ctx, selectRoot("other_config"))
-	if err != nil {
-		return false, err
-	}
-	roots, err := decode[rootOther](tableRoot, res[0].Rows)
-	if err != nil || len(roots) != 1 {
-		return false, err
-	}
-	v, _ := strconv.ParseBool(roots[0].OtherConfig[keyFlowRestoreWait])
-	return v, nil
-}
-
-type rootOther struct {
-	OtherConfig map[string]string `ovsdb:"other_config"`
-}
-
 // KernelDatapath reports whether the bridge runs on the kernel datapath
 // ("system", the default), whose flows outlive ovs-vswitchd.
 func (b Bridge) KernelDatapath() bool { return b.DatapathType == "" || b.DatapathType == "system" }

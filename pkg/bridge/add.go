@@ -71,10 +71,10 @@ type adding struct {
 	netdev   bool
 	previous []ovsdb.OwnedPort
 	netns    ns.NetNS
-	contMAC  net.HardwareAddr // requested for the veth; nil: the kernel chooses it (dhcp without "mac")
-	mac      openflow.MAC     // the container interface's, once prepareContEnd read it
-	ps       flows.PortSecurity
-	retry    bool // an earlier ADD's attachment was replaced
+	contMAC  net.HardwareAddr   // requested for the veth; nil: the kernel chooses it (dhcp without "mac")
+	mac      openflow.MAC       // the container interface's, once prepareContEnd read it
+	ps       flows.PortSecurity // the facts of the port flows secure last installed
+	retry    bool               // an earlier ADD's attachment was replaced
 	pending  *ipam.Pending
 	res      ovsdb.Reservation
 	hostLink netlink.Link

@@ -297,13 +297,13 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 // not wait for that. Without ovs-vswitchd (no OpenFlow socket) nothing is
 // forwarded anyway.
 func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
-	byTarget := map[string]openflow.Bundle{}
+	byTarget := map[endpoint.Endpoint]openflow.Bundle{}
 	for _, p := range ports {
 		br := p.Port.ExternalIDs[ovsdb.KeyBridge]
 		if br == "" {
 			br = conf.Bridge
 		}
-		target := portsec.Target(p, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, br))
+		target := portsec.Target(p, conf.Endpoints.OpenFlowOf(br))
 		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
 			byTarget[target] = append(byTarget[target], flows.TombstoneBundle(uint32(*p.Interface.OFPort))...)
 		}
@@ -337,7 +337,7 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	if !v4.IsValid() && !v6.IsValid() {
 		return nil
 	}
-	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.OVSDB,
+	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.Endpoints.OVSDB,
 		VswitchdControl: conf.VswitchdControl},
 		args.ContainerID, args.IfName, port, v4, v6, mac)
 	if err != nil {
@@ -411,7 +411,7 @@ func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovs
 // portSecRecord lists what the port security flows allow: the container
 // interface's MAC and addresses (MAC only without IPAM).
 func portSecRecord(conf *NetConf, result *current.Result, contIndex int) record.PortSecurity {
-	rec := record.PortSecurity{OpenFlow: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+	rec := record.PortSecurity{OpenFlow: conf.Endpoints.OpenFlowOf(conf.Bridge),
 		MAC: result.Interfaces[contIndex].Mac, L2Only: conf.IPAM.Type == "",
 		AllowRouter: conf.AllowRouter, AllowDHCPServer: conf.AllowDHCPServer,
 		Allowed: conf.Allowed, AllowVRRP: conf.AllowVRRP,
@@ -568,7 +568,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
-	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
+	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
 	var l laps
 	l.startLaps()
 	switch {
@@ -614,7 +614,7 @@ func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.Cm
 		// An ADD that died before its insert left its flows (they go in
 		// before the port, after the claim): they go by the attachment's
 		// cookie, which is its own.
-		err := openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+		err := openflow.DeleteFlows(ctx, conf.Endpoints.OpenFlowOf(conf.Bridge),
 			flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
 		if openflow.NotServed(err) {
 			err = nil
@@ -646,7 +646,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
+	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
 	if err != nil {
 		return err
 	}
@@ -890,7 +890,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.StatusTLS(conf.OVSDB, conf.OVSDBTLS())
+	ctx, cli, done, err := cnicmd.Status(conf.Endpoints.OVSDB)
 	if err != nil {
 		return err
 	}
@@ -905,7 +905,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	// A bridge row that no ovs-vswitchd serves (it stopped, or has not
 	// started yet) takes no port and forwards nothing: an ADD now would
 	// wait for it and time out, so the runtime must not start pods here.
-	if target := endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge); br != nil && !endpoint.Listening(target) {
+	if target := conf.Endpoints.OpenFlowOf(conf.Bridge); br != nil && !endpoint.Listening(target) {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("bridge %q is not served", conf.Bridge),
 			fmt.Sprintf("no ovs-vswitchd listens on %s", target))
 	}

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
@@ -16,7 +17,7 @@ import (
 // OVSDB holds now, are the flows ADD installed for that ofport.
 func TestRebuild(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:01")
-	rec := record.PortSecurity{OpenFlow: "unix:/run/ovs/br0.mgmt", MAC: mac.String(),
+	rec := record.PortSecurity{OpenFlow: endpoint.MustParse("unix:/run/ovs/br0.mgmt"), MAC: mac.String(),
 		IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}, VLAN: flows.Access,
 		Allowed: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/28"), netip.MustParsePrefix("2001:db8::7/128")}, AllowVRRP: true}
 	raw, _ := json.Marshal(rec)
@@ -41,7 +42,8 @@ func TestRebuild(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("flows\n%v\nwant\n%v", got, want)
 	}
-	if Target(p, "unix:/other") != rec.OpenFlow || Target(ovsdb.OwnedPort{}, "unix:/other") != "unix:/other" {
+	other := endpoint.MustParse("unix:/other")
+	if Target(p, other) != rec.OpenFlow || Target(ovsdb.OwnedPort{}, other) != other {
 		t.Error("Target: want the recorded target, else the fallback")
 	}
 	for name, q := range map[string]ovsdb.OwnedPort{

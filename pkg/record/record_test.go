@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
@@ -24,7 +25,7 @@ func TestHostPortsRoundTrip(t *testing.T) {
 	// An earlier ADD's record and claim are on the port: they are replaced.
 	before := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{
 		KeyHostPorts: "{}", KeyClaimPrefix + "tcp/198.51.100.1:9090": ovsdb.ClaimValue, KeyPortSecurity: "{}"}}}
-	unset, set, claims, err := PublishHostPorts(before, "unix:/run/ovs/br0.mgmt", "", pl, a)
+	unset, set, claims, err := PublishHostPorts(before, endpoint.MustParse("unix:/run/ovs/br0.mgmt"), "", pl, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,8 +44,8 @@ func TestHostPortsRoundTrip(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("HostPortsOf: ok %v, err %v", ok, err)
 	}
-	if rec.OpenFlow != "unix:/run/ovs/br0.mgmt" {
-		t.Errorf("OpenFlow %q, want unix:/run/ovs/br0.mgmt", rec.OpenFlow)
+	if rec.OpenFlow.String() != "unix:/run/ovs/br0.mgmt" {
+		t.Errorf("OpenFlow %s, want unix:/run/ovs/br0.mgmt", rec.OpenFlow)
 	}
 	gotPl, gotA, err := rec.Attachment()
 	if err != nil {

@@ -191,11 +191,7 @@ func controlSocket(target endpoint.Endpoint, control string) (string, error) {
 	if control == "" && target.Network == "tcp" {
 		return "", nil
 	}
-	sock, err := unixctl.Find(target, control)
-	if err != nil {
-		return "", err
-	}
-	return sock, nil
+	return unixctl.Find(target, control)
 }
 
 // ensureZoneLimits sets the zone limits through ctl (findErr: why it was not

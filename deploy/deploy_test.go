@@ -220,8 +220,8 @@ func TestManifestImageAndPaths(t *testing.T) {
 			t.Errorf("the agent uses %q but hostPath %s is mounted at %q", flag, host, got)
 		}
 	}
-	if cfg.OVSDB != "unix:/var/run/openvswitch/db.sock" {
-		t.Errorf("-ovsdb %q, want the socket in the mounted OVS run directory", cfg.OVSDB)
+	if cfg.OVSDB.String() != "unix:/var/run/openvswitch/db.sock" {
+		t.Errorf("-ovsdb %s, want the socket in the mounted OVS run directory", cfg.OVSDB)
 	}
 	var cmVol string
 	for name, v := range volumes {
@@ -656,7 +656,7 @@ func TestHarnessMatchesDaemonSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cmd := "ovs-portmap reconcile -ovsdb " + cfg.OVSDB + " -watch"; !bytes.Contains(wrapper, []byte(cmd)) {
+	if cmd := "ovs-portmap reconcile -ovsdb " + cfg.OVSDB.String() + " -watch"; !bytes.Contains(wrapper, []byte(cmd)) {
 		t.Errorf("oid-reconcile does not run %q", cmd)
 	}
 	var caps []string

@@ -131,7 +131,7 @@ func TestNodePrep(t *testing.T) {
 		t.Helper()
 		return node("env", "OVS_RUNDIR="+s.rundir, "OVS_PORTMAP="+portmap, "DATAPATH=netdev", "sh", "node-prep.sh", br, upl)
 	}
-	target := endpoint.Endpoint{Network: "unix", Address: filepath.Join(s.rundir, br+".mgmt")}.String()
+	target := endpoint.Endpoint{Network: "unix", Address: filepath.Join(s.rundir, br+".mgmt")}
 	// every flow of the bridge, ours or not
 	dump := func() []openflow.Flow {
 		t.Helper()

@@ -28,11 +28,12 @@ func init() { runtime.LockOSThread() }
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "reconcile" { // run by hand or by a unit, not by a runtime
 		fs := flag.NewFlagSet("reconcile", flag.ExitOnError)
-		ovsdb := fs.String("ovsdb", endpoint.DefaultOVSDB, "OVSDB endpoint")
+		ovsdb := endpoint.MustParse(endpoint.DefaultOVSDB)
+		fs.Var(&ovsdb, "ovsdb", "OVSDB endpoint")
 		control := fs.String("vswitchd-control", "", "ovs-vswitchd's control socket, when ADD recorded none (default: found as ovs-appctl finds it)")
 		watch := fs.Bool("watch", false, "keep running: reconcile whenever ovs-vswitchd (re)starts")
 		_ = fs.Parse(os.Args[2:])
-		os.Exit(reconcile.Run(*ovsdb, *control, *watch, os.Stderr))
+		os.Exit(reconcile.Run(ovsdb, *control, *watch, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "trace" {
 		os.Exit(inspect.TraceMain(os.Args[2:], os.Stdout, os.Stderr))

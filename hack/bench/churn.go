@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
@@ -46,11 +47,11 @@ func runChurn(ctx context.Context, chains []*chain, base, rounds, perRound, chur
 			stop := make(chan struct{})
 			if ch.key == "A" && ofTarget != "" {
 				quiet := make(chan struct{})
-				before := ofProbe(ctx, ofTarget, quiet)
+				before := ofProbe(ctx, endpoint.MustParse(ofTarget), quiet)
 				time.Sleep(time.Second)
 				close(quiet)
 				res.ofQuiet = append(res.ofQuiet, <-before...)
-				probe = ofProbe(ctx, ofTarget, stop)
+				probe = ofProbe(ctx, endpoint.MustParse(ofTarget), stop)
 			}
 			err := res.round(ctx, ch, perRound, churners, ex)
 			close(stop)
@@ -135,7 +136,7 @@ func (res *churnResult) round(ctx context.Context, ch *chain, dels, churners int
 
 // ofProbe times one OpenFlow request on target every 20 ms until stop is
 // closed, and sends what it measured.
-func ofProbe(ctx context.Context, target string, stop <-chan struct{}) <-chan []time.Duration {
+func ofProbe(ctx context.Context, target endpoint.Endpoint, stop <-chan struct{}) <-chan []time.Duration {
 	out := make(chan []time.Duration, 1)
 	go func() {
 		var ds []time.Duration

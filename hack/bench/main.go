@@ -38,6 +38,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -658,10 +659,14 @@ func daemonCPU(rundir string, daemon string) time.Duration {
 // codecs, heap growth), as every plugin process does.
 func coldDialMain(ep string) {
 	ctx := context.Background()
+	e, err := endpoint.Parse(ep)
+	if err != nil {
+		fatalf("%v", err)
+	}
 	var ds [2]time.Duration
 	for i := range ds {
 		start := time.Now()
-		cli, err := ovsdb.Dial(ctx, ep)
+		cli, err := ovsdb.Dial(ctx, e)
 		if err != nil {
 			fatalf("%v", err)
 		}

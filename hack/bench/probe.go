@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/ovsflow/ovs-cni/pkg/bridge"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portmap"
@@ -288,7 +289,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return fmt.Errorf("ovs-portmap ADD: %w", err)
 	}
 	res.addTime(phPortmapAdd, time.Since(start))
-	cli, err := ovsdb.Dial(ctx, r.ovsdbEP)
+	cli, err := ovsdb.Dial(ctx, endpoint.MustParse(r.ovsdbEP))
 	if err != nil {
 		return err
 	}
@@ -331,7 +332,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	}
 	res.delTime(phBridgeDelRest, time.Since(start)-stepped)
 	t := &timer{last: time.Now(), to: res.del}
-	cli, err = ovsdb.Dial(ctx, r.ovsdbEP)
+	cli, err = ovsdb.Dial(ctx, endpoint.MustParse(r.ovsdbEP))
 	if err != nil {
 		return err
 	}
@@ -347,7 +348,7 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 // JSON-RPC, and what get_schema would cost.
 func (r *replayer) ovsdbFloors(ctx context.Context, res *replayResult) error {
 	start := time.Now()
-	cli, err := ovsdb.Dial(ctx, r.ovsdbEP)
+	cli, err := ovsdb.Dial(ctx, endpoint.MustParse(r.ovsdbEP))
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ovsflow/ovs-cni/pkg/buildinfo"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/orphan"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
@@ -62,9 +63,11 @@ type Config struct {
 	// into CNIConfDir under its own base name.
 	ConfTemplate, CNIConfDir string
 
-	// OVSDB is the node's OVSDB; "" runs no reconcile (and /readyz checks
-	// no OVSDB).
-	OVSDB, VswitchdControl string
+	// OVSDB is the node's OVSDB; none (zero) runs no reconcile (and
+	// /readyz checks no OVSDB). VswitchdControl is ovs-vswitchd's control
+	// socket, when ADD recorded none.
+	OVSDB           endpoint.Endpoint
+	VswitchdControl string
 
 	// Routes: keep the routes to the other nodes' pod ranges, in RouteTable
 	// (0: main) with protocol RouteProtocol.
@@ -189,14 +192,14 @@ func Run(ctx context.Context, cfg Config) error {
 			srv.Shutdown(sctx)
 		}()
 	}
-	if cfg.OVSDB != "" {
+	if !cfg.OVSDB.IsZero() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			a.reconcileLoop(ctx)
 		}()
 	}
-	if cfg.OVSDB != "" && cfg.CNIBinDir != "" && cfg.OrphanInterval > 0 {
+	if !cfg.OVSDB.IsZero() && cfg.CNIBinDir != "" && cfg.OrphanInterval > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -52,7 +52,8 @@ func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error
 	optional := fs.String("optional-plugins", "host-local,loopback", "plugins installed only where the node has none of that name")
 	fs.StringVar(&cfg.ConfTemplate, "conf-template", "/etc/ovsflow/10-ovsflow.conflist", "the conflist template (installed under its base name)")
 	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/host/etc/cni/net.d", "the node's CNI conf dir")
-	fs.StringVar(&cfg.OVSDB, "ovsdb", endpoint.DefaultOVSDB, "the node's OVSDB (\"\": no reconcile)")
+	cfg.OVSDB = endpoint.MustParse(endpoint.DefaultOVSDB)
+	fs.Var(&cfg.OVSDB, "ovsdb", "the node's OVSDB (\"\": no reconcile)")
 	fs.StringVar(&cfg.VswitchdControl, "vswitchd-control", "", "ovs-vswitchd's control socket, when ADD recorded none")
 	fs.BoolVar(&cfg.Routes, "routes", true, "keep a route to every other Node's pod ranges via its InternalIP")
 	fs.IntVar(&cfg.RouteTable, "route-table", 0, "routing table of those routes (0: main)")
@@ -71,7 +72,7 @@ func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error
 	if cfg.OrphanInterval = *orphans; *orphans <= 0 {
 		cfg.OrphanInterval = -1
 	}
-	if *withMetrics && mode == "run" && cfg.OVSDB != "" {
+	if *withMetrics && mode == "run" && !cfg.OVSDB.IsZero() {
 		m := metrics.New(metrics.Config{OVSDB: cfg.OVSDB, VswitchdControl: cfg.VswitchdControl})
 		cfg.Metrics, cfg.Events = m.Handler(), m
 	}

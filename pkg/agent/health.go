@@ -111,14 +111,14 @@ type check struct{ name, err string }
 // bridgesServed says which bridges of the suite (its owner tag) have no
 // OpenFlow endpoint: ovs-vswitchd is down or has not re-created them, and
 // no flow can be put there.
-func bridgesServed(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) string {
+func bridgesServed(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.Endpoint) string {
 	brs, err := cli.Bridges(ctx)
 	if err != nil {
 		return err.Error()
 	}
 	var down []string
 	for _, br := range brs {
-		if br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue && !endpoint.Listening(endpoint.OpenFlow("", ovsdbEndpoint, br.Name)) {
+		if br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue && !endpoint.Listening(endpoint.OpenFlow(endpoint.Endpoint{}, ovsdbEndpoint, br.Name)) {
 			down = append(down, br.Name)
 		}
 	}
@@ -136,7 +136,7 @@ func (a *Agent) readiness(ctx context.Context) []check {
 	checks := []check{{"plugins", a.st.plugins}, {"conflist", a.st.conflist}, {"routes", a.st.routes}}
 	reconciled := a.st.reconciled
 	a.st.mu.Unlock()
-	if a.cfg.OVSDB != "" {
+	if !a.cfg.OVSDB.IsZero() {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		c, served := check{name: "ovsdb"}, check{name: "bridges"}

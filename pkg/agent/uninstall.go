@@ -48,7 +48,7 @@ func Uninstall(ctx context.Context, cfg Config) error {
 		say("removed %d route(s) of protocol %d", n, cfg.RouteProtocol)
 		errs = append(errs, err)
 	}
-	if cfg.OVSDB != "" {
+	if !cfg.OVSDB.IsZero() {
 		errs = append(errs, uninstallOVS(ctx, cfg.OVSDB, say))
 		n, err := hostport.RemoveNodeLocal()
 		say("removed %d nft table(s)", n)
@@ -83,7 +83,7 @@ func Uninstall(ctx context.Context, cfg Config) error {
 }
 
 // uninstallOVS removes the suite's flows, gateway addresses and records.
-func uninstallOVS(ctx context.Context, ovsdbEndpoint string, say func(string, ...any)) error {
+func uninstallOVS(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, say func(string, ...any)) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cli, err := ovsdb.Dial(ctx, ovsdbEndpoint)
@@ -107,7 +107,7 @@ func uninstallOVS(ctx context.Context, ovsdbEndpoint string, say func(string, ..
 				}
 			}
 		}
-		target := endpoint.OpenFlow("", ovsdbEndpoint, br.Name)
+		target := endpoint.OpenFlow(endpoint.Endpoint{}, ovsdbEndpoint, br.Name)
 		if !endpoint.Listening(target) {
 			continue
 		}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnierr"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // Entry is one set of limits, as the reference plugin and the CNI
@@ -65,8 +66,10 @@ type Conf struct {
 	} `json:"runtimeConfig,omitempty"`
 	LogFile string `json:"logFile,omitempty"` // see package cnilog
 
-	// Limits are the limits in force, resolved by LoadConf.
-	Limits Entry `json:"-"`
+	// Endpoints are "ovsdb" and "openflow", parsed; Limits the limits in
+	// force; both resolved by LoadConf.
+	Endpoints cnicmd.Endpoints `json:"-"`
+	Limits    Entry            `json:"-"`
 }
 
 // Meter bounds: an OpenFlow meter counts kilobits (1000 bits) in 32 bits.
@@ -120,14 +123,15 @@ func loadEndpoints(stdin []byte) (*Conf, error) {
 	if err := cnicmd.Decode(stdin, c, &c.OVSDB); err != nil {
 		return nil, err
 	}
-	if err := cnicmd.ValidateEndpoints(c.OVSDB, c.OpenFlow); err != nil {
+	var err error
+	if c.Endpoints, err = cnicmd.ParseEndpoints(c.OVSDB, c.OpenFlow); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
 // OVSDBEndpoint is where the commands find OVSDB.
-func (c *Conf) OVSDBEndpoint() string { return c.OVSDB }
+func (c *Conf) OVSDBEndpoint() endpoint.Endpoint { return c.Endpoints.OVSDB }
 
 // GCScope: ovs-bandwidth's GC considers the network's ports on any bridge.
 func (c *Conf) GCScope() (string, string, []types.GCAttachment) {

@@ -34,6 +34,7 @@ func TestLoadConf(t *testing.T) {
 		{name: "shapedSubnets", conf: head + `,"shapedSubnets":["192.0.2.0/24"]}`, code: 7, field: `"shapedSubnets"`},
 		{name: "negative rate", conf: head + `,"ingressRate":-1,"ingressBurst":1}`, code: 6},
 		{name: "bad ovsdb", conf: head + `,"ovsdb":"ftp:x"}`, code: 7, field: `"ovsdb"`},
+		{name: "bad openflow", conf: head + `,"openflow":"unix:rel.mgmt"}`, code: 7, field: `"openflow"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := LoadConf([]byte(tc.conf))

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -54,7 +55,7 @@ func qosSpec(l Entry, network string) *ovsdb.QoSSpec {
 // at target: first the record and the QoS, in one OVSDB transaction
 // (reconcile then knows of the meter even if this command dies), then the
 // meter and its flow. A failure undoes what went in.
-func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, network string, l Entry) (err error) {
+func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target endpoint.Endpoint, network string, l Entry) (err error) {
 	old, hadOld, _ := record.BandwidthOf(p)
 	rec := record.Bandwidth{OpenFlow: target, IngressRate: l.IngressRate, IngressBurst: l.IngressBurst,
 		EgressRate: l.EgressRate, EgressBurst: l.EgressBurst}
@@ -94,8 +95,8 @@ func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, ne
 
 // removeEgress removes the egress flow and meter of port p, if ovs-vswitchd
 // serves the bridge (else they went with it).
-func removeEgress(ctx context.Context, p ovsdb.OwnedPort, target string) error {
-	if target == "" || !endpoint.Listening(target) {
+func removeEgress(ctx context.Context, p ovsdb.OwnedPort, target endpoint.Endpoint) error {
+	if target.IsZero() || !endpoint.Listening(target) {
 		return nil
 	}
 	a := p.Attachment()
@@ -142,14 +143,14 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec rec
 // Rebuild returns what the record of port p needs to be programmed again
 // (reconcile): the OpenFlow target, the meter and the flows; ok is false
 // when the port has no egress limit.
-func Rebuild(p ovsdb.OwnedPort) (target string, meter openflow.MeterBand, fl []flows.Flow, ok bool) {
+func Rebuild(p ovsdb.OwnedPort) (target endpoint.Endpoint, meter openflow.MeterBand, fl []flows.Flow, ok bool) {
 	rec, ok, err := record.BandwidthOf(p)
-	if err != nil || !ok || rec.EgressRate == 0 || rec.EgressBurst == 0 || rec.OpenFlow == "" {
-		return "", openflow.MeterBand{}, nil, false
+	if err != nil || !ok || rec.EgressRate == 0 || rec.EgressBurst == 0 || rec.OpenFlow.IsZero() {
+		return target, openflow.MeterBand{}, nil, false
 	}
 	bw, err := egress(p, Entry{EgressRate: rec.EgressRate, EgressBurst: rec.EgressBurst})
 	if err != nil {
-		return "", openflow.MeterBand{}, nil, false
+		return target, openflow.MeterBand{}, nil, false
 	}
 	return rec.OpenFlow, bw.Meter(), flows.BandwidthFlows(bw), true
 }
@@ -160,7 +161,7 @@ var ErrLimitMissing = errors.New("limit not in force")
 
 // Check verifies that port p has exactly the limits l: the record, the QoS
 // the port uses with its queue, the egress flow and its meter's band.
-func Check(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target string, l Entry) error {
+func Check(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target endpoint.Endpoint, l Entry) error {
 	rec, ok, err := record.BandwidthOf(p)
 	if err != nil {
 		return err
@@ -228,11 +229,11 @@ func sameConfig(got, want map[string]string) bool {
 // RemoveOrphans removes the egress flows and meters of attachments that
 // have no port of ours any more (their port went without a DEL, and with
 // it the record): on every bridge, the bandwidth flows whose attachment
-// hash is of no port, and the meters they name. openflowKey is the
-// config's "openflow" ("" for each bridge's default endpoint). An ADD in
+// hash is of no port, and the meters they name, each bridge's at the
+// OpenFlow endpoint eps gives it (Endpoints.OpenFlowOf). An ADD in
 // flight is safe: ovs-bridge has inserted its port before ovs-bandwidth
 // runs.
-func RemoveOrphans(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, openflowKey string) error {
+func RemoveOrphans(ctx context.Context, cli *ovsdb.Client, eps cnicmd.Endpoints) error {
 	bridges, err := cli.Bridges(ctx)
 	if err != nil {
 		return err
@@ -250,7 +251,7 @@ func RemoveOrphans(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, openfl
 	mask := flows.SuiteMask | flows.Cookie(0xff)<<flows.CookieKindShift
 	var errs []error
 	for _, br := range bridges {
-		target := endpoint.OpenFlow(openflowKey, ovsdbEndpoint, br.Name)
+		target := eps.OpenFlowOf(br.Name)
 		if !endpoint.Listening(target) {
 			continue
 		}

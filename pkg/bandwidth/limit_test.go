@@ -3,6 +3,7 @@ package bandwidth
 import (
 	"testing"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
@@ -24,7 +25,7 @@ func port(t *testing.T, rec *record.Bandwidth, ofport int) ovsdb.OwnedPort {
 // Rebuild gives reconcile the meter and flow ADD installed, from the record
 // and the ofport OVSDB holds now.
 func TestRebuild(t *testing.T) {
-	rec := record.Bandwidth{OpenFlow: "unix:/run/br0.mgmt", IngressRate: 8000, IngressBurst: 800, EgressRate: 20_000_000, EgressBurst: 10_000_000}
+	rec := record.Bandwidth{OpenFlow: endpoint.MustParse("unix:/run/br0.mgmt"), IngressRate: 8000, IngressBurst: 800, EgressRate: 20_000_000, EgressBurst: 10_000_000}
 	target, meter, fl, ok := Rebuild(port(t, &rec, 40000))
 	if !ok || target != rec.OpenFlow {
 		t.Fatalf("Rebuild: got %q, %v; want %q", target, ok, rec.OpenFlow)

@@ -27,12 +27,12 @@ func loadChained(args *skel.CmdArgs) (*Conf, error) {
 
 // openPort opens the command and finds the ovs-bridge port of the
 // attachment, with the OpenFlow target of its bridge.
-func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, string, func(), error) {
-	ctx, cli, port, done, err := cnicmd.OpenPort(conf.OVSDB, "ovs-bandwidth", args)
+func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, endpoint.Endpoint, func(), error) {
+	ctx, cli, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, "ovs-bandwidth", args)
 	if err != nil {
-		return nil, nil, ovsdb.OwnedPort{}, "", nil, err
+		return nil, nil, ovsdb.OwnedPort{}, endpoint.Endpoint{}, nil, err
 	}
-	return ctx, cli, port, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, port.Port.ExternalIDs[ovsdb.KeyBridge]), done, nil
+	return ctx, cli, port, conf.Endpoints.OpenFlowOf(port.Port.ExternalIDs[ovsdb.KeyBridge]), done, nil
 }
 
 // CmdAdd puts the limits on the attachment's port and prints prevResult
@@ -65,7 +65,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.OVSDB, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints.OVSDB, args)
 	if err != nil || done == nil {
 		return err
 	}
@@ -129,7 +129,7 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err := gc.OVSDB.ClearPortQoS(gc.Ctx, nil, orphans...); err != nil {
 		return err
 	}
-	return RemoveOrphans(gc.Ctx, gc.OVSDB, gc.Conf.OVSDB, gc.Conf.OpenFlow)
+	return RemoveOrphans(gc.Ctx, gc.OVSDB, gc.Conf.Endpoints)
 }
 
 // CmdStatus reports OVSDB unreachable as code 50.
@@ -138,7 +138,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	_, _, done, err := cnicmd.Status(conf.OVSDB)
+	_, _, done, err := cnicmd.Status(conf.Endpoints.OVSDB)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
-	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ipam"
 	"github.com/ovsflow/ovs-cni/pkg/link"
@@ -118,7 +117,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if err := notOwnNetNS(args.Netns); err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
+	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
 	if err != nil {
 		return err
 	}
@@ -378,7 +377,7 @@ func claim(a *adding) (err error) {
 	a.ofport = a.res.OFPort
 	a.undo.Arm(func(ctx context.Context) { _ = a.cli.Release(ctx, a.res) })
 	a.undo.Arm(func(ctx context.Context) {
-		_ = openflow.DeleteFlows(ctx, endpoint.OpenFlow(a.conf.OpenFlow, a.conf.OVSDB, a.conf.Bridge),
+		_ = openflow.DeleteFlows(ctx, a.conf.Endpoints.OpenFlowOf(a.conf.Bridge),
 			flows.AttachmentCookie(a.args.ContainerID, a.args.IfName).AttachmentDelete())
 	})
 	return nil

@@ -83,10 +83,11 @@ type NetConf struct {
 	LinkStateCheckRetries  int `json:"link_state_check_retries,omitempty"`
 
 	// Resolved by LoadConf.
-	MAC      net.HardwareAddr `json:"-"`
-	Allowed  []netip.Prefix   `json:"-"` // AllowedAddresses, masked
-	Trunks   []int            `json:"-"`
-	Mappings []flows.Mapping  `json:"-"` // Mesos port mappings, published by ovs-bridge itself
+	Endpoints cnicmd.Endpoints `json:"-"` // "ovsdb" (with its PEM files) and "openflow", parsed
+	MAC       net.HardwareAddr `json:"-"`
+	Allowed   []netip.Prefix   `json:"-"` // AllowedAddresses, masked
+	Trunks    []int            `json:"-"`
+	Mappings  []flows.Mapping  `json:"-"` // Mesos port mappings, published by ovs-bridge itself
 
 }
 
@@ -162,12 +163,14 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if !bridgeName.MatchString(n.Bridge) {
 		return nil, invalid(`"bridge" %q: want 1-15 characters of letters, digits, '_', '.', '-'`, n.Bridge)
 	}
-	if err := cnicmd.ValidateEndpoints(n.OVSDB, n.OpenFlow); err != nil {
+	var err error
+	if n.Endpoints, err = cnicmd.ParseEndpoints(n.OVSDB, n.OpenFlow); err != nil {
 		return nil, err
 	}
 	if err := validateTLS(n); err != nil {
 		return nil, err
 	}
+	n.Endpoints.OVSDB.TLS = endpoint.TLS{Key: n.OVSDBKey, Cert: n.OVSDBCert, CA: n.OVSDBCA}
 	if err := cnicmd.ValidateControl(n.VswitchdControl); err != nil {
 		return nil, err
 	}
@@ -225,18 +228,13 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 }
 
 // OVSDBEndpoint is where the commands find OVSDB.
-func (n *NetConf) OVSDBEndpoint() string { return n.OVSDB }
-
-// OVSDBTLS are the PEM files of an ssl: OVSDB endpoint.
-func (n *NetConf) OVSDBTLS() endpoint.TLS {
-	return endpoint.TLS{Key: n.OVSDBKey, Cert: n.OVSDBCert, CA: n.OVSDBCA}
-}
+func (n *NetConf) OVSDBEndpoint() endpoint.Endpoint { return n.Endpoints.OVSDB }
 
 // validateTLS: an ssl: "ovsdb" needs the three PEM files, as absolute
 // paths (the plugin's working directory is the runtime's); the files are
 // read when the command dials. Another endpoint takes none.
 func validateTLS(n *NetConf) error {
-	ssl := strings.HasPrefix(n.OVSDB, "ssl:")
+	ssl := n.Endpoints.OVSDB.Network == "ssl"
 	for _, f := range []struct{ key, path string }{{"ovsdbKey", n.OVSDBKey}, {"ovsdbCert", n.OVSDBCert}, {"ovsdbCA", n.OVSDBCA}} {
 		switch {
 		case ssl && f.path == "":

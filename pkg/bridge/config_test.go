@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 func TestLoadConf(t *testing.T) {
@@ -32,6 +34,8 @@ func TestLoadConf(t *testing.T) {
 		{"datapath", `{"bridge":"br0","datapathType":"dpdk"}`, "", types.ErrInvalidNetworkConfig, `"datapathType"`},
 		{"ovsdb", `{"bridge":"br0","ovsdb":"/var/run/db.sock"}`, "", types.ErrInvalidNetworkConfig, `"ovsdb"`},
 		{"ovsdb tcp no port", `{"bridge":"br0","ovsdb":"tcp:127.0.0.1"}`, "", types.ErrInvalidNetworkConfig, `"ovsdb"`},
+		{"openflow relative", `{"bridge":"br0","openflow":"unix:br0.mgmt"}`, "", types.ErrInvalidNetworkConfig, `"openflow"`},
+		{"openflow ssl", `{"bridge":"br0","openflow":"ssl:127.0.0.1:6653"}`, "", types.ErrInvalidNetworkConfig, `"openflow"`},
 		{"bad json", `{"bridge":`, "", types.ErrDecodingFailure, "decoding network config"},
 		{"wrong type", `{"bridge":7}`, "", types.ErrDecodingFailure, "decoding network config"},
 		{"bad mac", `{"bridge":"br0","runtimeConfig":{"mac":"zz"}}`, "", types.ErrInvalidNetworkConfig, `"mac" "zz"`},
@@ -111,8 +115,8 @@ func TestOVSCNIKeys(t *testing.T) {
 			if err != nil {
 				t.Fatalf("got %v, want success", err)
 			}
-			if n.OVSDB != tc.wantOVSDB {
-				t.Errorf("ovsdb: got %q, want %q", n.OVSDB, tc.wantOVSDB)
+			if n.OVSDB != tc.wantOVSDB || n.Endpoints.OVSDB.String() != tc.wantOVSDB {
+				t.Errorf("ovsdb: got %q (parsed %s), want %q", n.OVSDB, n.Endpoints.OVSDB, tc.wantOVSDB)
 			}
 			if n.OVNPort != tc.wantOVN {
 				t.Errorf("ovnPort: got %q, want %q", n.OVNPort, tc.wantOVN)
@@ -168,5 +172,29 @@ func TestOVSCNITrunk(t *testing.T) {
 	}
 	if !slices.Equal(n.Trunks, want) || n.MTU != 9000 {
 		t.Errorf("trunks %v, mtu %d; want %v, 9000", n.Trunks, n.MTU, want)
+	}
+}
+
+// LoadConf parses the endpoints once: the OVSDB one with its PEM files, the
+// OpenFlow override, or each bridge's socket beside OVSDB's.
+func TestLoadConfEndpoints(t *testing.T) {
+	n, err := LoadConf([]byte(`{"bridge":"br0","ovsdb":"ssl:127.0.0.1:6641","ovsdbKey":"/k.pem","ovsdbCert":"/c.pem","ovsdbCA":"/ca.pem",`+
+		`"openflow":"tcp:127.0.0.1:6653"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := endpoint.Endpoint{Network: "ssl", Address: "127.0.0.1:6641", TLS: endpoint.TLS{Key: "/k.pem", Cert: "/c.pem", CA: "/ca.pem"}}
+	if got := n.OVSDBEndpoint(); got != want {
+		t.Errorf("ovsdb: got %+v, want %+v", got, want)
+	}
+	if got := n.Endpoints.OpenFlowOf("br0").String(); got != "tcp:127.0.0.1:6653" {
+		t.Errorf("openflow: got %s, want the override", got)
+	}
+	n, err = LoadConf([]byte(`{"bridge":"br0","ovsdb":"unix:/run/ovs/db.sock"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Endpoints.OpenFlowOf("br1").String(); got != "unix:/run/ovs/br1.mgmt" {
+		t.Errorf("openflow: got %s, want the bridge's socket beside OVSDB's", got)
 	}
 }

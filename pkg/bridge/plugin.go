@@ -298,13 +298,13 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 // not wait for that. Without ovs-vswitchd (no OpenFlow socket) nothing is
 // forwarded anyway.
 func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
-	byTarget := map[string]openflow.Bundle{}
+	byTarget := map[endpoint.Endpoint]openflow.Bundle{}
 	for _, p := range ports {
 		br := p.Port.ExternalIDs[ovsdb.KeyBridge]
 		if br == "" {
 			br = conf.Bridge
 		}
-		target := portsec.Target(p, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, br))
+		target := portsec.Target(p, conf.Endpoints.OpenFlowOf(br))
 		if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
 			byTarget[target] = append(byTarget[target], flows.TombstoneBundle(uint32(*p.Interface.OFPort))...)
 		}
@@ -327,8 +327,8 @@ func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb
 
 // portSecTarget is the OpenFlow target of the port flows, recorded with
 // them.
-func portSecTarget(conf *NetConf) string {
-	return endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge)
+func portSecTarget(conf *NetConf) endpoint.Endpoint {
+	return conf.Endpoints.OpenFlowOf(conf.Bridge)
 }
 
 // publishMesos publishes the port mappings Apache Mesos passes in args: Mesos
@@ -343,7 +343,7 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 	if !v4.IsValid() && !v6.IsValid() {
 		return nil
 	}
-	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.OVSDB,
+	plan, err := hostport.Resolve(hostport.Options{Mappings: conf.Mappings, SNAT: true, OVSDB: conf.Endpoints.OVSDB,
 		VswitchdControl: conf.VswitchdControl},
 		args.ContainerID, args.IfName, port, v4, v6, ps.MAC)
 	if err != nil {
@@ -588,7 +588,7 @@ func CmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	hostName := link.HostVethName(args.ContainerID, args.IfName)
-	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
+	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
 	var l laps
 	l.startLaps()
 	switch {
@@ -634,7 +634,7 @@ func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.Cm
 		// An ADD that died before its insert left its flows (they go in
 		// before the port, after the claim): they go by the attachment's
 		// cookie, which is its own.
-		err := openflow.DeleteFlows(ctx, endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge),
+		err := openflow.DeleteFlows(ctx, conf.Endpoints.OpenFlowOf(conf.Bridge),
 			flows.AttachmentCookie(args.ContainerID, args.IfName).AttachmentDelete())
 		if openflow.NotServed(err) {
 			err = nil
@@ -666,7 +666,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenTLS(conf.OVSDB, conf.OVSDBTLS())
+	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
 	if err != nil {
 		return err
 	}
@@ -910,7 +910,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.StatusTLS(conf.OVSDB, conf.OVSDBTLS())
+	ctx, cli, done, err := cnicmd.Status(conf.Endpoints.OVSDB)
 	if err != nil {
 		return err
 	}
@@ -925,7 +925,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	// A bridge row that no ovs-vswitchd serves (it stopped, or has not
 	// started yet) takes no port and forwards nothing: an ADD now would
 	// wait for it and time out, so the runtime must not start pods here.
-	if target := endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, conf.Bridge); br != nil && !endpoint.Listening(target) {
+	if target := conf.Endpoints.OpenFlowOf(conf.Bridge); br != nil && !endpoint.Listening(target) {
 		return cnierr.New(cnierr.Unavailable, fmt.Sprintf("bridge %q is not served", conf.Bridge),
 			fmt.Sprintf("no ovs-vswitchd listens on %s", target))
 	}

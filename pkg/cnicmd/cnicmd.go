@@ -1,5 +1,5 @@
 // Package cnicmd is what every CNI command of both plugins does first and
-// last: decoding the network config (Decode, ValidateEndpoints), a context
+// last: decoding the network config (Decode, ParseEndpoints), a context
 // bounded by Timeout with the OVSDB connection (Open, Status; OpenGC adds the
 // stale ports), prevResult parsing, the CNI codes of errors (OVS unreachable
 // or unresponsive: 11, try again later; a host port conflict: 7). The
@@ -35,7 +35,9 @@ const (
 
 // Conf is a plugin's network config, as far as the opening needs it.
 type Conf interface {
-	OVSDBEndpoint() string
+	// OVSDBEndpoint is the parsed "ovsdb" key, with the PEM files of an
+	// ssl: one.
+	OVSDBEndpoint() endpoint.Endpoint
 }
 
 // GCConf is a plugin's network config, as far as a GC needs it.
@@ -66,11 +68,7 @@ func OpenGC[C GCConf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (
 	if err != nil {
 		return nil, err
 	}
-	var t endpoint.TLS
-	if tc, ok := any(conf).(TLSConf); ok {
-		t = tc.OVSDBTLS()
-	}
-	ctx, cli, done, err := OpenTLS(conf.OVSDBEndpoint(), t)
+	ctx, cli, done, err := Open(conf.OVSDBEndpoint())
 	if err != nil {
 		return nil, err
 	}
@@ -83,28 +81,18 @@ func OpenGC[C GCConf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (
 	return &GC[C]{Conf: conf, Ctx: ctx, OVSDB: cli, Stale: stale, Close: done}, nil
 }
 
-// TLSConf is a network config that may name the PEM files of an ssl:
-// OVSDB endpoint (OpenGC dials with them).
-type TLSConf interface {
-	OVSDBTLS() endpoint.TLS
-}
-
 // Open starts a command: a context bounded by Timeout and a connection to
-// OVSDB at ep (unreachable: CNI code 11). done closes both.
-func Open(ep string) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	return OpenTLS(ep, endpoint.TLS{})
-}
-
-// OpenTLS is Open with the PEM files of an ssl: endpoint (a file that
-// cannot be used, or a certificate refused: code 7, see Error).
-func OpenTLS(ep string, t endpoint.TLS) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	return open(ep, t, Timeout, Error)
+// OVSDB at ep (unreachable: CNI code 11; a PEM file of an ssl: ep that
+// cannot be used, or a certificate refused: code 7, see Error). done closes
+// both.
+func Open(ep endpoint.Endpoint) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	return open(ep, Timeout, Error)
 }
 
 // OpenPort opens a chained plugin's ADD or CHECK (Open) and finds the
 // attachment's ovs-bridge port: exactly one, or an error saying that plugin
 // must follow ovs-bridge in the conflist.
-func OpenPort(ep, plugin string, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, func(), error) {
+func OpenPort(ep endpoint.Endpoint, plugin string, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, func(), error) {
 	ctx, cli, done, err := Open(ep)
 	if err != nil {
 		return nil, nil, ovsdb.OwnedPort{}, nil, err
@@ -125,7 +113,7 @@ func OpenPort(ep, plugin string, args *skel.CmdArgs) (context.Context, *ovsdb.Cl
 // OpenDel opens the DEL of a chained plugin: Open, except that when OVSDB
 // cannot be reached, DEL fails (code 11) while the attachment's host veth is
 // still there and succeeds with nothing to do (done nil) once it is gone.
-func OpenDel(ep string, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+func OpenDel(ep endpoint.Endpoint, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
 	ctx, cli, done, err = Open(ep)
 	if err != nil && !link.Exists(link.HostVethName(args.ContainerID, args.IfName)) {
 		return nil, nil, nil, nil
@@ -135,13 +123,8 @@ func OpenDel(ep string, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Cli
 
 // Status opens a STATUS: a connection within StatusTimeout, OVSDB
 // unreachable being CNI code 50 (plugin not available).
-func Status(ep string) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	return StatusTLS(ep, endpoint.TLS{})
-}
-
-// StatusTLS is Status with the PEM files of an ssl: endpoint.
-func StatusTLS(ep string, t endpoint.TLS) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	return open(ep, t, StatusTimeout, func(err error) error {
+func Status(ep endpoint.Endpoint) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	return open(ep, StatusTimeout, func(err error) error {
 		if e := tlsError(err); e != nil {
 			return e
 		}
@@ -149,9 +132,9 @@ func StatusTLS(ep string, t endpoint.TLS) (ctx context.Context, cli *ovsdb.Clien
 	})
 }
 
-func open(ep string, t endpoint.TLS, timeout time.Duration, cniError func(error) error) (context.Context, *ovsdb.Client, func(), error) {
+func open(ep endpoint.Endpoint, timeout time.Duration, cniError func(error) error) (context.Context, *ovsdb.Client, func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	cli, err := ovsdb.DialTLS(ctx, ep, t)
+	cli, err := ovsdb.Dial(ctx, ep)
 	if err != nil {
 		cancel()
 		return nil, nil, nil, cniError(err)
@@ -317,17 +300,36 @@ func ValidateControl(path string) error {
 	return nil
 }
 
-// ValidateEndpoints checks the "ovsdb" and "openflow" (optional) keys of a
-// network config: a *types.Error, code 7 naming the key.
-func ValidateEndpoints(ovsdb, openflow string) error {
-	if _, err := endpoint.Parse(ovsdb); err != nil {
-		return cnierr.Invalid(`"ovsdb": %v`, err).CNI()
+// Endpoints are the "ovsdb" and "openflow" keys of a network config,
+// parsed once by ParseEndpoints: what every call to OVSDB, OpenFlow and
+// ovs-vswitchd's control socket is given.
+type Endpoints struct {
+	OVSDB endpoint.Endpoint
+	// OpenFlow is the "openflow" override; zero: each bridge's own
+	// management socket (OpenFlowOf).
+	OpenFlow endpoint.Endpoint
+}
+
+// ParseEndpoints parses the "ovsdb" and "openflow" (optional) keys of a
+// network config: a *types.Error, code 7 naming the key, when one does not
+// parse.
+func ParseEndpoints(ovsdb, openflow string) (Endpoints, error) {
+	var e Endpoints
+	var err error
+	if e.OVSDB, err = endpoint.Parse(ovsdb); err != nil {
+		return Endpoints{}, cnierr.Invalid(`"ovsdb": %v`, err).CNI()
 	}
 	if openflow == "" {
-		return nil
+		return e, nil
 	}
-	if _, err := endpoint.ParseOpenFlow(openflow); err != nil {
-		return cnierr.Invalid(`"openflow": %v`, err).CNI()
+	if e.OpenFlow, err = endpoint.ParseOpenFlow(openflow); err != nil {
+		return Endpoints{}, cnierr.Invalid(`"openflow": %v`, err).CNI()
 	}
-	return nil
+	return e, nil
+}
+
+// OpenFlowOf is the OpenFlow endpoint of bridge: the override, else the
+// management socket beside OVSDB's (endpoint.OpenFlow).
+func (e Endpoints) OpenFlowOf(bridge string) endpoint.Endpoint {
+	return endpoint.OpenFlow(e.OpenFlow, e.OVSDB, bridge)
 }

@@ -47,7 +47,7 @@ func TestError(t *testing.T) {
 	}
 }
 
-func TestValidateEndpoints(t *testing.T) {
+func TestParseEndpoints(t *testing.T) {
 	for _, tt := range []struct {
 		ovsdb, openflow, field string
 	}{
@@ -61,10 +61,12 @@ func TestValidateEndpoints(t *testing.T) {
 		{"unix:/run/openvswitch/db.sock", "unix:/run/a b", `"openflow"`},
 		{"unix:/run/openvswitch/db.sock", "tcp:host:0", `"openflow"`},
 	} {
-		err := ValidateEndpoints(tt.ovsdb, tt.openflow)
+		got, err := ParseEndpoints(tt.ovsdb, tt.openflow)
 		switch {
 		case tt.field == "" && err != nil:
 			t.Errorf("(%q, %q): %v, want nil", tt.ovsdb, tt.openflow, err)
+		case tt.field == "" && (got.OVSDB.String() != tt.ovsdb || got.OpenFlow.String() != tt.openflow):
+			t.Errorf("(%q, %q): got %q, %q, want them as given", tt.ovsdb, tt.openflow, got.OVSDB, got.OpenFlow)
 		case tt.field != "" && (code(err) != types.ErrInvalidNetworkConfig || !strings.HasPrefix(err.(*types.Error).Msg, tt.field)):
 			t.Errorf("(%q, %q): %v, want code 7 naming %s", tt.ovsdb, tt.openflow, err, tt.field)
 		}

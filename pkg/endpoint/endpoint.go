@@ -65,7 +65,43 @@ func ParseOpenFlow(s string) (Endpoint, error) {
 	return e, nil
 }
 
-func (e Endpoint) String() string { return e.Network + ":" + e.Address }
+// String is e as Parse takes it ("" for the zero Endpoint).
+func (e Endpoint) String() string {
+	if e.IsZero() {
+		return ""
+	}
+	return e.Network + ":" + e.Address
+}
+
+// Set parses s into e, "" being the zero Endpoint: e is a flag.Value.
+func (e *Endpoint) Set(s string) error {
+	if s == "" {
+		*e = Endpoint{}
+		return nil
+	}
+	p, err := Parse(s)
+	if err != nil {
+		return err
+	}
+	*e = p
+	return nil
+}
+
+// MarshalText and UnmarshalText store e as its String() in a record (JSON
+// in OVSDB's external_ids), "" for the zero Endpoint.
+func (e Endpoint) MarshalText() ([]byte, error) { return []byte(e.String()), nil }
+
+func (e *Endpoint) UnmarshalText(b []byte) error { return e.Set(string(b)) }
+
+// MustParse is Parse for an endpoint known to be good (a default): it
+// panics on an error.
+func MustParse(s string) Endpoint {
+	e, err := Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
 
 // Dial connects to e within ctx (see the package comment on full backlogs),
 // over TLS for ssl:.
@@ -109,27 +145,29 @@ func isDNSName(host string) bool {
 	return true
 }
 
+// IsZero reports whether e is the zero Endpoint: none given.
+func (e Endpoint) IsZero() bool { return e == Endpoint{} }
+
 // OpenFlow is where ovs-vswitchd listens for OpenFlow on bridge: the
-// override if set, else "<directory of the OVSDB unix socket>/<bridge>.mgmt"
+// override if set, else "unix:<directory of the OVSDB unix socket>/<bridge>.mgmt"
 // (ovs-vswitchd puts both in its run directory).
-func OpenFlow(override, ovsdb, bridge string) string {
-	if override != "" {
+func OpenFlow(override, ovsdb Endpoint, bridge string) Endpoint {
+	if !override.IsZero() {
 		return override
 	}
 	dir := "/var/run/openvswitch"
-	if e, err := Parse(ovsdb); err == nil && e.Network == "unix" {
-		dir = filepath.Dir(e.Address)
+	if ovsdb.Network == "unix" {
+		dir = filepath.Dir(ovsdb.Address)
 	}
-	return Endpoint{Network: "unix", Address: filepath.Join(dir, bridge+".mgmt")}.String()
+	return Endpoint{Network: "unix", Address: filepath.Join(dir, bridge+".mgmt")}
 }
 
 // Listening reports whether a daemon listens on target. A socket file it
 // left when it died refuses connections, and a missing one is gone (and an
 // ovs-vswitchd's flows died with it). Any other failure (a full backlog, a
 // slow accept) counts as listening, so that the real call reports it.
-func Listening(target string) bool {
-	e, err := Parse(target)
-	if err != nil || e.Network != "unix" {
+func Listening(e Endpoint) bool {
+	if e.Network != "unix" {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -55,10 +55,23 @@ func TestOpenFlow(t *testing.T) {
 		{"", "tcp:127.0.0.1:6640", "unix:/var/run/openvswitch/br0.mgmt"},
 		{"tcp:192.0.2.1:6653", "unix:/run/ovs/db.sock", "tcp:192.0.2.1:6653"},
 	} {
-		if got := OpenFlow(tt.override, tt.ovsdb, "br0"); got != tt.want {
+		var override Endpoint
+		if tt.override != "" {
+			override = mustParse(t, tt.override)
+		}
+		if got := OpenFlow(override, mustParse(t, tt.ovsdb), "br0"); got != mustParse(t, tt.want) {
 			t.Errorf("OpenFlow(%q, %q) = %q, want %q", tt.override, tt.ovsdb, got, tt.want)
 		}
 	}
+}
+
+func mustParse(t *testing.T, s string) Endpoint {
+	t.Helper()
+	e, err := Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 // Listening tells a live socket from a dead daemon's socket file and from a
@@ -84,7 +97,7 @@ func TestListening(t *testing.T) {
 		"unix:" + filepath.Join(dir, "gone"): false,
 		"tcp:127.0.0.1:1":                    true,
 	} {
-		if got := Listening(target); got != want {
+		if got := Listening(mustParse(t, target)); got != want {
 			t.Errorf("Listening(%q) = %v, want %v", target, got, want)
 		}
 	}
@@ -99,5 +112,24 @@ func TestDialSSLWithoutTLS(t *testing.T) {
 	}
 	if _, err := e.Dial(context.Background()); !errors.Is(err, ErrNoTLS) {
 		t.Errorf("got %v, want ErrNoTLS", err)
+	}
+}
+
+// An endpoint is stored as its text (records) and set from it (flags): ""
+// is the zero Endpoint, anything else parses or fails.
+func TestEndpointText(t *testing.T) {
+	for _, s := range []string{"unix:/run/ovs/br0.mgmt", "tcp:127.0.0.1:6653", "ssl:[::1]:6641", ""} {
+		var e Endpoint
+		if err := e.UnmarshalText([]byte(s)); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		b, _ := e.MarshalText()
+		if string(b) != s || e.String() != s || e.IsZero() != (s == "") {
+			t.Errorf("%q: got %q, zero %v", s, b, e.IsZero())
+		}
+	}
+	var e Endpoint
+	if err := e.Set("br0"); err == nil {
+		t.Errorf("Set(%q): got %v, want an error", "br0", e)
 	}
 }

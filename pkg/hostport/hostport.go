@@ -25,11 +25,12 @@ import (
 // Publish records and programs the attachment's host ports on port p,
 // replacing what an earlier ADD of the same attachment left. target is the
 // bridge's OpenFlow endpoint, control the control socket of its
-// ovs-vswitchd ("": found by unixctl.Find); ids are other external_ids the
+// ovs-vswitchd ("": found by unixctl.Find, once for the revalidation wait
+// and the zone limits); ids are other external_ids the
 // port takes in the same transaction as the record. It installs
 // nothing when a claim is held by another attachment (*ovsdb.ClaimedError),
 // and removes what it did when a later step fails.
-func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.HostPorts, ids map[string]string) (retErr error) {
+func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target endpoint.Endpoint, control string, pl flows.Pipeline, a flows.HostPorts, ids map[string]string) (retErr error) {
 	// An earlier ADD's meters that no flow of a uses, from the record p
 	// holds before this ADD: removed once the new flows are in.
 	stale := staleConnMeters(p, a)
@@ -45,7 +46,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 		set[k] = v
 	}
 	// Effective on return: wait until the datapath's flow cache follows the
-	// new flows (openflow.StartRevalidation), registered before the change
+	// new flows (unixctl.StartRevalidation), registered before the change
 	// and collected last. The registration is a round trip to ovs-vswitchd;
 	// ovsdb-server records the claims meanwhile.
 	type recorded struct {
@@ -57,7 +58,12 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 		br, err := cli.RecordOnBridge(ctx, p.Port.UUID, unset, set, claims, p.Port.ExternalIDs[ovsdb.KeyBridge])
 		recc <- recorded{br, err}
 	}()
-	reval, revalErr := openflow.StartRevalidation(ctx, target)
+	// ovs-vswitchd's control socket, found once for the wait and the zone
+	// limits. Not found, there is no wait (as with a tcp: target), and the
+	// zone limits fail once the flows are in: ovs-vswitchd serves the bridge
+	// then, so its socket is elsewhere than the config says.
+	ctl, ctlErr := controlSocket(target, control)
+	reval, revalErr := unixctl.StartRevalidation(ctx, ctl)
 	defer reval.Close()
 	rec := <-recc
 	br := rec.br
@@ -113,7 +119,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target, 
 	if err != nil {
 		return err
 	}
-	if err := ensureZoneLimits(ctx, cli, br, target, control, pl); err != nil {
+	if err := ensureZoneLimits(ctx, cli, br, ctl, ctlErr, pl); err != nil {
 		return err
 	}
 	if len(stale) > 0 {
@@ -158,7 +164,7 @@ func flushUnsupported(err error) bool {
 
 // revalidationCap bounds the wait for the datapath's flow cache. The round a
 // flow change starts ends 1-5 ms after the commit; a few waits in a hundred
-// (a round the change did not start, see openflow.StartRevalidation) would
+// (a round the change did not start, see unixctl.StartRevalidation) would
 // otherwise last until the periodic round, up to 500 ms. Past the cap the
 // flows are in the table and a cached megaflow may still steer the next
 // packets the old way for a few milliseconds.
@@ -169,37 +175,38 @@ const revalidationCap = 50 * time.Millisecond
 // control, or found next to a unix: OpenFlow target (unixctl.Find); with a
 // tcp: target (an ovs-vswitchd elsewhere) and no control they are the
 // operator's to set.
-func SetZoneLimits(ctx context.Context, target, control string, pl flows.Pipeline) error {
-	sock, ok, err := controlSocket(target, control)
-	if !ok {
+func SetZoneLimits(ctx context.Context, target endpoint.Endpoint, control string, pl flows.Pipeline) error {
+	ctl, err := controlSocket(target, control)
+	if err != nil || ctl == "" {
 		return err
 	}
-	return unixctl.SetZoneLimits(ctx, sock, pl.ZoneLimits())
+	return unixctl.SetZoneLimits(ctx, ctl, pl.ZoneLimits())
 }
 
-// controlSocket finds the control socket of target's ovs-vswitchd; ok is
-// false, with no error, when the zone limits are not ours to set.
-func controlSocket(target, control string) (sock string, ok bool, err error) {
-	if e, perr := endpoint.Parse(target); control == "" && perr == nil && e.Network == "tcp" {
-		return "", false, nil
+// controlSocket finds the control socket of target's ovs-vswitchd
+// (unixctl.Find): "" with no error when it is not ours to reach (a tcp:
+// target without "vswitchdControl"): then neither the zone limits nor a
+// revalidation wait are ours; "" with the error when it is not found.
+func controlSocket(target endpoint.Endpoint, control string) (string, error) {
+	if control == "" && target.Network == "tcp" {
+		return "", nil
 	}
-	sock, err = unixctl.Find(target, control)
-	return sock, err == nil, err
+	return unixctl.Find(target, control)
 }
 
-// ensureZoneLimits sets the zone limits unless br (the port's bridge, read
-// with the publish's record) records that this very ovs-vswitchd has them
-// already: a request to ovs-vswitchd waits behind its reconfigurations.
-func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, target, control string, pl flows.Pipeline) error {
-	sock, ok, err := controlSocket(target, control)
-	if !ok {
-		return err
+// ensureZoneLimits sets the zone limits through ctl (findErr: why it was not
+// found) unless br (the port's bridge, read with the publish's record)
+// records that this very ovs-vswitchd has them already: a request to
+// ovs-vswitchd waits behind its reconfigurations.
+func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, ctl string, findErr error, pl flows.Pipeline) error {
+	if findErr != nil || ctl == "" {
+		return findErr
 	}
-	want := sock + "/" + strings.Join(unixctl.ZoneLimitArgs(pl.ZoneLimits()), " ")
+	want := ctl + "/" + strings.Join(unixctl.ZoneLimitArgs(pl.ZoneLimits()), " ")
 	if br != nil && br.ExternalIDs[record.KeyZoneLimits] == want {
 		return nil
 	}
-	if err := unixctl.SetZoneLimits(ctx, sock, pl.ZoneLimits()); err != nil {
+	if err := unixctl.SetZoneLimits(ctx, ctl, pl.ZoneLimits()); err != nil {
 		return err
 	}
 	if br == nil {
@@ -261,14 +268,14 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 // programmed again (reconcile): the OpenFlow target, the control socket ADD
 // was given ("" when none), the pipeline and the attachment, with the ofport
 // OVSDB holds now and the bridge interface's MAC of now. ok is false when p has no usable record.
-func Rebuild(p ovsdb.OwnedPort) (target, control string, pl flows.Pipeline, a flows.HostPorts, ok bool) {
+func Rebuild(p ovsdb.OwnedPort) (target endpoint.Endpoint, control string, pl flows.Pipeline, a flows.HostPorts, ok bool) {
 	rec, ok, err := record.HostPortsOf(p)
 	if err != nil || !ok {
-		return "", "", pl, a, false
+		return target, "", pl, a, false
 	}
 	pl, a, err = rec.Facts()
 	if err != nil {
-		return "", "", pl, a, false
+		return target, "", pl, a, false
 	}
 	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
 		a.OFPort = uint32(*p.Interface.OFPort)

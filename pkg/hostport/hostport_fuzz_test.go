@@ -10,6 +10,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -118,7 +119,7 @@ func FuzzContainerFacts(f *testing.F) {
 // the record: it may hold anything another client wrote) and renders what a
 // DEL or reconcile would do with it, without panicking.
 func FuzzRecordOf(f *testing.F) {
-	rec, _ := json.Marshal(record.HostPorts{Version: 1, OpenFlow: "unix:/run/openvswitch/br0.mgmt", DNATZone: 64000, SNATZone: 64001,
+	rec, _ := json.Marshal(record.HostPorts{Version: 1, OpenFlow: endpoint.MustParse("unix:/run/openvswitch/br0.mgmt"), DNATZone: 64000, SNATZone: 64001,
 		Cookie: flows.AttachmentCookie("c", "eth0").String(), OFPort: 3, MAC: "02:00:00:00:00:01", SNAT: true,
 		Rules: []flows.Rule{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}}})
 	for _, s := range []string{string(rec), `{}`, `{"cookie":"0x"}`, `{"cookie":"0xffffffffffffffffff","mac":"x"}`,

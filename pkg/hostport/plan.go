@@ -127,7 +127,7 @@ func vlanZero(port ovsdb.OwnedPort, mappings int) error {
 // Plan is what an ADD resolved for one attachment.
 type Plan struct {
 	Port      ovsdb.OwnedPort
-	Target    string
+	Target    endpoint.Endpoint
 	Control   string // ovs-vswitchd's control socket ("": unixctl.Find)
 	HostPorts flows.HostPorts
 }
@@ -139,8 +139,8 @@ type Options struct {
 	NodeMAC  openflow.MAC // zero: the MAC of the bridge's internal interface
 	SNAT     bool
 	MasqAll  bool
-	OpenFlow string // override of the bridge's OpenFlow target
-	OVSDB    string // OVSDB endpoint, to derive the default OpenFlow target
+	OpenFlow endpoint.Endpoint // override of the bridge's OpenFlow target (zero: none)
+	OVSDB    endpoint.Endpoint // OVSDB endpoint, to derive the default OpenFlow target
 	// VswitchdControl is ovs-vswitchd's control socket ("": unixctl.Find).
 	VswitchdControl string
 	// ConnRate and ConnBurst bound each mapping's new connections per

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -29,7 +30,7 @@ func TestResolvePlan(t *testing.T) {
 		return flows.Mapping{Protocol: flows.TCP, HostIP: a, HostPort: hp, ContainerPort: 80}
 	}
 	opts := Options{Mappings: []flows.Mapping{m("", 8080), m("127.0.0.1", 8081), m("::1", 8082), m("198.51.100.1", 8083)},
-		NodeIPs: node, NodeMAC: openflow.MAC(mac), SNAT: true, OVSDB: "unix:/run/ovs/db.sock"}
+		NodeIPs: node, NodeMAC: openflow.MAC(mac), SNAT: true, OVSDB: endpoint.MustParse("unix:/run/ovs/db.sock")}
 	plan, err := Resolve(opts, "ctr", "eth0", port, v4, v6, openflow.MAC(mac))
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func TestResolvePlan(t *testing.T) {
 	if strings.Join(got, ",") != want {
 		t.Errorf("rules: got %s, want %s (loopback mappings left out)", strings.Join(got, ","), want)
 	}
-	if plan.Target != "unix:/run/ovs/br0.mgmt" || plan.HostPorts.OFPort != 5 || plan.HostPorts.HairpinV4 != node[0] {
+	if plan.Target.String() != "unix:/run/ovs/br0.mgmt" || plan.HostPorts.OFPort != 5 || plan.HostPorts.HairpinV4 != node[0] {
 		t.Errorf("plan: %+v", plan)
 	}
 	opts.Mappings = []flows.Mapping{m("203.0.113.9", 8080)}

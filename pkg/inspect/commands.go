@@ -23,12 +23,14 @@ import (
 
 // common are the flags of both commands.
 type common struct {
-	ovsdb, control string
-	which          Which
+	ovsdb   endpoint.Endpoint
+	control string
+	which   Which
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.ovsdb, "ovsdb", endpoint.DefaultOVSDB, "OVSDB endpoint")
+	c.ovsdb = endpoint.MustParse(endpoint.DefaultOVSDB)
+	fs.Var(&c.ovsdb, "ovsdb", "OVSDB endpoint")
 	fs.StringVar(&c.control, "vswitchd-control", "", "ovs-vswitchd's control socket, when ADD recorded none (default: found as ovs-appctl finds it)")
 	fs.StringVar(&c.which.ContainerID, "container", "", "the attachment's container ID")
 	fs.StringVar(&c.which.IfName, "ifname", "", "the attachment's interface name (default eth0 with -container)")

@@ -69,15 +69,15 @@ func find(ctx context.Context, cli *ovsdb.Client, w Which) (ovsdb.OwnedPort, err
 type attachment struct {
 	port     ovsdb.OwnedPort
 	facts    trace.Attachment
-	cookie   flows.Cookie // CookieKindAttachment
-	target   string       // the bridge's OpenFlow endpoint
-	control  string       // ovs-vswitchd's control socket, as recorded
-	declared []flows.Flow // what the records want on the bridge
+	cookie   flows.Cookie      // CookieKindAttachment
+	target   endpoint.Endpoint // the bridge's OpenFlow endpoint
+	control  string            // ovs-vswitchd's control socket, as recorded
+	declared []flows.Flow      // what the records want on the bridge
 }
 
 // load reads the records of port p (ovsdbEndpoint: to find the bridge's
 // OpenFlow endpoint when no record names it).
-func load(p ovsdb.OwnedPort, ovsdbEndpoint string) (attachment, error) {
+func load(p ovsdb.OwnedPort, ovsdbEndpoint endpoint.Endpoint) (attachment, error) {
 	id := p.Attachment()
 	at := attachment{port: p, cookie: flows.AttachmentCookie(id.ContainerID, id.IfName)}
 	f := trace.Attachment{ContainerID: id.ContainerID, IfName: id.IfName, Pod: p.Port.ExternalIDs[record.KeyPod],
@@ -88,7 +88,7 @@ func load(p ovsdb.OwnedPort, ovsdbEndpoint string) (attachment, error) {
 	if m, err := net.ParseMAC(p.Port.ExternalIDs[ovsdb.KeyMAC]); err == nil {
 		f.MAC = m
 	}
-	at.target = endpoint.OpenFlow("", ovsdbEndpoint, f.Bridge)
+	at.target = endpoint.OpenFlow(endpoint.Endpoint{}, ovsdbEndpoint, f.Bridge)
 	if rec, ok := record.PortSecurityOf(p); ok {
 		at.target = rec.OpenFlow
 		f.PortSec = !rec.Disabled

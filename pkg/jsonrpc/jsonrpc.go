@@ -80,38 +80,59 @@ func (e *Error) Error() string { return e.Method + ": " + e.Detail }
 // UnmarshalJSON (pkg/ovsdb turns a panic of libovsdb's decoders there into
 // an error).
 func (r *Conn) Call(ctx context.Context, method string, params any, out any) error {
-	if r.broken != nil {
-		return fmt.Errorf("%s: %w by an earlier call: %v", method, ErrBroken, r.broken)
+	q, err := r.Send(ctx, method, params)
+	if err != nil {
+		return err
 	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Time{}
-	}
-	r.conn.SetDeadline(deadline)
-	defer r.conn.SetDeadline(time.Time{})
-	stop := context.AfterFunc(ctx, func() { r.conn.SetDeadline(time.Now()) })
-	defer stop()
+	return q.Wait(ctx, out)
+}
 
+// Request is a request sent whose answer has not been read yet.
+type Request struct {
+	r          *Conn
+	method, id string
+}
+
+// Send sends one request within ctx and returns without waiting for its
+// answer: Wait reads it. It is Call for a request that the server answers
+// only once something has happened (unixctl's revalidator/wait), while the
+// caller goes on; the connection takes no other call before the Wait.
+func (r *Conn) Send(ctx context.Context, method string, params any) (*Request, error) {
+	if r.broken != nil {
+		return nil, fmt.Errorf("%s: %w by an earlier call: %v", method, ErrBroken, r.broken)
+	}
 	r.id++
 	id := strconv.Itoa(r.id)
 	req, err := request(method, params, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	defer r.bound(ctx)()
 	if _, err := r.conn.Write(req); err != nil {
 		r.broken = err
-		return r.ctxErr(ctx, err)
+		return nil, r.ctxErr(ctx, err)
 	}
+	return &Request{r: r, method: method, id: id}, nil
+}
+
+// Wait reads the answer to q within ctx and decodes its result into out
+// (see Call).
+func (q *Request) Wait(ctx context.Context, out any) error {
+	r := q.r
+	if r.broken != nil {
+		return fmt.Errorf("%s: %w by an earlier call: %v", q.method, ErrBroken, r.broken)
+	}
+	defer r.bound(ctx)()
 	for {
 		m, err := r.next()
 		if err != nil {
 			return r.ctxErr(ctx, err)
 		}
-		if m.Method != "" || string(m.ID) != id {
+		if m.Method != "" || string(m.ID) != q.id {
 			continue
 		}
 		if len(m.Error) > 0 && string(m.Error) != "null" {
-			return &Error{Method: method, Detail: string(m.Error)}
+			return &Error{Method: q.method, Detail: string(m.Error)}
 		}
 		if out == nil {
 			return nil
@@ -121,6 +142,21 @@ func (r *Conn) Call(ctx context.Context, method string, params any, out any) err
 			return u.UnmarshalJSON(m.Result)
 		}
 		return json.Unmarshal(m.Result, out)
+	}
+}
+
+// bound makes the connection's reads and writes end with ctx (its deadline,
+// or its cancellation); the func it returns lifts that.
+func (r *Conn) bound(ctx context.Context) func() {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Time{}
+	}
+	r.conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { r.conn.SetDeadline(time.Now()) })
+	return func() {
+		stop()
+		r.conn.SetDeadline(time.Time{})
 	}
 }
 

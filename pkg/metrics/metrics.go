@@ -38,7 +38,7 @@ import (
 // Config is where the collector reads OVS.
 type Config struct {
 	// OVSDB is the OVSDB endpoint (default endpoint.DefaultOVSDB).
-	OVSDB string
+	OVSDB endpoint.Endpoint
 	// VswitchdControl is ovs-vswitchd's control socket for records that
 	// name none (default: found as ovs-appctl finds it).
 	VswitchdControl string
@@ -98,8 +98,8 @@ var attachmentLabels = []string{"container", "ifname", "namespace", "pod"}
 
 // New returns the collector of cfg.
 func New(cfg Config) *Collector {
-	if cfg.OVSDB == "" {
-		cfg.OVSDB = endpoint.DefaultOVSDB
+	if cfg.OVSDB.IsZero() {
+		cfg.OVSDB = endpoint.MustParse(endpoint.DefaultOVSDB)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
@@ -221,8 +221,8 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 		c.scrapeErrors.WithLabelValues("ovsdb").Inc()
 		return err
 	}
-	byTarget := map[string]*bridgeState{}
-	state := func(target, bridge string) *bridgeState {
+	byTarget := map[endpoint.Endpoint]*bridgeState{}
+	state := func(target endpoint.Endpoint, bridge string) *bridgeState {
 		if byTarget[target] == nil {
 			byTarget[target] = &bridgeState{name: bridge, ports: map[flows.Cookie]port{}, zones: map[uint16]bool{}}
 		}
@@ -234,7 +234,7 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 		ns, name, _ := strings.Cut(pod, "/")
 		pt := port{id: id, pod: pod, labels: []string{id.ContainerID, id.IfName, ns, name}}
 		bridge := p.Port.ExternalIDs[ovsdb.KeyBridge]
-		target := portsec.Target(p, endpoint.OpenFlow("", c.cfg.OVSDB, bridge))
+		target := portsec.Target(p, endpoint.OpenFlow(endpoint.Endpoint{}, c.cfg.OVSDB, bridge))
 		v, _ := flows.AttachmentCookie(id.ContainerID, id.IfName).AnyKind()
 		if t, ctl, pl, a, ok := hostport.Rebuild(p); ok {
 			target = t
@@ -363,7 +363,7 @@ var reasons = []string{flows.ReasonRouterAdvertisement, flows.ReasonRedirect, fl
 
 // notify calls OnDrops for the counters that moved since the previous
 // scrape.
-func (c *Collector) notify(now map[dropKey]uint64, byTarget map[string]*bridgeState) {
+func (c *Collector) notify(now map[dropKey]uint64, byTarget map[endpoint.Endpoint]*bridgeState) {
 	if c.cfg.OnDrops == nil {
 		return
 	}

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // TestUnreachable scrapes a collector whose OVSDB is not there: the scrape
 // succeeds with ovsflow_up 0 and one OVSDB scrape error, and the agent's
 // events still count.
 func TestUnreachable(t *testing.T) {
-	c := New(Config{OVSDB: "unix:" + filepath.Join(t.TempDir(), "none.sock"), Timeout: time.Second})
+	c := New(Config{OVSDB: endpoint.MustParse("unix:" + filepath.Join(t.TempDir(), "none.sock")), Timeout: time.Second})
 	c.ReconcileDone(time.Second, nil)
 	c.ReconcileDone(time.Second, errors.New("x"))
 	c.VswitchdRestart()

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // CTFlush selects the conntrack entries of Zone whose original direction
@@ -89,7 +91,7 @@ func prop(b []byte, typ uint16, val []byte) []byte {
 // datapath of the bridge behind target, in one exchange: every NXT_CT_FLUSH
 // then a barrier. An ovs-vswitchd before 3.1 refuses the message as unknown
 // (ConntrackFlushError.Unsupported).
-func FlushConntrack(ctx context.Context, target string, flushes ...CTFlush) error {
+func FlushConntrack(ctx context.Context, target endpoint.Endpoint, flushes ...CTFlush) error {
 	if len(flushes) == 0 {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	of "github.com/ovsflow/ovs-cni/pkg/openflow"
 )
@@ -320,15 +321,16 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 func TestApplyRejectsBeforeConnecting(t *testing.T) {
 	bad := of.Bundle{of.Flow{Priority: 1}, of.Flow{Priority: 2, Match: of.Match{}.TPDst(80)}}
-	if err := of.Apply(context.Background(), "unix:/nonexistent/br0.mgmt", bad); !errors.Is(err, of.ErrPrerequisite) {
+	if err := of.Apply(context.Background(), ep("unix:/nonexistent/br0.mgmt"), bad); !errors.Is(err, of.ErrPrerequisite) {
 		t.Errorf("got %v, want ErrPrerequisite", err)
 	}
-	for _, target := range []string{"ssl:127.0.0.1:6653", "br0", "punix:/x"} {
+	// An ssl: endpoint parses (OVSDB takes it), and a zero one is none.
+	for _, target := range []endpoint.Endpoint{ep("ssl:127.0.0.1:6653"), {}, {Network: "punix", Address: "/x"}} {
 		if err := of.Apply(context.Background(), target, nil); !errors.Is(err, of.ErrUnsupported) {
 			t.Errorf("target %q: got %v, want ErrUnsupported", target, err)
 		}
 	}
-	if err := of.DeleteFlows(context.Background(), "unix:/nonexistent/br0.mgmt", of.Delete{Cookie: 1, Mask: 1}); err == nil || errors.Is(err, of.ErrTimeout) {
+	if err := of.DeleteFlows(context.Background(), ep("unix:/nonexistent/br0.mgmt"), of.Delete{Cookie: 1, Mask: 1}); err == nil || errors.Is(err, of.ErrTimeout) {
 		t.Errorf("got %v, want a connection error", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // Meter sends the packet through meter ID (the OpenFlow 1.3+ meter
@@ -93,7 +95,7 @@ func meterError(err error, code uint16) bool {
 // exists, modified in place (the flows that use it stay). Meters cannot be
 // part of a bundle: install them before the flows that use them (a flow
 // naming a missing meter is refused).
-func SetMeters(ctx context.Context, target string, meters ...MeterBand) error {
+func SetMeters(ctx context.Context, target endpoint.Endpoint, meters ...MeterBand) error {
 	if len(meters) == 0 {
 		return nil
 	}
@@ -123,7 +125,7 @@ func SetMeters(ctx context.Context, target string, meters ...MeterBand) error {
 
 // DeleteMeters removes the meters with the given IDs, and with them every
 // flow that uses one; a meter that does not exist is no error.
-func DeleteMeters(ctx context.Context, target string, ids ...uint32) error {
+func DeleteMeters(ctx context.Context, target endpoint.Endpoint, ids ...uint32) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -165,7 +167,7 @@ const ofpmpMeterConfig = 10
 // dump-meters TARGET meter=ID`): its first band, if it is a drop band with
 // the burst flag and kbps or pktps; ok is false when there is no such meter, or it
 // is another kind.
-func DumpMeter(ctx context.Context, target string, id uint32) (m MeterBand, ok bool, err error) {
+func DumpMeter(ctx context.Context, target endpoint.Endpoint, id uint32) (m MeterBand, ok bool, err error) {
 	err = session(ctx, target, "dumping meters", func(s *conn) error {
 		b := hello()
 		b = append(b, header(ofptMultipartReq, 1, 24)...)

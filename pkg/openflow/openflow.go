@@ -99,7 +99,7 @@ func NotServed(err error) bool {
 // ApplyServed is Apply on a bridge that ovs-vswitchd may not serve yet:
 // while NotServed, it tries again every 20 ms for up to within, then fails
 // with ErrTimeout.
-func ApplyServed(ctx context.Context, target string, bundle Bundle, within time.Duration) error {
+func ApplyServed(ctx context.Context, target endpoint.Endpoint, bundle Bundle, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		err := Apply(ctx, target, bundle)
@@ -118,13 +118,13 @@ func ApplyServed(ctx context.Context, target string, bundle Bundle, within time.
 }
 
 // Apply applies the bundle as one atomic transaction: all of it or, when
-// OVS rejects any entry, none. target is "unix:PATH" or "tcp:HOST:PORT". An
+// OVS rejects any entry, none. target is a unix: or tcp: endpoint. An
 // entry that would not encode (see Flow.Validate) fails before connecting.
 // Once the bundle is committed, it removes the conntrack entries each of
 // flushes selects (see FlushConntrack) on the same connection: a second
 // connection would wait for ovs-vswitchd's main loop to accept it. When only
 // flushes fail, the error is a *ConntrackFlushError.
-func Apply(ctx context.Context, target string, bundle Bundle, flushes ...CTFlush) error {
+func Apply(ctx context.Context, target endpoint.Endpoint, bundle Bundle, flushes ...CTFlush) error {
 	for _, m := range bundle {
 		if f, ok := m.(Flow); ok {
 			if err := f.Validate(); err != nil {
@@ -202,7 +202,7 @@ const maxErrors = 5
 // returns. It also removes the conntrack entries each of flushes selects, in
 // the same exchange; when only those fail, the error is a
 // *ConntrackFlushError.
-func DeleteFlows(ctx context.Context, target string, d Delete, flushes ...CTFlush) error {
+func DeleteFlows(ctx context.Context, target endpoint.Endpoint, d Delete, flushes ...CTFlush) error {
 	return session(ctx, target, "deleting flows", func(s *conn) error {
 		b := hello()
 		start := len(b)
@@ -240,7 +240,7 @@ func DeleteFlows(ctx context.Context, target string, d Delete, flushes ...CTFlus
 // Dump returns the flows, in every table, whose cookie matches cookie under
 // mask (like `ovs-ofctl dump-flows TARGET cookie=C/M`), decoded into the
 // values Apply takes (see Diff for how they compare).
-func Dump(ctx context.Context, target string, cookie, mask uint64) ([]Flow, error) {
+func Dump(ctx context.Context, target endpoint.Endpoint, cookie, mask uint64) ([]Flow, error) {
 	var out []Flow
 	err := dump(ctx, target, cookie, mask, func(_ []byte, f Flow) { out = append(out, f) })
 	return out, err
@@ -248,7 +248,7 @@ func Dump(ctx context.Context, target string, cookie, mask uint64) ([]Flow, erro
 
 // dump sends one flow stats request and calls each with every entry of the
 // reply (its ofp_flow_stats bytes) and its decoded flow.
-func dump(ctx context.Context, target string, cookie, mask uint64, each func(entry []byte, f Flow)) error {
+func dump(ctx context.Context, target endpoint.Endpoint, cookie, mask uint64, each func(entry []byte, f Flow)) error {
 	return session(ctx, target, "dumping flows", func(s *conn) error {
 		b := hello()
 		start := len(b)
@@ -298,7 +298,7 @@ func dump(ctx context.Context, target string, cookie, mask uint64, each func(ent
 
 // session connects to target and runs fn under the deadline of ctx, bounded
 // by Timeout.
-func session(ctx context.Context, target, what string, fn func(*conn) error) (err error) {
+func session(ctx context.Context, target endpoint.Endpoint, what string, fn func(*conn) error) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	defer func() {
@@ -311,11 +311,10 @@ func session(ctx context.Context, target, what string, fn func(*conn) error) (er
 			err = fmt.Errorf("%s on %s: %w", what, target, err)
 		}
 	}()
-	e, err := endpoint.Parse(target)
-	if err != nil || e.Network == "ssl" { // OpenFlow over TLS is not offered
+	if target.Network != "unix" && target.Network != "tcp" { // OpenFlow over TLS is not offered
 		return fmt.Errorf("target %q: %w", target, ErrUnsupported)
 	}
-	c, err := e.Dial(ctx)
+	c, err := target.Dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/internal/ovstest"
 	. "github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -64,6 +65,15 @@ func newBridge(t testing.TB) string {
 	run(t, "", "ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev")
 	t.Cleanup(func() { exec.Command("ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "del-br", name).Run() })
 	return "unix:" + filepath.Join(ovs.RunDir, name+".mgmt")
+}
+
+// ep is the endpoint s names.
+func ep(s string) endpoint.Endpoint {
+	e, err := endpoint.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return e
 }
 
 // dump returns the bridge's flows as ovs-ofctl prints them, sorted.
@@ -123,13 +133,13 @@ func TestApplyEquivalence(t *testing.T) {
 	for round := 1; round <= 2; round++ {
 		for _, c := range ordered(t) {
 			ofctlApply(t, a, c.bundle)
-			if err := Apply(context.Background(), b, c.bundle); err != nil {
+			if err := Apply(context.Background(), ep(b), c.bundle); err != nil {
 				t.Fatalf("round %d, %s: %v", round, c.name, err)
 			}
 			sameFlows(t, fmt.Sprintf("round %d, %s", round, c.name), a, b)
 		}
 	}
-	if err := Apply(context.Background(), b, nil); err != nil {
+	if err := Apply(context.Background(), ep(b), nil); err != nil {
 		t.Errorf("empty bundle: %v", err)
 	}
 	if n := len(dump(t, b)); n < 30 {
@@ -144,7 +154,7 @@ func TestApplyEachOnFreshBridge(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := newBridge(t), newBridge(t)
 			ofctlApply(t, a, c.bundle)
-			if err := Apply(context.Background(), b, c.bundle); err != nil {
+			if err := Apply(context.Background(), ep(b), c.bundle); err != nil {
 				t.Fatal(err)
 			}
 			sameFlows(t, c.name, a, b)
@@ -175,7 +185,7 @@ func TestDeleteCookieEquivalence(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := len(dump(t, b))
 			run(t, "", "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "del-flows", a, fmt.Sprintf("cookie=%#x/%#x", tt.cookie, tt.mask))
-			if err := DeleteFlows(context.Background(), b, Delete{Cookie: tt.cookie, Mask: tt.mask}); err != nil {
+			if err := DeleteFlows(context.Background(), ep(b), Delete{Cookie: tt.cookie, Mask: tt.mask}); err != nil {
 				t.Fatal(err)
 			}
 			sameFlows(t, tt.name, a, b)
@@ -228,7 +238,7 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 			}
 			// Some flows of ours to keep, then a bundle that would replace them.
 			first := append(slices.Clone(c["portsec_dual"]), Flow{Cookie: 0x0fc50139c16eb78e, Priority: 1})
-			if err := Apply(context.Background(), target, first); err != nil {
+			if err := Apply(context.Background(), ep(target), first); err != nil {
 				t.Fatal(err)
 			}
 			before := dump(t, target)
@@ -236,7 +246,7 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 			if !strings.HasPrefix(bundle.String(), "delete "+cookie.Delete().String()) {
 				t.Fatalf("bundle_snat.golden does not start by deleting %s", cookie)
 			}
-			err := Apply(context.Background(), target, bundle)
+			err := Apply(context.Background(), ep(target), bundle)
 			if err == nil {
 				t.Fatal("got no error, want one")
 			}
@@ -265,7 +275,7 @@ func TestApplyBridgeWithoutOpenFlow14(t *testing.T) {
 	target := newBridge(t)
 	br := strings.TrimSuffix(filepath.Base(target), ".mgmt")
 	run(t, "", "ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "set", "bridge", br, "protocols=OpenFlow10")
-	err := Apply(context.Background(), target, Bundle{Flow{Priority: 1}})
+	err := Apply(context.Background(), ep(target), Bundle{Flow{Priority: 1}})
 	if err == nil || errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "OpenFlow 1.4") {
 		t.Fatalf("got %v, want a version negotiation error", err)
 	}
@@ -280,7 +290,7 @@ func BenchmarkApply(b *testing.B) {
 	target := newBridge(b)
 	b.Run("native", func(b *testing.B) {
 		for b.Loop() {
-			if err := Apply(context.Background(), target, bundle); err != nil {
+			if err := Apply(context.Background(), ep(target), bundle); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -292,23 +302,9 @@ func BenchmarkApply(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(bundle)), "entries/op")
 	})
-	b.Run("native+revalidation", func(b *testing.B) {
-		for b.Loop() {
-			w, err := StartRevalidation(context.Background(), target)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := Apply(context.Background(), target, bundle); err != nil {
-				b.Fatal(err)
-			}
-			if err := w.Wait(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 	b.Run("dump-native", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := Dump(context.Background(), target, 0, 0); err != nil {
+			if _, err := Dump(context.Background(), ep(target), 0, 0); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -316,7 +312,7 @@ func BenchmarkApply(b *testing.B) {
 	flush := []CTFlush{{Zone: 64000, Proto: 17, Dst: node4, DstPort: 5353}, {Zone: 64002, Proto: 17, Dst: node4, DstPort: 5353}}
 	b.Run("ct-flush-native", func(b *testing.B) {
 		for b.Loop() {
-			if err := FlushConntrack(context.Background(), target, flush...); err != nil {
+			if err := FlushConntrack(context.Background(), ep(target), flush...); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -332,7 +328,7 @@ func BenchmarkApply(b *testing.B) {
 	})
 	b.Run("delete-native", func(b *testing.B) {
 		for b.Loop() {
-			if err := DeleteFlows(context.Background(), target, Delete{Cookie: 1, Mask: ^uint64(0)}); err != nil {
+			if err := DeleteFlows(context.Background(), ep(target), Delete{Cookie: 1, Mask: ^uint64(0)}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -342,37 +338,6 @@ func BenchmarkApply(b *testing.B) {
 			run(b, "", "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "del-flows", target, "cookie=0x1/-1")
 		}
 	})
-}
-
-// A revalidation wait registered before a flow change reaches ovs-vswitchd's
-// control socket beside the management socket and ends after the change; it
-// is nil where there is no control socket.
-func TestRevalidation(t *testing.T) {
-	requireOVS(t)
-	target := newBridge(t)
-	ctx := context.Background()
-	w, err := StartRevalidation(ctx, target)
-	if err != nil || w == nil {
-		t.Fatalf("beside %s: %v, %v", target, w, err)
-	}
-	if err := Apply(ctx, target, Bundle{Flow{Cookie: 1, Priority: 1, Match: Match{}.Proto(EthIPv4, ProtoTCP).TPDst(1)}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Wait(ctx); err != nil {
-		t.Fatalf("waiting for the round after a change: %v", err)
-	}
-	for _, target := range []string{"tcp:127.0.0.1:6653", "unix:" + filepath.Join(t.TempDir(), "br.mgmt")} {
-		if w, err := StartRevalidation(ctx, target); w != nil || err != nil {
-			t.Errorf("%s (no control socket): %v, %v, want nil, nil", target, w, err)
-		}
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "ovs-vswitchd.pid"), []byte("1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := StartRevalidation(ctx, "unix:"+filepath.Join(dir, "br.mgmt")); err == nil {
-		t.Errorf("a pidfile naming a control socket that does not exist: got nil, want an error")
-	}
 }
 
 // TestTimeout talks to a socket that accepts and never answers.
@@ -385,11 +350,13 @@ func TestTimeout(t *testing.T) {
 	defer l.Close()
 	target := "unix:" + sock
 	calls := map[string]func(ctx context.Context) error{
-		"Apply":       func(ctx context.Context) error { return Apply(ctx, target, Bundle{Flow{Priority: 1}}) },
-		"DeleteFlows": func(ctx context.Context) error { return DeleteFlows(ctx, target, Delete{Cookie: 1, Mask: ^uint64(0)}) },
-		"Dump":        func(ctx context.Context) error { _, err := Dump(ctx, target, 1, ^uint64(0)); return err },
+		"Apply": func(ctx context.Context) error { return Apply(ctx, ep(target), Bundle{Flow{Priority: 1}}) },
+		"DeleteFlows": func(ctx context.Context) error {
+			return DeleteFlows(ctx, ep(target), Delete{Cookie: 1, Mask: ^uint64(0)})
+		},
+		"Dump": func(ctx context.Context) error { _, err := Dump(ctx, ep(target), 1, ^uint64(0)); return err },
 		"FlushConntrack": func(ctx context.Context) error {
-			return FlushConntrack(ctx, target, CTFlush{Zone: 1, Proto: 17, DstPort: 53})
+			return FlushConntrack(ctx, ep(target), CTFlush{Zone: 1, Proto: 17, DstPort: 53})
 		},
 	}
 	for name, call := range calls {
@@ -456,20 +423,20 @@ func TestApplyLarge(t *testing.T) {
 	a, b := newBridge(t), newBridge(t)
 	ofctlApply(t, a, good)
 	start := time.Now()
-	if err := Apply(context.Background(), b, good); err != nil {
+	if err := Apply(context.Background(), ep(b), good); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("3000 flows applied in %v", time.Since(start))
 	sameFlows(t, "3000 flows", a, b)
 	start = time.Now()
-	got, err := Dump(context.Background(), b, 0x0fc5010000000001, ^uint64(0))
+	got, err := Dump(context.Background(), ep(b), 0x0fc5010000000001, ^uint64(0))
 	if err != nil || len(got) != 3000 {
 		t.Fatalf("dump: got %d flows, %v; want 3000 (several multipart replies)", len(got), err)
 	}
 	t.Logf("3000 flows dumped in %v", time.Since(start))
 
 	start = time.Now()
-	err = Apply(context.Background(), b, bad)
+	err = Apply(context.Background(), ep(b), bad)
 	if err == nil || errors.Is(err, ErrTimeout) {
 		t.Fatalf("got %v, want 3000 OpenFlow errors", err)
 	}
@@ -488,10 +455,10 @@ func TestDumpDecodesWhatWasApplied(t *testing.T) {
 	for _, c := range ordered(t) {
 		t.Run(c.name, func(t *testing.T) {
 			target := newBridge(t)
-			if err := Apply(context.Background(), target, c.bundle); err != nil {
+			if err := Apply(context.Background(), ep(target), c.bundle); err != nil {
 				t.Fatal(err)
 			}
-			all, err := Dump(context.Background(), target, 0, 0)
+			all, err := Dump(context.Background(), ep(target), 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -554,11 +521,11 @@ func TestDiffIsAsStrictAsDiffFlows(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			target := newBridge(t)
-			if err := Apply(context.Background(), target, p.Bundle(a)); err != nil {
+			if err := Apply(context.Background(), ep(target), p.Bundle(a)); err != nil {
 				t.Fatal(err)
 			}
 			tt.change(target)
-			got, err := Dump(context.Background(), target, uint64(a.Cookie), ^uint64(0))
+			got, err := Dump(context.Background(), ep(target), uint64(a.Cookie), ^uint64(0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -597,14 +564,14 @@ func TestFlushConntrack(t *testing.T) {
 		flush  func(target string) error
 		flows  int // flows of cookie 0x77 afterwards
 	}{
-		{"FlushConntrack", nil, func(target string) error { return FlushConntrack(context.Background(), target, flush) }, 0},
-		{"Apply", nil, func(target string) error { return Apply(context.Background(), target, Bundle{flow}, flush) }, 1},
+		{"FlushConntrack", nil, func(target string) error { return FlushConntrack(context.Background(), ep(target), flush) }, 0},
+		{"Apply", nil, func(target string) error { return Apply(context.Background(), ep(target), Bundle{flow}, flush) }, 1},
 		{"DeleteFlows", func(t *testing.T, target string) {
-			if err := Apply(context.Background(), target, Bundle{flow}); err != nil {
+			if err := Apply(context.Background(), ep(target), Bundle{flow}); err != nil {
 				t.Fatal(err)
 			}
 		}, func(target string) error {
-			return DeleteFlows(context.Background(), target, Delete{Cookie: 0x77, Mask: ^uint64(0)}, flush)
+			return DeleteFlows(context.Background(), ep(target), Delete{Cookie: 0x77, Mask: ^uint64(0)}, flush)
 		}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -654,7 +621,7 @@ func TestFlushConntrack(t *testing.T) {
 			if len(after) != 3 || len(gone) != 1 || !strings.Contains(gone[0], "dport=5353") || !strings.Contains(gone[0], "zone=64000") || !strings.HasPrefix(gone[0], "udp") {
 				t.Fatalf("flushed %q, left\n%s", gone, strings.Join(after, "\n"))
 			}
-			got, err := Dump(context.Background(), target, 0x77, ^uint64(0))
+			got, err := Dump(context.Background(), ep(target), 0x77, ^uint64(0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -715,7 +682,7 @@ func TestClearPortEquivalence(t *testing.T) {
 	before := dump(t, b)
 	clear := Bundle{flows.ClearPort(5)}
 	ofctlApply(t, a, clear)
-	if err := Apply(context.Background(), b, clear); err != nil {
+	if err := Apply(context.Background(), ep(b), clear); err != nil {
 		t.Fatal(err)
 	}
 	sameFlows(t, clear.String(), a, b)
@@ -730,7 +697,7 @@ func TestClearPortEquivalence(t *testing.T) {
 	}
 	clear = Bundle{flows.ClearPort(7)}
 	ofctlApply(t, a, clear)
-	if err := Apply(context.Background(), b, clear); err != nil {
+	if err := Apply(context.Background(), ep(b), clear); err != nil {
 		t.Fatal(err)
 	}
 	sameFlows(t, clear.String(), a, b)
@@ -753,7 +720,7 @@ func TestDumpStatsCounts(t *testing.T) {
 	c := uint64(flows.AttachmentCookie("stats", "eth0"))
 	hit := Flow{Cookie: c, Priority: 100, Match: Match{}.EthType(EthARP), Actions: Actions{}}
 	miss := Flow{Cookie: c, Priority: 90, Match: Match{}.EthType(EthIPv6), Actions: Actions{}}
-	if err := Apply(context.Background(), target, Bundle{hit, miss}); err != nil {
+	if err := Apply(context.Background(), ep(target), Bundle{hit, miss}); err != nil {
 		t.Fatal(err)
 	}
 	// An ARP request of 60 bytes, in_port LOCAL, through the pipeline.
@@ -761,7 +728,7 @@ func TestDumpStatsCounts(t *testing.T) {
 	for range 3 {
 		run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "packet-out", target, "in_port=LOCAL,packet="+arp+",actions=resubmit(,0)")
 	}
-	got, err := DumpStats(context.Background(), target, c, ^uint64(0))
+	got, err := DumpStats(context.Background(), ep(target), c, ^uint64(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -790,7 +757,7 @@ func TestMeters(t *testing.T) {
 		return strings.Join(strings.Fields(body), " ")
 	}
 	m := MeterBand{ID: 7, RateKbps: 20000, BurstKb: 2000}
-	if err := SetMeters(ctx, target, m); err != nil {
+	if err := SetMeters(ctx, ep(target), m); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := meters(), "meter=7 kbps burst stats bands= type=drop rate=20000 burst_size=2000"; got != want {
@@ -798,27 +765,27 @@ func TestMeters(t *testing.T) {
 	}
 	f := Flow{Cookie: 0x0fc5040000000001, Priority: 430, Match: Match{}.InPort(3),
 		Actions: Actions{Meter{7}, Load{Value: 1, Dst: Reg(1).Bit(2)}, Resubmit{0}}}
-	if err := Apply(ctx, target, Bundle{f}); err != nil {
+	if err := Apply(ctx, ep(target), Bundle{f}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := dump(t, target), []string{"cookie=0xfc5040000000001, priority=430,in_port=3 actions=meter:7,load:0x1->NXM_NX_REG1[2],resubmit(,0)", "priority=0 actions=NORMAL"}; !slices.Equal(got, want) {
 		t.Fatalf("flows: got %q, want %q", got, want)
 	}
-	got, err := Dump(ctx, target, f.Cookie, ^uint64(0))
+	got, err := Dump(ctx, ep(target), f.Cookie, ^uint64(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := Diff([]Flow{f}, got); err != nil {
 		t.Fatalf("dump differs: %v", err)
 	}
-	if got, ok, err := DumpMeter(ctx, target, 7); err != nil || !ok || got != m {
+	if got, ok, err := DumpMeter(ctx, ep(target), 7); err != nil || !ok || got != m {
 		t.Fatalf("DumpMeter: got %v, %v, %v; want %v", got, ok, err, m)
 	}
 	m.RateKbps = 10000
-	if err := SetMeters(ctx, target, m); err != nil {
+	if err := SetMeters(ctx, ep(target), m); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, err := DumpMeter(ctx, target, 7); err != nil || !ok || got != m {
+	if got, ok, err := DumpMeter(ctx, ep(target), 7); err != nil || !ok || got != m {
 		t.Fatalf("DumpMeter after modify: got %v, %v, %v; want %v", got, ok, err, m)
 	}
 	if got, want := meters(), "meter=7 kbps burst stats bands= type=drop rate=10000 burst_size=2000"; got != want {
@@ -828,22 +795,22 @@ func TestMeters(t *testing.T) {
 		t.Fatalf("flows after modify: got %q, want the flow", got)
 	}
 	pk := MeterBand{ID: 8, RateKbps: 50, BurstKb: 10, Pkts: true}
-	if err := SetMeters(ctx, target, pk); err != nil {
+	if err := SetMeters(ctx, ep(target), pk); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, err := DumpMeter(ctx, target, 8); err != nil || !ok || got != pk {
+	if got, ok, err := DumpMeter(ctx, ep(target), 8); err != nil || !ok || got != pk {
 		t.Fatalf("DumpMeter (pktps): got %v, %v, %v; want %v", got, ok, err, pk)
 	}
 	if out := run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "dump-meters", target, "meter=8"); !strings.Contains(strings.Join(strings.Fields(out), " "), "meter=8 pktps burst stats bands= type=drop rate=50 burst_size=10") {
 		t.Fatalf("pktps meter: got %q", out)
 	}
-	if err := DeleteMeters(ctx, target, 7, 8); err != nil {
+	if err := DeleteMeters(ctx, ep(target), 7, 8); err != nil {
 		t.Fatal(err)
 	}
 	if got := meters(); got != "" {
 		t.Fatalf("meters after delete: got %q, want none", got)
 	}
-	if got, ok, err := DumpMeter(ctx, target, 7); err != nil || ok {
+	if got, ok, err := DumpMeter(ctx, ep(target), 7); err != nil || ok {
 		t.Fatalf("DumpMeter after delete: got %v, %v, %v; want none", got, ok, err)
 	}
 	if got := dump(t, target); len(got) != 1 {

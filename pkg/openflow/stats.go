@@ -3,6 +3,8 @@ package openflow
 import (
 	"context"
 	"encoding/binary"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // FlowStats is a dumped flow with the counters ovs-vswitchd keeps for it:
@@ -14,7 +16,7 @@ type FlowStats struct {
 
 // DumpStats is Dump with the counters of each flow (one OFPMP_FLOW request;
 // the counters are those of ofp_flow_stats).
-func DumpStats(ctx context.Context, target string, cookie, mask uint64) ([]FlowStats, error) {
+func DumpStats(ctx context.Context, target endpoint.Endpoint, cookie, mask uint64) ([]FlowStats, error) {
 	var out []FlowStats
 	err := dump(ctx, target, cookie, mask, func(e []byte, f Flow) {
 		out = append(out, FlowStats{Flow: f, Packets: binary.BigEndian.Uint64(e[32:]), Bytes: binary.BigEndian.Uint64(e[40:])})

@@ -31,6 +31,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -44,11 +45,11 @@ const delTimeout = time.Minute
 
 // Config is what a Sweeper works on.
 type Config struct {
-	OVSDB    string        // the node's OVSDB
-	Conflist string        // path of the node's conflist: its DEL is replayed
-	CNIPath  []string      // the node's plugin dirs (CNI_PATH)
-	CacheDir string        // libcni's cache dir ("": one under os.TempDir; DEL only removes from it)
-	Interval time.Duration // between passes and between the two sightings (0: none)
+	OVSDB    endpoint.Endpoint // the node's OVSDB
+	Conflist string            // path of the node's conflist: its DEL is replayed
+	CNIPath  []string          // the node's plugin dirs (CNI_PATH)
+	CacheDir string            // libcni's cache dir ("": one under os.TempDir; DEL only removes from it)
+	Interval time.Duration     // between passes and between the two sightings (0: none)
 	Log      io.Writer
 	// Deleted, when set, hears of each replayed DEL (the metrics).
 	Deleted func(a ovsdb.Attachment, err error)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/internal/ovstest"
 )
 
@@ -52,7 +53,7 @@ func dial(t *testing.T) *Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cli, err := Dial(ctx, ovs.DB)
+	cli, err := Dial(ctx, endpoint.MustParse(ovs.DB))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,22 +35,13 @@ type Client struct {
 	observe func([]operation)
 }
 
-// Dial connects to the database at endpoint ep. Failures wrap ErrUnreachable.
-func Dial(ctx context.Context, ep string) (*Client, error) {
-	return DialTLS(ctx, ep, endpoint.TLS{})
-}
-
-// DialTLS is Dial with the PEM files of an ssl: endpoint. A file that
-// cannot be used, or a certificate the handshake refuses, is not
-// unreachability: it wraps the *endpoint.TLSFileError or
-// endpoint.ErrTLSRefused, since trying again later meets the same files.
-func DialTLS(ctx context.Context, ep string, t endpoint.TLS) (*Client, error) {
-	e, err := endpoint.Parse(ep)
-	if err != nil {
-		return nil, err
-	}
-	e.TLS = t
-	c, err := jsonrpc.Dial(ctx, e)
+// Dial connects to the database at endpoint ep, over TLS with ep's PEM
+// files for an ssl: one. Failures wrap ErrUnreachable, but for a file that
+// cannot be used, or a certificate the handshake refuses: that wraps the
+// *endpoint.TLSFileError or endpoint.ErrTLSRefused, since trying again later
+// meets the same files.
+func Dial(ctx context.Context, ep endpoint.Endpoint) (*Client, error) {
+	c, err := jsonrpc.Dial(ctx, ep)
 	var file *endpoint.TLSFileError
 	if errors.As(err, &file) || errors.Is(err, endpoint.ErrTLSRefused) || errors.Is(err, endpoint.ErrNoTLS) {
 		return nil, fmt.Errorf("connecting to %s: %w", ep, err)
@@ -58,7 +49,7 @@ func DialTLS(ctx context.Context, ep string, t endpoint.TLS) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: connecting to %s: %v", ErrUnreachable, ep, err)
 	}
-	return &Client{c: c, ep: e}, nil
+	return &Client{c: c, ep: ep}, nil
 }
 
 // conn is the client's connection, dialled again when a call broke it.

@@ -24,12 +24,8 @@ type VswitchdWatch struct {
 const vswitchdLock = "ovs_vswitchd"
 
 // WatchVswitchd connects to the OVSDB endpoint for watching.
-func WatchVswitchd(ctx context.Context, ep string) (*VswitchdWatch, error) {
-	e, err := endpoint.Parse(ep)
-	if err != nil {
-		return nil, err
-	}
-	c, err := jsonrpc.Dial(ctx, e)
+func WatchVswitchd(ctx context.Context, ep endpoint.Endpoint) (*VswitchdWatch, error) {
+	c, err := jsonrpc.Dial(ctx, ep)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}

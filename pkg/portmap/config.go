@@ -14,6 +14,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnierr"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 )
@@ -58,10 +59,11 @@ type Conf struct {
 	LogFile string         `json:"logFile,omitempty"` // see package cnilog
 
 	// Resolved by LoadConf.
-	ConnRate, ConnBurst uint32          `json:"-"`
-	Mappings            []flows.Mapping `json:"-"`
-	NodeIPs             []netip.Addr    `json:"-"` // from hostIPs; nil: the bridge's addresses
-	Pipeline            flows.Pipeline  `json:"-"`
+	Endpoints           cnicmd.Endpoints `json:"-"` // "ovsdb" and "openflow", parsed
+	ConnRate, ConnBurst uint32           `json:"-"`
+	Mappings            []flows.Mapping  `json:"-"`
+	NodeIPs             []netip.Addr     `json:"-"` // from hostIPs; nil: the bridge's addresses
+	Pipeline            flows.Pipeline   `json:"-"`
 }
 
 // LoadConf decodes stdin, applies defaults, then validates.
@@ -86,7 +88,8 @@ func LoadConf(stdin []byte) (*Conf, error) {
 			return nil, invalid("%q is an iptables portmap option and does not apply to ovs-portmap", key)
 		}
 	}
-	if err := cnicmd.ValidateEndpoints(c.OVSDB, c.OpenFlow); err != nil {
+	var err error
+	if c.Endpoints, err = cnicmd.ParseEndpoints(c.OVSDB, c.OpenFlow); err != nil {
 		return nil, err
 	}
 	if err := cnicmd.ValidateControl(c.VswitchdControl); err != nil {
@@ -166,7 +169,7 @@ func LoadConf(stdin []byte) (*Conf, error) {
 }
 
 // OVSDBEndpoint is where the commands find OVSDB.
-func (c *Conf) OVSDBEndpoint() string { return c.OVSDB }
+func (c *Conf) OVSDBEndpoint() endpoint.Endpoint { return c.Endpoints.OVSDB }
 
 // GCScope: ovs-portmap's GC considers the network's ports on any bridge.
 func (c *Conf) GCScope() (string, string, []types.GCAttachment) {
@@ -177,7 +180,7 @@ func loadConf(args *skel.CmdArgs) (*Conf, error) { return LoadConf(args.StdinDat
 
 func (c *Conf) options() hostport.Options {
 	return hostport.Options{Mappings: c.Mappings, NodeIPs: c.NodeIPs, SNAT: *c.SNAT, MasqAll: c.MasqAll,
-		OpenFlow: c.OpenFlow, OVSDB: c.OVSDB, VswitchdControl: c.VswitchdControl, ConnRate: c.ConnRate, ConnBurst: c.ConnBurst}
+		OpenFlow: c.Endpoints.OpenFlow, OVSDB: c.Endpoints.OVSDB, VswitchdControl: c.VswitchdControl, ConnRate: c.ConnRate, ConnBurst: c.ConnBurst}
 }
 
 func invalid(format string, a ...any) error {

@@ -54,6 +54,7 @@ func TestLoadConf(t *testing.T) {
 		{"port security reassembly zone", `{` + base + `,"containerZone":64003}`, types.ErrInvalidNetworkConfig, "reassembly zone", nil},
 		{"bad hostIPs", `{` + base + `,"hostIPs":["0.0.0.0"]}`, types.ErrInvalidNetworkConfig, `"hostIPs"[0]`, nil},
 		{"bad openflow", `{` + base + `,"openflow":"br0"}`, types.ErrInvalidNetworkConfig, `"openflow"`, nil},
+		{"bad ovsdb", `{` + base + `,"ovsdb":"tcp:127.0.0.1:0"}`, types.ErrInvalidNetworkConfig, `"ovsdb"`, nil},
 		{"bad json", `{` + base, types.ErrDecodingFailure, "decoding", nil},
 		{"wrong type", `{` + base + `,"runtimeConfig":{"portMappings":{"hostPort":1}}}`, types.ErrDecodingFailure, "decoding", nil},
 	}

@@ -10,7 +10,6 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
-	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -46,7 +45,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if !v4.IsValid() && !v6.IsValid() {
 		return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 	}
-	ctx, cli, port, done, err := cnicmd.OpenPort(conf.OVSDB, "ovs-portmap", args)
+	ctx, cli, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, "ovs-portmap", args)
 	if err != nil {
 		return err
 	}
@@ -73,7 +72,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.OVSDB, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints.OVSDB, args)
 	if err != nil || done == nil {
 		return err
 	}
@@ -113,13 +112,13 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, _, port, done, err := cnicmd.OpenPort(conf.OVSDB, "ovs-portmap", args)
+	ctx, _, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, "ovs-portmap", args)
 	if err != nil {
 		return err
 	}
 	defer done()
 	var want []flows.Flow
-	target := endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, port.Port.ExternalIDs[ovsdb.KeyBridge])
+	target := conf.Endpoints.OpenFlowOf(port.Port.ExternalIDs[ovsdb.KeyBridge])
 	cookie := flows.AttachmentCookie(args.ContainerID, args.IfName)
 	v4, v6, mac := hostport.ContainerFacts(prev, args.IfName)
 	if len(conf.Mappings) > 0 && (v4.IsValid() || v6.IsValid()) {
@@ -180,7 +179,7 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	_, _, done, err := cnicmd.Status(conf.OVSDB)
+	_, _, done, err := cnicmd.Status(conf.Endpoints.OVSDB)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -27,10 +28,10 @@ const ServedWithin = 10 * time.Second
 // for up to ServedWithin, then fails with openflow.ErrTimeout (CNI code 11).
 //
 // Unlike ovs-portmap's host ports it does not wait for the datapath's flow
-// cache to follow (openflow.StartRevalidation): the flows match the new
+// cache to follow (unixctl.StartRevalidation): the flows match the new
 // port's own ingress, which no megaflow cached before the port existed can
 // carry.
-func Apply(ctx context.Context, cli *ovsdb.Client, target string, ps flows.PortSecurity, secure bool, portUUID string) error {
+func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps flows.PortSecurity, secure bool, portUUID string) error {
 	var base []flows.Flow
 	if secure {
 		base = flows.BaseFlows()
@@ -55,10 +56,10 @@ func Apply(ctx context.Context, cli *ovsdb.Client, target string, ps flows.PortS
 // Rebuild returns the port security flows recorded for port p, with the
 // ofport OVSDB holds now, their cookie and the OpenFlow target; ok is false
 // when p has no record or no ofport.
-func Rebuild(p ovsdb.OwnedPort) (target string, c flows.Cookie, fl []flows.Flow, ok bool) {
+func Rebuild(p ovsdb.OwnedPort) (target endpoint.Endpoint, c flows.Cookie, fl []flows.Flow, ok bool) {
 	rec, ok := record.PortSecurityOf(p)
 	if !ok || p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
-		return "", 0, nil, false
+		return target, 0, nil, false
 	}
 	c = flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
 	f := rec.Facts(c, uint32(*p.Interface.OFPort))
@@ -67,7 +68,7 @@ func Rebuild(p ovsdb.OwnedPort) (target string, c flows.Cookie, fl []flows.Flow,
 
 // Target is the OpenFlow target recorded for port p's flows, or fallback
 // when it has no record.
-func Target(p ovsdb.OwnedPort, fallback string) string {
+func Target(p ovsdb.OwnedPort, fallback endpoint.Endpoint) endpoint.Endpoint {
 	if rec, ok := record.PortSecurityOf(p); ok {
 		return rec.OpenFlow
 	}

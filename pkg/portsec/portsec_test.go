@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -22,7 +23,7 @@ func TestRebuild(t *testing.T) {
 	ps := flows.PortSecurity{Cookie: cookie, OFPort: 9, MAC: openflow.MAC(mac), LinkLocal: flows.LinkLocalOf(mac),
 		IPs: []netip.Addr{netip.MustParseAddr("203.0.113.2")}, VLAN: flows.Access,
 		Allowed: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/28"), netip.MustParsePrefix("2001:db8::7/128")}, AllowVRRP: true}
-	rec := record.NewPortSecurity("unix:/run/ovs/br0.mgmt", ps)
+	rec := record.NewPortSecurity(endpoint.MustParse("unix:/run/ovs/br0.mgmt"), ps)
 	raw, _ := json.Marshal(rec)
 	ofport := 9
 	p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{
@@ -44,7 +45,8 @@ func TestRebuild(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("flows\n%v\nwant\n%v", got, want)
 	}
-	if Target(p, "unix:/other") != rec.OpenFlow || Target(ovsdb.OwnedPort{}, "unix:/other") != "unix:/other" {
+	other := endpoint.MustParse("unix:/other")
+	if Target(p, other) != rec.OpenFlow || Target(ovsdb.OwnedPort{}, other) != other {
 		t.Error("Target: want the recorded target, else the fallback")
 	}
 	for name, q := range map[string]ovsdb.OwnedPort{

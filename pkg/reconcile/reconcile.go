@@ -37,7 +37,7 @@ type Stats struct {
 	Gateways    int // gateway addresses restored
 	// InSync holds the OpenFlow endpoints whose flows are, after the pass,
 	// what the records want.
-	InSync map[string]bool
+	InSync map[endpoint.Endpoint]bool
 	Took   time.Duration // how long the pass took (Once)
 }
 
@@ -59,7 +59,7 @@ func (s Stats) String() string {
 // an ADD in flight (they are kept by the attachment's claim, as are those of
 // every port) nor restores those of a DEL in flight. An OpenFlow endpoint
 // that does not answer is reported, after the others are done.
-func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control string) (st Stats, retErr error) {
+func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.Endpoint, control string) (st Stats, retErr error) {
 	sweep, err := cli.BeginSweep(ctx)
 	if err != nil {
 		return st, err
@@ -83,8 +83,8 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 	if err != nil {
 		return st, err
 	}
-	byTarget := map[string]*target{}
-	get := func(t string) *target {
+	byTarget := map[endpoint.Endpoint]*target{}
+	get := func(t endpoint.Endpoint) *target {
 		if byTarget[t] == nil {
 			byTarget[t] = &target{live: map[flows.Cookie]bool{}}
 		}
@@ -144,7 +144,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 		st.Attachments++
 	}
 	for _, br := range bridges {
-		t := get(endpoint.OpenFlow("", ovsdbEndpoint, br.Name))
+		t := get(endpoint.OpenFlow(endpoint.Endpoint{}, ovsdbEndpoint, br.Name))
 		if br.Secure() && t.live != nil && (len(t.live) > 0 || br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue) {
 			// Ours to restore: the bridge carries our ports or we created it.
 			t.base = flows.BaseFlows()
@@ -152,7 +152,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 		st.Gateways += restoreGateways(br)
 	}
 	var errs []error
-	st.InSync = map[string]bool{}
+	st.InSync = map[endpoint.Endpoint]bool{}
 	for name, t := range byTarget {
 		if err := t.apply(ctx, name, kept, &st); err != nil {
 			errs = append(errs, err)
@@ -179,7 +179,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint, control st
 // apply brings the flows of one OpenFlow endpoint in line with t: what the
 // records want, less the cookies of stale attachments (neither kept nor
 // rebuilt).
-func (t *target) apply(ctx context.Context, name string, kept map[flows.Cookie]bool, st *Stats) error {
+func (t *target) apply(ctx context.Context, name endpoint.Endpoint, kept map[flows.Cookie]bool, st *Stats) error {
 	if !endpoint.Listening(name) {
 		if len(t.mods) == 0 && t.base == nil && t.shared == nil {
 			return nil // nothing of ours to put there (a bridge of someone else's)
@@ -310,7 +310,7 @@ func restoreGateways(br ovsdb.Bridge) int {
 // Run reconciles the node of the OVSDB at ovsdbEndpoint once, or, with
 // watch, whenever an ovs-vswitchd (re)starts, never returning. It logs each
 // pass to out and returns the exit code of `ovs-portmap reconcile`.
-func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
+func Run(ovsdbEndpoint endpoint.Endpoint, control string, watch bool, out io.Writer) int {
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(out, "%s %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, a...))
 	}
@@ -339,7 +339,7 @@ func Run(ovsdbEndpoint, control string, watch bool, out io.Writer) int {
 
 // Once dials the OVSDB at ovsdbEndpoint and reconciles its node once,
 // within a minute.
-func Once(ctx context.Context, ovsdbEndpoint, control string) (Stats, error) {
+func Once(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string) (Stats, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -371,7 +371,7 @@ type Hooks struct {
 // Watch reconciles whenever an ovs-vswitchd (re)starts, until ctx is done
 // (then it returns ctx's error). It learns of that through OVSDB: see
 // ovsdb.VswitchdWatch.
-func Watch(ctx context.Context, ovsdbEndpoint, control string, h Hooks) error {
+func Watch(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string, h Hooks) error {
 	for {
 		err := watchLoop(ctx, ovsdbEndpoint, control, h)
 		if ctx.Err() != nil {
@@ -395,7 +395,7 @@ func Watch(ctx context.Context, ovsdbEndpoint, control string, h Hooks) error {
 // pipeline) and forwards nothing that misses them, until the pipeline is
 // back (one bundle per bridge) and the watch clears the flag. A flag of
 // ours left by a watch that died is cleared after the next pass.
-func watchLoop(ctx context.Context, ovsdbEndpoint, control string, h Hooks) error {
+func watchLoop(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string, h Hooks) error {
 	w, err := ovsdb.WatchVswitchd(ctx, ovsdbEndpoint)
 	if err != nil {
 		return err
@@ -466,7 +466,7 @@ func watchLoop(ctx context.Context, ovsdbEndpoint, control string, h Hooks) erro
 
 // clearRestoreWait clears a flow-restore-wait of ours; it reports whether
 // there was one.
-func clearRestoreWait(ovsdbEndpoint string) (cleared bool, err error) {
+func clearRestoreWait(ovsdbEndpoint endpoint.Endpoint) (cleared bool, err error) {
 	err = withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
 		cleared, err = cli.ClearFlowRestoreWait(ctx)
 		return err
@@ -476,8 +476,8 @@ func clearRestoreWait(ovsdbEndpoint string) (cleared bool, err error) {
 
 // kernelInSync reports whether every kernel-datapath bridge of ours got its
 // pipeline in the pass st.
-func kernelInSync(ovsdbEndpoint string, st Stats) bool {
-	var names []string
+func kernelInSync(ovsdbEndpoint endpoint.Endpoint, st Stats) bool {
+	var names []endpoint.Endpoint
 	if err := withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) (err error) {
 		names, err = kernelBridges(ctx, cli, ovsdbEndpoint)
 		return err
@@ -493,7 +493,7 @@ func kernelInSync(ovsdbEndpoint string, st Stats) bool {
 }
 
 // withClient runs f with a client of the OVSDB at ep, for at most 10 s.
-func withClient(ep string, f func(context.Context, *ovsdb.Client) error) error {
+func withClient(ep endpoint.Endpoint, f func(context.Context, *ovsdb.Client) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cli, err := ovsdb.Dial(ctx, ep)
@@ -508,7 +508,7 @@ func withClient(ep string, f func(context.Context, *ovsdb.Client) error) error {
 // (tagged ours, or carrying a port of ours) on the kernel datapath, whose
 // flows outlive ovs-vswitchd. The userspace datapath's live in ovs-vswitchd
 // and die with it: there, flow-restore-wait would keep nothing.
-func kernelBridges(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string) ([]string, error) {
+func kernelBridges(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.Endpoint) ([]endpoint.Endpoint, error) {
 	bridges, err := cli.KernelBridges(ctx)
 	if err != nil {
 		return nil, err
@@ -521,10 +521,10 @@ func kernelBridges(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint string)
 	for _, p := range ports {
 		ours[p.Port.UUID] = true
 	}
-	var names []string
+	var names []endpoint.Endpoint
 	for _, br := range bridges {
 		if br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue || slices.ContainsFunc(br.Ports, func(u string) bool { return ours[u] }) {
-			names = append(names, endpoint.OpenFlow("", ovsdbEndpoint, br.Name))
+			names = append(names, endpoint.OpenFlow(endpoint.Endpoint{}, ovsdbEndpoint, br.Name))
 		}
 	}
 	return names, nil

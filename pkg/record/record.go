@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -106,8 +107,8 @@ func ClaimKey(r flows.Rule) string {
 // HostPorts is what ADD resolved for the host ports of an attachment, stored
 // as JSON in the port's external_ids[KeyHostPorts].
 type HostPorts struct {
-	Version  int    `json:"v"`
-	OpenFlow string `json:"openflow"` // the bridge's OpenFlow target
+	Version  int               `json:"v"`
+	OpenFlow endpoint.Endpoint `json:"openflow"` // the bridge's OpenFlow target
 	// VswitchdControl is the control socket of ovs-vswitchd ADD was given
 	// ("": found as unixctl.Find finds it).
 	VswitchdControl string `json:"vswitchdControl,omitempty"`
@@ -139,7 +140,7 @@ type HostPorts struct {
 // host ports of attachment a on the bridge at target (ovsdb.Client.Record's
 // arguments): the keys of an earlier record and its claims to remove, the
 // record to set, and the claims to take.
-func PublishHostPorts(p ovsdb.OwnedPort, target, control string, pl flows.Pipeline, a flows.HostPorts) (unset []string, set map[string]string, claims []string, err error) {
+func PublishHostPorts(p ovsdb.OwnedPort, target endpoint.Endpoint, control string, pl flows.Pipeline, a flows.HostPorts) (unset []string, set map[string]string, claims []string, err error) {
 	rec := newHostPorts(target, pl, a)
 	rec.VswitchdControl = control
 	raw, err := json.Marshal(rec)
@@ -154,7 +155,7 @@ func PublishHostPorts(p ovsdb.OwnedPort, target, control string, pl flows.Pipeli
 }
 
 // newHostPorts is the record of attachment a on the bridge at target.
-func newHostPorts(target string, pl flows.Pipeline, a flows.HostPorts) HostPorts {
+func newHostPorts(target endpoint.Endpoint, pl flows.Pipeline, a flows.HostPorts) HostPorts {
 	return HostPorts{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
 		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
 		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), NodeMAC: macString(a.NodeMAC), IPv4: a.IPv4, IPv6: a.IPv6,
@@ -246,10 +247,10 @@ func HostPortKeys(p ovsdb.OwnedPort) []string {
 // JSON is the same as that of records written before it was derived from
 // the facts (testdata/portsec_*.json).
 type PortSecurity struct {
-	OpenFlow string       `json:"openflow"`
-	MAC      openflow.MAC `json:"mac"`
-	IPs      []netip.Addr `json:"ips,omitempty"`
-	L2Only   bool         `json:"l2only,omitempty"`
+	OpenFlow endpoint.Endpoint `json:"openflow"`
+	MAC      openflow.MAC      `json:"mac"`
+	IPs      []netip.Addr      `json:"ips,omitempty"`
+	L2Only   bool              `json:"l2only,omitempty"`
 	// Allowed and AllowVRRP are the network's allowedAddresses and
 	// allowVRRP.
 	Allowed   []netip.Prefix `json:"allowed,omitempty"`
@@ -266,7 +267,7 @@ type PortSecurity struct {
 
 // NewPortSecurity is the record of ps, whose flows go to the bridge at
 // target.
-func NewPortSecurity(target string, ps flows.PortSecurity) PortSecurity {
+func NewPortSecurity(target endpoint.Endpoint, ps flows.PortSecurity) PortSecurity {
 	return PortSecurity{OpenFlow: target, MAC: ps.MAC, IPs: ps.IPs, L2Only: ps.L2Only, Allowed: ps.Allowed,
 		AllowVRRP: ps.AllowVRRP, AllowRouter: ps.AllowRouter, AllowDHCPServer: ps.AllowDHCPServer, VLAN: ps.VLAN, Disabled: ps.Disabled}
 }
@@ -309,11 +310,11 @@ func PortSecurityOf(p ovsdb.OwnedPort) (PortSecurity, bool) {
 // which OVSDB keeps), and what CHECK compares the config with. Rates are in
 // bits per second, bursts in bits, as in the config.
 type Bandwidth struct {
-	OpenFlow     string `json:"openflow"`
-	IngressRate  uint64 `json:"ingressRate,omitempty"`
-	IngressBurst uint64 `json:"ingressBurst,omitempty"`
-	EgressRate   uint64 `json:"egressRate,omitempty"`
-	EgressBurst  uint64 `json:"egressBurst,omitempty"`
+	OpenFlow     endpoint.Endpoint `json:"openflow"`
+	IngressRate  uint64            `json:"ingressRate,omitempty"`
+	IngressBurst uint64            `json:"ingressBurst,omitempty"`
+	EgressRate   uint64            `json:"egressRate,omitempty"`
+	EgressBurst  uint64            `json:"egressBurst,omitempty"`
 }
 
 // Value is the external_ids value of the record.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -28,7 +29,7 @@ func TestHostPortsRoundTrip(t *testing.T) {
 	// An earlier ADD's record and claim are on the port: they are replaced.
 	before := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{
 		KeyHostPorts: "{}", KeyClaimPrefix + "tcp/198.51.100.1:9090": ovsdb.ClaimValue, KeyPortSecurity: "{}"}}}
-	unset, set, claims, err := PublishHostPorts(before, "unix:/run/ovs/br0.mgmt", "", pl, a)
+	unset, set, claims, err := PublishHostPorts(before, endpoint.MustParse("unix:/run/ovs/br0.mgmt"), "", pl, a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +48,8 @@ func TestHostPortsRoundTrip(t *testing.T) {
 	if !ok || err != nil {
 		t.Fatalf("HostPortsOf: ok %v, err %v", ok, err)
 	}
-	if rec.OpenFlow != "unix:/run/ovs/br0.mgmt" {
-		t.Errorf("OpenFlow %q, want unix:/run/ovs/br0.mgmt", rec.OpenFlow)
+	if rec.OpenFlow.String() != "unix:/run/ovs/br0.mgmt" {
+		t.Errorf("OpenFlow %s, want unix:/run/ovs/br0.mgmt", rec.OpenFlow)
 	}
 	gotPl, gotA, err := rec.Facts()
 	if err != nil {
@@ -150,13 +151,13 @@ func TestPortSecurityGolden(t *testing.T) {
 			if !ok {
 				t.Fatalf("PortSecurityOf: not ok")
 			}
-			if rec.OpenFlow != tt.target {
+			if rec.OpenFlow.String() != tt.target {
 				t.Errorf("target %q, want %q", rec.OpenFlow, tt.target)
 			}
 			if got := rec.Facts(c, 7); !reflect.DeepEqual(got, tt.ps) {
 				t.Errorf("facts\n%+v\nwant\n%+v", got, tt.ps)
 			}
-			raw, ok, err := NewPortSecurity(tt.target, tt.ps).Value()
+			raw, ok, err := NewPortSecurity(endpoint.MustParse(tt.target), tt.ps).Value()
 			if err != nil || !ok {
 				t.Fatalf("Value: ok %v, err %v", ok, err)
 			}
@@ -170,7 +171,7 @@ func TestPortSecurityGolden(t *testing.T) {
 // A record with port security off and no VLAN records nothing; one that
 // names no 48-bit MAC is not a record.
 func TestPortSecurityOfNothing(t *testing.T) {
-	if _, ok, err := NewPortSecurity("unix:/x", flows.PortSecurity{Disabled: true}).Value(); ok || err != nil {
+	if _, ok, err := NewPortSecurity(endpoint.MustParse("unix:/x"), flows.PortSecurity{Disabled: true}).Value(); ok || err != nil {
 		t.Errorf("port security off, untagged: ok %v, err %v; want false, nil", ok, err)
 	}
 	for _, raw := range []string{`{`, `{"openflow":"unix:/x"}`, `{"mac":""}`, `{"mac":"02:00:00:00:00:00:00:01"}`, `{"mac":"x"}`} {
@@ -219,7 +220,7 @@ func TestHostPortsGolden(t *testing.T) {
 			if pl != tt.pl || !reflect.DeepEqual(a, tt.a) {
 				t.Errorf("facts\n%+v\n%+v\nwant\n%+v\n%+v", pl, a, tt.pl, tt.a)
 			}
-			_, set, _, err := PublishHostPorts(ovsdb.OwnedPort{}, "unix:/run/openvswitch/br0.mgmt", tt.control, tt.pl, tt.a)
+			_, set, _, err := PublishHostPorts(ovsdb.OwnedPort{}, endpoint.MustParse("unix:/run/openvswitch/br0.mgmt"), tt.control, tt.pl, tt.a)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,9 @@
 // Package unixctl talks to ovs-vswitchd's control socket (the one
-// ovs-appctl uses: <run dir>/ovs-vswitchd.<pid>.ctl, JSON-RPC 1.0) for the
-// datapaths' conntrack zone limits, which neither OpenFlow nor OVSDB sets.
+// ovs-appctl uses: <run dir>/ovs-vswitchd.<pid>.ctl, JSON-RPC 1.0, found
+// once by Find) for what neither OpenFlow nor OVSDB offers: the datapaths'
+// conntrack zone limits, the wait for the datapath's flow cache to follow a
+// flow change (StartRevalidation), and the traces and counters of
+// ovs-portmap's tools.
 package unixctl
 
 import (
@@ -35,7 +38,7 @@ const DefaultRunDir = "/var/run/openvswitch"
 // are, in order, that of a unix: target (ovs-vswitchd puts <bridge>.mgmt in
 // its own), $OVS_RUNDIR and DefaultRunDir. An ovs-vswitchd started with
 // another --pidfile or --unixctl is found only through control.
-func Find(target, control string) (string, error) {
+func Find(target endpoint.Endpoint, control string) (string, error) {
 	if control != "" {
 		if _, err := os.Stat(control); err != nil {
 			return "", fmt.Errorf("%w at %s: %w", ErrNoSocket, control, err)
@@ -43,8 +46,8 @@ func Find(target, control string) (string, error) {
 		return control, nil
 	}
 	var dirs []string
-	if e, err := endpoint.Parse(target); err == nil && e.Network == "unix" {
-		dirs = append(dirs, filepath.Dir(e.Address))
+	if target.Network == "unix" {
+		dirs = append(dirs, filepath.Dir(target.Address))
 	}
 	if d := os.Getenv("OVS_RUNDIR"); d != "" {
 		dirs = append(dirs, d)

@@ -9,15 +9,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/internal/ovstest"
 )
 
 func TestFind(t *testing.T) {
+	tcpTarget := endpoint.Endpoint{Network: "tcp", Address: "127.0.0.1:6653"}
 	t.Setenv("OVS_RUNDIR", filepath.Join(t.TempDir(), "none"))
-	if _, err := Find("tcp:192.0.2.1:6653", ""); !errors.Is(err, ErrNoSocket) {
+	if _, err := Find(tcpTarget, ""); !errors.Is(err, ErrNoSocket) {
 		t.Errorf("tcp target: got %v, want ErrNoSocket", err)
 	}
 	dir := t.TempDir()
-	target := "unix:" + filepath.Join(dir, "br0.mgmt")
+	target := endpoint.Endpoint{Network: "unix", Address: filepath.Join(dir, "br0.mgmt")}
 	if _, err := Find(target, ""); !errors.Is(err, ErrNoSocket) {
 		t.Errorf("no pid file: got %v, want ErrNoSocket", err)
 	}
@@ -36,7 +40,7 @@ func TestFind(t *testing.T) {
 	}
 	// OVS_RUNDIR, as ovs-appctl, for a tcp: target.
 	t.Setenv("OVS_RUNDIR", dir)
-	if got, err := Find("tcp:192.0.2.1:6653", ""); got != want || err != nil {
+	if got, err := Find(tcpTarget, ""); got != want || err != nil {
 		t.Errorf("from OVS_RUNDIR: got %q, %v; want %q", got, err, want)
 	}
 	// Given: taken when it is there, ErrNoSocket naming it when not.
@@ -49,33 +53,29 @@ func TestFind(t *testing.T) {
 	}
 }
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	ovstest.Stop()
+	os.Exit(code)
+}
+
+// bridge adds a netdev bridge to the test binary's private Open vSwitch and
+// returns its OpenFlow target.
+func bridge(t *testing.T, name string) endpoint.Endpoint {
+	t.Helper()
+	sb := ovstest.Require(t, "ovsflow-unixctl", "ovs-vsctl", "ovs-ofctl", "ovs-appctl", "ovsdb-server", "ovs-vswitchd")
+	if b, err := exec.Command("ovs-vsctl", "--db="+sb.DB, "--timeout=10", "add-br", name, "--",
+		"set", "bridge", name, "datapath_type=netdev").CombinedOutput(); err != nil {
+		t.Fatalf("add-br: %v: %s", err, b)
+	}
+	t.Cleanup(func() { exec.Command("ovs-vsctl", "--db="+sb.DB, "--timeout=10", "del-br", name).Run() })
+	return endpoint.Endpoint{Network: "unix", Address: filepath.Join(sb.RunDir, name+".mgmt")}
+}
+
 // TestSetZoneLimits sets limits on a real ovs-vswitchd and reads them back
 // with ovs-appctl.
 func TestSetZoneLimits(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED: needs root (a private Open vSwitch in a network namespace)")
-	}
-	name := fmt.Sprintf("ovsflow-unixctl-%d", os.Getpid())
-	out, err := exec.Command("../../hack/ovs-sandbox.sh", "start", name).Output()
-	t.Cleanup(func() { exec.Command("../../hack/ovs-sandbox.sh", "stop", name).Run() })
-	if err != nil {
-		t.Fatalf("sandbox: %v", err)
-	}
-	var db, rundir string
-	for _, l := range strings.Split(string(out), "\n") {
-		k, v, _ := strings.Cut(l, "=")
-		switch k {
-		case "OVSDB":
-			db = v
-		case "RUNDIR":
-			rundir = v
-		}
-	}
-	if b, err := exec.Command("ip", "netns", "exec", name, "ovs-vsctl", "--db="+db, "add-br", "ucbr0", "--",
-		"set", "bridge", "ucbr0", "datapath_type=netdev").CombinedOutput(); err != nil {
-		t.Fatalf("add-br: %v: %s", err, b)
-	}
-	target := "unix:" + filepath.Join(rundir, "ucbr0.mgmt")
+	target := bridge(t, "ucbr0")
 	for _, limit := range []uint32{300, 0} {
 		sock, err := Find(target, "")
 		if err != nil {
@@ -93,6 +93,37 @@ func TestSetZoneLimits(t *testing.T) {
 				t.Errorf("limits %d: got\n%s\nwant %q", limit, b, want)
 			}
 		}
+	}
+}
+
+// A revalidation wait registered before a flow change reaches ovs-vswitchd's
+// control socket and ends after the change; it is nil without a socket, and
+// fails on a socket that is not there.
+func TestRevalidation(t *testing.T) {
+	target := bridge(t, "ucbr1")
+	sock, err := Find(target, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	w, err := StartRevalidation(ctx, sock)
+	if err != nil || w == nil {
+		t.Fatalf("on %s: %v, %v", sock, w, err)
+	}
+	if b, err := exec.Command("ovs-ofctl", "add-flow", target.String(), "cookie=1,priority=1,tcp,tp_dst=1,actions=drop").CombinedOutput(); err != nil {
+		t.Fatalf("add-flow: %v: %s", err, b)
+	}
+	if err := w.Wait(ctx); err != nil {
+		t.Fatalf("waiting for the round after a change: %v", err)
+	}
+	if w, err := StartRevalidation(ctx, ""); w != nil || err != nil {
+		t.Errorf("no control socket: %v, %v, want nil, nil", w, err)
+	}
+	if err := (*Revalidation)(nil).Wait(ctx); err != nil {
+		t.Errorf("Wait on nil: %v", err)
+	}
+	if _, err := StartRevalidation(ctx, filepath.Join(t.TempDir(), "ovs-vswitchd.1.ctl")); err == nil {
+		t.Errorf("a control socket that does not exist: got nil, want an error")
 	}
 }
 

@@ -396,7 +396,7 @@ func TestBusyInFlight(t *testing.T) {
 	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cli, err := ovsdb.Dial(ctx, ovsdbAddr)
+	cli, err := ovsdb.Dial(ctx, ovsdbEP)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestBusyInFlight(t *testing.T) {
 	claimed := make(chan error, 1)
 	var res2 ovsdb.Reservation
 	go func() {
-		cli2, err := ovsdb.Dial(ctx, ovsdbAddr)
+		cli2, err := ovsdb.Dial(ctx, ovsdbEP)
 		if err == nil {
 			defer cli2.Close()
 			res2, err = cli2.Reserve(ctx, other, ovsdb.HomeOFPort(other), "")
@@ -844,7 +844,7 @@ func TestBusyGCLeavesADDInFlight(t *testing.T) {
 	t.Cleanup(func() { n.del(x, "eth0", nil) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cli, err := ovsdb.Dial(ctx, ovsdbAddr)
+	cli, err := ovsdb.Dial(ctx, ovsdbEP)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func dropCounts(t *testing.T, c *container) map[string]float64 {
 	// has pushed its statistics: wait for one, instead of for a while.
 	appctl(t, "revalidator/wait")
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.New(metrics.Config{OVSDB: ovsdbAddr}))
+	reg.MustRegister(metrics.New(metrics.Config{OVSDB: ovsdbEP}))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("scraping the drop counters: %v", err)
@@ -47,7 +47,7 @@ func dropCounts(t *testing.T, c *container) map[string]float64 {
 func zoneMetrics(t *testing.T, zone int) (entries, limit float64) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.New(metrics.Config{OVSDB: ovsdbAddr}))
+	reg.MustRegister(metrics.New(metrics.Config{OVSDB: ovsdbEP}))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("scraping the conntrack zones: %v", err)

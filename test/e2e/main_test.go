@@ -14,6 +14,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
 )
 
@@ -23,6 +24,9 @@ var (
 	binDir    = sandbox.Env.BinDir
 	repoRoot  = sandbox.Env.Repo
 	datapath  = sandbox.Datapath // "netdev" or "system" (OVSFLOW_DATAPATH)
+	// ovsdbEP is ovsdbAddr parsed (zero outside the sandbox, where no test
+	// runs).
+	ovsdbEP, _ = endpoint.Parse(ovsdbAddr)
 )
 
 func TestMain(m *testing.M) {

@@ -95,7 +95,7 @@ func TestMetricsScrape(t *testing.T) {
 	p.serveTCP(t, 80)
 	var mu sync.Mutex
 	var events []metrics.Drops
-	c := metrics.New(metrics.Config{OVSDB: ovsdbAddr, OnDrops: func(d metrics.Drops) {
+	c := metrics.New(metrics.Config{OVSDB: ovsdbEP, OnDrops: func(d metrics.Drops) {
 		mu.Lock()
 		defer mu.Unlock()
 		events = append(events, d)

@@ -19,7 +19,7 @@ func TestRequestedOFPort(t *testing.T) {
 	br := newBridge(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli, err := ovsdb.Dial(ctx, ovsdbAddr)
+	cli, err := ovsdb.Dial(ctx, ovsdbEP)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestOrphanDelReplayed(t *testing.T) {
 	if err := os.WriteFile(confPath, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sw := orphan.New(orphan.Config{OVSDB: ovsdbAddr, Conflist: confPath, CNIPath: []string{binDir},
+	sw := orphan.New(orphan.Config{OVSDB: ovsdbEP, Conflist: confPath, CNIPath: []string{binDir},
 		CacheDir: t.TempDir(), Interval: 0, Log: testLog{t}})
 	pass := func(what string) orphan.Result {
 		t.Helper()
@@ -89,7 +89,7 @@ func TestOrphanDelReplayed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cli, err := ovsdb.Dial(context.Background(), ovsdbAddr)
+	cli, err := ovsdb.Dial(context.Background(), ovsdbEP)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestOrphanDelReplayed(t *testing.T) {
 
 	// A sweeper with a long interval suspects, and deletes nothing until
 	// that interval has passed since its first sighting.
-	slow := orphan.New(orphan.Config{OVSDB: ovsdbAddr, Conflist: confPath, CNIPath: []string{binDir},
+	slow := orphan.New(orphan.Config{OVSDB: ovsdbEP, Conflist: confPath, CNIPath: []string{binDir},
 		CacheDir: t.TempDir(), Interval: time.Hour, Log: testLog{t}})
 	for i := 0; i < 2; i++ {
 		if res, err := slow.Pass(context.Background()); err != nil || len(res.Deleted)+len(res.Failed) != 0 || len(res.Suspects) != 1 {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ovsflow/ovs-cni/pkg/agent"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
 )
 
@@ -285,7 +286,7 @@ func TestAgentConflistAndReadiness(t *testing.T) {
 	logf, _ := os.Create(filepath.Join(dir, "agent.log"))
 	go func() {
 		done <- agent.Run(ctx, agent.Config{NodeName: self, Kubeconfig: kc, ConfTemplate: tmpl, CNIConfDir: confDir,
-			OVSDB: "unix:/run/openvswitch/db.sock", Routes: true, RouteTable: table, HealthAddr: addr,
+			OVSDB: endpoint.MustParse("unix:/run/openvswitch/db.sock"), Routes: true, RouteTable: table, HealthAddr: addr,
 			Resync: 5 * time.Second, Log: logf})
 	}()
 	t.Cleanup(func() {

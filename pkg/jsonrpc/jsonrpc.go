@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -180,9 +181,18 @@ func request(method string, params any, id string) ([]byte, error) {
 	return append(b, "}\n"...), nil
 }
 
+// ctxErr is err, marked with ctx's error when ctx ended it. The connection's
+// deadline is ctx's (bound), so a read can time out a moment before ctx's
+// own timer fires: a timeout at or past ctx's deadline is ctx's too.
 func (r *Conn) ctxErr(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
 		return fmt.Errorf("%w: %v", ctx.Err(), err)
+	}
+	if d, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(d) {
+		return fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
 	}
 	return err
 }

@@ -120,3 +120,26 @@ func TestCallAfterTimeout(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// A request whose answer does not come by ctx's deadline ends with
+// context.DeadlineExceeded, every time: the connection's own deadline is
+// ctx's, and its timeout may come a moment before ctx's timer fires.
+func TestWaitPastDeadlineIsContextDeadline(t *testing.T) {
+	for i := 0; i < 200; i++ {
+		client, server := net.Pipe()
+		c := &Conn{conn: client, dec: json.NewDecoder(client)}
+		go func() {
+			defer server.Close()
+			var m Msg
+			json.NewDecoder(server).Decode(&m) // read the request, never answer
+			time.Sleep(time.Second)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		err := c.Call(ctx, "revalidator/wait", []string{}, nil)
+		cancel()
+		c.Close()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("round %d: got %v, want context.DeadlineExceeded", i, err)
+		}
+	}
+}

@@ -80,7 +80,7 @@ func (w *Revalidation) Wait(ctx context.Context) error {
 		return nil
 	case errors.As(err, &rpcErr):
 		return fmt.Errorf("revalidator/wait: ovs-vswitchd: %s", rpcErr.Detail)
-	case ctx.Err() != nil:
+	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("revalidator/wait: %w (%v)", endpoint.ErrTimeout, err)
 	}
 	return fmt.Errorf("revalidator/wait: reading the reply: %w", err)
@@ -92,7 +92,7 @@ func (w *Revalidation) WaitAtMost(ctx context.Context, limit time.Duration) erro
 	wctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	err := w.Wait(wctx)
-	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+	if err != nil && ctx.Err() == nil && errors.Is(err, endpoint.ErrTimeout) {
 		return nil
 	}
 	return err

@@ -23,7 +23,7 @@
 bench_build() {
 	local d=$1
 	mkdir -p "$d/ref"
-	(cd test/cluster && CGO_ENABLED=0 go build -trimpath -o "$d/scale" ./scale) || die "building test/cluster/scale"
+	(cd test/cluster && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$d/scale" ./scale) || die "building test/cluster/scale"
 	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$d/ref/" \
 		github.com/containernetworking/plugins/plugins/main/bridge \
 		github.com/containernetworking/plugins/plugins/meta/portmap \
@@ -135,7 +135,8 @@ cmd_bench() {
 	# The harness's processes: the containers' cgroups, and the pods' (kubelet's cgroupRoot /$P/NODE).
 	local cgroups
 	cgroups=$(docker ps -q --no-trunc --filter "label=$LABEL" | sed 's|$|,|' | tr -d '\n')"/$P/"
-	local drv=("$DATA/bench/scale" -kubeconfig "$(admin_kubeconfig)" -pods "$pods" -cgroups "$cgroups")
+	local drv=("$DATA/bench/scale" -kubeconfig "$(admin_kubeconfig)" -pods "$pods" -cgroups "$cgroups"
+		-containerd-metrics-port "$KCTRD_METRICS_PORT")
 	"${drv[@]}" -chain ovsflow -agent ovsflow-agent -idle "${idle}s" -out "$out/ovsflow.json" || die "the ovsflow run failed"
 	bench_left ovsflow | tee "$out/left.txt"
 	local tone=$SECONDS

@@ -30,6 +30,7 @@ KPOD4=${OID_KPOD4:-$POD4}                    # the cluster CIDR, IPv4: a /26 per
 KPOD6=${OID_KPOD6:-${NET6%::/*}:100::/56}    # the cluster CIDR, IPv6: a /64 per node
 KMASK4=${OID_KMASK4:-26} KMASK6=64         # OID_KMASK4: a smaller cluster CIDR for a second harness
 KMAXPODS=${OID_KMAXPODS:-}                   # kubelet's maxPods ("": kubelet's default, 110)
+KCTRD_METRICS_PORT=1338                      # containerd's metrics, on each node's IPv4 address
 # kube_cluster_cidrs: the pod CIDRs of the cluster, IPv4 first (none with OID_KPOD4=none).
 kube_cluster_cidrs() { if [ "$KPOD4" = none ]; then echo "$KPOD6"; else echo "$KPOD4,$KPOD6"; fi; }
 kube_mask4() { [ "$KPOD4" = none ] || echo "$KMASK4"; }
@@ -63,8 +64,10 @@ kube_prepare() {
 		me=n$i
 		kube_node_cert "$d" "kubelet-$me" "$me" "DNS:$me,IP:$(node4 "$i"),IP:$(node6 "$i")" "$(kube_server)" "$P"
 		mkdir -p "$KSTATE/$me"
+		# containerd's metrics on the node's address: its CRI plugin's timings
+		# (sandbox network set-up and teardown: the CNI chain) for bench -kube.
 		kube_containerd_config "$KSTATE/$me/containerd.toml" /var/lib/containerd /run/containerd \
-			/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc
+			/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc "$(node4 "$i"):$KCTRD_METRICS_PORT"
 		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" /run/containerd/containerd.sock "/$P/$me" "$KMAXPODS"
 		kube_proxy_config "$KSTATE/$me/proxy.yaml" "$d/proxy.kubeconfig" "$me" "$(kube_cluster_cidrs)"
 	done

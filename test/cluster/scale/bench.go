@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -53,7 +55,8 @@ type Timing struct {
 	Requests   float64               `json:"requests"` // all scale requests answered
 	All        float64               `json:"all"`
 	Milestones map[string]Quantiles  `json:"milestones"`
-	Kubelet    map[string]OpDuration `json:"kubelet,omitempty"` // kubelet's runtime operations during the phase, all nodes
+	Kubelet    map[string]OpDuration `json:"kubelet,omitempty"`    // kubelet's runtime operations during the phase, all nodes
+	Containerd map[string]OpDuration `json:"containerd,omitempty"` // containerd's sandbox network set-up and teardown (the CNI chain)
 }
 
 // Quantiles of one milestone over the pods.
@@ -128,7 +131,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer b.track.stop()
-	b.samp = startSampler(o.agent, o.cgroupMatch())
+	b.samp = startSampler(o.agent, b.names(), o.cgroupMatch())
 	defer b.samp.stop()
 	want := len(b.nodes) * o.pods
 
@@ -138,7 +141,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 
 	// Scale-up: every Deployment to one replica per node.
 	ph := b.samp.begin("scale-up")
-	k0 := b.kubeletOps(ctx)
+	k0, c0 := b.kubeletOps(ctx), b.containerdOps(ctx)
 	t0 := time.Now()
 	b.track.reset(t0)
 	req, err := b.scaleAll(ctx, int32(len(b.nodes)))
@@ -149,7 +152,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	all := time.Since(t0)
 	res.Phases = append(res.Phases, b.samp.end(ph))
 	res.Up = b.track.timing(want, req, all, "created", "scheduled", "sandbox ready", "Ready")
-	res.Up.Kubelet = opDelta(k0, b.kubeletOps(ctx))
+	res.Up.Kubelet, res.Up.Containerd = opDelta(k0, b.kubeletOps(ctx)), opDelta(c0, b.containerdOps(ctx))
 	if err != nil {
 		res.Failures = b.failures(ctx)
 		return res, fmt.Errorf("scale-up: %d of %d pods Ready after %s: %w", b.track.state().ready, want, all.Round(time.Second), err)
@@ -167,7 +170,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 
 	// Scale-down: every Deployment to 0, until no pod is left.
 	ph = b.samp.begin("scale-down")
-	k0 = b.kubeletOps(ctx)
+	k0, c0 = b.kubeletOps(ctx), b.containerdOps(ctx)
 	t0 = time.Now()
 	b.track.reset(t0)
 	req, err = b.scaleAll(ctx, 0)
@@ -178,7 +181,7 @@ func (b *bench) run(ctx context.Context) (*Result, error) {
 	all = time.Since(t0)
 	res.Phases = append(res.Phases, b.samp.end(ph))
 	res.Down = b.track.timing(want, req, all, "terminating", "gone")
-	res.Down.Kubelet = opDelta(k0, b.kubeletOps(ctx))
+	res.Down.Kubelet, res.Down.Containerd = opDelta(k0, b.kubeletOps(ctx)), opDelta(c0, b.containerdOps(ctx))
 	res.Failures = b.failures(ctx)
 	if err != nil {
 		return res, fmt.Errorf("scale-down: %d pods left after %s: %w", b.track.state().live, all.Round(time.Second), err)
@@ -392,23 +395,26 @@ func hello(ctx context.Context, ap netip.AddrPort, pod string) error {
 	return nil
 }
 
-// failures: the Warning events of the namespace, counted by reason.
+// failures: the Warning events of the namespace, counted by reason, each
+// with the message of one of them.
 func (b *bench) failures(ctx context.Context) []string {
 	ev, err := b.kube.CoreV1().Events(b.o.namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
 	if err != nil {
 		return []string{"listing events: " + err.Error()}
 	}
 	n := map[string]int{}
+	msg := map[string]string{}
 	for _, e := range ev.Items {
 		c := int(e.Count)
 		if e.Series != nil {
 			c += int(e.Series.Count)
 		}
 		n[e.Reason] += max(c, 1)
+		msg[e.Reason] = e.Message
 	}
 	var out []string
 	for r, c := range n {
-		out = append(out, r+": "+strconv.Itoa(c))
+		out = append(out, fmt.Sprintf("%s: %d (%q)", r, c, msg[r]))
 	}
 	slices.Sort(out)
 	return out
@@ -448,49 +454,112 @@ func (b *bench) kubeletOps(ctx context.Context) map[string][2]float64 {
 			logf("kubelet metrics of %s: %v", n.Name, err)
 			continue
 		}
-		for _, line := range strings.Split(string(raw), "\n") {
-			const m = "kubelet_runtime_operations_duration_seconds_"
-			if !strings.HasPrefix(line, m) {
-				continue
+		addSums(out, string(raw), "kubelet_runtime_operations_duration_seconds", "operation_type")
+	}
+	return out
+}
+
+// containerdOps reads the CRI plugin's sandbox network timers of every
+// node's containerd (its metrics on the node's InternalIPv4, port -containerd-metrics-port).
+func (b *bench) containerdOps(ctx context.Context) map[string][2]float64 {
+	out := map[string][2]float64{}
+	if b.o.containerdPort == 0 {
+		return out
+	}
+	for _, n := range b.nodes {
+		var url string
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP && ip.Is4() {
+				url = fmt.Sprintf("http://%s/v1/metrics", netip.AddrPortFrom(ip, uint16(b.o.containerdPort)))
 			}
-			rest := line[len(m):]
-			var idx int
-			switch {
-			case strings.HasPrefix(rest, "sum{"):
-				idx = 0
-			case strings.HasPrefix(rest, "count{"):
-				idx = 1
-			default:
-				continue
-			}
-			_, after, ok := strings.Cut(rest, `operation_type="`)
-			if !ok {
-				continue
-			}
-			op, after, _ := strings.Cut(after, `"`)
-			f := strings.Fields(after)
-			if len(f) == 0 {
-				continue
-			}
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err != nil {
-				continue
-			}
-			s := out[op]
-			s[idx] += v
-			out[op] = s
+		}
+		raw, err := httpGet(ctx, url)
+		if err != nil {
+			logf("containerd metrics of %s: %v", n.Name, err)
+			continue
+		}
+		for _, m := range []string{"containerd_cri_sandbox_create_network_seconds", "containerd_cri_sandbox_delete_network_seconds"} {
+			addSums(out, raw, m, "")
 		}
 	}
 	return out
 }
 
-// opDelta: the operations of interest between two readings.
+func httpGet(ctx context.Context, url string) (string, error) {
+	if url == "" {
+		return "", errors.New("no InternalIP of IPv4")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return string(body), nil
+}
+
+// addSums adds the _sum and _count of the histogram metric in the
+// Prometheus text to out, keyed by the value of label ("": by the metric's
+// name without its namespace and unit).
+func addSums(out map[string][2]float64, text, metric, label string) {
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, metric+"_")
+		if !ok {
+			continue
+		}
+		var idx int
+		switch {
+		case strings.HasPrefix(rest, "sum"):
+			idx, rest = 0, rest[len("sum"):]
+		case strings.HasPrefix(rest, "count"):
+			idx, rest = 1, rest[len("count"):]
+		default:
+			continue
+		}
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		key := strings.TrimSuffix(strings.TrimPrefix(metric, "containerd_cri_"), "_seconds")
+		if label != "" {
+			_, after, ok := strings.Cut(rest, label+`="`)
+			if !ok {
+				continue
+			}
+			key, _, _ = strings.Cut(after, `"`)
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		s := out[key]
+		s[idx] += v
+		out[key] = s
+	}
+}
+
+// opDelta: the operations between two readings.
 func opDelta(before, after map[string][2]float64) map[string]OpDuration {
 	out := map[string]OpDuration{}
-	for _, op := range []string{"run_podsandbox", "create_container", "start_container", "stop_podsandbox", "stop_container", "remove_podsandbox", "remove_container"} {
-		sum := after[op][0] - before[op][0]
-		cnt := after[op][1] - before[op][1]
-		if cnt > 0 {
+	for op, a := range after {
+		sum := a[0] - before[op][0]
+		cnt := a[1] - before[op][1]
+		if cnt > 0.5 {
 			out[op] = OpDuration{Count: int(cnt + 0.5), Mean: sum / cnt}
 		}
 	}

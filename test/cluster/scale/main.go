@@ -39,6 +39,7 @@ func main() {
 	flag.DurationVar(&o.idle, "idle", 30*time.Second, "sampling time with no pods before the scale-up, and with all pods after it (0: none)")
 	flag.StringVar(&o.agent, "agent", "", "process name of the node agent to sample (\"\": none)")
 	flag.StringVar(&o.cgroups, "cgroups", "", "comma-separated substrings of the cgroup paths of the harness's processes (CPU by process)")
+	flag.IntVar(&o.containerdPort, "containerd-metrics-port", 0, "port of the nodes' containerd metrics on their InternalIPv4 (0: not read)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "limit of each scale phase")
 	flag.StringVar(&o.out, "out", "", "the run's JSON file")
 	report := flag.Bool("report", false, "print the tables of the JSON files given as arguments")
@@ -63,7 +64,7 @@ func main() {
 
 type options struct {
 	kubeconfig, chain, namespace, image, agent, cgroups, out string
-	pods, portBase, probePeriod                              int
+	pods, portBase, probePeriod, containerdPort              int
 	idle, timeout                                            time.Duration
 }
 

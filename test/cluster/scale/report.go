@@ -35,8 +35,17 @@ func printReport(w io.Writer, files []string) error {
 		ru, rd := r.Up.Milestones["Ready"], r.Down.Milestones["gone"]
 		p("| %s | %d × %d | %.1f | **%.1f** | %.1f / %.1f | **%.1f** | %.1f / %.1f | %d / %d | %s |\n",
 			r.Chain, len(r.Nodes), r.PodsPerNode, r.Up.Requests, r.Up.All, ru.P50, ru.P90,
-			r.Down.All, rd.P50, rd.P90, r.HostPorts.OK, r.Up.Pods, orNone(r.Failures))
+			r.Down.All, rd.P50, rd.P90, r.HostPorts.OK, r.Up.Pods, orNone(reasons(r.Failures)))
 	}
+	for _, r := range runs {
+		for _, f := range r.Failures {
+			p("\n- %s: %s", r.Chain, f)
+		}
+		for _, e := range r.HostPorts.Errors {
+			p("\n- %s: hostPort: %s", r.Chain, e)
+		}
+	}
+	p("\n")
 
 	p("\n### The pods' milestones on the way (s from the first scale request, p50 / max over the pods)\n\n")
 	p("| chain | created | scheduled | sandbox ready | Ready | terminating | gone |\n|---|---|---|---|---|---|---|\n")
@@ -52,10 +61,10 @@ func printReport(w io.Writer, files []string) error {
 			q(r.Up, "sandbox ready"), q(r.Up, "Ready"), q(r.Down, "terminating"), q(r.Down, "gone"))
 	}
 
-	p("\n### kubelet's runtime operations (mean s per operation, all nodes; count)\n\n")
+	p("\n### kubelet's runtime operations and containerd's sandbox network set-up and teardown (the CNI chain's ADD and DEL) (mean s, all nodes; count)\n\n")
 	ops := []struct{ phase, op string }{
-		{"up", "run_podsandbox"}, {"up", "create_container"}, {"up", "start_container"},
-		{"down", "stop_container"}, {"down", "stop_podsandbox"},
+		{"up", "run_podsandbox"}, {"up", "sandbox_create_network"}, {"up", "create_container"}, {"up", "start_container"},
+		{"down", "stop_container"}, {"down", "stop_podsandbox"}, {"down", "sandbox_delete_network"},
 	}
 	p("| chain |")
 	for _, o := range ops {
@@ -69,7 +78,11 @@ func printReport(w io.Writer, files []string) error {
 			if o.phase == "down" {
 				t = r.Down
 			}
-			if d, ok := t.Kubelet[o.op]; ok {
+			d, ok := t.Kubelet[o.op]
+			if !ok {
+				d, ok = t.Containerd[o.op]
+			}
+			if ok {
 				p(" %.2f (%d) |", d.Mean, d.Count)
 			} else {
 				p(" – |")
@@ -173,7 +186,19 @@ func printReport(w io.Writer, files []string) error {
 		}
 		p("\n")
 	}
+	p("\n\"containerd (exited children)\": the processes containerd ran and reaped, the CNI plugins (and the shims' launchers).\n")
+	p("\"node-init.sh (exited children)\": node-init.sh is the node container's PID 1, which reaps the pods' shims once they exit (with runc and the pods' processes they reaped).\n")
 	return nil
+}
+
+// reasons: "Reason: N" of each "Reason: N (message)".
+func reasons(f []string) []string {
+	var out []string
+	for _, s := range f {
+		r, _, _ := strings.Cut(s, " (")
+		out = append(out, r)
+	}
+	return out
 }
 
 func orNone(s []string) string {

@@ -62,6 +62,7 @@ type agentSample struct {
 
 type sampler struct {
 	agent   string
+	nodes   []string
 	cgroups []string
 	mu      sync.Mutex
 	samples []agentSample
@@ -77,8 +78,8 @@ type phaseStart struct {
 	procs map[procKey]procTimes
 }
 
-func startSampler(agent string, cgroups []string) *sampler {
-	s := &sampler{agent: agent, cgroups: cgroups, procs: map[int]string{}, stopc: make(chan struct{}), done: make(chan struct{})}
+func startSampler(agent string, nodes, cgroups []string) *sampler {
+	s := &sampler{agent: agent, nodes: nodes, cgroups: cgroups, procs: map[int]string{}, stopc: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		if agent == "" {
@@ -171,8 +172,9 @@ func (s *sampler) sampleAgents() {
 			if comm(pid) != s.agent {
 				continue
 			}
+			// Only the agents of this cluster's nodes: other clusters may run on this host.
 			node := nodeName(pid)
-			if node == "" {
+			if !slices.Contains(s.nodes, node) || !s.inCgroups(pid) {
 				continue
 			}
 			if x, ok := readAgent(pid, node, now); ok {
@@ -279,8 +281,7 @@ func (s *sampler) snapshot() map[procKey]procTimes {
 		return out
 	}
 	for _, pid := range pids() {
-		cg, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
-		if err != nil || !s.ours(string(cg)) {
+		if !s.inCgroups(pid) {
 			continue
 		}
 		if st, ok := readStat(pid); ok {
@@ -290,9 +291,17 @@ func (s *sampler) snapshot() map[procKey]procTimes {
 	return out
 }
 
-func (s *sampler) ours(cgroup string) bool {
+// inCgroups: the process is in one of the harness's cgroups (any, when none is given).
+func (s *sampler) inCgroups(pid int) bool {
+	if len(s.cgroups) == 0 {
+		return true
+	}
+	cg, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return false
+	}
 	for _, m := range s.cgroups {
-		if strings.Contains(cgroup, m) {
+		if strings.Contains(string(cg), m) {
 			return true
 		}
 	}

@@ -187,7 +187,7 @@ func printReport(w io.Writer, files []string) error {
 		p("\n")
 	}
 	p("\n\"containerd (exited children)\": the processes containerd ran and reaped, the CNI plugins (and the shims' launchers).\n")
-	p("\"node-init.sh (exited children)\": node-init.sh is the node container's PID 1, which reaps the pods' shims once they exit (with runc and the pods' processes they reaped).\n")
+	p("\"node-init.sh (exited children)\": node-init.sh is the node container's PID 1, which reaps the pods' shims once they exit (their CPU in the phase, with that of runc and the pods' processes they reaped).\n")
 	return nil
 }
 

@@ -245,6 +245,7 @@ func comm(pid int) string {
 
 type procTimes struct {
 	comm                         string
+	ppid                         int
 	utime, stime, cutime, cstime uint64
 	start                        uint64
 }
@@ -270,7 +271,7 @@ func readStat(pid int) (procTimes, bool) {
 	}
 	u := func(i int) uint64 { v, _ := strconv.ParseUint(f[i], 10, 64); return v }
 	// f[0] is field 3 of proc(5): utime is field 14, starttime 22.
-	return procTimes{comm: string(b[open+1 : end]), utime: u(11), stime: u(12), cutime: u(13), cstime: u(14), start: u(19)}, true
+	return procTimes{comm: string(b[open+1 : end]), ppid: int(u(1)), utime: u(11), stime: u(12), cutime: u(13), cstime: u(14), start: u(19)}, true
 }
 
 // snapshot: the CPU times of every process whose cgroup path holds one of
@@ -310,15 +311,27 @@ func (s *sampler) inCgroups(pid int) bool {
 
 // cpuByName: CPU-seconds between two snapshots by process name: a process
 // in both counts its difference, one only in the second all its time. A
-// process that started and ended in between counts only when its parent
-// reaped it (its parent's "exited children").
+// process that ended in between counts when its parent reaped it (its
+// parent's "exited children"), less what it had used before the first
+// snapshot when it was there already.
 func cpuByName(before, after map[procKey]procTimes) ([]ProcCPU, float64) {
 	by := map[string]float64{}
+	byPID := map[int]procTimes{}
 	for k, a := range after {
+		byPID[k.pid] = a
 		b := before[k] // zero when the process is new
 		by[a.comm] += float64(a.utime+a.stime-b.utime-b.stime) / userHZ
 		if c := float64(a.cutime+a.cstime-b.cutime-b.cstime) / userHZ; c > 0 {
 			by[a.comm+" (exited children)"] += c
+		}
+	}
+	for k, b := range before {
+		if _, ok := after[k]; ok {
+			continue
+		}
+		if parent, ok := byPID[b.ppid]; ok {
+			n := parent.comm + " (exited children)"
+			by[n] = max(0, by[n]-float64(b.utime+b.stime+b.cutime+b.cstime)/userHZ)
 		}
 	}
 	var out []ProcCPU

@@ -23,10 +23,10 @@ func TestCPUByName(t *testing.T) {
 	before := map[procKey]procTimes{
 		{1, 10}: {comm: "containerd", utime: 100, stime: 50, cutime: 10},
 		{2, 20}: {comm: "kubelet", utime: 300},
-		{3, 30}: {comm: "gone", utime: 999}, // exited: not counted
+		{3, 30}: {comm: "gone", ppid: 1, utime: 90}, // exited, reaped by containerd: only its time since counts
 	}
 	after := map[procKey]procTimes{
-		{1, 10}: {comm: "containerd", utime: 150, stime: 60, cutime: 210},
+		{1, 10}: {comm: "containerd", utime: 150, stime: 60, cutime: 300},
 		{2, 20}: {comm: "kubelet", utime: 400},
 		{4, 40}: {comm: "kubelet", utime: 100}, // new
 		{2, 99}: {comm: "pause", utime: 5},     // a reused pid is another process

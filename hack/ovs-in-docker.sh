@@ -31,6 +31,12 @@
 #   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
 #   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube, deploy, the Go tests of test/cluster; then Multus in front and its tests; down
 #   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
+#   hack/ovs-in-docker.sh bench -kube [-nodes N] [-pods P] [-idle S]  a benchmark (hack/ovs-in-docker/bench.sh):
+#                                         up -kube (default 3 nodes), deploy; for ovsflow, then the reference chain
+#                                         (containernetworking/plugins bridge + host-local + portmap) in its place:
+#                                         P pods per node (default 110) of one hostPort each scaled up until all are
+#                                         Ready and down until all are gone, the node agent's RSS and CPU (idle S s,
+#                                         default 30, with no pods and with all); the tables; down. IPv6-only pods.
 #
 # The engine: the one answering at $DOCKER_HOST or /var/run/docker.sock; else
 # (root on Debian) Debian's docker.io is installed and a private dockerd is
@@ -44,7 +50,8 @@
 # (2001:db8:10::/64), OID_POD4 (198.51.100.0/24, a /26 per node), OID_POD6
 # (2001:db8:10:N::/64 per node), VERSION (stamped into the plugins); with -kube:
 # OID_KPOD4 (the cluster CIDR, default OID_POD4), OID_KPOD6 (2001:db8:10:100::/56),
-# OID_SVC4 (203.0.113.192/27), OID_SVC6 (2001:db8:10:ffff::/112), OID_KMASK4 (26: the IPv4 range per node).
+# OID_KPOD4=none: IPv6-only pods; OID_SVC4 (203.0.113.192/27), OID_SVC6 (2001:db8:10:ffff::/112),
+# OID_KMASK4 (26: the IPv4 range per node), OID_KMAXPODS (kubelet's maxPods; default kubelet's, 110).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
@@ -357,8 +364,10 @@ cmd_restart() {
 . hack/ovs-in-docker/tests.sh
 # shellcheck source=hack/ovs-in-docker/cluster.sh
 . hack/ovs-in-docker/cluster.sh
+# shellcheck source=hack/ovs-in-docker/bench.sh
+. hack/ovs-in-docker/bench.sh
 
-usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,54p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
 cmd=${1:-}
@@ -374,5 +383,6 @@ image) cmd_image "$@" ;;
 stats) cmd_stats "$@" ;;
 test) cmd_test "$@" ;;
 demo) cmd_demo "$@" ;;
+bench) cmd_bench "$@" ;;
 *) usage ;;
 esac

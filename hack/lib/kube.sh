@@ -202,21 +202,23 @@ kube_node_cert() {
 
 # ---- configs ----------------------------------------------------------------
 
-# kube_containerd_config OUT ROOT STATE SOCK TTRPC: containerd 2.x's default
+# kube_containerd_config OUT ROOT STATE SOCK TTRPC [METRICS]: containerd 2.x's default
 # config with the settings this machine and a node need: restrict_oom_score_adj
 # (no CAP_SYS_RESOURCE in the bounding set), the pause image imported from a
 # tar (no registry), one conflist, the streaming server on 127.0.0.1, no NRI.
+# METRICS: the address (HOST:PORT) of containerd's Prometheus metrics (/v1/metrics; default none).
 kube_containerd_config() {
 	local out=$1
 	mkdir -p "$(dirname "$out")"
 	"$kube_prefix/bin/containerd" config default >"$out.default"
-	awk -v root="$2" -v st="$3" -v sock="$4" -v ttrpc="$5" -v pause="$kube_pause_image" '
+	awk -v root="$2" -v st="$3" -v sock="$4" -v ttrpc="$5" -v metrics="${6:-}" -v pause="$kube_pause_image" '
 		/^ *\[/ { sect = $0; gsub(/^ +/, "", sect) }
 		/^imports *=/ { print "imports = []"; next }
 		/^root *=/ { print "root = \"" root "\""; next }
 		/^state *=/ { print "state = \"" st "\""; next }
 		sect ~ /server[.]v1[.]grpc.[]]$/ && /^ *address *=/ { print "    address = \"" sock "\""; next }
 		sect ~ /server[.]v1[.]ttrpc.[]]$/ && /^ *address *=/ { print "    address = \"" ttrpc "\""; next }
+		sect ~ /server[.]v1[.]metrics.[]]$/ && /^ *address *=/ { print "    address = \"" metrics "\""; next }
 		/^ *sandbox *= *.registry/ { sub(/=.*/, "= \"" pause "\""); print; next }
 		/^ *restrict_oom_score_adj *=/ { sub(/=.*/, "= true"); print; next }
 		/^ *netns_mounts_under_state_dir *=/ { sub(/=.*/, "= true"); print; next }
@@ -229,10 +231,11 @@ kube_containerd_config() {
 	rm -f "$out.default"
 }
 
-# kube_kubelet_config OUT PKI CERT ENDPOINT CGROUP_ROOT: the kubelet config that
+# kube_kubelet_config OUT PKI CERT ENDPOINT CGROUP_ROOT [MAX_PODS]: the kubelet config that
 # works here: cgroup v1 allowed (failCgroupV1 false), cgroupfs, no swap check,
 # eviction thresholds a shared disk and memory do not trip, no read-only port.
-# CERT names the serving cert and key in PKI (CERT.crt, CERT.key).
+# CERT names the serving cert and key in PKI (CERT.crt, CERT.key). MAX_PODS:
+# kubelet's maxPods (default kubelet's own, 110).
 kube_kubelet_config() {
 	cat >"$1" <<-EOF
 		apiVersion: kubelet.config.k8s.io/v1beta1
@@ -257,6 +260,7 @@ kube_kubelet_config() {
 		evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"}
 		syncFrequency: 10s
 	EOF
+	if [ -n "${6:-}" ]; then echo "maxPods: $6" >>"$1"; fi
 }
 
 # kube_proxy_config OUT KUBECONFIG NODE CLUSTER_CIDRS: kube-proxy in iptables
@@ -310,7 +314,9 @@ kube_apiserver_cmd() {
 
 # kube_controller_manager_cmd BIN PKI CLUSTER_CIDRS SERVICE_CIDRS MASK4 MASK6: with the
 # node IPAM controller (--allocate-node-cidrs: each Node gets a spec.podCIDRs
-# of each family) and the ServiceAccount token controller.
+# of each family of CLUSTER_CIDRS) and the ServiceAccount token controller.
+# An empty MASK4 is for an IPv6-only CLUSTER_CIDRS (the controller manager
+# refuses an IPv4 mask size there).
 kube_controller_manager_cmd() {
 	local p=$2
 	kube_cmd=("$1" --kubeconfig "$p/controller-manager.kubeconfig"
@@ -319,7 +325,7 @@ kube_controller_manager_cmd() {
 		--bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials
 		--service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt"
 		--allocate-node-cidrs --cluster-cidr "$3"
-		--node-cidr-mask-size-ipv4 "$5" --node-cidr-mask-size-ipv6 "$6"
+		${5:+--node-cidr-mask-size-ipv4 "$5"} --node-cidr-mask-size-ipv6 "$6"
 		--service-cluster-ip-range "$4" --profiling=false)
 }
 

@@ -26,9 +26,14 @@
 
 KSTATE=/run/$P-kube             # PKI, kubeconfigs, each node's configs
 KSYSCTLS=/run/$P-kube.sysctls   # kernel-wide sysctls as they were before the first kubelet
-KPOD4=${OID_KPOD4:-$POD4}                    # the cluster CIDR, IPv4: a /26 per node
+KPOD4=${OID_KPOD4:-$POD4}                    # the cluster CIDR, IPv4: a /26 per node; "none": IPv6-only pods
 KPOD6=${OID_KPOD6:-${NET6%::/*}:100::/56}    # the cluster CIDR, IPv6: a /64 per node
 KMASK4=${OID_KMASK4:-26} KMASK6=64         # OID_KMASK4: a smaller cluster CIDR for a second harness
+KMAXPODS=${OID_KMAXPODS:-}                   # kubelet's maxPods ("": kubelet's default, 110)
+KCTRD_METRICS_PORT=1338                      # containerd's metrics, on each node's IPv4 address
+# kube_cluster_cidrs: the pod CIDRs of the cluster, IPv4 first (none with OID_KPOD4=none).
+kube_cluster_cidrs() { if [ "$KPOD4" = none ]; then echo "$KPOD6"; else echo "$KPOD4,$KPOD6"; fi; }
+kube_mask4() { [ "$KPOD4" = none ] || echo "$KMASK4"; }
 SVC4=${OID_SVC4:-203.0.113.192/27}           # Service ClusterIPs
 SVC6=${OID_SVC6:-${NET6%::/*}:ffff::/112}
 cp4() { echo "$(net4_base).$(($(net4_last) + 30))"; }
@@ -59,10 +64,12 @@ kube_prepare() {
 		me=n$i
 		kube_node_cert "$d" "kubelet-$me" "$me" "DNS:$me,IP:$(node4 "$i"),IP:$(node6 "$i")" "$(kube_server)" "$P"
 		mkdir -p "$KSTATE/$me"
+		# containerd's metrics on the node's address: its CRI plugin's timings
+		# (sandbox network set-up and teardown: the CNI chain) for bench -kube.
 		kube_containerd_config "$KSTATE/$me/containerd.toml" /var/lib/containerd /run/containerd \
-			/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc
-		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" /run/containerd/containerd.sock "/$P/$me"
-		kube_proxy_config "$KSTATE/$me/proxy.yaml" "$d/proxy.kubeconfig" "$me" "$KPOD4,$KPOD6"
+			/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc "$(node4 "$i"):$KCTRD_METRICS_PORT"
+		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" /run/containerd/containerd.sock "/$P/$me" "$KMAXPODS"
+		kube_proxy_config "$KSTATE/$me/proxy.yaml" "$d/proxy.kubeconfig" "$me" "$(kube_cluster_cidrs)"
 	done
 	# The containers read the keys as root; nothing else on this machine needs them.
 	chmod -R go-rwx "$d"
@@ -85,8 +92,8 @@ kube_control_plane() {
 	docker run -d --name "$P-cp" --hostname cp --label "$LABEL" \
 		--network "$P-net" --ip "$(cp4)" --ip6 "$(cp6)" \
 		$(kube_mounts) --tmpfs /run:rw,exec,size=64m --cap-add NET_ADMIN \
-		-e OID_CP4="$(cp4)" -e OID_CLUSTER_CIDRS="$KPOD4,$KPOD6" -e OID_SERVICE_CIDRS="$SVC4,$SVC6" \
-		-e OID_MASK4=$KMASK4 -e OID_MASK6=$KMASK6 \
+		-e OID_CP4="$(cp4)" -e OID_CLUSTER_CIDRS="$(kube_cluster_cidrs)" -e OID_SERVICE_CIDRS="$SVC4,$SVC6" \
+		-e OID_MASK4="$(kube_mask4)" -e OID_MASK6=$KMASK6 \
 		--entrypoint /usr/local/sbin/cp-init.sh "$(node_image)" 2> >(grep -v 'IPv4 forwarding is disabled' >&2) >/dev/null
 	local t0=$SECONDS
 	for _ in $(seq 300); do

@@ -8,7 +8,8 @@
 #
 # Environment (hack/ovs-in-docker.sh sets it): OID_KUBE (the PKI and configs,
 # mounted read-only at that path), OID_CP4 (the address kube-apiserver
-# advertises), OID_CLUSTER_CIDRS, OID_SERVICE_CIDRS, OID_MASK4, OID_MASK6.
+# advertises), OID_CLUSTER_CIDRS, OID_SERVICE_CIDRS, OID_MASK4 (empty for IPv6-only
+# pods), OID_MASK6.
 set -euo pipefail
 mkdir -p /run/oid /var/log/oid /var/lib/etcd
 log() { echo "cp-init: $(date +%T.%N | cut -c1-12) $*"; }

@@ -1,0 +1,154 @@
+# bench.sh: `hack/ovs-in-docker.sh bench -kube`, sourced by hack/ovs-in-docker.sh
+# after cluster.sh (its helpers and names). A benchmark, not a test: it
+# prints figures and asserts no time.
+#
+#   up -kube -nodes N, deploy; then for each chain, in one run on the same cluster:
+#     ovsflow    the DaemonSet's conflist (ovs-bridge + host-local + ovs-portmap), its agent sampled
+#     reference  containernetworking/plugins v1.10.0 (go.mod's version, built from the
+#                module proxy): bridge (isGateway, ipMasq, hairpinMode) + host-local +
+#                portmap (snat), iptables backend, installed on every node in place
+#                of ovsflow's conflist once the DaemonSet's pods are gone (its
+#                nodeSelector then matches no node, so no agent writes its conflist back)
+#   test/cluster/scale (client-go) scales P Deployments of one hostPort each
+#   (port 20000+j for the j-th: a node can hold one pod of each, so the
+#   scheduler puts P pods on every node) from 0 to N replicas, until all
+#   N*P pods are Ready, checks every hostPort from this host, scales them
+#   to 0 until all are gone; the tables of both chains; down.
+#
+# Pods are IPv6-only unless OID_KPOD4 is set (a node's IPv4 /26 holds 61
+# pods); kubelet's maxPods is P+10 when that exceeds 110 (OID_KMAXPODS
+# overrides). The runs' JSON and the tables stay in $DATA/bench/.
+
+# bench_build: the driver and the reference plugins, into $1.
+bench_build() {
+	local d=$1
+	mkdir -p "$d/ref"
+	(cd test/cluster && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$d/scale" ./scale) || die "building test/cluster/scale"
+	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$d/ref/" \
+		github.com/containernetworking/plugins/plugins/main/bridge \
+		github.com/containernetworking/plugins/plugins/meta/portmap \
+		github.com/containernetworking/plugins/plugins/ipam/host-local || die "building the reference plugins"
+	log "reference plugins: $(go version -m "$d/ref/bridge" | awk '$2 == "github.com/containernetworking/plugins" {print $2, $3}')"
+}
+
+# The reference chain's conflist, a template for ovsflow-conflist (one
+# host-local range per pod CIDR of the node, the routes of its families).
+bench_ref_template='{
+  "cniVersion": "1.0.0",
+  "name": "reference",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "ipMasqBackend": "iptables", "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": "/var/lib/cni/networks",
+              "ranges": [], "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}},
+    {"type": "portmap", "backend": "iptables", "snat": true, "capabilities": {"portMappings": true}}
+  ]
+}'
+
+# bench_use_reference DIR: the DaemonSet scaled away, then on every node the
+# reference plugins of DIR in the CNI bin dir, ovsflow's conflist replaced by
+# the reference one, and br0's gateway addresses of the pod CIDRs removed
+# (the reference bridge puts them on cni0).
+bench_use_reference() {
+	local ref=$1 n cidrs
+	kctl -n kube-system patch daemonset ovsflow-cni --type merge \
+		-p '{"spec":{"template":{"spec":{"nodeSelector":{"ovsflow.io/bench-chain":"ovsflow"}}}}}' >&2
+	for _ in $(seq 240); do
+		[ -z "$(kctl -n kube-system get pods -l app.kubernetes.io/name=ovsflow-cni -o name)" ] && break
+		sleep 0.5
+	done
+	[ -z "$(kctl -n kube-system get pods -l app.kubernetes.io/name=ovsflow-cni -o name)" ] || die "the DaemonSet's pods did not go"
+	for n in $(kube_nodes); do
+		cidrs=$(kctl get node "$n" -o jsonpath='{.spec.podCIDRs[*]}')
+		tar -C "$ref" -c bridge portmap host-local | docker exec -i "$P-$n" tar -C /opt/cni/bin -x ||
+			die "installing the reference plugins on $n"
+		docker exec -i "$P-$n" sh -ec '
+			d=/etc/cni/net.d
+			/opt/ovsflow/bin/ovsflow-conflist -pod-cidrs "$(echo $1 | tr " " ,)" >"$d/.10-reference.conflist.new"
+			rm -f "$d"/*ovsflow*
+			mv -f "$d/.10-reference.conflist.new" "$d/10-reference.conflist"
+			for c in $1; do # the gateway: the first address of the CIDR
+				a=${c%/*}
+				case $a in
+				*::) gw=${a}1 ;;
+				*.*) gw=${a%.*}.$((${a##*.} + 1)) ;;
+				*) continue ;;
+				esac
+				ip addr del "$gw/${c#*/}" dev br0 2>/dev/null || true
+			done
+			for i in $(seq 100); do
+				crictl info 2>/dev/null | grep -q "\"reference\"" && exit 0
+				sleep 0.2
+			done
+			echo "containerd did not load 10-reference.conflist" >&2
+			exit 1
+		' sh "$cidrs" <<<"$bench_ref_template" || die "installing the reference conflist on $n"
+	done
+	kctl wait node --all --for=condition=Ready --timeout=120s >&2
+	log "reference chain in place on $(kube_nodes | wc -l) nodes"
+}
+
+# bench_left CHAIN: what of the chain is left on the nodes once every pod is
+# gone: its container ports (ovsflow: br0's ports but the uplink; reference:
+# cni0's), waited for up to 30 s.
+bench_left() {
+	local n left t0=$SECONDS
+	for n in $(kube_nodes); do
+		for _ in $(seq 60); do
+			if [ "$1" = ovsflow ]; then
+				left=$(docker exec "$P-$n" ovs-vsctl list-ports br0 | grep -vcx eth0 || true)
+			else
+				left=$(docker exec "$P-$n" ip -o link show master cni0 2>/dev/null | wc -l)
+			fi
+			((left == 0)) && break
+			sleep 0.5
+		done
+		echo "$1: $n: $left container ports left $((SECONDS - t0)) s after the last pod was gone"
+	done
+}
+
+cmd_bench() {
+	local n=3 pods=110 idle=30 kube=0
+	while (($#)); do
+		case $1 in
+		-kube) kube=1; shift ;;
+		-nodes) n=$2; shift 2 ;;
+		-pods) pods=$2; shift 2 ;;
+		-idle) idle=$2; shift 2 ;;
+		*) die "bench: unknown argument $1" ;;
+		esac
+	done
+	((kube)) || die "bench: -kube is required (the benchmark is of a Kubernetes cluster)"
+	[[ $pods =~ ^[0-9]+$ ]] && ((pods >= 1 && pods <= 1000)) || die "bench: -pods $pods: want 1 to 1000"
+	[[ $idle =~ ^[0-9]+$ ]] || die "bench: -idle $idle: want seconds"
+	[ -n "${OID_KPOD4:-}" ] || KPOD4=none
+	KMAXPODS=${OID_KMAXPODS:-$((pods + 10 > 110 ? pods + 10 : 110))}
+	[ "$(id -u)" = 0 ] || die "bench: needs root (up -kube; the agent's /proc)"
+	local t0=$SECONDS out
+	out=$DATA/bench/$(date -u +%Y%m%dT%H%M%SZ)
+	mkdir -p "$out"
+	bench_build "$DATA/bench"
+	cmd_up -kube -nodes "$n" >"$out/up.txt" || die "up -kube failed"
+	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
+	local tup=$SECONDS
+	cmd_deploy || die "deploy failed"
+	local tdep=$SECONDS
+	# The harness's processes: the containers' cgroups, and the pods' (kubelet's cgroupRoot /$P/NODE).
+	local cgroups
+	cgroups=$(docker ps -q --no-trunc --filter "label=$LABEL" | sed 's|$|,|' | tr -d '\n')"/$P/"
+	local drv=("$DATA/bench/scale" -kubeconfig "$(admin_kubeconfig)" -pods "$pods" -cgroups "$cgroups"
+		-containerd-metrics-port "$KCTRD_METRICS_PORT")
+	"${drv[@]}" -chain ovsflow -agent ovsflow-agent -idle "${idle}s" -out "$out/ovsflow.json" || die "the ovsflow run failed"
+	bench_left ovsflow | tee "$out/left.txt"
+	local tone=$SECONDS
+	bench_use_reference "$DATA/bench/ref"
+	"${drv[@]}" -chain reference -idle 0 -out "$out/reference.json" || die "the reference run failed"
+	bench_left reference | tee -a "$out/left.txt"
+	{
+		echo "## bench -kube -nodes $n -pods $pods -idle $idle: $(date -u +%FT%TZ), $(nproc) CPUs, datapath $(sed -n 's/^DATAPATH //p' "$out/up.txt"), $(version)"
+		echo
+		grep '^NODE ' "$out/up.txt" | sed 's/^/    /'
+		echo
+		"$DATA/bench/scale" -report "$out/ovsflow.json" "$out/reference.json"
+	} | tee "$out/report.md"
+	echo "up -kube: $((tup - t0)) s; deploy: $((tdep - tup)) s; ovsflow: $((tone - tdep)) s; reference: $((SECONDS - tone)) s; total $((SECONDS - t0)) s (figures in $out)"
+}

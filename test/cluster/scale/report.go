@@ -1,0 +1,209 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+)
+
+// printReport prints the Markdown tables of the runs in files, in their order.
+func printReport(w io.Writer, files []string) error {
+	if len(files) == 0 {
+		return fmt.Errorf("-report: no JSON file given")
+	}
+	var runs []*Result
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("reading run: %w", err)
+		}
+		r := &Result{}
+		if err := json.Unmarshal(b, r); err != nil {
+			return fmt.Errorf("run %s: %w", f, err)
+		}
+		runs = append(runs, r)
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+
+	p("### Scale-up to all Ready and scale-down to all gone (s from the first scale request)\n\n")
+	p("| chain | nodes × pods | scale requests answered | all Ready | Ready p50 / p90 | all gone | gone p50 / p90 | hostPorts answering | Warning events |\n")
+	p("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		ru, rd := r.Up.Milestones["Ready"], r.Down.Milestones["gone"]
+		p("| %s | %d × %d | %.1f | **%.1f** | %.1f / %.1f | **%.1f** | %.1f / %.1f | %d / %d | %s |\n",
+			r.Chain, len(r.Nodes), r.PodsPerNode, r.Up.Requests, r.Up.All, ru.P50, ru.P90,
+			r.Down.All, rd.P50, rd.P90, r.HostPorts.OK, r.Up.Pods, orNone(reasons(r.Failures)))
+	}
+	for _, r := range runs {
+		for _, f := range r.Failures {
+			p("\n- %s: %s", r.Chain, f)
+		}
+		for _, e := range r.HostPorts.Errors {
+			p("\n- %s: hostPort: %s", r.Chain, e)
+		}
+	}
+	p("\n")
+
+	p("\n### The pods' milestones on the way (s from the first scale request, p50 / max over the pods)\n\n")
+	p("| chain | created | scheduled | sandbox ready | Ready | terminating | gone |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		q := func(t Timing, m string) string {
+			x, ok := t.Milestones[m]
+			if !ok || x.N == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.1f / %.1f", x.P50, x.Max)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s |\n", r.Chain, q(r.Up, "created"), q(r.Up, "scheduled"),
+			q(r.Up, "sandbox ready"), q(r.Up, "Ready"), q(r.Down, "terminating"), q(r.Down, "gone"))
+	}
+
+	p("\n### kubelet's runtime operations and containerd's sandbox network set-up and teardown (the CNI chain's ADD and DEL) (mean s, all nodes; count)\n\n")
+	ops := []struct{ phase, op string }{
+		{"up", "run_podsandbox"}, {"up", "sandbox_create_network"}, {"up", "create_container"}, {"up", "start_container"},
+		{"down", "stop_container"}, {"down", "stop_podsandbox"}, {"down", "sandbox_delete_network"},
+	}
+	p("| chain |")
+	for _, o := range ops {
+		p(" %s |", o.op)
+	}
+	p("\n|---|%s\n", strings.Repeat("---|", len(ops)))
+	for _, r := range runs {
+		p("| %s |", r.Chain)
+		for _, o := range ops {
+			t := r.Up
+			if o.phase == "down" {
+				t = r.Down
+			}
+			d, ok := t.Kubelet[o.op]
+			if !ok {
+				d, ok = t.Containerd[o.op]
+			}
+			if ok {
+				p(" %.2f (%d) |", d.Mean, d.Count)
+			} else {
+				p(" – |")
+			}
+		}
+		p("\n")
+	}
+
+	for _, r := range runs {
+		var any bool
+		for _, ph := range r.Phases {
+			any = any || len(ph.Agent) > 0
+		}
+		if !any {
+			continue
+		}
+		p("\n### The node agent (%s): CPU (cores, CPU time / wall time) and RSS (MiB), per node\n\n", r.Chain)
+		p("| phase | wall (s) | node | CPU | RSS max | RSS at end |\n|---|---|---|---|---|---|\n")
+		for _, ph := range r.Phases {
+			for _, a := range ph.Agent {
+				p("| %s | %.0f | %s | %.4f | %.1f | %.1f |\n", ph.Name, ph.Seconds, a.Node, a.Cores, a.RSSMaxMiB, a.RSSEndMiB)
+			}
+		}
+	}
+
+	for _, phase := range []string{"scale-up", "scale-down"} {
+		p("\n### CPU-seconds of the harness's processes during the %s, by process\n\n", phase)
+		var names []string
+		best := map[string]float64{}
+		byRun := make([]map[string]float64, len(runs))
+		phs := make([]*Phase, len(runs))
+		for i, r := range runs {
+			byRun[i] = map[string]float64{}
+			for k := range r.Phases {
+				if r.Phases[k].Name == phase {
+					phs[i] = &r.Phases[k]
+				}
+			}
+			if phs[i] == nil {
+				continue
+			}
+			for _, c := range phs[i].CPU {
+				byRun[i][c.Name] = c.Seconds
+				if _, ok := best[c.Name]; !ok {
+					names = append(names, c.Name)
+				}
+				best[c.Name] = max(best[c.Name], c.Seconds)
+			}
+		}
+		slices.SortFunc(names, func(x, y string) int {
+			if best[x] != best[y] {
+				if best[x] > best[y] {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(x, y)
+		})
+		const top = 14
+		p("| process |")
+		for _, r := range runs {
+			p(" %s |", r.Chain)
+		}
+		p("\n|---|%s\n", strings.Repeat("---|", len(runs)))
+		for i, n := range names {
+			if i == top {
+				break
+			}
+			p("| %s |", n)
+			for j := range runs {
+				p(" %.1f |", byRun[j][n])
+			}
+			p("\n")
+		}
+		if len(names) > top {
+			p("| the others |")
+			for j := range runs {
+				rest := 0.0
+				for _, n := range names[top:] {
+					rest += byRun[j][n]
+				}
+				p(" %.1f |", rest)
+			}
+			p("\n")
+		}
+		p("| **total** |")
+		for j := range runs {
+			if phs[j] != nil {
+				p(" **%.1f** |", phs[j].CPUTotal)
+			} else {
+				p(" – |")
+			}
+		}
+		p("\n| wall × CPUs |")
+		for j, r := range runs {
+			if phs[j] != nil {
+				p(" %.1f × %d = %.1f |", phs[j].Seconds, r.Machine.CPUs, phs[j].Seconds*float64(r.Machine.CPUs))
+			} else {
+				p(" – |")
+			}
+		}
+		p("\n")
+	}
+	p("\n\"containerd (exited children)\": the processes containerd ran and reaped, the CNI plugins (and the shims' launchers).\n")
+	p("\"node-init.sh (exited children)\": node-init.sh is the node container's PID 1, which reaps the pods' shims once they exit (their CPU in the phase, with that of runc and the pods' processes they reaped).\n")
+	return nil
+}
+
+// reasons: "Reason: N" of each "Reason: N (message)".
+func reasons(f []string) []string {
+	var out []string
+	for _, s := range f {
+		r, _, _ := strings.Cut(s, " (")
+		out = append(out, r)
+	}
+	return out
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}

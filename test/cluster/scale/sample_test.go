@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"testing"
+)
+
+func TestReadStatOfThisProcess(t *testing.T) {
+	st, ok := readStat(os.Getpid())
+	if !ok {
+		t.Fatal("readStat of this process: not read")
+	}
+	if got, want := st.comm, comm(os.Getpid()); got != want {
+		t.Errorf("comm: got %q, want %q", got, want)
+	}
+	if st.start == 0 {
+		t.Errorf("starttime: got 0")
+	}
+}
+
+func TestCPUByName(t *testing.T) {
+	before := map[procKey]procTimes{
+		{1, 10}: {comm: "containerd", utime: 100, stime: 50, cutime: 10},
+		{2, 20}: {comm: "kubelet", utime: 300},
+		{3, 30}: {comm: "gone", ppid: 1, utime: 90}, // exited, reaped by containerd: only its time since counts
+	}
+	after := map[procKey]procTimes{
+		{1, 10}: {comm: "containerd", utime: 150, stime: 60, cutime: 300},
+		{2, 20}: {comm: "kubelet", utime: 400},
+		{4, 40}: {comm: "kubelet", utime: 100}, // new
+		{2, 99}: {comm: "pause", utime: 5},     // a reused pid is another process
+	}
+	got, total := cpuByName(before, after)
+	want := []ProcCPU{{"containerd (exited children)", 2}, {"kubelet", 2}, {"containerd", 0.6}, {"pause", 0.05}}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if total < 4.64 || total > 4.66 {
+		t.Errorf("total: got %v, want 4.65", total)
+	}
+}
+
+func TestQuantiles(t *testing.T) {
+	q := quantiles([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
+	if q.N != 10 || q.Min != 1 || q.Max != 10 || q.P50 != 6 || q.P90 != 9 {
+		t.Errorf("got %+v", q)
+	}
+	if q := quantiles(nil); q.N != 0 {
+		t.Errorf("empty: got %+v", q)
+	}
+}

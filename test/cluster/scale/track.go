@@ -76,7 +76,9 @@ func (t *tracker) mark(e *tracked, name string, now time.Time) {
 	}
 }
 
-func (t *tracker) update(obj any) {
+// with runs f, under t's lock, on the pod obj is (other objects are
+// ignored) and its entry, made at first sight (isNew), then wakes waiters.
+func (t *tracker) with(obj any, f func(p *corev1.Pod, e *tracked, isNew bool, now time.Time)) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
@@ -85,43 +87,41 @@ func (t *tracker) update(obj any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.pod[p.UID]
-	if e == nil {
-		e = &tracked{marks: map[string]float64{}}
-		t.pod[p.UID] = e
-		t.mark(e, "created", now)
-	}
-	e.p = p
-	if p.Spec.NodeName != "" {
-		t.mark(e, "scheduled", now)
-	}
-	if condTrue(p, corev1.PodReadyToStartContainers) {
-		t.mark(e, "sandbox ready", now)
-	}
-	if p.DeletionTimestamp == nil && condTrue(p, corev1.PodReady) {
-		t.mark(e, "Ready", now)
-	}
-	if p.DeletionTimestamp != nil {
-		t.mark(e, "terminating", now)
-	}
-	t.notify()
-}
-
-func (t *tracker) remove(obj any) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return
-	}
-	now := time.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e := t.pod[p.UID]
-	if e == nil {
+	isNew := e == nil
+	if isNew {
 		e = &tracked{p: p, marks: map[string]float64{}}
 		t.pod[p.UID] = e
 	}
-	e.gone = true
-	t.mark(e, "gone", now)
+	f(p, e, isNew, now)
 	t.notify()
+}
+
+func (t *tracker) update(obj any) {
+	t.with(obj, func(p *corev1.Pod, e *tracked, isNew bool, now time.Time) {
+		if isNew {
+			t.mark(e, "created", now)
+		}
+		e.p = p
+		if p.Spec.NodeName != "" {
+			t.mark(e, "scheduled", now)
+		}
+		if condTrue(p, corev1.PodReadyToStartContainers) {
+			t.mark(e, "sandbox ready", now)
+		}
+		if p.DeletionTimestamp == nil && condTrue(p, corev1.PodReady) {
+			t.mark(e, "Ready", now)
+		}
+		if p.DeletionTimestamp != nil {
+			t.mark(e, "terminating", now)
+		}
+	})
+}
+
+func (t *tracker) remove(obj any) {
+	t.with(obj, func(_ *corev1.Pod, e *tracked, _ bool, now time.Time) {
+		e.gone = true
+		t.mark(e, "gone", now)
+	})
 }
 
 func condTrue(p *corev1.Pod, c corev1.PodConditionType) bool {

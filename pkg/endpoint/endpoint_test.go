@@ -57,21 +57,12 @@ func TestOpenFlow(t *testing.T) {
 	} {
 		var override Endpoint
 		if tt.override != "" {
-			override = mustParse(t, tt.override)
+			override = MustParse(tt.override)
 		}
-		if got := OpenFlow(override, mustParse(t, tt.ovsdb), "br0"); got != mustParse(t, tt.want) {
+		if got := OpenFlow(override, MustParse(tt.ovsdb), "br0"); got != MustParse(tt.want) {
 			t.Errorf("OpenFlow(%q, %q) = %q, want %q", tt.override, tt.ovsdb, got, tt.want)
 		}
 	}
-}
-
-func mustParse(t *testing.T, s string) Endpoint {
-	t.Helper()
-	e, err := Parse(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
 }
 
 // Listening tells a live socket from a dead daemon's socket file and from a
@@ -97,7 +88,7 @@ func TestListening(t *testing.T) {
 		"unix:" + filepath.Join(dir, "gone"): false,
 		"tcp:127.0.0.1:1":                    true,
 	} {
-		if got := Listening(mustParse(t, target)); got != want {
+		if got := Listening(MustParse(target)); got != want {
 			t.Errorf("Listening(%q) = %v, want %v", target, got, want)
 		}
 	}

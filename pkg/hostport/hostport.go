@@ -119,7 +119,10 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target e
 	if err != nil {
 		return err
 	}
-	if err := ensureZoneLimits(ctx, cli, br, ctl, ctlErr, pl); err != nil {
+	if ctlErr != nil {
+		return ctlErr
+	}
+	if err := ensureZoneLimits(ctx, cli, br, ctl, pl); err != nil {
 		return err
 	}
 	if len(stale) > 0 {
@@ -194,13 +197,13 @@ func controlSocket(target endpoint.Endpoint, control string) (string, error) {
 	return unixctl.Find(target, control)
 }
 
-// ensureZoneLimits sets the zone limits through ctl (findErr: why it was not
-// found) unless br (the port's bridge, read with the publish's record)
-// records that this very ovs-vswitchd has them already: a request to
-// ovs-vswitchd waits behind its reconfigurations.
-func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, ctl string, findErr error, pl flows.Pipeline) error {
-	if findErr != nil || ctl == "" {
-		return findErr
+// ensureZoneLimits sets the zone limits through ctl ("": not ours to set)
+// unless br (the port's bridge, read with the publish's record) records
+// that this very ovs-vswitchd has them already: a request to ovs-vswitchd
+// waits behind its reconfigurations.
+func ensureZoneLimits(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, ctl string, pl flows.Pipeline) error {
+	if ctl == "" {
+		return nil
 	}
 	want := ctl + "/" + strings.Join(unixctl.ZoneLimitArgs(pl.ZoneLimits()), " ")
 	if br != nil && br.ExternalIDs[record.KeyZoneLimits] == want {

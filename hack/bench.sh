@@ -41,11 +41,10 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 hack/ovs-sandbox.sh install
-if ! command -v iptables >/dev/null || ! command -v nft >/dev/null; then
-	echo "bench.sh: installing iptables and nftables with apt-get" >&2
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables nftables >&2 ||
-		{ apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables nftables >&2; }
-fi
+log() { echo "bench.sh: $*" >&2; }
+# shellcheck source=hack/lib/apt.sh
+. hack/lib/apt.sh
+apt_install iptables nftables
 
 work=$(mktemp -d /tmp/ovsflow-bench.XXXXXX)
 name=ovsflow-bench-$$

@@ -86,17 +86,10 @@ key=$(printf '%s\n' 1 "$suite" "$packages" "$kernel_packages" "$guest_init" | sh
 
 need_root() { [ "$(id -u)" = 0 ] || { echo "ovs-vm: needs root" >&2; exit 2; }; }
 
-install_tools() {
-	local missing=()
-	command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
-	command -v debootstrap >/dev/null || missing+=(debootstrap)
-	command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
-	((${#missing[@]} == 0)) && return 0
-	echo "ovs-vm: installing ${missing[*]} with apt-get" >&2
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq >&2
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-}
+log() { echo "ovs-vm: $*" >&2; }
+# shellcheck source=hack/lib/apt.sh
+. hack/lib/apt.sh
+install_tools() { apt_install qemu-system-x86 debootstrap e2fsprogs; }
 
 # image: $cache/$key/{root.img,vmlinuz,initrd.img}, built once per recipe
 # (in a subshell: its traps and lock are its own).

@@ -18,17 +18,18 @@ name=${2:-ovsflow-sb}
 [[ $name =~ ^[A-Za-z0-9_.-]{1,40}$ ]] || { echo "ovs-sandbox: bad name \"$name\"" >&2; exit 2; }
 rundir=/run/ovsflow/$name
 
+log() { echo "ovs-sandbox: $*" >&2; }
+# shellcheck source=hack/lib/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+
 need=(ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovsdb-tool ip ethtool nft conntrack dnsmasq)
 install() {
 	local missing=0
 	for b in "${need[@]}"; do command -v "$b" >/dev/null 2>&1 || missing=1; done
 	[ -x /usr/sbin/ovs-vswitchd ] || missing=1
 	((missing)) || return 0
-	echo "ovs-sandbox: installing Open vSwitch and network tools with apt-get" >&2
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq >&2
-	apt-get install -y -qq --no-install-recommends openvswitch-switch openvswitch-common \
-		iproute2 ethtool nftables conntrack iputils-ping dnsmasq-base >&2
+	apt_install openvswitch-switch openvswitch-common iproute2 ethtool nftables conntrack \
+		iputils-ping dnsmasq-base
 	# The package's init script may start a host OVS; the sandbox never uses it.
 }
 

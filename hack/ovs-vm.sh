@@ -136,7 +136,7 @@ image() (
 # payload DIR SUITES: what the guest runs, under DIR (the second disk).
 payload() {
 	local dir=$1 suites=$2
-	mkdir -p "$dir/bin" "$dir/repo/hack" "$dir/repo/test/e2e"
+	mkdir -p "$dir/bin" "$dir/repo/hack/lib" "$dir/repo/test/e2e"
 	# Static: the guest has Debian's libraries, not necessarily this machine's.
 	export CGO_ENABLED=0
 	go build -trimpath -ldflags='-s -w' -o "$dir/bin" ./cmd/... \
@@ -147,6 +147,7 @@ payload() {
 		github.com/containernetworking/cni/cnitool
 	go test -c -trimpath -o "$dir/repo/test/e2e/e2e.test" ./test/e2e
 	cp hack/ovs-sandbox.sh hack/vswitchd-events.sh "$dir/repo/hack/"
+	cp hack/lib/apt.sh "$dir/repo/hack/lib/"
 	{
 		echo "# written by hack/ovs-vm.sh"
 		printf 'suites=%q run=%q events_n=%q ci=%q datapath=%q window=%q\n' "$suites" "${VM_RUN:-}" "${VM_EVENTS_N:-1 500}" \

@@ -1,7 +1,9 @@
 # apt.sh: sourced by the hack/ scripts that install Debian packages.
 # apt_install PKG...: installs the packages that are not installed yet (one
-# apt-get update per script run, waiting for a dpkg lock another install
-# holds); it reports through the caller's log function.
+# apt-get update per script run). Scripts may install at the same time
+# (.ci/run builds caches in the background): each apt-get runs under one
+# flock, because apt-get update does not wait for the lists lock another
+# apt-get holds. It reports through the caller's log function.
 apt_updated=0
 apt_install() {
 	local missing=()
@@ -10,9 +12,11 @@ apt_install() {
 	done
 	((${#missing[@]})) || return 0
 	log "apt-get install ${missing[*]}"
-	if ((!apt_updated)); then
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq -o DPkg::Lock::Timeout=300 >&2
-		apt_updated=1
-	fi
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >&2
+	(
+		flock 7
+		export DEBIAN_FRONTEND=noninteractive
+		((apt_updated)) || apt-get update -qq -o DPkg::Lock::Timeout=300 >&2
+		apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >&2
+	) 7>/run/lock/ovsflow-apt.lock
+	apt_updated=1
 }

@@ -11,12 +11,14 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -56,9 +58,20 @@ func serveTCP(l net.Listener, tag string) {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Fprintf(c, "hello from %s to %s\n", tag, c.RemoteAddr())
-		c.Close()
+		go answer(c.(*net.TCPConn), tag)
 	}
+}
+
+// answer writes the line, then half-closes and reads what the client sent
+// until it closes too. Closing with unread data would answer the client's
+// data with a reset, and a reset makes the client's kernel discard the line
+// before the client reads it ("echo | nc" then prints nothing).
+func answer(c *net.TCPConn, tag string) {
+	defer c.Close()
+	fmt.Fprintf(c, "hello from %s to %s\n", tag, c.RemoteAddr())
+	c.CloseWrite()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.Copy(io.Discard, c)
 }
 
 func serveUDP(pc net.PacketConn, tag string) {

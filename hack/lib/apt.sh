@@ -12,6 +12,7 @@ apt_install() {
 	done
 	((${#missing[@]})) || return 0
 	log "apt-get install ${missing[*]}"
+	mkdir -p /run/lock # (a minimal guest may not have it)
 	(
 		flock 7
 		export DEBIAN_FRONTEND=noninteractive

@@ -87,6 +87,26 @@ func TestDialGivesUpWithTheContext(t *testing.T) {
 	}
 }
 
+// lateContext has a deadline whose Done and Err come late, as a context's
+// timer does on a loaded machine: the dialer sees the deadline pass first.
+type lateContext struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func TestDialGivesUpWithALateContext(t *testing.T) {
+	_, path := listenFull(t)
+	late, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	ctx := lateContext{late, time.Now().Add(30 * time.Millisecond)}
+	_, err := Dial(ctx, "unix", path)
+	if !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("Dial with the backlog full, the deadline passed and the context not yet done: %v, want EAGAIN", err)
+	}
+}
+
 func TestDialRefusedAtOnce(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "none.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

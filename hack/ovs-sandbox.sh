@@ -7,6 +7,7 @@
 #                                      prints shell assignments: OVSDB= NETNS= RUNDIR=
 #   hack/ovs-sandbox.sh stop [NAME]    stop both daemons, delete the netns and the run dir
 #   hack/ovs-sandbox.sh stop-vswitchd|start-vswitchd [NAME]   (fault injection in tests)
+#   hack/ovs-sandbox.sh stop-ovsdb|start-ovsdb [NAME]         (the same, for ovsdb-server)
 #   hack/ovs-sandbox.sh install        install the packages the sandbox needs
 #
 # It never touches a host Open vSwitch: every file lives under /run/ovsflow/NAME and
@@ -36,6 +37,18 @@ install() {
 ovsenv() {
 	export OVS_RUNDIR=$rundir OVS_DBDIR=$rundir OVS_LOGDIR=$rundir OVS_SYSCONFDIR=$rundir
 	PATH=$PATH:/usr/sbin:/usr/share/openvswitch/scripts
+}
+
+# start_ovsdb serves the sandbox's database (kept in $rundir across a
+# stop-ovsdb).
+start_ovsdb() {
+	ovsenv
+	ip netns exec "$name" ovsdb-server "$rundir/conf.db" --remote="punix:$rundir/db.sock" \
+		--private-key=db:Open_vSwitch,SSL,private_key --certificate=db:Open_vSwitch,SSL,certificate \
+		--ca-cert=db:Open_vSwitch,SSL,ca_cert \
+		--unixctl="$rundir/ovsdb-server.ctl" \
+		--pidfile="$rundir/ovsdb-server.pid" --detach --no-chdir \
+		--log-file="$rundir/ovsdb-server.log" -vconsole:off
 }
 
 start_vswitchd() {
@@ -69,12 +82,7 @@ start)
 	# The SSL options name the database's SSL row, as ovs-ctl does: empty
 	# until a test sets it (ovs-vsctl set-ssl) and adds a pssl: remote
 	# (ovs-appctl ovsdb-server/add-remote) on the namespace's loopback.
-	ip netns exec "$name" ovsdb-server "$rundir/conf.db" --remote="punix:$rundir/db.sock" \
-		--private-key=db:Open_vSwitch,SSL,private_key --certificate=db:Open_vSwitch,SSL,certificate \
-		--ca-cert=db:Open_vSwitch,SSL,ca_cert \
-		--unixctl="$rundir/ovsdb-server.ctl" \
-		--pidfile="$rundir/ovsdb-server.pid" --detach --no-chdir \
-		--log-file="$rundir/ovsdb-server.log" -vconsole:off
+	start_ovsdb
 	ovs-vsctl --db="unix:$rundir/db.sock" --no-wait init
 	start_vswitchd
 	echo "OVSDB=unix:$rundir/db.sock"
@@ -93,8 +101,10 @@ stop)
 	;;
 stop-vswitchd) stop_pidfile "$rundir/ovs-vswitchd.pid" ;;
 start-vswitchd) start_vswitchd ;;
+stop-ovsdb) stop_pidfile "$rundir/ovsdb-server.pid" ;;
+start-ovsdb) start_ovsdb ;;
 *)
-	sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

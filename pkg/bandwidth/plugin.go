@@ -59,14 +59,15 @@ func CmdAdd(args *skel.CmdArgs) error {
 }
 
 // CmdDel removes the limits of the attachment, found by its identity alone
-// (limits in the config, valid or not, are not looked at).
+// (limits in the config, valid or not, are not looked at); with OVSDB
+// unreachable, code 11 (cnicmd.OpenDel).
 func CmdDel(args *skel.CmdArgs) error {
 	conf, err := loadEndpoints(args.StdinData)
 	if err != nil {
 		return err
 	}
 	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints.OVSDB, args)
-	if err != nil || done == nil {
+	if err != nil {
 		return err
 	}
 	defer done()

@@ -581,33 +581,27 @@ func hasAddrs(l netlink.Link, want []*netlink.Addr) bool {
 // CmdDel detaches a container interface, as named steps in the reverse of
 // ADD's order: the deleting mark, the flows, the host ports, the port, the
 // veth, the IP allocation. It needs nothing but what the runtime passes,
-// and succeeds when the netns, veth, port or allocation are gone.
+// and succeeds when the netns, veth, port or allocation are gone. With
+// OVSDB unreachable it cannot know whether the port is gone: it fails with
+// code 11 (cnicmd.OpenDel) and releases nothing, not even the address,
+// which would otherwise go back to the pool while the port holding it,
+// and its host ports, stay.
 func CmdDel(args *skel.CmdArgs) error {
 	conf, err := LoadConf(args.StdinData, args.Args)
 	if err != nil {
 		return err
 	}
-	hostName := link.HostVethName(args.ContainerID, args.IfName)
-	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints.OVSDB, args)
+	if err != nil {
+		return err
+	}
+	defer done()
 	var l laps
 	l.startLaps()
-	switch {
-	case err == nil:
-		defer done()
-		if err := detach(ctx, cli, conf, args, &l); err != nil {
-			return err
-		}
-	case link.Exists(hostName):
-		// Something of ours is still here and OVSDB cannot be reached to remove its port.
+	if err := detach(ctx, cli, conf, args, &l); err != nil {
 		return err
-	default:
-		// OVSDB cannot be reached, but no veth of ours is left: only the
-		// IP allocation may be, and its release is bounded all the same.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), cnicmd.Timeout)
-		defer cancel()
 	}
-	if err := l.did("veth", link.Delete(hostName)); err != nil {
+	if err := l.did("veth", link.Delete(link.HostVethName(args.ContainerID, args.IfName))); err != nil {
 		return err
 	}
 	if conf.IPAM.Type != "" {

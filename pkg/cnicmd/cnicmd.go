@@ -21,7 +21,6 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
-	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
@@ -110,13 +109,21 @@ func OpenPort(ep endpoint.Endpoint, plugin string, args *skel.CmdArgs) (context.
 	return nil, nil, ovsdb.OwnedPort{}, nil, err
 }
 
-// OpenDel opens the DEL of a chained plugin: Open, except that when OVSDB
-// cannot be reached, DEL fails (code 11) while the attachment's host veth is
-// still there and succeeds with nothing to do (done nil) once it is gone.
+// OpenDel opens a DEL: Open, except that OVSDB unreachable is a code 11
+// naming the attachment. OVSDB is the record of what an attachment holds
+// (its port, host-port claims, QoS rows, the node-local nft elements and
+// flows they list): without it a DEL cannot tell whether something is left,
+// even when the host veth is gone (after a reboot, or a netns lost behind
+// the runtime's back), so it fails and the runtime retries. Succeeding there
+// would leave the port and its host-port claims for good while the address
+// went back to the pool.
 func OpenDel(ep endpoint.Endpoint, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
 	ctx, cli, done, err = Open(ep)
-	if err != nil && !link.Exists(link.HostVethName(args.ContainerID, args.IfName)) {
-		return nil, nil, nil, nil
+	var e *cnierr.Error
+	if errors.As(err, &e) && e.Kind == cnierr.TryAgain {
+		a := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+		return nil, nil, nil, &cnierr.Error{Kind: cnierr.TryAgain, Details: e.Details, Err: err,
+			Msg: fmt.Sprintf("%s: cannot tell what is left of attachment %s", e.Msg, a)}
 	}
 	return ctx, cli, done, err
 }

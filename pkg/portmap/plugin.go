@@ -66,14 +66,16 @@ func CmdAdd(args *skel.CmdArgs) error {
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 }
 
-// CmdDel withdraws everything of the attachment, found by its identity alone.
+// CmdDel withdraws everything of the attachment, found by its identity alone;
+// with OVSDB unreachable, where its host ports are recorded, code 11
+// (cnicmd.OpenDel).
 func CmdDel(args *skel.CmdArgs) error {
 	conf, err := LoadConf(args.StdinData)
 	if err != nil {
 		return err
 	}
 	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints.OVSDB, args)
-	if err != nil || done == nil {
+	if err != nil {
 		return err
 	}
 	defer done()

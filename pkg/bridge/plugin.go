@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/ipam"
 	"github.com/ovsflow/ovs-cni/pkg/link"
+	"github.com/ovsflow/ovs-cni/pkg/netns"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
@@ -46,6 +48,11 @@ func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[stri
 	}
 	if pod := record.PodOf(args.Args); pod != "" {
 		ids[record.KeyPod] = pod
+	}
+	// The namespace itself, not only its path: the orphan sweep tells a
+	// sandbox gone from one whose path names another namespace now.
+	if ino := netns.Inode(args.Netns); ino != 0 {
+		ids[ovsdb.KeyNetNSInode] = strconv.FormatUint(ino, 10)
 	}
 	if len(conf.Allowed) > 0 {
 		ids[record.KeyAllowedAddresses] = "true"

@@ -4,11 +4,18 @@
 // flows, host ports and address, and the pod's next sandbox on the node is
 // refused its host ports).
 //
-// An attachment is orphaned when its port row (pkg/ovsdb's records) names
-// a host interface that the node's kernel no longer has (the host end of a
-// veth goes with the sandbox's netns), while no ADD or DEL of it is in
+// An attachment is orphaned when its sandbox is known to be gone: its port
+// row (pkg/ovsdb's records) names a host interface that the node's kernel
+// no longer has (the host end of a veth goes with the sandbox's netns) and
+// the network namespace recorded at ADD (its path and inode) no longer
+// exists or is another one (pkg/netns), while no ADD or DEL of it is in
 // flight (pkg/ovsdb's claims and deleting marks), seen so by two passes at
-// least Interval apart. For each, the Sweeper executes the node's conflist's
+// least Interval apart. A missing veth alone is not enough: a container with
+// CAP_NET_ADMIN that deletes its own eth0 deletes the host end too, and a
+// DEL then would give its address to the next pod while it runs. A netns
+// path this process cannot see (its directory is not mounted here, or a
+// /proc/PID path of a process in another PID namespace) is not known to be
+// gone: such an attachment is kept, and said so once. For each, the Sweeper executes the node's conflist's
 // DEL for exactly that attachment, as the runtime would have: the plugins
 // remove the port, flows, host ports and host-local's allocation
 // themselves. It is a DEL and not a GC with a list of valid attachments:
@@ -25,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -32,6 +40,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/netns"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -62,6 +71,9 @@ type Sweeper struct {
 	seen map[ovsdb.Attachment]time.Time
 	// linkExists is the node's kernel, by interface name.
 	linkExists func(name string) (bool, error)
+	// kept are the attachments whose veth is missing while their netns is
+	// not known to be gone, with why: each is logged once.
+	kept map[ovsdb.Attachment]string
 }
 
 // New returns a Sweeper that has seen nothing yet.
@@ -69,7 +81,8 @@ func New(cfg Config) *Sweeper {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
-	return &Sweeper{cfg: cfg, seen: map[ovsdb.Attachment]time.Time{}, linkExists: linkExists}
+	return &Sweeper{cfg: cfg, seen: map[ovsdb.Attachment]time.Time{}, linkExists: linkExists,
+		kept: map[ovsdb.Attachment]string{}}
 }
 
 func linkExists(name string) (bool, error) {
@@ -89,6 +102,9 @@ type Result struct {
 	Suspects []ovsdb.Attachment // seen orphaned for the first time, or not yet for Interval
 	Deleted  []ovsdb.Attachment // DEL replayed and successful
 	Failed   []ovsdb.Attachment // DEL replayed and failed (tried again next pass)
+	// Kept have no host interface but a netns not known to be gone (the
+	// container deleted its own interface, or the path is not visible).
+	Kept []ovsdb.Attachment
 }
 
 // Run runs a pass every Interval until ctx is done.
@@ -115,9 +131,21 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("the node's conflist: %w", err)
 	}
-	orphans, err := s.orphans(ctx, list.Name)
+	orphans, kept, err := s.orphans(ctx, list.Name)
 	if err != nil {
 		return res, err
+	}
+	for a := range s.kept {
+		if _, ok := kept[a]; !ok {
+			delete(s.kept, a)
+		}
+	}
+	for _, a := range slices.SortedFunc(maps.Keys(kept), cmpAttachment) {
+		if _, ok := s.kept[a]; !ok {
+			s.logf("%s kept: its host interface is missing but %s", a, kept[a])
+		}
+		s.kept[a] = kept[a]
+		res.Kept = append(res.Kept, a)
 	}
 	now := time.Now()
 	for a := range s.seen {
@@ -145,7 +173,7 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 			res.Failed = append(res.Failed, a)
 			continue
 		}
-		s.logf("DEL of %s replayed: its host interface %s has been missing since %s, no ADD or DEL of it in flight",
+		s.logf("DEL of %s replayed: its host interface %s has been missing and its netns gone since %s, no ADD or DEL of it in flight",
 			a, orphans[a], first.UTC().Format(time.RFC3339))
 		delete(s.seen, a)
 		res.Deleted = append(res.Deleted, a)
@@ -153,21 +181,23 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// orphans are the attachments of network whose host interface is missing
-// and that no ADD or DEL has in flight, with that interface's name. The
-// in-flight records are read after the ports: an ADD that claims after the
-// read of the ports has no port in it yet.
-func (s *Sweeper) orphans(ctx context.Context, network string) (map[ovsdb.Attachment]string, error) {
+// orphans are the attachments of network whose host interface is missing,
+// whose netns is known to be gone (netns.Check) and that no ADD or DEL has
+// in flight, with that interface's name; kept are those whose interface is
+// missing but whose netns is not known to be gone, with why. The in-flight
+// records are read after the ports: an ADD that claims after the read of
+// the ports has no port in it yet.
+func (s *Sweeper) orphans(ctx context.Context, network string) (orphans, kept map[ovsdb.Attachment]string, err error) {
 	cli, err := ovsdb.Dial(ctx, s.cfg.OVSDB)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cli.Close()
 	ports, err := cli.OwnedPorts(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[ovsdb.Attachment]string{}
+	out, kept := map[ovsdb.Attachment]string{}, map[ovsdb.Attachment]string{}
 	for _, p := range ports {
 		a := p.Attachment()
 		// Only veths (the netdev and the kernel datapath both name them
@@ -180,29 +210,36 @@ func (s *Sweeper) orphans(ctx context.Context, network string) (map[ovsdb.Attach
 		}
 		ok, err := s.linkExists(p.Port.Name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if !ok {
-			out[a] = p.Port.Name
+		if ok {
+			continue
 		}
+		ids := p.Port.ExternalIDs
+		ino, _ := strconv.ParseUint(ids[ovsdb.KeyNetNSInode], 10, 64) // 0: not recorded
+		if state, why := netns.Check(ids[ovsdb.KeyNetNS], ino); state != netns.Gone {
+			kept[a] = why
+			continue
+		}
+		out[a] = p.Port.Name
 	}
 	if len(out) == 0 {
-		return out, nil
+		return out, kept, nil
 	}
 	adding, err := cli.Adding(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	deleting, err := cli.Deleting(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for a := range out {
 		if adding[a] || deleting[a] {
 			delete(out, a)
 		}
 	}
-	return out, nil
+	return out, kept, nil
 }
 
 // del executes the conflist's DEL for a, without a netns (valid CNI: the

@@ -85,6 +85,7 @@ const (
 	KeyContainerID = "ovsflow.io/container-id" // CNI_CONTAINERID
 	KeyIfName      = "ovsflow.io/ifname"       // CNI_IFNAME
 	KeyNetNS       = "ovsflow.io/netns"        // CNI_NETNS at ADD time
+	KeyNetNSInode  = "ovsflow.io/netns-inode"  // the inode number of that namespace, decimal (pkg/netns)
 	KeyNetwork     = "ovsflow.io/network"      // network name from the config
 	KeyBridge      = "ovsflow.io/bridge"       // bridge the port was attached to
 	KeyMAC         = "ovsflow.io/mac"          // the container interface's MAC, lower case

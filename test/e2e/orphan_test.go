@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/testutils"
+
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/orphan"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
@@ -81,10 +84,12 @@ func TestOrphanDelReplayed(t *testing.T) {
 		t.Fatalf("suspects %v, deleted %v with every veth in place", res.Suspects, res.Deleted)
 	}
 
-	// The sandboxes of lost and adding go without a DEL; adding's ADD is
-	// retried and in flight (its claim), dying's DEL is under way (its
-	// deleting mark).
+	// The sandboxes of lost and adding go without a DEL (their netns
+	// unmounted; the veth deleted here, since the servers' sockets keep the
+	// namespaces themselves alive); adding's ADD is retried and in flight
+	// (its claim), dying's DEL is under way (its deleting mark).
 	for _, c := range []*container{lost, adding, dying} {
+		dropNetNS(t, c)
 		if _, err := run("ip", "link", "del", hostVeth(c, "eth0")); err != nil {
 			t.Fatal(err)
 		}
@@ -193,6 +198,88 @@ func TestOrphanDelReplayed(t *testing.T) {
 	}
 	if got := h.flowsOf(t, keepCookie); !slices.Equal(got, keepFlows) {
 		t.Errorf("the kept attachment's flows changed:\n got %q\nwant %q", got, keepFlows)
+	}
+}
+
+// dropNetNS removes the netns of c as a runtime does when its sandbox goes:
+// its bind mount is gone (the namespace itself goes with its last user).
+func dropNetNS(t *testing.T, c *container) {
+	t.Helper()
+	c.ns.Close()
+	if err := testutils.UnmountNS(c.ns); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A container that deletes its own eth0 (CAP_NET_ADMIN) takes the host
+// veth with it while its sandbox runs: the sweep keeps its port and its
+// address, and a new container gets another address. The control: a
+// container whose netns goes is swept.
+func TestOrphanKeepsLiveSandbox(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	dataDir := t.TempDir()
+	const network = "orphlive"
+	list := conflist("1.0.0", network, bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true}))
+	n := newCNI(t, list)
+	b, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	confPath := filepath.Join(t.TempDir(), "10-orphlive.conflist")
+	if err := os.WriteFile(confPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sw := orphan.New(orphan.Config{OVSDB: ovsdbEP, Conflist: confPath, CNIPath: []string{binDir},
+		CacheDir: t.TempDir(), Interval: 0, Log: testLog{t}})
+
+	self, gone := newContainer(t), newContainer(t)
+	selfV4 := addrOf(t, n.mustAdd(t, self, "eth0", nil), false)
+	goneV4 := addrOf(t, n.mustAdd(t, gone, "eth0", nil), false)
+	t.Cleanup(func() { n.del(self, "eth0", nil); n.del(gone, "eth0", nil) })
+
+	if out, err := self.exec("ip", "link", "del", "eth0"); err != nil {
+		t.Fatalf("deleting eth0 inside the container: %v: %s", err, out)
+	}
+	dropNetNS(t, gone)
+	for _, c := range []*container{self, gone} {
+		if !poll(30*time.Second, func() bool { return !link.Exists(hostVeth(c, "eth0")) }) {
+			t.Fatalf("host veth of %s still there", c.id)
+		}
+	}
+	selfAtt, goneAtt := ovsdb.Attachment{ContainerID: self.id, IfName: "eth0"}, ovsdb.Attachment{ContainerID: gone.id, IfName: "eth0"}
+	for i := 1; i <= 3; i++ {
+		res, err := sw.Pass(context.Background())
+		if err != nil {
+			t.Fatalf("pass %d: %v", i, err)
+		}
+		t.Logf("pass %d: %+v", i, res)
+		if slices.Contains(res.Deleted, selfAtt) || slices.Contains(res.Suspects, selfAtt) || !slices.Equal(res.Kept, []ovsdb.Attachment{selfAtt}) {
+			t.Errorf("pass %d: %+v; want %s kept, neither suspected nor deleted", i, res, selfAtt)
+		}
+		if i == 2 && !slices.Equal(res.Deleted, []ovsdb.Attachment{goneAtt}) {
+			t.Errorf("pass 2: deleted %v, want %s (its netns is gone)", res.Deleted, goneAtt)
+		}
+	}
+	if len(portsOf(t, ovsdb.KeyContainerID, self.id)) != 1 {
+		t.Error("the running container's port was removed")
+	}
+	got := allocations(t, dataDir, network)
+	if !slices.Contains(got, selfV4) {
+		t.Errorf("the running container's address %s was released: %v", selfV4, got)
+	}
+	if ps := portsOf(t, ovsdb.KeyContainerID, gone.id); len(ps) != 0 {
+		t.Errorf("ports of the container whose netns went left: %v", ps)
+	}
+	if slices.Contains(got, goneV4) {
+		t.Errorf("address %s of the container whose netns went still allocated: %v", goneV4, got)
+	}
+	// The next pod does not get the running container's address.
+	next := newContainer(t)
+	nextV4 := addrOf(t, n.mustAdd(t, next, "eth0", nil), false)
+	t.Cleanup(func() { n.del(next, "eth0", nil) })
+	if nextV4 == selfV4 {
+		t.Errorf("a new container got %s, the address of the running container", nextV4)
 	}
 }
 

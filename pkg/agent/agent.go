@@ -9,8 +9,8 @@
 //     the same family (pkg/podroutes: host-gw, the nodes share an L2 segment);
 //   - the flows of the node, rebuilt from OVSDB whenever ovs-vswitchd
 //     (re)starts (pkg/reconcile, what `ovs-portmap reconcile -watch` does);
-//   - no orphaned attachment: one whose host veth is gone with its sandbox
-//     while the runtime never ran its DEL gets that DEL, from the node's
+//   - no orphaned attachment: one whose host veth and netns are gone with
+//     its sandbox while the runtime never ran its DEL gets that DEL, from the node's
 //     conflist (pkg/orphan; a runtime without CNI GC loses such a DEL);
 //
 // and serves /healthz and /readyz for the pod's probes (and /metrics when

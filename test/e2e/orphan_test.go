@@ -84,15 +84,15 @@ func TestOrphanDelReplayed(t *testing.T) {
 		t.Fatalf("suspects %v, deleted %v with every veth in place", res.Suspects, res.Deleted)
 	}
 
-	// The sandboxes of lost and adding go without a DEL (their netns
-	// unmounted; the veth deleted here, since the servers' sockets keep the
-	// namespaces themselves alive); adding's ADD is retried and in flight
+	// The sandboxes of lost and adding go without a DEL (the veth deleted
+	// here, since the servers' sockets keep the namespaces themselves
+	// alive; their netns unmounted); adding's ADD is retried and in flight
 	// (its claim), dying's DEL is under way (its deleting mark).
 	for _, c := range []*container{lost, adding, dying} {
-		dropNetNS(t, c)
 		if _, err := run("ip", "link", "del", hostVeth(c, "eth0")); err != nil {
 			t.Fatal(err)
 		}
+		dropNetNS(t, c)
 	}
 	cli, err := ovsdb.Dial(context.Background(), ovsdbEP)
 	if err != nil {

@@ -1,7 +1,9 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -57,7 +59,54 @@ func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[stri
 	if len(conf.Allowed) > 0 {
 		ids[record.KeyAllowedAddresses] = "true"
 	}
+	if conf.IPAM.Type != "" {
+		if raw := ipamSection(args.StdinData); raw != "" {
+			ids[record.KeyIPAM] = raw
+		}
+	}
 	return ids
+}
+
+// ipamSection is the "ipam" object of a network config, compacted ("" if
+// there is none).
+func ipamSection(stdin []byte) string {
+	var nc struct {
+		IPAM json.RawMessage `json:"ipam"`
+	}
+	var b bytes.Buffer
+	if json.Unmarshal(stdin, &nc) != nil || len(nc.IPAM) == 0 || json.Compact(&b, nc.IPAM) != nil {
+		return ""
+	}
+	return b.String()
+}
+
+// releaseWith is the IPAM plugin and network config that release the
+// addresses of ports: the "ipam" section their ADD recorded (record.KeyIPAM)
+// in place of the current config's, else the current config.
+func releaseWith(conf *NetConf, stdin []byte, ports []ovsdb.OwnedPort) (string, []byte, error) {
+	for _, p := range ports {
+		raw := p.Port.ExternalIDs[record.KeyIPAM]
+		if raw == "" || raw == ipamSection(stdin) {
+			continue
+		}
+		var typ struct {
+			Type string `json:"type"`
+		}
+		var nc map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(raw), &typ); err != nil || typ.Type == "" {
+			return "", nil, fmt.Errorf("port %q: recorded ipam %q: no type", p.Port.Name, raw)
+		}
+		if err := json.Unmarshal(stdin, &nc); err != nil {
+			return "", nil, fmt.Errorf("network config: %w", err)
+		}
+		nc["ipam"] = json.RawMessage(raw)
+		b, err := json.Marshal(nc)
+		if err != nil {
+			return "", nil, fmt.Errorf("network config with the recorded ipam: %w", err)
+		}
+		return typ.Type, b, nil
+	}
+	return conf.IPAM.Type, stdin, nil
 }
 
 // notOwnNetNS refuses a CNI_NETNS that is the plugin's own network
@@ -605,15 +654,20 @@ func CmdDel(args *skel.CmdArgs) error {
 	defer done()
 	var l laps
 	l.startLaps()
-	if err := detach(ctx, cli, conf, args, &l); err != nil {
+	ports, err := detach(ctx, cli, conf, args, &l)
+	if err != nil {
 		return err
 	}
 	if err := l.did("veth", link.Delete(link.HostVethName(args.ContainerID, args.IfName))); err != nil {
 		return err
 	}
-	if conf.IPAM.Type != "" {
-		if err := ipam.Del(ctx, conf.IPAM.Type, args.StdinData); l.did("ipam", err) != nil {
-			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
+	plugin, stdin, err := releaseWith(conf, args.StdinData, ports)
+	if err != nil {
+		return err
+	}
+	if plugin != "" {
+		if err := ipam.Del(ctx, plugin, stdin); l.did("ipam", err) != nil {
+			return fmt.Errorf("ipam %q: %w", plugin, err)
 		}
 	}
 	return nil
@@ -621,15 +675,15 @@ func CmdDel(args *skel.CmdArgs) error {
 
 // detach is DEL's part in OVSDB and OpenFlow: the attachment's port, flows
 // and host ports go under a deleting mark, so that a sweep meanwhile
-// restores none of its flows.
-func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, l *laps) error {
+// restores none of its flows. It returns the ports it removed.
+func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, l *laps) ([]ovsdb.OwnedPort, error) {
 	del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 	if err := l.did("mark", err); err != nil {
-		return err
+		return nil, err
 	}
 	ports := del.Ports
 	if err := l.did("flows", cutOff(ctx, conf, ports)); err != nil {
-		return err
+		return nil, err
 	}
 	if len(ports) == 0 && del.Claimed() {
 		// An ADD that died before its insert left its flows (they go in
@@ -641,13 +695,13 @@ func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.Cm
 			err = nil
 		}
 		if err := l.did("claimed flows", err); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := l.did("host ports", withdrawHostPorts(ctx, cli, ports)); err != nil {
-		return err
+		return nil, err
 	}
-	return l.did("port", cli.Finish(ctx, del))
+	return ports, l.did("port", cli.Finish(ctx, del))
 }
 
 // withdrawHostPorts removes the host ports recorded on ports (by ovs-portmap,

@@ -44,6 +44,11 @@ const (
 	KeyPod = "ovsflow.io/pod"
 	// KeyBandwidth holds ovs-bandwidth's Bandwidth record (JSON).
 	KeyBandwidth = "ovsflow.io/bandwidth"
+	// KeyIPAM holds the "ipam" section (JSON) of the network config that
+	// ovs-bridge's ADD allocated the addresses with: its DEL releases them
+	// with that one, not with the current config's, whose IPAM type or
+	// store may have changed since.
+	KeyIPAM = "ovsflow.io/ipam"
 )
 
 // PodOf returns "NAMESPACE/NAME" from CNI_ARGS ("K1=V1;K2=V2"), "" when

@@ -283,6 +283,64 @@ func TestOrphanKeepsLiveSandbox(t *testing.T) {
 	}
 }
 
+// The node's conflist changed its IPAM (host-local to static) while an
+// attachment allocated by host-local ran; its sandbox then goes without a
+// DEL: the sweep's DEL, with the new conflist, releases the address in
+// host-local's store all the same (ovs-bridge releases with the "ipam"
+// section its ADD recorded on the port).
+func TestOrphanIPAMChanged(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	dataDir := t.TempDir()
+	const network = "orphipam"
+	confPath := filepath.Join(t.TempDir(), "10-orphipam.conflist")
+	write := func(list map[string]any) {
+		t.Helper()
+		b, err := json.Marshal(list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(confPath, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := conflist("1.0.0", network, bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true}))
+	write(before)
+	n := newCNI(t, before)
+	c := newContainer(t)
+	v4 := addrOf(t, n.mustAdd(t, c, "eth0", nil), false)
+	t.Cleanup(func() { n.del(c, "eth0", nil) })
+	if !slices.Contains(allocations(t, dataDir, network), v4) {
+		t.Fatalf("address %s not in host-local's store: the test proves nothing", v4)
+	}
+	write(conflist("1.0.0", network, bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true,
+		"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": "192.0.2.200/24"}}}})))
+
+	if _, err := run("ip", "link", "del", hostVeth(c, "eth0")); err != nil {
+		t.Fatal(err)
+	}
+	dropNetNS(t, c)
+	sw := orphan.New(orphan.Config{OVSDB: ovsdbEP, Conflist: confPath, CNIPath: []string{binDir},
+		CacheDir: t.TempDir(), Interval: 0, Log: testLog{t}})
+	att := ovsdb.Attachment{ContainerID: c.id, IfName: "eth0"}
+	var res orphan.Result
+	for i := 1; i <= 2; i++ {
+		var err error
+		if res, err = sw.Pass(context.Background()); err != nil {
+			t.Fatalf("pass %d: %v", i, err)
+		}
+	}
+	if !slices.Equal(res.Deleted, []ovsdb.Attachment{att}) {
+		t.Fatalf("second pass: %+v, want %s deleted", res, att)
+	}
+	if ps := portsOf(t, ovsdb.KeyContainerID, c.id); len(ps) != 0 {
+		t.Errorf("ports left: %v", ps)
+	}
+	if got := allocations(t, dataDir, network); slices.Contains(got, v4) {
+		t.Errorf("address %s still allocated in host-local's store after the sweep's DEL: %v", v4, got)
+	}
+}
+
 // testLog writes the sweeper's lines into the test's log.
 type testLog struct{ t *testing.T }
 

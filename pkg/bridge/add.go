@@ -442,7 +442,7 @@ func lease(a *adding) (err error) {
 // inserts sees the other and fails (its rollback removes its port), so
 // never both pass.
 func allowedFree(a *adding) error {
-	return checkAllowed(a.ctx, a.cli, a.conf, a.att, a.result)
+	return checkAllowed(a.ctx, a.cli, a.conf, a.br, a.att, a.result)
 }
 
 // addressBeforePort configures the container end before its port exists

@@ -47,7 +47,7 @@ func TestAttackAddressClaim(t *testing.T) {
 			"ranges": []any{[]any{map[string]any{"subnet": "192.0.2.0/24", "gateway": "192.0.2.1",
 				"rangeStart": a.String(), "rangeEnd": a.String()}}}}
 	}
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name  string
 		extra map[string]any
 		want  string // "": accepted
@@ -64,10 +64,17 @@ func TestAttackAddressClaim(t *testing.T) {
 		{"allowed-neighbours-link-local", map[string]any{"allowedAddresses": []any{v.ll.String()}}, holder},
 		{"allowed-neighbours-address", map[string]any{"allowedAddresses": []any{v.v6.String()}}, holder},
 		{"control-static-free-address", map[string]any{"ipam": staticIPAM("192.0.2.200/24", "2001:db8:c::200/64")}, ""},
-		{"control-allowed-free-address", map[string]any{"allowedAddresses": []any{"192.0.2.232/30", "2001:db8:c::232"}}, ""},
+		{"control-allowed-free-addresses", map[string]any{"allowedAddresses": []any{"192.0.2.232/30", "192.0.2.240/32", "2001:db8:c::232"}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := l.network("claim-"+tc.name, tc.extra, nil)
+			// Static IPAM with a free address unless the case says (the
+			// lab has host-local ranges for a few networks only).
+			entry := map[string]any{"type": "ovs-bridge", "bridge": l.bridge, "ovsdb": ovsdbAddr, "isGateway": true,
+				"ipam": staticIPAM(fmt.Sprintf("192.0.2.%d/24", 200+i))}
+			for k, v := range tc.extra {
+				entry[k] = v
+			}
+			n := newCNI(t, conflist("1.1.0", "claim-"+tc.name, entry))
 			m := newContainer(t)
 			_, err := n.add(m, "eth0", nil)
 			if tc.want == "" {

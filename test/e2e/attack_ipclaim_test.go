@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -184,6 +185,14 @@ func TestAttackAddressClaimPoisoning(t *testing.T) {
 				port := hostVeth(v.container, "eth0")
 				for _, ip := range []netip.Addr{v.v4, v.v6, v.ll} {
 					vsctl(t, "remove", "Port", port, "external_ids", fmt.Sprintf("%q", "ovsflow.io/ip/"+l.bridge+"/"+ip.String()))
+				}
+				// A record without the claims is still whole: reconcile
+				// and CHECK accept it.
+				if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
+					t.Fatalf("reconcile: %v: %s", err, out)
+				}
+				if err := v.n.check(v.container, "eth0", nil); err != nil {
+					t.Errorf("CHECK of the victim without its claims: %v", err)
 				}
 			}
 			n := l.network("poison-attacker", map[string]any{"ipam": staticIPAM(v.v4.String()+"/24", v.v6.String()+"/64")}, nil)

@@ -435,14 +435,16 @@ func lease(a *adding) (err error) {
 }
 
 // allowedFree refuses addresses that another attachment's
-// allowedAddresses hold, or allowedAddresses that hold another's address
-// (checkAllowed). The ADD asks before it installs anything for its
-// addresses and again once its port and record are in: of two ADDs that
-// conflict and asked at the same moment, the one that reads after both
+// allowedAddresses hold, allowedAddresses that hold another's address or
+// link-local address, and the bridge's own addresses (checkAllowed). The
+// ADD asks before it installs anything for its addresses and again once
+// its port and record are in: of two ADDs that conflict over an allowed
+// range and asked at the same moment, the one that reads after both
 // inserts sees the other and fails (its rollback removes its port), so
-// never both pass.
+// never both pass. Single addresses are also claimed, atomically, by the
+// insert (record.AddressClaims).
 func allowedFree(a *adding) error {
-	return checkAllowed(a.ctx, a.cli, a.conf, a.att, a.result)
+	return checkAllowed(a.ctx, a.cli, a.conf, a.br, a.att, a.result)
 }
 
 // addressBeforePort configures the container end before its port exists

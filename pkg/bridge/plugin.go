@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -188,6 +189,13 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 	if err := withPortSecRecord(spec, record.NewPortSecurity(portSecTarget(conf), ps)); err != nil {
 		return "", 0, err
 	}
+	// The port takes its addresses in its insert (claim, then act: its
+	// flows match an ofport no port has before it).
+	var allowed []string
+	spec.Claims, spec.Excludes, allowed = record.AddressClaims(conf.Bridge, ps)
+	for _, k := range allowed {
+		spec.ExternalIDs[k] = ovsdb.ClaimValue
+	}
 	for attempt := 0; ; attempt++ {
 		spec.OFPort, spec.Reservation = res.OFPort, res
 		portUUID, err := cli.AttachPort(ctx, br.UUID, spec)
@@ -216,7 +224,7 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 				return "", 0, err
 			}
 		case err != nil:
-			return "", 0, macError(err)
+			return "", 0, addressError(macError(err))
 		default:
 			got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
 			if err != nil {
@@ -378,7 +386,26 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 // securePort installs the port's table-0 flows for ps (pkg/portsec) and,
 // given portUUID, first records them on the port for reconcile.
 func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, ps flows.PortSecurity, portUUID string) error {
-	return portsec.Apply(ctx, cli, portSecTarget(conf), ps, br.Secure(), portUUID)
+	return addressError(portsec.Apply(ctx, cli, portSecTarget(conf), ps, br.Secure(), conf.Bridge, portUUID))
+}
+
+// addressError gives a lost address claim (record.AddressClaims) code 7,
+// naming the address and its holder.
+func addressError(err error) error {
+	var claimed *ovsdb.ClaimedError
+	if !errors.As(err, &claimed) {
+		return err
+	}
+	bridge, a, ok := record.AddressOfKey(claimed.Key)
+	if !ok {
+		return err
+	}
+	what := "the address"
+	if strings.HasPrefix(claimed.Key, record.KeyAllowedAddressPrefix) {
+		what = `in the "allowedAddresses"`
+	}
+	return cnierr.Wrap(cnierr.Config, fmt.Sprintf("address %s on bridge %q is %s of attachment %s (port %q)",
+		a, bridge, what, claimed.Holder, claimed.Port), err)
 }
 
 // portSecTarget is the OpenFlow target of the port flows, recorded with
@@ -413,17 +440,24 @@ func publishMesos(ctx context.Context, cli *ovsdb.Client, args *skel.CmdArgs, co
 }
 
 // checkAllowed refuses (code 7) an ADD that would let one attachment send
-// as another on the bridge: its allowedAddresses containing the address of
-// another attachment, or its own address in another's allowedAddresses.
-// Attachments that allow the same addresses (a VIP two containers take
-// over from each other) do not conflict. Without allowedAddresses it reads
-// only the ports that have some (record.KeyAllowedAddresses).
+// as another on the bridge, or as the bridge itself: its own addresses or
+// allowedAddresses holding an address of the bridge's interface (the
+// node's, the gateways there) or a gateway recorded on the bridge or given
+// by IPAM; its allowedAddresses containing the address or the link-local
+// address of another attachment; or its own address in another's
+// allowedAddresses. Attachments that allow the same addresses (a VIP two
+// containers take over from each other) do not conflict. Without
+// allowedAddresses it reads only the ports that have some
+// (record.KeyAllowedAddresses).
 //
-// ADD runs it before it installs anything for its addresses and again
-// after its port and record are in (see CmdAdd): no claim covers
-// addresses, so the second read is what keeps two concurrent ADDs that
-// conflict from both passing.
-func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovsdb.Attachment, result *current.Result) error {
+// Own addresses, link-local addresses and single allowed addresses are
+// also claimed in OVSDB, atomically, by the port's insert or its record
+// (record.AddressClaims); ranges of allowedAddresses (IPv4 prefixes
+// shorter than /32) are checked only here. ADD runs it before it installs
+// anything for its addresses and again after its port and record are in
+// (see CmdAdd): of two concurrent ADDs that conflict over a range, the
+// second read keeps both from passing.
+func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, att ovsdb.Attachment, result *current.Result) error {
 	var own []netip.Addr
 	for _, ipc := range result.IPs {
 		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok {
@@ -432,6 +466,19 @@ func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovs
 	}
 	if len(own) == 0 && len(conf.Allowed) == 0 {
 		return nil
+	}
+	bridgeHas := bridgeAddrs(br, result)
+	for _, ip := range own {
+		if bridgeHas[ip] {
+			return invalid(`address %s is an address of bridge %q (the node's or a gateway's)`, ip, conf.Bridge)
+		}
+	}
+	for _, pre := range conf.Allowed {
+		for ip := range bridgeHas {
+			if pre.Contains(ip) {
+				return invalid(`"allowedAddresses" %s contains %s, an address of bridge %q (the node's or a gateway's)`, pre, ip, conf.Bridge)
+			}
+		}
 	}
 	var ports []ovsdb.OwnedPort
 	var err error
@@ -452,11 +499,15 @@ func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovs
 		if !ok {
 			continue
 		}
+		ll := flows.LinkLocalOf(rec.MAC.HardwareAddr())
 		for _, pre := range conf.Allowed {
 			for _, ip := range rec.IPs {
 				if pre.Contains(ip) {
 					return invalid(`"allowedAddresses" %s contains %s, the address of attachment %s on bridge %q`, pre, ip, other, conf.Bridge)
 				}
+			}
+			if ll.IsValid() && pre.Contains(ll) {
+				return invalid(`"allowedAddresses" %s contains %s, the link-local address of attachment %s on bridge %q`, pre, ll, other, conf.Bridge)
 			}
 		}
 		for _, ip := range own {
@@ -468,6 +519,37 @@ func checkAllowed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, att ovs
 		}
 	}
 	return nil
+}
+
+// bridgeAddrs are the addresses the bridge holds itself: those of its
+// internal interface (the node's, and the gateways put there), the
+// gateways recorded on its row (isGateway), and the gateways IPAM gave in
+// result.
+func bridgeAddrs(br *ovsdb.Bridge, result *current.Result) map[netip.Addr]bool {
+	has := map[netip.Addr]bool{}
+	for _, ipc := range result.IPs {
+		if g, ok := netip.AddrFromSlice(ipc.Gateway); ok {
+			has[g.Unmap()] = true
+		}
+	}
+	for k := range br.ExternalIDs {
+		if s, ok := strings.CutPrefix(k, record.KeyGatewayPrefix); ok {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				has[p.Addr().Unmap()] = true
+			}
+		}
+	}
+	// The interface exists once ovs-vswitchd has made it; until then it
+	// has no address.
+	if l, err := netlink.LinkByName(br.Name); err == nil {
+		addrs, _ := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok {
+				has[ip.Unmap()] = true
+			}
+		}
+	}
+	return has
 }
 
 // portSecurity is what the port flows of the attachment allow on ofport:

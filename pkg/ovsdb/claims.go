@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
@@ -25,8 +26,23 @@ func (e *ClaimedError) Error() string {
 // ClaimValue is the value of a held claim key.
 const ClaimValue = "1"
 
+// claimOps are the waits, with timeout 0 (they fail at once), that port
+// (a UUID or the named UUID of its insert) is the only Port row holding
+// each key of claims, and that no Port row holds a key of excludes.
+func claimOps(port any, claims, excludes []string) []operation {
+	ops := make([]operation, 0, len(claims)+len(excludes))
+	for _, k := range claims {
+		ops = append(ops, waitOp(tablePort, []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{k: ClaimValue}.ovs())},
+			[]string{"_uuid"}, untilEqual, 0, ovsdb.Row{"_uuid": port}))
+	}
+	for _, k := range excludes {
+		ops = append(ops, waitNone(tablePort, cond("external_ids", fnIncludes, strMap{k: ClaimValue}.ovs())))
+	}
+	return ops
+}
+
 // recordOps are RecordOnBridge's transaction.
-func recordOps(portUUID string, unset []string, set map[string]string, claims []string, bridge string) []operation {
+func recordOps(portUUID string, unset []string, set map[string]string, claims, excludes []string, bridge string) []operation {
 	where := byUUID(portUUID)
 	ins := make(strMap, len(set)+len(claims))
 	for k, v := range set {
@@ -42,11 +58,7 @@ func recordOps(portUUID string, unset []string, set map[string]string, claims []
 	if len(ins) > 0 {
 		ops = append(ops, mutateOp(tablePort, where, mut("external_ids", mutInsert, withSchema(ins).ovs())))
 	}
-	for _, k := range claims {
-		// Timeout 0: fail at once.
-		ops = append(ops, waitOp(tablePort, []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{k: ClaimValue}.ovs())},
-			[]string{"_uuid"}, untilEqual, 0, ovsdb.Row{"_uuid": uuid(portUUID)}))
-	}
+	ops = append(ops, claimOps(uuid(portUUID), claims, excludes)...)
 	if bridge != "" {
 		op := selectOp(tableBridge, cond("name", fnEqual, bridge))
 		op.Columns = bridgeColumns
@@ -70,7 +82,18 @@ func (c *Client) Record(ctx context.Context, portUUID string, unset []string, se
 // bridge named bridge (unless ""; nil when there is none): one round trip
 // where a publish needs both.
 func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []string, set map[string]string, claims []string, bridge string) (*Bridge, error) {
-	ops := recordOps(portUUID, unset, set, claims, bridge)
+	return c.record(ctx, portUUID, unset, set, claims, nil, bridge)
+}
+
+// Claim is Record that also fails, with a *ClaimedError naming the holder,
+// while another Port row holds a key of excludes.
+func (c *Client) Claim(ctx context.Context, portUUID string, unset []string, set map[string]string, claims, excludes []string) error {
+	_, err := c.record(ctx, portUUID, unset, set, claims, excludes, "")
+	return err
+}
+
+func (c *Client) record(ctx context.Context, portUUID string, unset []string, set map[string]string, claims, excludes []string, bridge string) (*Bridge, error) {
+	ops := recordOps(portUUID, unset, set, claims, excludes, bridge)
 	if len(ops) == 0 {
 		return nil, nil
 	}
@@ -92,18 +115,37 @@ func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []st
 	if errors.Is(err, ErrUnreachable) {
 		return nil, err
 	}
-	// Find who holds what we could not claim.
-	for _, k := range claims {
-		sel := selectModel[Port](tablePort, cond("external_ids", fnIncludes, strMap{k: ClaimValue}.ovs()),
-			cond("_uuid", fnNotEqual, uuid(portUUID)))
-		r, serr := c.transact(ctx, sel)
-		if serr != nil {
-			break
-		}
-		if ports, derr := decode[Port](tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
-			p := OwnedPort{Port: ports[0]}
-			return nil, &ClaimedError{Key: k, Holder: p.Attachment(), Port: p.Port.Name}
+	// The wait that did not hold says which.
+	keys := append(slices.Clone(claims), excludes...)
+	first := len(ops) - len(keys)
+	if bridge != "" {
+		first--
+	}
+	if w := timedOutWait(err); w != nil && w.Index >= first && w.Index < first+len(keys) {
+		return nil, c.claimed(ctx, keys[w.Index-first], portUUID, err)
+	}
+	for _, k := range keys {
+		var claimed *ClaimedError
+		if cerr := c.claimed(ctx, k, portUUID, err); errors.As(cerr, &claimed) {
+			return nil, cerr
 		}
 	}
 	return nil, fmt.Errorf("recording on port %s: %w", portUUID, err)
+}
+
+// claimed is the *ClaimedError of key, held by a Port row other than self
+// ("": any), or err when none is found.
+func (c *Client) claimed(ctx context.Context, key, self string, err error) error {
+	where := []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{key: ClaimValue}.ovs())}
+	if self != "" {
+		where = append(where, cond("_uuid", fnNotEqual, uuid(self)))
+	}
+	r, serr := c.transact(ctx, selectModel[Port](tablePort, where...))
+	if serr == nil {
+		if ports, derr := decode[Port](tablePort, r[0].Rows); derr == nil && len(ports) > 0 {
+			p := OwnedPort{Port: ports[0]}
+			return &ClaimedError{Key: key, Holder: p.Attachment(), Port: p.Port.Name}
+		}
+	}
+	return fmt.Errorf("claiming %s: %w", key, err)
 }

@@ -200,6 +200,47 @@ func TestOperationsFitSchema(t *testing.T) {
 		}
 		return nil
 	})
+	// Address claims ride on the insert: one transaction, no round trip
+	// more; a held claim, or an excluded key another port holds, is a
+	// *ClaimedError naming the holder.
+	e := Attachment{ContainerID: newName("ctr-e-"), IfName: "eth0"}
+	d := Attachment{ContainerID: newName("ctr-d-"), IfName: "eth0"}
+	vethE, vethD := newVeth(t), newVeth(t)
+	const ipKey = "ovsflow.io/ip/brx/192.0.2.9"
+	heldBy := func(err error, holder Attachment) error {
+		var ce *ClaimedError
+		if err := want(err, &ce); err != nil {
+			return err
+		}
+		if ce.Holder != holder || ce.Key != ipKey || ce.Port != vethE {
+			return fmt.Errorf("got %s held by %s (port %q), want %s held by %s (port %q)", ce.Key, ce.Holder, ce.Port, ipKey, holder, vethE)
+		}
+		return nil
+	}
+	do("AttachPort (address claims)", func() error {
+		_, err := cli.AttachPort(ctx, br.UUID, PortSpec{Name: vethE, ExternalIDs: attachmentIDs(e, br.Name, "0a:58:0a:f4:00:0c"),
+			Claims: []string{ipKey}, Excludes: []string{"ovsflow.io/allowed-ip/brx/192.0.2.9"}})
+		return err
+	})
+	if n := len(steps[len(steps)-1].txns); n != 1 {
+		t.Errorf("AttachPort with address claims: %d transactions, want 1", n)
+	}
+	do("AttachPort (address claim held)", func() error {
+		_, err := cli.AttachPort(ctx, br.UUID, PortSpec{Name: vethD, ExternalIDs: attachmentIDs(d, br.Name, "0a:58:0a:f4:00:0d"),
+			Claims: []string{ipKey}})
+		return heldBy(err, e)
+	})
+	do("AttachPort (address excluded)", func() error {
+		_, err := cli.AttachPort(ctx, br.UUID, PortSpec{Name: vethD, ExternalIDs: attachmentIDs(d, br.Name, "0a:58:0a:f4:00:0d"),
+			Excludes: []string{ipKey}})
+		return heldBy(err, e)
+	})
+	do("Claim (excluded)", func() error {
+		return heldBy(cli.Claim(ctx, portB, nil, map[string]string{"ovsflow.io/k4": "v"}, nil, []string{ipKey}), e)
+	})
+	do("Claim (held)", func() error {
+		return heldBy(cli.Claim(ctx, portB, nil, nil, []string{ipKey}, nil), e)
+	})
 	do("RecordOnBridge", func() error {
 		got, err := cli.RecordOnBridge(ctx, portA, []string{"ovsflow.io/k"}, map[string]string{"ovsflow.io/k2": "v"}, nil, br.Name)
 		if err == nil && (got == nil || got.UUID != br.UUID) {

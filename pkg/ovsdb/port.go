@@ -48,6 +48,11 @@ type PortSpec struct {
 	// fails with ErrSweeping while a sweep is under way or after one ran
 	// since the claim.
 	Reservation *Reservation
+	// Claims are keys the port takes (ClaimValue) that no other Port row
+	// may hold by then, and Excludes keys that no other Port row may
+	// hold: the transaction fails with a *ClaimedError naming the holder
+	// (as Claim's).
+	Claims, Excludes []string
 }
 
 // Requested ofports are taken from the upper half of the OpenFlow port
@@ -182,6 +187,8 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 				return "", &OFPortTakenError{OFPort: spec.OFPort}
 			case w.Index == idx.mac:
 				return "", &MACInUseError{MAC: spec.UniqueMAC, Holder: "a port attached at the same time"}
+			case idx.claims >= 0 && w.Index >= idx.claims && w.Index < idx.claims+len(spec.Claims)+len(spec.Excludes):
+				return "", c.claimed(ctx, append(slices.Clone(spec.Claims), spec.Excludes...)[w.Index-idx.claims], "", err)
 			case w.Index == idx.identity:
 				return "", &IdentityTakenError{Identity: spec.Reservation.Identity, Holder: Attachment{ContainerID: "(a port attached at the same time)"}}
 			case spec.Reservation != nil && w.Index == handOverClaimWait:
@@ -200,14 +207,17 @@ func (c *Client) AttachPort(ctx context.Context, bridgeUUID string, spec PortSpe
 
 // attachIndex are the indexes of the operations of attachOps that callers
 // look at (-1: not there).
-type attachIndex struct{ bridge, ofport, mac, identity int }
+type attachIndex struct{ bridge, ofport, mac, identity, claims int }
 
 // attachOps are AttachPort's transaction: a reservation's hand-over, the
 // Interface, the Port, the Bridge's mutation, then the waits for the
-// requested ofport, the MAC and the identity.
+// requested ofport, the MAC, the identity and the claims (claimOps).
 func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
-	idx := attachIndex{ofport: -1, mac: -1, identity: -1}
+	idx := attachIndex{ofport: -1, mac: -1, identity: -1, claims: -1}
 	ids := withSchema(spec.ExternalIDs)
+	for _, k := range spec.Claims {
+		ids[k] = ClaimValue
+	}
 	var ops []operation
 	if r := spec.Reservation; r != nil {
 		ops = append(ops, r.handOverOps()...)
@@ -261,6 +271,10 @@ func attachOps(bridgeUUID string, spec PortSpec) ([]operation, attachIndex) {
 		idx.identity = len(ops)
 		ops = append(ops, waitOp(tablePort, []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{KeyIdentity: r.Identity}.ovs())},
 			[]string{"_uuid"}, untilEqual, 0, ovsdb.Row{"_uuid": named("port")}))
+	}
+	if len(spec.Claims)+len(spec.Excludes) > 0 {
+		idx.claims = len(ops)
+		ops = append(ops, claimOps(named("port"), spec.Claims, spec.Excludes)...)
 	}
 	return ops, idx
 }

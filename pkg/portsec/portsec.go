@@ -22,33 +22,48 @@ const ServedWithin = 10 * time.Second
 
 // Apply installs the port's table-0 flows for ps (and table 0's NORMAL on
 // a fail_mode=secure bridge) on the bridge at target in one bundle, and,
-// given portUUID, first records them on the port for reconcile. The bundle first
-// clears every flow of the suite on ofport (flows.ClearPort). While
-// ovs-vswitchd does not serve the bridge (down, restarting) it tries again
-// for up to ServedWithin, then fails with openflow.ErrTimeout (CNI code 11).
+// given portUUID, first records them on the port for reconcile and claims
+// the addresses of ps on bridge (record.AddressClaims), in one transaction
+// that fails with an *ovsdb.ClaimedError, before any flow goes in, when
+// another port holds one. The bundle first clears every flow of the suite
+// on ofport (flows.ClearPort). While ovs-vswitchd does not serve the
+// bridge (down, restarting) it tries again for up to ServedWithin, then
+// fails with openflow.ErrTimeout (CNI code 11).
 //
 // Unlike ovs-portmap's host ports it does not wait for the datapath's flow
 // cache to follow (unixctl.StartRevalidation): the flows match the new
 // port's own ingress, which no megaflow cached before the port existed can
 // carry.
-func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps flows.PortSecurity, secure bool, portUUID string) error {
+func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps flows.PortSecurity, secure bool, bridge, portUUID string) error {
+	// No flows of ours on this port, only what an earlier one left to
+	// clear: nothing to record either, but the addresses are still claimed.
+	none := ps.Disabled && ps.VLAN == flows.Untagged && !secure
+	if portUUID != "" {
+		raw, ok, err := record.NewPortSecurity(target, ps).Value()
+		if err != nil {
+			return err
+		}
+		claims, excludes, allowed := record.AddressClaims(bridge, ps)
+		set := map[string]string{}
+		for _, k := range allowed {
+			set[k] = ovsdb.ClaimValue
+		}
+		var unset []string
+		if ok && !none {
+			set[record.KeyPortSecurity] = raw
+			unset = append(unset, record.KeyPortSecurity)
+		}
+		if err := cli.Claim(ctx, portUUID, unset, set, claims, excludes); err != nil {
+			return err
+		}
+	}
 	var base []flows.Flow
 	if secure {
 		base = flows.BaseFlows()
 	}
 	clear := flows.ClearPort(ps.OFPort)
-	if ps.Disabled && ps.VLAN == flows.Untagged && base == nil {
-		// No flows of ours on this port, only what an earlier one left to clear.
+	if none {
 		return openflow.ApplyServed(ctx, target, openflow.Bundle{clear}, ServedWithin)
-	}
-	if portUUID != "" {
-		if raw, ok, err := record.NewPortSecurity(target, ps).Value(); err != nil {
-			return err
-		} else if ok {
-			if err := cli.SetPortExternalIDs(ctx, portUUID, map[string]string{record.KeyPortSecurity: raw}); err != nil {
-				return err
-			}
-		}
 	}
 	return openflow.ApplyServed(ctx, target, append(openflow.Bundle{clear}, flows.PortSecurityBundle(ps, base...)...), ServedWithin)
 }

@@ -49,7 +49,76 @@ const (
 	// with that one, not with the current config's, whose IPAM type or
 	// store may have changed since.
 	KeyIPAM = "ovsflow.io/ipam"
+	// KeyAddressPrefix starts the claim of an address an attachment sends
+	// from as its own on a bridge: its IPAM addresses and its link-local
+	// one ("ovsflow.io/ip/br0/192.0.2.10"). At most one Port row holds a
+	// given key, and none while another port allows the address
+	// (KeyAllowedAddressPrefix). Ports recorded before the claims existed
+	// hold none.
+	KeyAddressPrefix = "ovsflow.io/ip/"
+	// KeyAllowedAddressPrefix starts the mark of a single address that a
+	// port's allowedAddresses allow on a bridge
+	// ("ovsflow.io/allowed-ip/br0/192.0.2.250"): several ports may hold
+	// it (a VIP they take over from each other), none while another port
+	// claims the address as its own. A range (an IPv4 prefix shorter than
+	// /32) has no key: ovs-bridge checks it by reading the records.
+	KeyAllowedAddressPrefix = "ovsflow.io/allowed-ip/"
 )
+
+// AddressKey is the claim of address a as an attachment's own on bridge.
+func AddressKey(bridge string, a netip.Addr) string {
+	return KeyAddressPrefix + bridge + "/" + a.Unmap().String()
+}
+
+// AllowedAddressKey is the mark of address a allowed on bridge.
+func AllowedAddressKey(bridge string, a netip.Addr) string {
+	return KeyAllowedAddressPrefix + bridge + "/" + a.Unmap().String()
+}
+
+// AddressOfKey splits an AddressKey or an AllowedAddressKey into its bridge
+// and address; ok is false for any other key.
+func AddressOfKey(k string) (bridge string, a netip.Addr, ok bool) {
+	rest, found := strings.CutPrefix(k, KeyAddressPrefix)
+	if !found {
+		if rest, found = strings.CutPrefix(k, KeyAllowedAddressPrefix); !found {
+			return "", netip.Addr{}, false
+		}
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i < 0 {
+		return "", netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(rest[i+1:])
+	return rest[:i], a, err == nil
+}
+
+// AddressClaims are the keys that make the addresses of port security
+// facts ps exclusive on bridge: claims, that the port takes alone (its own
+// addresses and its link-local one); excludes, that no other port may hold
+// (the marks of those addresses as allowed, and the claims of its allowed
+// single addresses); allowed, the marks it holds (with ovsdb.ClaimValue)
+// for its allowed single addresses. An allowed address that is also its own
+// is only claimed. A port without addresses (L2 only) claims nothing.
+func AddressClaims(bridge string, ps flows.PortSecurity) (claims, excludes, allowed []string) {
+	if ps.L2Only {
+		return nil, nil, nil
+	}
+	own := map[netip.Addr]bool{}
+	for _, a := range append(slices.Clone(ps.IPs), ps.LinkLocal) {
+		if a = a.Unmap(); a.IsValid() && !own[a] {
+			own[a] = true
+			claims = append(claims, AddressKey(bridge, a))
+			excludes = append(excludes, AllowedAddressKey(bridge, a))
+		}
+	}
+	for _, p := range ps.Allowed {
+		if a := p.Addr().Unmap(); p.IsSingleIP() && !own[a] {
+			allowed = append(allowed, AllowedAddressKey(bridge, a))
+			excludes = append(excludes, AddressKey(bridge, a))
+		}
+	}
+	return claims, excludes, allowed
+}
 
 // PodOf returns "NAMESPACE/NAME" from CNI_ARGS ("K1=V1;K2=V2"), "" when
 // either is missing or is not a Kubernetes name (a namespace is a DNS

@@ -249,3 +249,40 @@ func golden(t *testing.T, file string) string {
 	}
 	return strings.TrimSuffix(string(b), "\n")
 }
+
+// The address claims of a port: its own addresses and link-local one are
+// claimed and exclude their allowed marks; its allowed single addresses
+// are marked and exclude their claims; a range has no key; an allowed
+// address that is its own is only claimed; an L2-only port has none.
+func TestAddressClaims(t *testing.T) {
+	a := netip.MustParseAddr
+	ps := flows.PortSecurity{IPs: []netip.Addr{a("192.0.2.10"), a("2001:db8::10")}, LinkLocal: a("fe80::1"),
+		Allowed: []netip.Prefix{netip.MustParsePrefix("192.0.2.250/32"), netip.MustParsePrefix("198.51.100.0/28"),
+			netip.MustParsePrefix("192.0.2.10/32"), netip.MustParsePrefix("2001:db8::7/128")}}
+	claims, excludes, allowed := AddressClaims("br0", ps)
+	want := []string{"ovsflow.io/ip/br0/192.0.2.10", "ovsflow.io/ip/br0/2001:db8::10", "ovsflow.io/ip/br0/fe80::1"}
+	if !slices.Equal(claims, want) {
+		t.Errorf("claims: got %v, want %v", claims, want)
+	}
+	want = []string{"ovsflow.io/allowed-ip/br0/192.0.2.10", "ovsflow.io/allowed-ip/br0/2001:db8::10", "ovsflow.io/allowed-ip/br0/fe80::1",
+		"ovsflow.io/ip/br0/192.0.2.250", "ovsflow.io/ip/br0/2001:db8::7"}
+	if !slices.Equal(excludes, want) {
+		t.Errorf("excludes: got %v, want %v", excludes, want)
+	}
+	want = []string{"ovsflow.io/allowed-ip/br0/192.0.2.250", "ovsflow.io/allowed-ip/br0/2001:db8::7"}
+	if !slices.Equal(allowed, want) {
+		t.Errorf("allowed: got %v, want %v", allowed, want)
+	}
+	for _, k := range append(claims, allowed...) {
+		if br, addr, ok := AddressOfKey(k); !ok || br != "br0" || !strings.HasSuffix(k, "/"+addr.String()) {
+			t.Errorf("AddressOfKey(%q): got %q, %v, %v", k, br, addr, ok)
+		}
+	}
+	if _, _, ok := AddressOfKey(KeyClaimPrefix + "tcp/198.51.100.1:80"); ok {
+		t.Errorf("AddressOfKey of a host port claim: ok, want not")
+	}
+	ps.L2Only = true
+	if c, e, al := AddressClaims("br0", ps); c != nil || e != nil || al != nil {
+		t.Errorf("L2 only: got %v %v %v, want none", c, e, al)
+	}
+}

@@ -30,7 +30,8 @@ var (
 	vrrpMAC4   = net.HardwareAddr{0x01, 0x00, 0x5e, 0x00, 0x00, 0x12}
 )
 
-// allowedAddresses. The attacker's network allows 198.51.100.0/28 and
+// allowedAddresses. The attacker's network allows 203.0.113.0/28 (not the
+// node's 198.51.100.0/24: a range holding a node address is refused) and
 // 2001:db8:d::7 besides its IPAM addresses. From its own MAC it sends UDP
 // to the victim and ARP and neighbour advertisements, from sources inside
 // and outside those. Protected: what is outside is dropped (spoofed-source,
@@ -47,7 +48,7 @@ func TestAttackAllowedAddresses(t *testing.T) {
 			v := l.join(l.network("allowed-victim", nil, nil), "victim", nil)
 			extra := map[string]any{}
 			if tc.allowed {
-				extra["allowedAddresses"] = []any{"198.51.100.0/28", "2001:db8:d::7"}
+				extra["allowedAddresses"] = []any{"203.0.113.0/28", "2001:db8:d::7"}
 			}
 			a := l.join(l.network("allowed-sender", extra, nil), "attacker", nil)
 			if tc.allowed {
@@ -58,7 +59,7 @@ func TestAttackAllowedAddresses(t *testing.T) {
 			drops := watchDrops(t, a.container)
 			snV := sniff(t, v.ns, "eth0", "victim")
 			s := sender(t, a.ns, "eth0")
-			in4, out4 := netip.MustParseAddr("198.51.100.5"), netip.MustParseAddr("198.51.100.17")
+			in4, out4 := netip.MustParseAddr("203.0.113.5"), netip.MustParseAddr("203.0.113.17")
 			in6, out6 := netip.MustParseAddr("2001:db8:d::7"), netip.MustParseAddr("2001:db8:d::8")
 			allNodes := netip.MustParseAddr("ff02::1")
 			udpFrom := func(src netip.Addr) func(frame) bool {
@@ -93,10 +94,10 @@ func TestAttackAllowedAddresses(t *testing.T) {
 				match  func(frame) bool
 				passes bool
 			}{
-				{"UDP from 198.51.100.5 (inside the allowed /28)", udpFrom(in4), tc.allowed},
-				{"UDP from 198.51.100.17 (outside)", udpFrom(out4), false},
-				{"ARP from 198.51.100.5", arpFrom(in4), tc.allowed},
-				{"ARP from 198.51.100.17", arpFrom(out4), false},
+				{"UDP from 203.0.113.5 (inside the allowed /28)", udpFrom(in4), tc.allowed},
+				{"UDP from 203.0.113.17 (outside)", udpFrom(out4), false},
+				{"ARP from 203.0.113.5", arpFrom(in4), tc.allowed},
+				{"ARP from 203.0.113.17", arpFrom(out4), false},
 				{"UDP from 2001:db8:d::7 (allowed)", udpFrom(in6), tc.allowed},
 				{"UDP from 2001:db8:d::8", udpFrom(out6), false},
 				{"NA for 2001:db8:d::7", naFor(in6), tc.allowed},

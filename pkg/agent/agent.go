@@ -25,8 +25,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"path/filepath"
-	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +100,10 @@ type Events interface {
 	ReconcileDone(took time.Duration, err error)
 	VswitchdRestart()
 	OrphanDeleted(err error)
+	// RoutesPlanned: the pod ranges of other nodes routed by the last
+	// route sync, and those not routed by why (podroutes.Skip*, or
+	// "foreign": a route of another protocol has the destination).
+	RoutesPlanned(routed int, notRouted map[string]int)
 }
 
 // Defaults fills in the zero fields.
@@ -142,6 +147,9 @@ type Agent struct {
 	st    *status
 	nodes listersv1.NodeLister
 	kick  chan struct{}
+	// apiServer is the API server's address when the client's URL names
+	// one: no peer's range may take it (podroutes.Plan's local networks).
+	apiServer []netip.Prefix
 
 	logMu   sync.Mutex
 	lastLog map[string]string // what was last said on each subject
@@ -163,6 +171,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	a := &Agent{cfg: cfg, st: newStatus(), kick: make(chan struct{}, 1), lastLog: map[string]string{}}
+	if u, err := url.Parse(rc.Host); err == nil {
+		if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
+			a.apiServer = append(a.apiServer, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -295,7 +308,9 @@ func (a *Agent) syncLoop(ctx context.Context) {
 }
 
 // syncOnce: the plugins (full), then the conflist (a runtime sees the
-// network only once its plugins are there), then the routes.
+// network only once its plugins are there), then the routes, whatever
+// became of the plugins and the conflist (the other nodes' pods are
+// reached through this node's routes, CNI or not).
 func (a *Agent) syncOnce(full bool) {
 	if a.cfg.PluginSrc != "" && full {
 		installed, err := installPlugins(a.cfg.PluginSrc, a.cfg.CNIBinDir, a.cfg.Plugins, a.cfg.OptionalPlugins)
@@ -309,16 +324,35 @@ func (a *Agent) syncOnce(full bool) {
 			a.say("plugins", "in place")
 		}
 	}
-	a.st.mu.Lock()
-	pluginsOK := a.st.plugins == ""
-	a.st.mu.Unlock()
-	if !pluginsOK {
-		return // no conflist for a network whose plugins are not there
-	}
 	self, err := a.nodes.Get(a.cfg.NodeName)
 	if apierrors.IsNotFound(err) {
 		err = fmt.Errorf("no Node %q", a.cfg.NodeName)
 	}
+	if err != nil {
+		self = nil
+	}
+	a.st.mu.Lock()
+	pluginsOK := a.st.plugins == ""
+	a.st.mu.Unlock()
+	if pluginsOK { // else no conflist for a network whose plugins are not there
+		a.syncConflist(self, err)
+	}
+	if a.cfg.Routes {
+		if self == nil {
+			err = fmt.Errorf("%w: the routes are kept as they are", err)
+			a.say("routes", "error: "+err.Error())
+		} else {
+			err = a.syncRoutes(self)
+		}
+		a.st.set(&a.st.routes, err)
+	} else {
+		a.st.set(&a.st.routes, nil)
+	}
+}
+
+// syncConflist renders the conflist for self's pod ranges (self is nil
+// when err says why there is no Node).
+func (a *Agent) syncConflist(self *corev1.Node, err error) {
 	var own []netip.Prefix
 	if err == nil {
 		own = PodCIDRs(self)
@@ -339,48 +373,59 @@ func (a *Agent) syncOnce(full bool) {
 	} else {
 		a.say("conflist", fmt.Sprintf("in place for %v", own))
 	}
-	if a.cfg.Routes {
-		a.st.set(&a.st.routes, a.syncRoutes(self, own))
-	} else {
-		a.st.set(&a.st.routes, nil)
-	}
 }
 
-func (a *Agent) syncRoutes(self *corev1.Node, own []netip.Prefix) error {
+// syncRoutes makes the routes to the other nodes' pod ranges what the
+// Nodes say, within what this node's own facts allow (podroutes.Plan).
+// Without them (no InternalIP yet, its networks unreadable) it changes
+// nothing: the routes of the last good pass are better than none.
+func (a *Agent) syncRoutes(self *corev1.Node) error {
+	me := Peer(self)
+	if len(me.Addrs) == 0 {
+		err := fmt.Errorf("node %s has no InternalIP (yet): the routes are kept as they are", self.Name)
+		a.say("routes", "error: "+err.Error())
+		return err
+	}
+	local, err := podroutes.Local()
+	if err != nil {
+		err = fmt.Errorf("this node's networks: %w: the routes are kept as they are", err)
+		a.say("routes", "error: "+err.Error())
+		return err
+	}
+	local = append(local, a.apiServer...)
 	all, err := a.nodes.List(labels.Everything())
 	if err != nil {
 		return err
 	}
 	var peers []podroutes.Peer
 	for _, n := range all {
-		if n.Name != a.cfg.NodeName {
+		if n.Name != self.Name {
 			peers = append(peers, Peer(n))
 		}
 	}
-	slices.SortFunc(peers, func(x, y podroutes.Peer) int { return cmpString(x.Name, y.Name) })
-	me := podroutes.Peer{Name: a.cfg.NodeName, PodCIDRs: own}
-	if self != nil {
-		me = Peer(self)
-	}
-	want, skipped := podroutes.Plan(me, peers)
+	want, skipped := podroutes.Plan(me, local, peers)
+	notRouted := map[string]int{}
+	seen := map[string]bool{}
 	for _, s := range skipped {
-		a.say("route "+s.Dst.String(), "not routed: "+s.String())
+		notRouted[s.Kind]++
+		subject := "route " + s.Node + " " + s.Dst.String()
+		seen[subject] = true
+		a.say(subject, "not routed: "+s.String())
 	}
+	a.forget("route ", seen)
 	// The next hops are on the segment of this node's own InternalIPs.
 	links := map[bool]int{}
 	var errs []error
-	if self != nil {
-		for _, ip := range Peer(self).Addrs {
-			if _, ok := links[ip.Is4()]; ok {
-				continue
-			}
-			idx, err := podroutes.LinkOf(ip)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			links[ip.Is4()] = idx
+	for _, ip := range me.Addrs {
+		if _, ok := links[ip.Is4()]; ok {
+			continue
 		}
+		idx, err := podroutes.LinkOf(ip)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		links[ip.Is4()] = idx
 	}
 	tb := podroutes.Table{Table: a.cfg.RouteTable, Protocol: a.cfg.RouteProtocol}
 	res, err := tb.Sync(want, links)
@@ -388,24 +433,30 @@ func (a *Agent) syncRoutes(self *corev1.Node, own []netip.Prefix) error {
 		fmt.Fprintf(a.cfg.Log, "%s routes: %d added or changed, %d removed; now %v\n", time.Now().UTC().Format(time.RFC3339), res.Changed, res.Removed, want)
 	}
 	for _, r := range res.Foreign {
-		a.say("route "+r.Dst.String(), "not routed: node "+r.Node+": "+r.Dst.String()+" has a route of another protocol (left to it)")
+		notRouted["foreign"]++
+		a.say("route "+r.Node+" "+r.Dst.String(), "not routed: node "+r.Node+": "+r.Dst.String()+" has a route of another protocol (left to it)")
+	}
+	if a.cfg.Events != nil {
+		a.cfg.Events.RoutesPlanned(len(want)-len(res.Foreign), notRouted)
 	}
 	if err = errors.Join(append(errs, err)...); err != nil {
 		a.say("routes", "error: "+err.Error())
 		return err
 	}
-	a.say("routes", fmt.Sprintf("%d in place", len(want)))
+	a.say("routes", fmt.Sprintf("%d in place", len(want)-len(res.Foreign)))
 	return nil
 }
 
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// forget drops what was last said on the subjects with prefix that are not
+// in keep: a range routed again, then refused again, is said again.
+func (a *Agent) forget(prefix string, keep map[string]bool) {
+	a.logMu.Lock()
+	defer a.logMu.Unlock()
+	for subject := range a.lastLog {
+		if strings.HasPrefix(subject, prefix) && !keep[subject] {
+			delete(a.lastLog, subject)
+		}
 	}
-	return 0
 }
 
 func (a *Agent) reconcileLoop(ctx context.Context) {
@@ -474,9 +525,9 @@ func PodCIDRs(n *corev1.Node) []netip.Prefix {
 	return out
 }
 
-// Peer is a Node as podroutes sees it: its pod ranges and InternalIPs.
+// Peer is a Node as podroutes sees it: its age, pod ranges and InternalIPs.
 func Peer(n *corev1.Node) podroutes.Peer {
-	p := podroutes.Peer{Name: n.Name, PodCIDRs: PodCIDRs(n)}
+	p := podroutes.Peer{Name: n.Name, Created: n.CreationTimestamp.Time, PodCIDRs: PodCIDRs(n)}
 	for _, ad := range n.Status.Addresses {
 		if ad.Type != corev1.NodeInternalIP {
 			continue

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
@@ -98,7 +99,7 @@ func uninstallOVS(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, say func
 	var errs []error
 	for _, br := range bridges {
 		if gws := record.Gateways(br.ExternalIDs); len(gws) > 0 {
-			if l, err := netlink.LinkByName(br.Name); err == nil {
+			if l, err := netlinksafe.LinkByName(br.Name); err == nil {
 				for _, p := range gws {
 					ipn := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 					if err := netlink.AddrDel(l, &netlink.Addr{IPNet: ipn}); err == nil {

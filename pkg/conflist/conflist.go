@@ -52,33 +52,35 @@ func Render(template []byte, prefixes []netip.Prefix) ([]byte, error) {
 		ranges = append(ranges, []any{map[string]any{"subnet": p.String(), "gateway": p.Addr().Next().String()}})
 		has[p.Addr().Is4()] = true
 	}
-	var ipams []map[string]any
+	type section struct {
+		path string // where it is in the template, for errors
+		ipam map[string]any
+	}
+	var ipams []section
 	if plugins, ok := conf["plugins"].([]any); ok {
-		for _, pl := range plugins {
+		for i, pl := range plugins {
 			if m, ok := pl.(map[string]any); ok {
 				if ipam, ok := m["ipam"].(map[string]any); ok {
-					ipams = append(ipams, ipam)
+					ipams = append(ipams, section{fmt.Sprintf("plugins[%d].ipam", i), ipam})
 				}
 			}
 		}
 	} else if ipam, ok := conf["ipam"].(map[string]any); ok {
-		ipams = append(ipams, ipam)
+		ipams = append(ipams, section{"ipam", ipam})
 	}
 	n := 0
-	for _, ipam := range ipams {
+	for _, sec := range ipams {
+		ipam := sec.ipam
 		if ipam["type"] != "host-local" {
 			continue
 		}
 		n++
 		delete(ipam, "subnet") // the single-range form, superseded by ranges
 		ipam["ranges"] = ranges
-		if routes, ok := ipam["routes"].([]any); ok {
-			kept := []any{}
-			for _, r := range routes {
-				dst, _ := r.(map[string]any)["dst"].(string)
-				if p, err := netip.ParsePrefix(dst); err != nil || has[p.Addr().Is4()] {
-					kept = append(kept, r)
-				}
+		if raw, ok := ipam["routes"]; ok {
+			kept, err := keepRoutes(sec.path+".routes", raw, has)
+			if err != nil {
+				return nil, fmt.Errorf("template: %w", err)
 			}
 			ipam["routes"] = kept
 		}
@@ -91,4 +93,47 @@ func Render(template []byte, prefixes []netip.Prefix) ([]byte, error) {
 		return nil, fmt.Errorf("rendering the conflist: %w", err)
 	}
 	return append(out, '\n'), nil
+}
+
+// keepRoutes returns the entries of a host-local routes list (at path in
+// the template) whose destination is of a family in has; an entry of
+// another shape than {"dst": PREFIX, ...} is an error naming it.
+func keepRoutes(path string, raw any, has map[bool]bool) ([]any, error) {
+	routes, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: %s is not a list", path, jsonText(raw))
+	}
+	kept := []any{}
+	for i, r := range routes {
+		at := fmt.Sprintf("%s[%d]", path, i)
+		m, ok := r.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: %s is not an object", at, jsonText(r))
+		}
+		v, ok := m["dst"]
+		if !ok {
+			return nil, fmt.Errorf("%s.dst: missing", at)
+		}
+		dst, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s.dst: %s is not a string", at, jsonText(v))
+		}
+		p, err := netip.ParsePrefix(dst)
+		if err != nil {
+			return nil, fmt.Errorf("%s.dst: %q is not a network prefix", at, dst)
+		}
+		if has[p.Addr().Is4()] {
+			kept = append(kept, r)
+		}
+	}
+	return kept, nil
+}
+
+// jsonText is v as the template spelled it (near enough, for an error).
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }

@@ -44,3 +44,29 @@ func TestRender(t *testing.T) {
 		t.Error("Render of a broken template: no error")
 	}
 }
+
+// TestRenderBadRoutes: a routes section of the wrong shape is an error that
+// names the field, not a panic.
+func TestRenderBadRoutes(t *testing.T) {
+	cidrs := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/26")}
+	for _, tc := range []struct{ routes, want string }{
+		{`["0.0.0.0/0"]`, `plugins[1].ipam.routes[0]: "0.0.0.0/0" is not an object`},
+		{`[{"dst":"0.0.0.0/0"},null]`, `plugins[1].ipam.routes[1]: null is not an object`},
+		{`[{"gw":"192.0.2.1"}]`, `plugins[1].ipam.routes[0].dst: missing`},
+		{`[{"dst":5}]`, `plugins[1].ipam.routes[0].dst: 5 is not a string`},
+		{`[{"dst":"default"}]`, `plugins[1].ipam.routes[0].dst: "default" is not a network prefix`},
+		{`{"dst":"0.0.0.0/0"}`, `plugins[1].ipam.routes: {"dst":"0.0.0.0/0"} is not a list`},
+	} {
+		tmpl := `{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"loopback"},
+		  {"type":"ovs-bridge","ipam":{"type":"host-local","routes":` + tc.routes + `}}]}`
+		_, err := Render([]byte(tmpl), cidrs)
+		if err == nil || err.Error() != "template: "+tc.want {
+			t.Errorf("routes %s: got error %v, want %q", tc.routes, err, "template: "+tc.want)
+		}
+	}
+	// The single-plugin form names its ipam section alone.
+	_, err := Render([]byte(`{"cniVersion":"1.0.0","name":"n","type":"ovs-bridge","ipam":{"type":"host-local","routes":[1]}}`), cidrs)
+	if want := "template: ipam.routes[0]: 1 is not an object"; err == nil || err.Error() != want {
+		t.Errorf("single plugin: got error %v, want %q", err, want)
+	}
+}

@@ -68,6 +68,8 @@ type Collector struct {
 	reconcileSeconds prometheus.Histogram
 	restarts         prometheus.Counter
 	orphans          *prometheus.CounterVec
+	podRoutes        prometheus.Gauge
+	notRouted        *prometheus.GaugeVec
 	scrapeErrors     *prometheus.CounterVec
 
 	mu   sync.Mutex
@@ -91,6 +93,8 @@ const (
 	NameReconcileSeconds = "ovsflow_reconcile_duration_seconds"
 	NameRestarts         = "ovsflow_vswitchd_restarts_total"
 	NameOrphansDeleted   = "ovsflow_orphans_deleted_total"
+	NamePodRoutes        = "ovsflow_pod_routes"
+	NameNotRouted        = "ovsflow_pod_ranges_not_routed"
 	NameScrapeErrors     = "ovsflow_scrape_errors_total"
 )
 
@@ -127,6 +131,10 @@ func New(cfg Config) *Collector {
 			Help: "ovs-vswitchd (re)starts the node agent saw."}),
 		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameOrphansDeleted,
 			Help: "DELs the node agent replayed for orphaned attachments (host veth gone, no DEL run), by result (ok, error)."}, []string{"result"}),
+		podRoutes: prometheus.NewGauge(prometheus.GaugeOpts{Name: NamePodRoutes,
+			Help: "Routes to other nodes' pod ranges the node agent keeps (its last route sync)."}),
+		notRouted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: NameNotRouted,
+			Help: "Other nodes' pod ranges the node agent does not route, by reason (conflict: overlaps an older Node's; local: a network of this node; nodeaddr: holds a node's InternalIP; self: this node's range or address; family: no InternalIP of its family; foreign: a route of another protocol)."}, []string{"reason"}),
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameScrapeErrors,
 			Help: "Scrapes that could not read a source (ovsdb, openflow, conntrack) or dropped a sample whose labels were not valid (labels)."}, []string{"source"}),
 	}
@@ -155,6 +163,15 @@ func (c *Collector) OrphanDeleted(err error) {
 	c.orphans.WithLabelValues(result).Inc()
 }
 
+// RoutesPlanned records the node agent's last route sync.
+func (c *Collector) RoutesPlanned(routed int, notRouted map[string]int) {
+	c.podRoutes.Set(float64(routed))
+	c.notRouted.Reset()
+	for reason, n := range notRouted {
+		c.notRouted.WithLabelValues(reason).Set(float64(n))
+	}
+}
+
 // Handler serves the collector (and nothing else: no Go runtime metrics,
 // which the agent may add to a registry of its own) in Prometheus's
 // exposition format.
@@ -173,6 +190,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.reconcileSeconds.Describe(ch)
 	c.restarts.Describe(ch)
 	c.orphans.Describe(ch)
+	c.podRoutes.Describe(ch)
+	c.notRouted.Describe(ch)
 	c.scrapeErrors.Describe(ch)
 }
 
@@ -189,6 +208,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.reconcileSeconds.Collect(ch)
 	c.restarts.Collect(ch)
 	c.orphans.Collect(ch)
+	c.podRoutes.Collect(ch)
+	c.notRouted.Collect(ch)
 	c.scrapeErrors.Collect(ch)
 }
 

@@ -22,6 +22,8 @@ func TestUnreachable(t *testing.T) {
 	c.OrphanDeleted(nil)
 	c.OrphanDeleted(nil)
 	c.OrphanDeleted(errors.New("x"))
+	c.RoutesPlanned(2, map[string]int{"local": 9})
+	c.RoutesPlanned(3, map[string]int{"conflict": 1}) // the last sync's figures only
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	mfs, err := reg.Gather()
@@ -44,7 +46,8 @@ func TestUnreachable(t *testing.T) {
 		}
 	}
 	for k, want := range map[string]float64{NameUp: 0, NameScrapeErrors + "/ovsdb": 1, NameReconciles + "/ok": 1,
-		NameReconciles + "/error": 1, NameRestarts: 1, NameOrphansDeleted + "/ok": 2, NameOrphansDeleted + "/error": 1} {
+		NameReconciles + "/error": 1, NameRestarts: 1, NameOrphansDeleted + "/ok": 2, NameOrphansDeleted + "/error": 1,
+		NamePodRoutes: 3, NameNotRouted + "/conflict": 1, NameNotRouted + "/local": 0} {
 		if got[k] != want {
 			t.Errorf("%s: got %v, want %v (all: %v)", k, got[k], want, got)
 		}

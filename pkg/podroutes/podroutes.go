@@ -18,17 +18,27 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// Peer is another node: its name, its pod ranges and its node addresses
-// (Kubernetes: spec.podCIDRs and the InternalIP entries of status.addresses).
+// Peer is a node: its name, when its Node object was created, its pod
+// ranges and its node addresses (Kubernetes: metadata.creationTimestamp,
+// spec.podCIDRs and the InternalIP entries of status.addresses).
 type Peer struct {
 	Name     string
+	Created  time.Time
 	PodCIDRs []netip.Prefix
 	Addrs    []netip.Addr
+}
+
+// older orders peers by age: the Node created first, then by name (every
+// node of the cluster computes the same order from the same objects).
+func older(a, b Peer) int {
+	return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name))
 }
 
 // Route is one route to a peer's pod range.
@@ -40,66 +50,160 @@ type Route struct {
 
 func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
 
+// Why a pod range is not routed (Skipped.Kind), for the metrics.
+const (
+	SkipFamily   = "family"   // no InternalIP of the range's family, on the peer or on this node
+	SkipSelf     = "self"     // it overlaps this node's pod ranges, or its next hop is this node's
+	SkipLocal    = "local"    // it overlaps a network of this node (an address's subnet, a connected route)
+	SkipNodeAddr = "nodeaddr" // it holds a node's InternalIP
+	SkipConflict = "conflict" // it overlaps the range of an older node
+)
+
 // Skipped is a pod range of a peer that Plan cannot route, and why.
 type Skipped struct {
 	Node   string
 	Dst    netip.Prefix
+	Kind   string // Skip*
 	Reason string
 }
 
 func (s Skipped) String() string { return "node " + s.Node + ": " + s.Dst.String() + ": " + s.Reason }
 
 // Plan returns the routes from node self to the pod ranges of peers,
-// sorted by destination, and the ranges it cannot route: a range without a
-// node address of its family (on the peer or on self), one whose next hop
-// is an address of self,
-// one that overlaps a pod range of self, or one that another peer's range
-// overlaps (both are skipped: which node holds the pods is not known).
-func Plan(self Peer, peers []Peer) ([]Route, []Skipped) {
-	var routes []Route
+// sorted by destination, and the ranges it will not route. local are this
+// node's own networks (the subnets of its addresses, its connected routes:
+// Local): a peer's range is a claim that a Node object makes, and a range
+// that overlaps one of them, or holds a node's InternalIP, would steer
+// this node's own traffic (to its segment, its API server, another node) to
+// that peer. Not routed either: a range without a node address of its
+// family (on the peer or on self), one whose next hop is an address of
+// self, one that overlaps a pod range of self. Of two peers' ranges that
+// overlap, the older Node's is routed (creationTimestamp, then name: every
+// node picks the same one) and the other is skipped; a range skipped for
+// another reason claims nothing.
+func Plan(self Peer, local []netip.Prefix, peers []Peer) ([]Route, []Skipped) {
 	var skipped []Skipped
+	skip := func(p Peer, dst netip.Prefix, kind, reason string) {
+		skipped = append(skipped, Skipped{p.Name, dst, kind, reason})
+	}
+	nodeAddrs := map[netip.Addr]string{}
+	for _, a := range self.Addrs {
+		nodeAddrs[a] = self.Name
+	}
+	for _, p := range peers {
+		for _, a := range p.Addrs {
+			if _, ok := nodeAddrs[a]; !ok {
+				nodeAddrs[a] = p.Name
+			}
+		}
+	}
+	peers = slices.Clone(peers)
+	slices.SortStableFunc(peers, older)
+	var out []Route
 	for _, p := range peers {
 		for _, dst := range p.PodCIDRs {
 			dst = dst.Masked()
 			if slices.ContainsFunc(self.PodCIDRs, dst.Overlaps) {
-				skipped = append(skipped, Skipped{p.Name, dst, "overlaps this node's pod range"})
+				skip(p, dst, SkipSelf, "overlaps this node's pod range")
+				continue
+			}
+			if i := slices.IndexFunc(local, dst.Overlaps); i >= 0 {
+				skip(p, dst, SkipLocal, "overlaps "+local[i].Masked().String()+", a network of this node")
+				continue
+			}
+			if a, ok := holdsNodeAddr(dst, nodeAddrs); ok {
+				skip(p, dst, SkipNodeAddr, "holds "+a.String()+", the InternalIP of node "+nodeAddrs[a])
 				continue
 			}
 			i := slices.IndexFunc(p.Addrs, func(a netip.Addr) bool { return a.Is4() == dst.Addr().Is4() && !a.Is4In6() })
 			if i < 0 {
-				skipped = append(skipped, Skipped{p.Name, dst, "the node has no InternalIP of its family"})
+				skip(p, dst, SkipFamily, "the node has no InternalIP of its family")
 				continue
 			}
 			if !slices.ContainsFunc(self.Addrs, func(a netip.Addr) bool { return a.Is4() == dst.Addr().Is4() }) {
-				skipped = append(skipped, Skipped{p.Name, dst, "this node has no InternalIP of its family"})
+				skip(p, dst, SkipFamily, "this node has no InternalIP of its family")
 				continue
 			}
 			if slices.Contains(self.Addrs, p.Addrs[i]) {
-				skipped = append(skipped, Skipped{p.Name, dst, "its InternalIP " + p.Addrs[i].String() + " is this node's"})
+				skip(p, dst, SkipSelf, "its InternalIP "+p.Addrs[i].String()+" is this node's")
 				continue
 			}
-			routes = append(routes, Route{Dst: dst, Via: p.Addrs[i], Node: p.Name})
-		}
-	}
-	// Overlapping ranges of two peers: neither is routed.
-	var out []Route
-	for i, r := range routes {
-		clash := ""
-		for j, o := range routes {
-			if i != j && r.Dst.Overlaps(o.Dst) {
-				clash = o.Node
+			if j := slices.IndexFunc(out, func(r Route) bool { return r.Dst.Overlaps(dst) }); j >= 0 {
+				skip(p, dst, SkipConflict, "overlaps "+out[j].Dst.String()+" of node "+out[j].Node+", an older Node")
+				continue
 			}
+			out = append(out, Route{Dst: dst, Via: p.Addrs[i], Node: p.Name})
 		}
-		if clash != "" {
-			skipped = append(skipped, Skipped{r.Node, r.Dst, "overlaps a pod range of node " + clash})
-			continue
-		}
-		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b Route) int {
 		return cmp.Or(cmp.Compare(a.Dst.Addr().BitLen(), b.Dst.Addr().BitLen()), a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()))
 	})
 	return out, skipped
+}
+
+// holdsNodeAddr returns a node address inside dst (the smallest, for a
+// message that reads the same on every pass).
+func holdsNodeAddr(dst netip.Prefix, addrs map[netip.Addr]string) (netip.Addr, bool) {
+	var found netip.Addr
+	for a := range addrs {
+		if dst.Contains(a) && (!found.IsValid() || a.Less(found)) {
+			found = a
+		}
+	}
+	return found, found.IsValid()
+}
+
+// Local returns this node's own networks: the subnet of every address of
+// every link (loopback and link-local included) and the destination of
+// every unicast route of the main table that has no gateway (connected,
+// on a link), both families, but ours. Plan routes no peer's range into them.
+func Local() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	addrs, err := netlinksafe.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses: %w", err)
+	}
+	for _, ad := range addrs {
+		if p, ok := prefixOf(ad.IPNet); ok {
+			out = append(out, p.Masked())
+		}
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := netlinksafe.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("listing routes: %w", err)
+		}
+		for _, r := range rs {
+			if r.Type != unix.RTN_UNICAST || r.Gw != nil || len(r.MultiPath) > 0 || r.Dst == nil || int(r.Protocol) == DefaultProtocol {
+				continue // via a gateway (a default route, a peer's range), or a blackhole: not a network on a link of this node
+			}
+			if p, ok := prefixOf(r.Dst); ok && p.Bits() > 0 {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+	})
+	return slices.Compact(out), nil
+}
+
+func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, bits := n.Mask.Size()
+	if bits == 0 {
+		return netip.Prefix{}, false
+	}
+	if a.Is4In6() && bits == 32 {
+		a = a.Unmap()
+	}
+	return netip.PrefixFrom(a, ones), true
 }
 
 // Table is where the routes go: routing table Table (unix.RT_TABLE_MAIN
@@ -135,7 +239,7 @@ func (t Table) List() ([]Installed, error) {
 	filter := &netlink.Route{Table: t.table(), Protocol: netlink.RouteProtocol(t.Protocol)}
 	var out []Installed
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		rs, err := netlink.RouteListFiltered(fam, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		rs, err := netlinksafe.RouteListFiltered(fam, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 		if err != nil {
 			return nil, fmt.Errorf("listing routes of protocol %d in table %d: %w", t.Protocol, t.table(), err)
 		}
@@ -217,7 +321,7 @@ func (t Table) foreign(dst netip.Prefix) (bool, error) {
 		fam = netlink.FAMILY_V4
 	}
 	ipn := &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), dst.Addr().BitLen())}
-	rs, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: t.table(), Dst: ipn}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_DST)
+	rs, err := netlinksafe.RouteListFiltered(fam, &netlink.Route{Table: t.table(), Dst: ipn}, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_DST)
 	if err != nil {
 		return false, fmt.Errorf("listing routes to %s: %w", dst, err)
 	}
@@ -269,7 +373,7 @@ func LinkOf(a netip.Addr) (int, error) {
 	if a.Is4() {
 		fam = netlink.FAMILY_V4
 	}
-	addrs, err := netlink.AddrList(nil, fam)
+	addrs, err := netlinksafe.AddrList(nil, fam)
 	if err != nil {
 		return 0, fmt.Errorf("listing addresses: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -36,31 +37,33 @@ func strs[T interface{ String() string }](v []T) []string {
 	return out
 }
 
+var t0 = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
 func TestPlan(t *testing.T) {
-	self := Peer{"a", pfx("198.51.100.0/25", "2001:db8:1::/64"), addrs("203.0.113.1", "2001:db8:f::1")}
+	self := Peer{"a", t0, pfx("198.51.100.0/25", "2001:db8:1::/64"), addrs("203.0.113.1", "2001:db8:f::1")}
 	for _, tc := range []struct {
 		name        string
 		peers       []Peer
 		want, wantS []string
 	}{
-		{"dual stack", []Peer{{"b", pfx("2001:db8:2::/64", "198.51.100.128/25"), addrs("203.0.113.2", "2001:db8:f::2")}},
+		{"dual stack", []Peer{{"b", t0, pfx("2001:db8:2::/64", "198.51.100.128/25"), addrs("203.0.113.2", "2001:db8:f::2")}},
 			[]string{"198.51.100.128/25 via 203.0.113.2", "2001:db8:2::/64 via 2001:db8:f::2"}, nil},
-		{"the next hop of the range's family", []Peer{{"b", pfx("2001:db8:2::/64"), addrs("203.0.113.2")}},
+		{"the next hop of the range's family", []Peer{{"b", t0, pfx("2001:db8:2::/64"), addrs("203.0.113.2")}},
 			nil, []string{"node b: 2001:db8:2::/64: the node has no InternalIP of its family"}},
-		{"a range that is this node's", []Peer{{"b", pfx("198.51.100.0/26"), addrs("203.0.113.2")}},
+		{"a range that is this node's", []Peer{{"b", t0, pfx("198.51.100.0/26"), addrs("203.0.113.2")}},
 			nil, []string{"node b: 198.51.100.0/26: overlaps this node's pod range"}},
-		{"two peers claim one range: neither", []Peer{
-			{"b", pfx("192.0.2.0/26"), addrs("203.0.113.2")}, {"c", pfx("192.0.2.0/27"), addrs("203.0.113.3")},
-			{"d", pfx("192.0.2.64/26"), addrs("203.0.113.4")}},
-			[]string{"192.0.2.64/26 via 203.0.113.4"},
-			[]string{"node b: 192.0.2.0/26: overlaps a pod range of node c", "node c: 192.0.2.0/27: overlaps a pod range of node b"}},
-		{"host bits are masked", []Peer{{"b", pfx("192.0.2.5/26"), addrs("203.0.113.2")}}, []string{"192.0.2.0/26 via 203.0.113.2"}, nil},
+		{"two peers of one age claim one range: the first by name", []Peer{
+			{"c", t0, pfx("192.0.2.0/27"), addrs("203.0.113.3")}, {"b", t0, pfx("192.0.2.0/26"), addrs("203.0.113.2")},
+			{"d", t0, pfx("192.0.2.64/26"), addrs("203.0.113.4")}},
+			[]string{"192.0.2.0/26 via 203.0.113.2", "192.0.2.64/26 via 203.0.113.4"},
+			[]string{"node c: 192.0.2.0/27: overlaps 192.0.2.0/26 of node b, an older Node"}},
+		{"host bits are masked", []Peer{{"b", t0, pfx("192.0.2.5/26"), addrs("203.0.113.2")}}, []string{"192.0.2.0/26 via 203.0.113.2"}, nil},
 		{"no peers", nil, nil, nil},
-		{"a peer with this node's address", []Peer{{"b", pfx("192.0.2.0/26"), addrs("203.0.113.1")}},
+		{"a peer with this node's address", []Peer{{"b", t0, pfx("192.0.2.0/26"), addrs("203.0.113.1")}},
 			nil, []string{"node b: 192.0.2.0/26: its InternalIP 203.0.113.1 is this node's"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, skipped := Plan(self, tc.peers)
+			got, skipped := Plan(self, nil, tc.peers)
 			if g := strs(got); !slices.Equal(g, tc.want) {
 				t.Errorf("routes: got %q, want %q", g, tc.want)
 			}
@@ -71,11 +74,78 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// TestPlanClaims: a peer's range is a claim a Node object makes. Of
+// overlapping claims the older Node's is routed (on every node alike,
+// whatever the order of the list); a claim into this node's own networks
+// (its segment, its API server, another node's address) is routed
+// nowhere, and claims nothing against a later valid one.
+func TestPlanClaims(t *testing.T) {
+	self := Peer{"a", t0, pfx("198.51.100.0/26"), addrs("203.0.113.1", "2001:db8:f::1")}
+	local := pfx("203.0.113.0/24", "2001:db8:f::/64", "127.0.0.0/8", "::1/128", "fe80::/64", "198.18.0.1/32")
+	at := func(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+	real := []Peer{
+		{"b", at(1), pfx("192.0.2.0/26", "2001:db8:2::/64"), addrs("203.0.113.2", "2001:db8:f::2")},
+		{"c", at(2), pfx("192.0.2.64/26"), addrs("203.0.113.3")},
+	}
+	realRoutes := []string{"192.0.2.0/26 via 203.0.113.2", "192.0.2.64/26 via 203.0.113.3", "2001:db8:2::/64 via 2001:db8:f::2"}
+	for _, tc := range []struct {
+		name        string
+		hostile     []Peer
+		want, wantS []string
+	}{
+		{"a newer Node claims a peer's range, more or less specific", []Peer{
+			{"x", at(3), pfx("192.0.2.0/27", "192.0.2.0/24", "2001:db8:2::/48"), addrs("203.0.113.66", "2001:db8:f::66")}},
+			realRoutes, []string{
+				"node x: 192.0.2.0/27: overlaps 192.0.2.0/26 of node b, an older Node",
+				"node x: 192.0.2.0/24: overlaps 192.0.2.0/26 of node b, an older Node",
+				"node x: 2001:db8:2::/48: overlaps 2001:db8:2::/64 of node b, an older Node"}},
+		{"a range inside the node subnet", []Peer{{"x", at(0), pfx("203.0.113.128/25", "2001:db8:f::/112"), addrs("203.0.113.66", "2001:db8:f::66")}},
+			realRoutes, []string{
+				"node x: 203.0.113.128/25: overlaps 203.0.113.0/24, a network of this node",
+				"node x: 2001:db8:f::/112: overlaps 2001:db8:f::/64, a network of this node"}},
+		{"a /32 of the API server, the default route, loopback, link-local", []Peer{
+			{"x", at(0), pfx("198.18.0.1/32", "0.0.0.0/0", "127.0.0.0/16", "fe80::/10"), addrs("203.0.113.66", "2001:db8:f::66")}},
+			realRoutes, []string{
+				"node x: 198.18.0.1/32: overlaps 198.18.0.1/32, a network of this node",
+				"node x: 0.0.0.0/0: overlaps this node's pod range",
+				"node x: 127.0.0.0/16: overlaps 127.0.0.0/8, a network of this node",
+				"node x: fe80::/10: overlaps fe80::/64, a network of this node"}},
+		{"a range that holds another node's address", []Peer{
+			{"x", at(0), pfx("198.51.100.200/32"), addrs("203.0.113.66")},
+			{"y", at(9), pfx("192.0.2.128/26"), addrs("198.51.100.200")}},
+			append(slices.Clone(realRoutes[:2]), "192.0.2.128/26 via 198.51.100.200", realRoutes[2]),
+			[]string{"node x: 198.51.100.200/32: holds 198.51.100.200, the InternalIP of node y"}},
+		{"an older claim that is refused claims nothing", []Peer{
+			{"x", at(0), pfx("192.0.2.0/24"), addrs("2001:db8:f::66")}},
+			realRoutes, []string{"node x: 192.0.2.0/24: the node has no InternalIP of its family"}},
+		{"an older Node's range wins over a real but newer one", []Peer{
+			{"x", at(0), pfx("192.0.2.64/28"), addrs("203.0.113.66")}},
+			[]string{"192.0.2.0/26 via 203.0.113.2", "192.0.2.64/28 via 203.0.113.66", "2001:db8:2::/64 via 2001:db8:f::2"},
+			[]string{"node c: 192.0.2.64/26: overlaps 192.0.2.64/28 of node x, an older Node"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peers := append(slices.Clone(tc.hostile), real...)
+			for i := range 2 { // the order of the list does not matter
+				if i == 1 {
+					slices.Reverse(peers)
+				}
+				got, skipped := Plan(self, local, peers)
+				if g := strs(got); !slices.Equal(g, tc.want) {
+					t.Errorf("order %d: routes: got %q, want %q", i, g, tc.want)
+				}
+				if g := strs(skipped); !slices.Equal(g, tc.wantS) {
+					t.Errorf("order %d: skipped: got %q, want %q", i, g, tc.wantS)
+				}
+			}
+		})
+	}
+}
+
 // TestPlanOneFamily: a node with an IPv4 address only does not route the
 // IPv6 ranges of dual-stack peers (it has no link to their next hops).
 func TestPlanOneFamily(t *testing.T) {
-	self := Peer{"a", pfx("198.51.100.0/25"), addrs("203.0.113.1")}
-	got, skipped := Plan(self, []Peer{{"b", pfx("2001:db8:2::/64", "192.0.2.0/26"), addrs("203.0.113.2", "2001:db8:f::2")}})
+	self := Peer{"a", t0, pfx("198.51.100.0/25"), addrs("203.0.113.1")}
+	got, skipped := Plan(self, nil, []Peer{{"b", t0, pfx("2001:db8:2::/64", "192.0.2.0/26"), addrs("203.0.113.2", "2001:db8:f::2")}})
 	if g, want := strs(got), []string{"192.0.2.0/26 via 203.0.113.2"}; !slices.Equal(g, want) {
 		t.Errorf("routes %q, want %q", g, want)
 	}
@@ -158,6 +228,26 @@ func TestSync(t *testing.T) {
 	r1 := Route{Dst: netip.MustParsePrefix("192.0.2.0/26"), Via: netip.MustParseAddr("203.0.113.2")}
 	r2 := Route{Dst: netip.MustParsePrefix("2001:db8:2::/64"), Via: netip.MustParseAddr("2001:db8:f::2")}
 	step("first", []Route{r1, r2}, 2, 0)
+	// This node's networks: its addresses' subnets and connected routes,
+	// not the routes of ours nor those via a gateway.
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: net.ParseIP("198.18.7.0").To4(),
+		Mask: net.CIDRMask(24, 32)}, Scope: netlink.SCOPE_LINK}); err != nil {
+		t.Fatal(err)
+	}
+	local, err := Local()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range pfx("203.0.113.0/24", "2001:db8:f::/64", "198.18.7.0/24", "fe80::/64") {
+		if !slices.Contains(local, want) {
+			t.Errorf("Local() %q lacks %s", strs(local), want)
+		}
+	}
+	for _, not := range pfx("192.0.2.0/26", "2001:db8:2::/64") {
+		if slices.ContainsFunc(local, not.Overlaps) {
+			t.Errorf("Local() %q holds %s (a route of ours, or via a gateway)", strs(local), not)
+		}
+	}
 	step("again: nothing to do", []Route{r1, r2}, 0, 0)
 	r1b := r1
 	r1b.Via = netip.MustParseAddr("203.0.113.3")

@@ -233,6 +233,53 @@ func TestAgentRoutes(t *testing.T) {
 	}
 }
 
+// TestAgentRouteClaims: Node objects that no kubelet runs claim what they
+// should not: a range overlapping a real peer's (created after it), a
+// range inside this node's subnet, a /32 of the API server (this node's
+// address), the default route (refused as overlapping this node's pod
+// range, checked first). The DaemonSet's agent installs none of them and
+// keeps the real peer's route all along; its metrics count them.
+func TestAgentRouteClaims(t *testing.T) {
+	cs, _ := client(t)
+	real := "192.0.2.0/26 via 203.0.113.41 dev br0 onlink"
+	node(t, cs, "okube-claim-real", []string{"192.0.2.0/26"}, "203.0.113.41")
+	eventually(t, "the real peer's range is routed", routesAre(t, 0, real))
+	node(t, cs, "okube-claim-overlap", []string{"192.0.2.0/24"}, "203.0.113.42")
+	node(t, cs, "okube-claim-subnet", []string{"203.0.113.64/26"}, "203.0.113.43")
+	node(t, cs, "okube-claim-apiserver", []string{"203.0.113.10/32"}, "203.0.113.44")
+	node(t, cs, "okube-claim-default", []string{"0.0.0.0/0"}, "203.0.113.45")
+	eventually(t, "the agent counts the refused claims, and only the real route is there", func() (bool, string) {
+		if got := ourRoutes(t, 0); !slices.Equal(got, []string{real}) {
+			t.Fatalf("routes %q, want %q only (at every pass)", got, real)
+		}
+		m, err := metrics()
+		if err != nil {
+			return false, err.Error()
+		}
+		want := []string{`ovsflow_pod_ranges_not_routed{reason="conflict"} 1`, `ovsflow_pod_ranges_not_routed{reason="local"} 2`}
+		for _, w := range want {
+			if !strings.Contains(m, w) {
+				return false, fmt.Sprintf("/metrics has no %s", w)
+			}
+		}
+		return true, ""
+	})
+	deleteNode(t, cs, "okube-claim-real")
+	eventually(t, "the real peer gone, the newer claim overlapping it is routed", routesAre(t, 0,
+		"192.0.2.0/24 via 203.0.113.42 dev br0 onlink"))
+}
+
+// metrics reads the DaemonSet agent's /metrics (it runs in this netns).
+func metrics() (string, error) {
+	res, err := http.Get("http://127.0.0.1:9469/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return string(b), err
+}
+
 // restartAgent deletes the DaemonSet's pod and waits for its successor to
 // be Ready.
 func restartAgent(t *testing.T, cs *kubernetes.Clientset) {

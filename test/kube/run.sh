@@ -228,7 +228,7 @@ echo "# 1b. the agent against the API server"
 t=$SECONDS
 kubetest=$(mktemp -d /var/tmp/okube-test.XXXXXX)
 if go test -c -o "$kubetest/kube.test" ./test/kube >"$kubetest/build.log" 2>&1; then
-	for tc in TestAgentRoutes TestAgentConflistAndReadiness; do
+	for tc in TestAgentRoutes TestAgentRouteClaims TestAgentConflistAndReadiness; do
 		check "1b $tc" innode env OVSFLOW_KUBECONFIG="$STATE/pki/admin.kubeconfig" "$kubetest/kube.test" -test.count=1 -test.v -test.run "^$tc\$"
 	done
 else

@@ -155,6 +155,45 @@ func TestBandwidthMetersFollowAttachment(t *testing.T) {
 		}
 	})
 
+	// A meter left without its port and its flow (as an ovs-bridge before
+	// withdrawing limits left them, or a port removed behind the plugins'
+	// back with its flows): ovs-bandwidth's GC finds it by its ID; the
+	// meter of a live port and a foreign meter stay.
+	t.Run("sweep", func(t *testing.T) {
+		h, n, entries := network(t)
+		live, gone := newContainer(t), newContainer(t)
+		for _, c := range []*container{live, gone} {
+			n.mustAdd(t, c, "eth0", bw)
+			t.Cleanup(func() { n.del(c, "eth0", bw) })
+		}
+		const foreign = "4242"
+		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-meter", h.ofTarget(), "meter="+foreign+",kbps,burst,band=type=drop,rate=1000,burst_size=100"); err != nil {
+			t.Fatalf("add-meter: %v: %s", err, out)
+		}
+		want := append(meterOf(t, live), foreign)
+		slices.Sort(want)
+		cookie := flows.AttachmentCookie(gone.id, "eth0").WithKind(flows.CookieKindBandwidth)
+		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), fmt.Sprintf("cookie=%s/-1", cookie)); err != nil {
+			t.Fatalf("del-flows: %v: %s", err, out)
+		}
+		vsctl(t, "del-port", h.bridge, hostVeth(gone, "eth0"))
+		if got := h.meterIDs(t); len(got) != 3 {
+			t.Fatalf("meters before GC: got %v, want the live port's, the gone one's and the foreign one (else the test proves nothing)", got)
+		}
+		gc := maps.Clone(entries[1])
+		gc["cniVersion"], gc["name"] = "1.1.0", "bwmeters"
+		gc["cni.dev/valid-attachments"] = []any{map[string]any{"containerID": live.id, "ifname": "eth0"}}
+		if _, err := execPlugin(t, "ovs-bandwidth", "GC", live, "eth0", gc); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.meterIDs(t); !slices.Equal(got, want) {
+			t.Errorf("meters after GC: got %v, want %v", got, want)
+		}
+		if err := n.check(live, "eth0", bw); err != nil {
+			t.Errorf("CHECK of the live attachment after GC: %v", err)
+		}
+	})
+
 	for _, second := range []map[string]any{bw, nil} {
 		t.Run(fmt.Sprintf("replacement with limits %v, then DEL", second != nil), func(t *testing.T) {
 			h, n, _ := network(t)

@@ -381,13 +381,13 @@ func TestBandwidthCheckDetectsRemoval(t *testing.T) {
 	}{
 		{"port QoS cleared", func() { vsctl(t, "clear", "Port", hostVeth(c, "eth0"), "qos") }},
 		{"meter deleted", func() {
-			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-meter", h.ofTarget(), "meter="+fmt.Sprint(ofportOf(t, c))); err != nil {
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-meter", h.ofTarget(), "meter="+fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, c))))); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"meter band changed", func() {
 			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "mod-meter", h.ofTarget(),
-				fmt.Sprintf("meter=%d,kbps,burst,band=type=drop,rate=%d,burst_size=%d", ofportOf(t, c), bwRate/2000, bwBurst/1000)); err != nil {
+				fmt.Sprintf("meter=%d,kbps,burst,band=type=drop,rate=%d,burst_size=%d", flows.MeterOf(uint32(ofportOf(t, c))), bwRate/2000, bwBurst/1000)); err != nil {
 				t.Fatal(err)
 			}
 		}},

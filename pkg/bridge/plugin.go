@@ -620,7 +620,7 @@ func CmdDel(args *skel.CmdArgs) error {
 }
 
 // detach is DEL's part in OVSDB and OpenFlow: the attachment's port, flows
-// and host ports go under a deleting mark, so that a sweep meanwhile
+// host ports and limits go under a deleting mark, so that a sweep meanwhile
 // restores none of its flows.
 func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, l *laps) error {
 	del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
@@ -644,7 +644,10 @@ func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.Cm
 			return err
 		}
 	}
-	if err := l.did("host ports, limits", withdrawChained(ctx, cli, ports)); err != nil {
+	if err := l.did("host ports", hostport.Withdraw(ctx, cli, ports)); err != nil {
+		return err
+	}
+	if err := l.did("limits", withdrawLimits(ctx, cli, ports)); err != nil {
 		return err
 	}
 	return l.did("port", cli.Finish(ctx, del))
@@ -660,6 +663,11 @@ func withdrawChained(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.Owned
 	if err := hostport.Withdraw(ctx, cli, ports); err != nil {
 		return err
 	}
+	return withdrawLimits(ctx, cli, ports)
+}
+
+// withdrawLimits removes the limits recorded on ports (withdrawChained).
+func withdrawLimits(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
 	var limited []ovsdb.OwnedPort
 	for _, p := range ports {
 		if _, ok := p.Port.ExternalIDs[record.KeyBandwidth]; ok {

@@ -619,7 +619,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	return nil
 }
 
-// detach is DEL's part in OVSDB and OpenFlow: the attachment's port, flows
+// detach is DEL's part in OVSDB and OpenFlow: the attachment's port, flows,
 // host ports and limits go under a deleting mark, so that a sweep meanwhile
 // restores none of its flows.
 func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, l *laps) error {

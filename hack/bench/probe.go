@@ -68,6 +68,7 @@ var bridgeSteps = map[string]phase{
 	"DEL flows":             {"OpenFlow bundle: tombstone, attachment flows deleted (pkg/openflow)", true},
 	"DEL claimed flows":     {"OpenFlow delete: flows of an ADD that died before its insert (none here)", true},
 	"DEL host ports":        {"host ports (Mesos only; ovs-portmap's are gone)", true},
+	"DEL limits":            {"limits of ovs-bandwidth, had its DEL not run (none here)", true},
 	"DEL port":              {"OVSDB transaction: port deleted, mark removed (no wait)", true},
 	"DEL veth":              {"netlink: veth delete (kernel)", false},
 	"DEL ipam":              {"IPAM: host-local DEL (exec)", false},

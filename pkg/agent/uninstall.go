@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -26,8 +27,9 @@ import (
 // conflist (first: the runtime starts no new pod on the network), the
 // routes of the agent's protocol, the suite's flows (by the suite's cookie
 // tag) but the base flow of a bridge that deploy/node-prep.sh made, the
-// gateway addresses ovs-bridge recorded, the suite's OVSDB records (its
-// Port rows, the in-flight records, the bridges' keys but the owner tag),
+// suite's meters (by their range of IDs), the gateway addresses ovs-bridge
+// recorded, the suite's OVSDB records (its Port rows, its QoS and Queue
+// rows, the in-flight records, the bridges' keys but the owner tag),
 // the nft tables of the node-local host ports, and the plugins (an
 // optional one only where it is the image's own copy). The bridge, its
 // uplink and its base flow stay as node-prep.sh left them. Run it once the
@@ -112,31 +114,60 @@ func uninstallOVS(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, say func
 		if !endpoint.Listening(target) {
 			continue
 		}
-		suite := flows.SuiteDelete()
-		dumped, err := openflow.Dump(ctx, target, suite.Cookie, suite.Mask)
-		if err != nil {
+		if err := uninstallFlows(ctx, target, br, say); err != nil {
 			errs = append(errs, fmt.Errorf("bridge %s: %w", br.Name, err))
 			continue
 		}
-		if len(dumped) == 0 {
-			continue
-		}
-		b := openflow.Bundle{suite}
-		if br.Secure() && br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue {
-			for _, f := range flows.BaseFlows() { // as node-prep.sh left it
-				b = append(b, f)
-			}
-		}
-		if err := openflow.Apply(ctx, target, b); err != nil {
+		if err := uninstallMeters(ctx, target, br.Name, say); err != nil {
 			errs = append(errs, fmt.Errorf("bridge %s: %w", br.Name, err))
-			continue
 		}
-		say("bridge %s: removed %d flow(s) of the suite, kept %d base flow(s)", br.Name, len(dumped), len(b)-1)
 	}
 	f, err := cli.ForgetSuite(ctx)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	say("OVSDB: detached %d port(s) of the suite, removed %d in-flight record(s), bridge keys %v", f.Ports, f.RootKeys, f.BridgeKeys)
+	say("OVSDB: detached %d port(s) of the suite, removed %d QoS and Queue row(s), %d in-flight record(s), bridge keys %v",
+		f.Ports, f.QoS, f.RootKeys, f.BridgeKeys)
 	return errors.Join(errs...)
+}
+
+// uninstallFlows removes the suite's flows of bridge br, at target, but
+// the base flow of a bridge that node-prep.sh made.
+func uninstallFlows(ctx context.Context, target endpoint.Endpoint, br ovsdb.Bridge, say func(string, ...any)) error {
+	suite := flows.SuiteDelete()
+	dumped, err := openflow.Dump(ctx, target, suite.Cookie, suite.Mask)
+	if err != nil || len(dumped) == 0 {
+		return err
+	}
+	b := openflow.Bundle{suite}
+	if br.Secure() && br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue {
+		for _, f := range flows.BaseFlows() { // as node-prep.sh left it
+			b = append(b, f)
+		}
+	}
+	if err := openflow.Apply(ctx, target, b); err != nil {
+		return err
+	}
+	say("bridge %s: removed %d flow(s) of the suite, kept %d base flow(s)", br.Name, len(dumped), len(b)-1)
+	return nil
+}
+
+// uninstallMeters removes the suite's meters of bridge name, at target:
+// those in its range (flows.IsSuiteMeter), egress and new-connection
+// meters alike, whether a record still names them or not. Every other
+// meter stays.
+func uninstallMeters(ctx context.Context, target endpoint.Endpoint, name string, say func(string, ...any)) error {
+	ids, err := openflow.MeterIDs(ctx, target)
+	if err != nil {
+		return err
+	}
+	ours := slices.DeleteFunc(ids, func(id uint32) bool { return !flows.IsSuiteMeter(id) })
+	if len(ours) == 0 {
+		return nil
+	}
+	if err := openflow.DeleteMeters(ctx, target, ours...); err != nil {
+		return err
+	}
+	say("bridge %s: removed %d meter(s) of the suite", name, len(ours))
+	return nil
 }

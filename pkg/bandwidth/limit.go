@@ -229,15 +229,77 @@ func sameConfig(got, want map[string]string) bool {
 // RemoveOrphans removes the egress flows and meters of attachments that
 // have no port of ours any more (their port went without a DEL, and with
 // it the record): on every bridge, the bandwidth flows whose attachment
-// hash is of no port, and the meters they name, each bridge's at the
-// OpenFlow endpoint eps gives it (Endpoints.OpenFlowOf). An ADD in
-// flight is safe: ovs-bridge has inserted its port before ovs-bandwidth
-// runs.
+// hash is of no port, and the meters they name, then the egress meters
+// (flows.EgressMeterPort) whose ofport is no port of ours on the bridge
+// (their flow went first), each bridge's at the OpenFlow endpoint eps
+// gives it (Endpoints.OpenFlowOf). An ADD in flight is safe: ovs-bridge
+// has inserted its port before ovs-bandwidth runs.
 func RemoveOrphans(ctx context.Context, cli *ovsdb.Client, eps cnicmd.Endpoints) error {
 	bridges, err := cli.Bridges(ctx)
 	if err != nil {
 		return err
 	}
+	if err := removeOrphanFlows(ctx, cli, bridges, eps); err != nil {
+		return err
+	}
+	return removeOrphanMeters(ctx, cli, bridges, eps)
+}
+
+// removeOrphanMeters removes the egress meters of bridges whose ofport is
+// no port of ours on the bridge. The meters are listed before the ports are
+// read: a meter listed was set after its port went in, so a port that is
+// not in the later read is gone.
+func removeOrphanMeters(ctx context.Context, cli *ovsdb.Client, bridges []ovsdb.Bridge, eps cnicmd.Endpoints) error {
+	var errs []error
+	meters := map[string][]uint32{}
+	for _, br := range bridges {
+		target := eps.OpenFlowOf(br.Name)
+		if !endpoint.Listening(target) {
+			continue
+		}
+		ids, err := openflow.MeterIDs(ctx, target)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		meters[br.Name] = ids
+	}
+	if len(meters) == 0 {
+		return errors.Join(errs...)
+	}
+	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	held := map[string]map[uint32]bool{}
+	for _, p := range ports {
+		br := p.Port.ExternalIDs[ovsdb.KeyBridge]
+		if held[br] == nil {
+			held[br] = map[uint32]bool{}
+		}
+		if p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
+			// Not numbered yet: its meter, if any, cannot be told
+			// from an orphan; the bridge waits for the next sweep.
+			meters[br] = nil
+			continue
+		}
+		held[br][uint32(*p.Interface.OFPort)] = true
+	}
+	for br, ids := range meters {
+		var orphans []uint32
+		for _, id := range ids {
+			if ofport, ok := flows.EgressMeterPort(id); ok && !held[br][ofport] {
+				orphans = append(orphans, id)
+			}
+		}
+		errs = append(errs, openflow.DeleteMeters(ctx, eps.OpenFlowOf(br), orphans...))
+	}
+	return errors.Join(errs...)
+}
+
+// removeOrphanFlows removes the bandwidth flows whose attachment hash is of
+// no port of ours, and the meters they name.
+func removeOrphanFlows(ctx context.Context, cli *ovsdb.Client, bridges []ovsdb.Bridge, eps cnicmd.Endpoints) error {
 	ports, err := cli.OwnedPorts(ctx)
 	if err != nil {
 		return err

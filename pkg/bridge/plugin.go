@@ -21,6 +21,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
@@ -334,11 +335,11 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 	}
 	var err error
 	if len(previous) > 0 {
-		// The old port's host ports and flows go with it (their record is on the row).
+		// The old port's host ports, limits and flows go with it (their records are on the row).
 		if err := cutOff(ctx, conf, previous); err != nil {
 			return true, err
 		}
-		if err := withdrawHostPorts(ctx, cli, previous); err != nil {
+		if err := withdrawChained(ctx, cli, previous); err != nil {
 			return true, err
 		}
 		err = cli.DetachPortsAndSync(ctx, ofportTimeout, ovsdb.PortUUIDs(previous)...)
@@ -755,8 +756,8 @@ func CmdDel(args *skel.CmdArgs) error {
 	return nil
 }
 
-// detach is DEL's part in OVSDB and OpenFlow: the attachment's port, flows
-// and host ports go under a deleting mark, so that a sweep meanwhile
+// detach is DEL's part in OVSDB and OpenFlow: the attachment's port, flows,
+// host ports and limits go under a deleting mark, so that a sweep meanwhile
 // restores none of its flows. It returns the ports it removed.
 func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.CmdArgs, l *laps) ([]ovsdb.OwnedPort, error) {
 	del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
@@ -780,17 +781,37 @@ func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.Cm
 			return nil, err
 		}
 	}
-	if err := l.did("host ports", withdrawHostPorts(ctx, cli, ports)); err != nil {
+	if err := l.did("host ports", hostport.Withdraw(ctx, cli, ports)); err != nil {
+		return nil, err
+	}
+	if err := l.did("limits", withdrawLimits(ctx, cli, ports)); err != nil {
 		return nil, err
 	}
 	return ports, l.did("port", cli.Finish(ctx, del))
 }
 
-// withdrawHostPorts removes the host ports recorded on ports (by ovs-portmap,
-// or by ovs-bridge itself for Mesos), so that nothing outlives the port even
-// when the chained plugin's DEL was never called.
-func withdrawHostPorts(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
-	return hostport.Withdraw(ctx, cli, ports)
+// withdrawChained removes what is recorded on ports besides ovs-bridge's
+// own flows: the host ports (by ovs-portmap, or by ovs-bridge itself for
+// Mesos) and the limits (ovs-bandwidth's egress meter and QoS rows, which
+// OVSDB and ovs-vswitchd keep when the port and its flows go). So nothing
+// outlives the port when the chained plugin's DEL is never called: a GC
+// (ovs-bridge's runs first), an ADD that replaces the attachment.
+func withdrawChained(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+	if err := hostport.Withdraw(ctx, cli, ports); err != nil {
+		return err
+	}
+	return withdrawLimits(ctx, cli, ports)
+}
+
+// withdrawLimits removes the limits recorded on ports (withdrawChained).
+func withdrawLimits(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+	var limited []ovsdb.OwnedPort
+	for _, p := range ports {
+		if _, ok := p.Port.ExternalIDs[record.KeyBandwidth]; ok {
+			limited = append(limited, p)
+		}
+	}
+	return bandwidth.Withdraw(ctx, cli, limited)
 }
 
 // CmdCheck verifies that what ADD built is still there, naming what drifted.
@@ -1026,7 +1047,7 @@ func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Atta
 	if err := cutOff(ctx, conf, ports); err != nil {
 		return false, err
 	}
-	if err := withdrawHostPorts(ctx, cli, ports); err != nil {
+	if err := withdrawChained(ctx, cli, ports); err != nil {
 		return false, err
 	}
 	if err := cli.Finish(ctx, del); err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
 
 func TestBandwidthFlows(t *testing.T) {
@@ -11,11 +13,11 @@ func TestBandwidthFlows(t *testing.T) {
 	b := Bandwidth{Cookie: c, OFPort: 7, RateKbps: 20000, BurstKb: 10000}
 	bc := c.WithKind(CookieKindBandwidth).String()
 	want := "delete cookie=" + bc + "/-1\n" +
-		"add cookie=" + bc + ",table=0,priority=430,in_port=7,reg1=0/0x4,actions=meter:7,load:1->NXM_NX_REG1[2],resubmit(,0)\n"
+		"add cookie=" + bc + ",table=0,priority=430,in_port=7,reg1=0/0x4,actions=meter:535822343,load:1->NXM_NX_REG1[2],resubmit(,0)\n"
 	if got := BandwidthBundle(b).String(); got != want {
 		t.Errorf("BandwidthBundle: got\n%s\nwant\n%s", got, want)
 	}
-	if got, want := b.Meter().String(), "meter=7,kbps,burst,band=type=drop,rate=20000,burst_size=10000"; got != want {
+	if got, want := b.Meter().String(), "meter=535822343,kbps,burst,band=type=drop,rate=20000,burst_size=10000"; got != want {
 		t.Errorf("Meter: got %s, want %s", got, want)
 	}
 	for _, f := range BandwidthFlows(b) {
@@ -75,6 +77,38 @@ func TestConnRateFlows(t *testing.T) {
 	for _, f := range p.AttachmentFlows(a) {
 		if err := f.Validate(); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// Every meter of the suite is in its range and no other is: the egress
+// and new-connection meters of any two ofports never meet, and an egress
+// meter names its ofport.
+func TestSuiteMeters(t *testing.T) {
+	for _, id := range []uint32{0, 1, 7, 0xfeff, 0xffff, MeterSuiteFirst - 1, MeterSuiteLast + 1, 0xffff0000} {
+		if IsSuiteMeter(id) {
+			t.Errorf("IsSuiteMeter(%#x): got true, want false (another's meter)", id)
+		}
+		if _, ok := EgressMeterPort(id); ok {
+			t.Errorf("EgressMeterPort(%#x): got ok, want not an egress meter", id)
+		}
+	}
+	for _, ofport := range []uint32{1, 7, 32768, 0xfeff} {
+		e := MeterOf(ofport)
+		if !IsSuiteMeter(e) || e > openflow.MeterMax {
+			t.Errorf("MeterOf(%d) = %#x: not in the suite's range", ofport, e)
+		}
+		if got, ok := EgressMeterPort(e); !ok || got != ofport {
+			t.Errorf("EgressMeterPort(MeterOf(%d)): got %d, %v", ofport, got, ok)
+		}
+		for _, i := range []int{0, MaxConnMeters - 1} {
+			c := ConnMeterOf(ofport, i)
+			if !IsSuiteMeter(c) || c >= MeterOf(1) {
+				t.Errorf("ConnMeterOf(%d, %d) = %#x: want in the suite's range below every egress meter", ofport, i, c)
+			}
+			if _, ok := EgressMeterPort(c); ok {
+				t.Errorf("EgressMeterPort(ConnMeterOf(%d, %d)): got ok", ofport, i)
+			}
 		}
 	}
 }

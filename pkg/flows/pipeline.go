@@ -96,7 +96,8 @@
 //	reg1[0]            RegPortSecurityChecked  table 0: the frame passed port security and was resubmitted
 //	reg1[1]            RegPortSecurityDefragged table 0: the fragment went through ct(zone 64003) once
 //	reg1[2]            RegBandwidthMetered     table 0: the frame went through its port's meter (ovs-bandwidth)
-//	meter = ofport     MeterOf          the egress meter of a container port (ovs-bandwidth): one per port, numbered as the port
+//	meter[28..31] = 1  MeterSuiteFirst-MeterSuiteLast  every meter of the suite, and no other (uninstall and the sweeps delete these only)
+//	meter = 0x1ff00000 | ofport  MeterOf  the egress meter of a container port (ovs-bandwidth): one per port, numbered after the port
 //	meter = 0x10000000 | ofport<<12 | i  ConnMeterOf  new connections of the i-th mapping (protocol, host port) of an attachment (ovs-portmap's newConnectionRate)
 //	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname
 //
@@ -266,12 +267,31 @@ const (
 	PriorityTracked       uint16 = 50
 )
 
+// The suite's meters. OpenFlow meters carry no cookie, so their IDs say
+// whose they are: every meter the suite installs is in
+// [MeterSuiteFirst, MeterSuiteLast] (meter[28..31] = 1), and a meter
+// outside it is someone else's, which nothing of the suite deletes or
+// modifies. Each meter is named after the ofport of its attachment, which
+// is unique on the bridge and in the attachment's Port row: whoever removes
+// the attachment (DEL, GC, a replacing ADD) finds its meters through the
+// row, without the flows that use them.
+const (
+	MeterSuiteFirst uint32 = 0x10000000
+	MeterSuiteLast  uint32 = 0x1fffffff
+	// meterEgress starts the egress meters (MeterOf), above every
+	// new-connection meter (ConnMeterOf < 0x10000000 | 0xff00<<12).
+	meterEgress uint32 = 0x1ff00000
+)
+
+// IsSuiteMeter reports whether meter id is in the suite's range.
+func IsSuiteMeter(id uint32) bool { return id >= MeterSuiteFirst && id <= MeterSuiteLast }
+
 // ConnMeterOf is the meter of the new connections of the i-th mapping
 // (distinct protocol and host port, in rule order) of the attachment on
-// ofport: unique on the bridge as the ofport is, above the egress meters
-// (MeterOf), and in OpenFlow's range for every ofport below 0xff00 and i
+// ofport: unique on the bridge as the ofport is, below the egress meters
+// (MeterOf), and in the suite's range for every ofport below 0xff00 and i
 // below MaxConnMeters.
-func ConnMeterOf(ofport uint32, i int) uint32 { return 0x10000000 | ofport<<12 | uint32(i) }
+func ConnMeterOf(ofport uint32, i int) uint32 { return MeterSuiteFirst | ofport<<12 | uint32(i) }
 
 // MaxConnMeters is how many mappings of one attachment can have a
 // new-connection meter.
@@ -358,10 +378,18 @@ const (
 )
 
 // MeterOf is the OpenFlow meter of the egress limit of the container port
-// with ofport: the ofport is unique on its bridge and claimed in OVSDB by
-// ovs-bridge, so two attachments never share a meter. Meters 1-65279 of a
-// bridge with our ports are therefore ours.
-func MeterOf(ofport uint32) uint32 { return ofport }
+// with ofport (below 0xff00): the ofport is unique on its bridge and
+// claimed in OVSDB by ovs-bridge, so two attachments never share a meter.
+func MeterOf(ofport uint32) uint32 { return meterEgress | ofport }
+
+// EgressMeterPort is the ofport whose egress meter (MeterOf) id is, if it
+// is one.
+func EgressMeterPort(id uint32) (ofport uint32, ok bool) {
+	if id&^0xfffff != meterEgress {
+		return 0, false
+	}
+	return id & 0xfffff, true
+}
 
 // Conntrack zones. Zone 0 is the default zone of every other ct() user and is
 // never used here.

@@ -163,12 +163,48 @@ func (s *conn) meterExchange(xid uint32, cmd uint16, m MeterBand) error {
 // ofpmpMeterConfig is the OFPMP_METER_CONFIG multipart type.
 const ofpmpMeterConfig = 10
 
+// meterAll is OFPM_ALL: every meter, in a meter config request.
+const meterAll = 0xffffffff
+
 // DumpMeter returns meter id as ovs-vswitchd holds it (like `ovs-ofctl
 // dump-meters TARGET meter=ID`): its first band, if it is a drop band with
 // the burst flag and kbps or pktps; ok is false when there is no such meter, or it
 // is another kind.
 func DumpMeter(ctx context.Context, target endpoint.Endpoint, id uint32) (m MeterBand, ok bool, err error) {
-	err = session(ctx, target, "dumping meters", func(s *conn) error {
+	err = meterConfigs(ctx, target, id, func(b []byte) (bool, error) {
+		m, ok, err = decodeMeterConfig(b, id)
+		return ok, err
+	})
+	return m, ok, err
+}
+
+// MeterIDs lists the IDs of every meter of the bridge at target (like
+// `ovs-ofctl dump-meters TARGET`).
+func MeterIDs(ctx context.Context, target endpoint.Endpoint) ([]uint32, error) {
+	var ids []uint32
+	err := meterConfigs(ctx, target, meterAll, func(b []byte) (bool, error) {
+		for len(b) > 0 {
+			if len(b) < 8 {
+				return false, decodeErr("meter config of %d bytes", len(b))
+			}
+			n := int(binary.BigEndian.Uint16(b))
+			if n < 8 || n > len(b) {
+				return false, decodeErr("meter config length %d of %d bytes", n, len(b))
+			}
+			ids = append(ids, binary.BigEndian.Uint32(b[4:]))
+			b = b[n:]
+		}
+		return false, nil
+	})
+	return ids, err
+}
+
+// meterConfigs sends a meter config request for id (meterAll: every
+// meter) and hands each reply's list of ofp_meter_config to each, until
+// the last reply or each says it is done. An unknown meter is no reply
+// and no error.
+func meterConfigs(ctx context.Context, target endpoint.Endpoint, id uint32, each func([]byte) (bool, error)) error {
+	return session(ctx, target, "dumping meters", func(s *conn) error {
 		b := hello()
 		b = append(b, header(ofptMultipartReq, 1, 24)...)
 		b = binary.BigEndian.AppendUint16(b, ofpmpMeterConfig)
@@ -200,14 +236,13 @@ func DumpMeter(ctx context.Context, target endpoint.Endpoint, id uint32) (m Mete
 				if len(body) < 8 || binary.BigEndian.Uint16(body) != ofpmpMeterConfig {
 					return decodeErr("meter config reply of %d bytes", len(body))
 				}
-				m, ok, err = decodeMeterConfig(body[8:], id)
-				if err != nil || ok || binary.BigEndian.Uint16(body[2:])&ofpmpfReplyMore == 0 {
+				done, err := each(body[8:])
+				if err != nil || done || binary.BigEndian.Uint16(body[2:])&ofpmpfReplyMore == 0 {
 					return err
 				}
 			}
 		}
 	})
-	return m, ok, err
 }
 
 // decodeMeterConfig finds meter id in a list of ofp_meter_config.

@@ -804,8 +804,14 @@ func TestMeters(t *testing.T) {
 	if out := run(t, "", "ovs-ofctl", "-O", "OpenFlow14", "dump-meters", target, "meter=8"); !strings.Contains(strings.Join(strings.Fields(out), " "), "meter=8 pktps burst stats bands= type=drop rate=50 burst_size=10") {
 		t.Fatalf("pktps meter: got %q", out)
 	}
+	if ids, err := MeterIDs(ctx, ep(target)); err != nil || !slices.Equal(ids, []uint32{7, 8}) {
+		t.Fatalf("MeterIDs: got %v, %v; want [7 8]", ids, err)
+	}
 	if err := DeleteMeters(ctx, ep(target), 7, 8); err != nil {
 		t.Fatal(err)
+	}
+	if ids, err := MeterIDs(ctx, ep(target)); err != nil || len(ids) != 0 {
+		t.Fatalf("MeterIDs after delete: got %v, %v; want none", ids, err)
 	}
 	if got := meters(); got != "" {
 		t.Fatalf("meters after delete: got %q, want none", got)

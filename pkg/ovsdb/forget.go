@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
 
 // KeyPrefix starts every external_ids key of the suite.
@@ -14,13 +16,15 @@ type Forgotten struct {
 	Ports      int                 // our Port rows, detached from their bridges
 	RootKeys   int                 // in-flight records on the root row
 	BridgeKeys map[string][]string // bridge name -> keys removed (gateways, zone limits)
+	QoS        int                 // our QoS and Queue rows (root tables: nothing collects them)
 }
 
 // ForgetSuite removes, in one transaction, the suite's records: every Port
-// of ours (ovs-vswitchd then removes its Interface), the suite's keys on
-// the root row, and each bridge's suite keys but its owner tag (which
-// deploy/node-prep.sh sets: the bridge stays as it made it). Rows and keys
-// of anyone else are not touched.
+// of ours (ovs-vswitchd then removes its Interface), every QoS and Queue
+// row of ours (ovs-bandwidth's; root tables, which OVSDB keeps when their
+// port goes), the suite's keys on the root row, and each bridge's suite
+// keys but its owner tag (which deploy/node-prep.sh sets: the bridge stays
+// as it made it). Rows and keys of anyone else are not touched.
 func (c *Client) ForgetSuite(ctx context.Context) (Forgotten, error) {
 	f := Forgotten{BridgeKeys: map[string][]string{}}
 	ports, err := c.OwnedPorts(ctx)
@@ -35,7 +39,12 @@ func (c *Client) ForgetSuite(ctx context.Context) (Forgotten, error) {
 	if err != nil {
 		return f, err
 	}
-	ops := detachOps(PortUUIDs(ports))
+	// The ports let go of their QoS first: a row still referenced cannot be
+	// deleted, and a detached port is collected only after that check.
+	ours := []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{KeyOwner: OwnerValue}.ovs())}
+	ops := []operation{updateOp(tablePort, ours, ovsdb.Row{"qos": strSet()}), deleteOp(tableQoS, ours...), deleteOp(tableQueue, ours...)}
+	const nQoSOps = 3
+	ops = append(ops, detachOps(PortUUIDs(ports))...)
 	f.Ports = len(ports)
 	var rootKeys []string
 	for k := range root {
@@ -59,11 +68,10 @@ func (c *Client) ForgetSuite(ctx context.Context) (Forgotten, error) {
 			f.BridgeKeys[br.Name] = keys
 		}
 	}
-	if len(ops) == 0 {
-		return f, nil
-	}
-	if _, err := c.transact(ctx, append(ops, bumpCfg)...); err != nil {
+	res, err := c.transact(ctx, append(ops, bumpCfg)...)
+	if err != nil {
 		return Forgotten{}, fmt.Errorf("removing the suite's records: %w", err)
 	}
+	f.QoS = res[nQoSOps-2].Count + res[nQoSOps-1].Count
 	return f, nil
 }

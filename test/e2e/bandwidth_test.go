@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -247,7 +248,11 @@ func (h *ovsHost) bwStateOf(t *testing.T, c *container, ifname string) bwState {
 	}
 	s.flows = h.flowsOf(t, flows.AttachmentCookie(c.id, ifname).WithKind(flows.CookieKindBandwidth))
 	if of, err := run("ovs-vsctl", "--db="+ovsdbAddr, "--timeout=10", "get", "Interface", hostVeth(c, ifname), "ofport"); err == nil {
-		out, err := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.ofTarget(), "meter="+strings.TrimSpace(of))
+		port, err := strconv.ParseUint(strings.TrimSpace(of), 10, 32)
+		if err != nil {
+			t.Fatalf("ofport %q: %v", of, err)
+		}
+		out, err := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.ofTarget(), fmt.Sprintf("meter=%d", flows.MeterOf(uint32(port))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +281,8 @@ func (h *ovsHost) wantLimits(t *testing.T, c *container, ifname string) {
 	}
 }
 
-// wantNoLimits checks that nothing of ours is left for c.
+// wantNoLimits checks that nothing of ours is left for c, nor meter
+// meterID ("": none named).
 func (h *ovsHost) wantNoLimits(t *testing.T, c *container, ifname string, meterID string) {
 	t.Helper()
 	s := h.bwStateOf(t, c, ifname)
@@ -344,7 +350,7 @@ func TestBandwidthShapes(t *testing.T) {
 	if err := n.check(free, "eth0", nil); err != nil {
 		t.Errorf("CHECK without limits: %v", err)
 	}
-	meter := fmt.Sprint(ofportOf(t, shaped))
+	meter := fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, shaped))))
 	// DEL of ovs-bandwidth alone, as a runtime that lost its cache sends it:
 	// no prevResult, no runtimeConfig.
 	del := map[string]any{"cniVersion": "1.1.0", "name": "bw", "type": "ovs-bandwidth", "ovsdb": ovsdbAddr}
@@ -375,13 +381,13 @@ func TestBandwidthCheckDetectsRemoval(t *testing.T) {
 	}{
 		{"port QoS cleared", func() { vsctl(t, "clear", "Port", hostVeth(c, "eth0"), "qos") }},
 		{"meter deleted", func() {
-			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-meter", h.ofTarget(), "meter="+fmt.Sprint(ofportOf(t, c))); err != nil {
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-meter", h.ofTarget(), "meter="+fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, c))))); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"meter band changed", func() {
 			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "mod-meter", h.ofTarget(),
-				fmt.Sprintf("meter=%d,kbps,burst,band=type=drop,rate=%d,burst_size=%d", ofportOf(t, c), bwRate/2000, bwBurst/1000)); err != nil {
+				fmt.Sprintf("meter=%d,kbps,burst,band=type=drop,rate=%d,burst_size=%d", flows.MeterOf(uint32(ofportOf(t, c))), bwRate/2000, bwBurst/1000)); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -480,7 +486,7 @@ func TestBandwidthGC(t *testing.T) {
 			n.del(c, "eth0", bw)
 		}
 	})
-	staleMeter, orphanMeter := fmt.Sprint(ofportOf(t, stale)), fmt.Sprint(ofportOf(t, orphan))
+	staleMeter, orphanMeter := fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, stale)))), fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, orphan))))
 	// The orphan's port goes behind the plugins' back; its rows stay (QoS
 	// and Queue are root tables).
 	vsctl(t, "del-port", h.bridge, hostVeth(orphan, "eth0"))
@@ -607,7 +613,7 @@ func TestBandwidthParallel(t *testing.T) {
 	}
 	ids := make([]string, N)
 	for i, c := range cs {
-		ids[i] = fmt.Sprint(ofportOf(t, c))
+		ids[i] = fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, c))))
 	}
 	for i, err := range parallel(N, func(i int) error { return n.del(cs[i], "eth0", bw) }) {
 		if err != nil {

@@ -137,5 +137,8 @@ func uninstallOVS(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, say func
 		return errors.Join(append(errs, err)...)
 	}
 	say("OVSDB: detached %d port(s) of the suite, removed %d in-flight record(s), bridge keys %v", f.Ports, f.RootKeys, f.BridgeKeys)
+	if f.RestoreWait {
+		say("OVSDB: cleared the flow-restore-wait the suite set")
+	}
 	return errors.Join(errs...)
 }

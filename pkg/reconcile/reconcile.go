@@ -12,21 +12,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"maps"
 	"slices"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/gateway"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
-	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
-	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
 // Stats counts what one reconcile pass did.
@@ -35,6 +32,7 @@ type Stats struct {
 	Bridges     int // bridges reprogrammed
 	Stale       int // attachment cookies removed (no live attachment)
 	Gateways    int // gateway addresses restored
+	Withdrawn   int // gateway addresses withdrawn (no port needs them)
 	// InSync holds the OpenFlow endpoints whose flows are, after the pass,
 	// what the records want.
 	InSync map[endpoint.Endpoint]bool
@@ -42,7 +40,7 @@ type Stats struct {
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("attachments=%d bridges=%d stale=%d gateways=%d", s.Attachments, s.Bridges, s.Stale, s.Gateways)
+	return fmt.Sprintf("attachments=%d bridges=%d stale=%d gateways=%d withdrawn=%d", s.Attachments, s.Bridges, s.Stale, s.Gateways, s.Withdrawn)
 }
 
 // Reconcile rebuilds, from OVSDB alone, the flows and node-local rules of
@@ -143,15 +141,27 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 		rules = append(rules, a.Rules...)
 		st.Attachments++
 	}
+	var errs []error
 	for _, br := range bridges {
 		t := get(endpoint.OpenFlow(endpoint.Endpoint{}, ovsdbEndpoint, br.Name))
 		if br.Secure() && t.live != nil && (len(t.live) > 0 || br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue) {
 			// Ours to restore: the bridge carries our ports or we created it.
 			t.base = flows.BaseFlows()
 		}
-		st.Gateways += restoreGateways(br)
+		// Gateways no port needs any more go (pkg/gateway), the others
+		// come back.
+		gone, err := gateway.Withdraw(ctx, cli, br, ports)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bridge %q: %w", br.Name, err))
+		}
+		st.Withdrawn += len(gone)
+		ids := maps.Clone(br.ExternalIDs)
+		for _, g := range gone {
+			delete(ids, gateway.Key(g))
+		}
+		br.ExternalIDs = ids
+		st.Gateways += gateway.Restore(br)
 	}
-	var errs []error
 	st.InSync = map[endpoint.Endpoint]bool{}
 	for name, t := range byTarget {
 		if err := t.apply(ctx, name, kept, &st); err != nil {
@@ -281,30 +291,6 @@ func cookiesOf(dumped []openflow.Flow) []flows.Cookie {
 		}
 	}
 	return out
-}
-
-// restoreGateways puts the recorded gateway addresses back on the bridge's
-// internal interface (ovs-vswitchd re-creates it without them on the
-// userspace datapath).
-func restoreGateways(br ovsdb.Bridge) int {
-	addrs := record.Gateways(br.ExternalIDs)
-	if len(addrs) == 0 {
-		return 0
-	}
-	l, err := netlink.LinkByName(br.Name)
-	if err != nil {
-		return 0
-	}
-	_ = link.SetSysctl("net/ipv6/conf/"+br.Name+"/accept_dad", "0")
-	n := 0
-	for _, p := range addrs {
-		ipn := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-		if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: ipn}); err == nil {
-			n++
-		}
-	}
-	_ = netlink.LinkSetUp(l)
-	return n
 }
 
 // Run reconciles the node of the OVSDB at ovsdbEndpoint once, or, with

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,4 +97,44 @@ func boolStr(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// The withdrawal never takes a gateway from an ADD in flight: each round,
+// the DEL of the only container of a range, an ADD of the next one in the
+// same range and a reconcile run at once; after the round the new
+// container's gateway is on the bridge, recorded, and answers it.
+func TestGatewayKeptForConcurrentAdd(t *testing.T) {
+	l := newLab(t)
+	const gw = "10.40.0.1"
+	n := l.network("range-c", map[string]any{"ipam": map[string]any{"type": "host-local", "dataDir": l.dir,
+		"ranges": []any{[]any{map[string]any{"subnet": "10.40.0.0/24", "gateway": gw}}}}}, nil)
+	prev := newContainer(t)
+	n.mustAdd(t, prev, "eth0", nil)
+	for round := 0; round < 8; round++ {
+		next := newContainer(t)
+		var wg sync.WaitGroup
+		var delErr, addErr, recErr error
+		var recOut string
+		wg.Add(3)
+		go func() { defer wg.Done(); delErr = n.del(prev, "eth0", nil) }()
+		go func() { defer wg.Done(); _, addErr = n.add(next, "eth0", nil) }()
+		go func() {
+			defer wg.Done()
+			recOut, recErr = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
+		}()
+		wg.Wait()
+		t.Cleanup(func() { n.del(next, "eth0", nil) })
+		if delErr != nil || addErr != nil || recErr != nil {
+			t.Fatalf("round %d: DEL %v, ADD %v, reconcile %v: %s", round, delErr, addErr, recErr, recOut)
+		}
+		ids := vsctl(t, "get", "Bridge", l.bridge, "external_ids")
+		if !slices.Contains(bridgeAddrs(t, l.bridge), gw) || !strings.Contains(ids, record.KeyGatewayPrefix+gw+"/24") {
+			t.Fatalf("round %d: gateway %s of the container just added: addresses %v, bridge external_ids %s",
+				round, gw, bridgeAddrs(t, l.bridge), ids)
+		}
+		if err := next.ping(gw); err != nil {
+			t.Fatalf("round %d: the container just added does not reach its gateway: %v", round, err)
+		}
+		prev = next
+	}
 }

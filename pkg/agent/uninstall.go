@@ -128,6 +128,9 @@ func uninstallOVS(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, say func
 	}
 	say("OVSDB: detached %d port(s) of the suite, removed %d QoS and Queue row(s), %d in-flight record(s), bridge keys %v",
 		f.Ports, f.QoS, f.RootKeys, f.BridgeKeys)
+	if f.RestoreWait {
+		say("OVSDB: cleared the flow-restore-wait the suite set")
+	}
 	return errors.Join(errs...)
 }
 

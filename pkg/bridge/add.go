@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/gateway"
 	"github.com/ovsflow/ovs-cni/pkg/ipam"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -267,7 +269,7 @@ func finish(a *adding) error {
 	if err := a.did("addresses", addressAfterPort(a)); err != nil {
 		return err
 	}
-	if err := a.did("gateway", gateway(a)); err != nil {
+	if err := a.did("gateway", putGateway(a)); err != nil {
 		return err
 	}
 	if err := a.did("host ports", hostPorts(a)); err != nil {
@@ -487,6 +489,10 @@ func secure(a *adding) error {
 // record.
 func attachPort(a *adding) (err error) {
 	a.spec = ovsdb.PortSpec{Name: a.hostName, Trunks: a.conf.Trunks, ExternalIDs: portExternalIDs(a.args, a.conf, a.result.Interfaces[contIndex].Mac)}
+	if a.conf.IsGateway && !a.dhcp() {
+		// The port claims its gateways as it goes in (pkg/gateway).
+		maps.Copy(a.spec.ExternalIDs, gateway.Claims(gateways(a.result)))
+	}
 	if a.conf.VLAN != nil {
 		a.spec.Tag = *a.conf.VLAN
 	}
@@ -532,11 +538,11 @@ func announce(a *adding) error {
 	return a.netns.Do(func(ns.NetNS) error { return link.Announce(a.args.IfName, gateways) })
 }
 
-// gateway puts the gateways on the bridge's interface (isGateway),
+// putGateway puts the gateways on the bridge's interface (isGateway),
 // and logs the attachment.
-func gateway(a *adding) error {
+func putGateway(a *adding) error {
 	if a.conf.IsGateway {
-		if err := setupGateway(a.ctx, a.cli, a.br, a.result); err != nil {
+		if err := setupGateway(a.ctx, a.cli, a.br, a.result, a.portUUID, !a.dhcp()); err != nil {
 			return err
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/gateway"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/ipam"
 	"github.com/ovsflow/ovs-cni/pkg/link"
@@ -646,19 +647,52 @@ func configureAddresses(ifname string, result *current.Result) error {
 	return nil
 }
 
-// setupGateway puts each IPAM gateway, with its subnet's prefix, on the
-// bridge's internal interface and brings it up.
-func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, result *current.Result) error {
-	bridge := br.Name
-	var want []*netlink.Addr
-	recorded := map[string]string{}
+// gateways returns the IPAM gateways of result, each with its subnet's
+// prefix: the addresses isGateway puts on the bridge.
+func gateways(result *current.Result) []netip.Prefix {
+	var gws []netip.Prefix
 	for _, ipc := range result.IPs {
-		if ipc.Gateway == nil {
+		g, ok := netip.AddrFromSlice(ipc.Gateway)
+		if !ok {
 			continue
 		}
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: ipc.Gateway, Mask: ipc.Address.Mask}}
-		want = append(want, addr)
-		if key := record.KeyGatewayPrefix + addr.IPNet.String(); br.ExternalIDs[key] == "" {
+		bits, _ := ipc.Address.Mask.Size()
+		if p := netip.PrefixFrom(g.Unmap(), bits); p.IsValid() && !slices.Contains(gws, p) {
+			gws = append(gws, p)
+		}
+	}
+	return gws
+}
+
+// setupGateway puts each IPAM gateway, with its subnet's prefix, on the
+// bridge's internal interface, brings it up and records it on the bridge
+// (for reconcile). The port claims its gateways first (pkg/gateway): with
+// its row, or here when the port went in without them (dhcp); the bridge's
+// record is read again after the claim, since a withdrawal may have
+// removed it and the address since the bridge was first read.
+func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, result *current.Result, portUUID string, claimed bool) error {
+	bridge := br.Name
+	gws := gateways(result)
+	if len(gws) == 0 {
+		return nil
+	}
+	if !claimed {
+		if err := cli.SetPortExternalIDs(ctx, portUUID, gateway.Claims(gws)); err != nil {
+			return err
+		}
+	}
+	now, err := cli.Bridge(ctx, bridge)
+	if err != nil {
+		return err
+	}
+	if now == nil {
+		return fmt.Errorf("bridge %q is gone", bridge)
+	}
+	var want []*netlink.Addr
+	recorded := map[string]string{}
+	for _, p := range gws {
+		want = append(want, &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}})
+		if key := gateway.Key(p); now.ExternalIDs[key] == "" {
 			recorded[key] = ovsdb.ClaimValue
 		}
 	}
@@ -689,7 +723,7 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 	// Recorded so that a reconcile can restore them after ovs-vswitchd
 	// re-creates the interface.
 	if len(recorded) > 0 {
-		if err := cli.SetBridgeExternalIDs(ctx, br.UUID, recorded); err != nil {
+		if err := cli.SetBridgeExternalIDs(ctx, now.UUID, recorded); err != nil {
 			return err
 		}
 	}
@@ -787,7 +821,27 @@ func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.Cm
 	if err := l.did("limits", withdrawLimits(ctx, cli, ports)); err != nil {
 		return nil, err
 	}
-	return ports, l.did("port", cli.Finish(ctx, del))
+	if err := l.did("port", cli.Finish(ctx, del)); err != nil {
+		return nil, err
+	}
+	withdrawGateways(ctx, cli, conf, ports)
+	return ports, nil
+}
+
+// withdrawGateways withdraws the gateways of the bridge that no port needs
+// any more, once ports are gone (pkg/gateway). It is cleanup: a failure
+// leaves them to the next DEL or reconcile, and the DEL succeeds.
+func withdrawGateways(ctx context.Context, cli *ovsdb.Client, conf *NetConf, ports []ovsdb.OwnedPort) {
+	if !conf.IsGateway || len(ports) == 0 {
+		return
+	}
+	gone, err := gateway.WithdrawOn(ctx, cli, conf.Bridge)
+	if len(gone) > 0 {
+		cnilog.Note("bridge %s: gateways %v withdrawn", conf.Bridge, gone)
+	}
+	if err != nil {
+		cnilog.Note("bridge %s: withdrawing unused gateways: %v", conf.Bridge, err)
+	}
 }
 
 // withdrawChained removes what is recorded on ports besides ovs-bridge's
@@ -1053,6 +1107,7 @@ func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Atta
 	if err := cli.Finish(ctx, del); err != nil {
 		return false, err
 	}
+	withdrawGateways(ctx, cli, conf, ports)
 	for _, p := range ports {
 		if err := link.Delete(p.Port.Name); err != nil {
 			return false, err

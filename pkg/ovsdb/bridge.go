@@ -107,3 +107,16 @@ func (c *Client) SetBridgeExternalIDs(ctx context.Context, bridgeUUID string, se
 	}
 	return nil
 }
+
+// WithdrawBridgeKey removes key from the bridge's external_ids in one
+// transaction that fails unless no Port row on the bridge (KeyBridge) holds
+// key with ClaimValue: a bridge record that stays while a port claims it.
+func (c *Client) WithdrawBridgeKey(ctx context.Context, br Bridge, key string) error {
+	_, err := c.transact(ctx,
+		waitNone(tablePort, cond("external_ids", fnIncludes, strMap{key: ClaimValue, KeyBridge: br.Name}.ovs())),
+		mutateOp(tableBridge, byUUID(br.UUID), mut("external_ids", mutDelete, strSet(key))))
+	if err != nil {
+		return fmt.Errorf("withdrawing %s of bridge %q: %w", key, br.Name, err)
+	}
+	return nil
+}

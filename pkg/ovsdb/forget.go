@@ -13,18 +13,23 @@ const KeyPrefix = "ovsflow.io/"
 
 // Forgotten is what ForgetSuite removed.
 type Forgotten struct {
-	Ports      int                 // our Port rows, detached from their bridges
-	RootKeys   int                 // in-flight records on the root row
-	BridgeKeys map[string][]string // bridge name -> keys removed (gateways, zone limits)
-	QoS        int                 // our QoS and Queue rows (root tables: nothing collects them)
+	Ports    int // our Port rows, detached from their bridges
+	RootKeys int // in-flight records on the root row
+	// RestoreWait: a flow-restore-wait of the suite's was cleared.
+	RestoreWait bool
+	BridgeKeys  map[string][]string // bridge name -> keys removed (gateways, zone limits)
+	QoS         int                 // our QoS and Queue rows (root tables: nothing collects them)
 }
 
 // ForgetSuite removes, in one transaction, the suite's records: every Port
 // of ours (ovs-vswitchd then removes its Interface), every QoS and Queue
 // row of ours (ovs-bandwidth's; root tables, which OVSDB keeps when their
-// port goes), the suite's keys on the root row, and each bridge's suite
-// keys but its owner tag (which deploy/node-prep.sh sets: the bridge stays
-// as it made it). Rows and keys of anyone else are not touched.
+// port goes), the suite's keys on the root row, with the flow-restore-wait
+// the suite set (its mark is one of those keys: no one else would clear it,
+// and an ovs-vswitchd that starts with it forwards nothing), and each
+// bridge's suite keys but its owner tag (which deploy/node-prep.sh sets:
+// the bridge stays as it made it). Rows and keys of anyone else, a
+// flow-restore-wait without the suite's mark included, are not touched.
 func (c *Client) ForgetSuite(ctx context.Context) (Forgotten, error) {
 	f := Forgotten{BridgeKeys: map[string][]string{}}
 	ports, err := c.OwnedPorts(ctx)
@@ -51,6 +56,10 @@ func (c *Client) ForgetSuite(ctx context.Context) (Forgotten, error) {
 		if strings.HasPrefix(k, KeyPrefix) {
 			rootKeys = append(rootKeys, k)
 		}
+	}
+	if mark := root[KeyRestoreWaitSet]; mark != "" {
+		ops = append(ops, clearRestoreWaitOps(mark)...)
+		f.RestoreWait = true
 	}
 	if len(rootKeys) > 0 {
 		ops = append(ops, rootMutate(mutDelete, strSet(rootKeys...)))

@@ -46,13 +46,29 @@ func (c *Client) ClearFlowRestoreWait(ctx context.Context) (bool, error) {
 	if err != nil || ids[KeyRestoreWaitSet] == "" {
 		return false, err
 	}
-	_, err = c.transact(ctx,
-		rootWait(strMap{KeyRestoreWaitSet: ids[KeyRestoreWaitSet]}, true),
+	_, err = c.transact(ctx, clearRestoreWaitOps(ids[KeyRestoreWaitSet])...)
+	return err == nil, err
+}
+
+// RestoreWaitOurs reports whether a flow-restore-wait that the suite set
+// (its mark) is there.
+func (c *Client) RestoreWaitOurs(ctx context.Context) (bool, error) {
+	ids, err := c.rootIDs(ctx)
+	return ids[KeyRestoreWaitSet] != "", err
+}
+
+// clearRestoreWaitOps are the operations that remove the flow-restore-wait
+// marked by mark (the value of KeyRestoreWaitSet read): they fail unless the
+// mark is still there, and touch neither a flag without it nor one set again
+// since.
+func clearRestoreWaitOps(mark string) []operation {
+	return []operation{
+		rootWait(strMap{KeyRestoreWaitSet: mark}, true),
 		mutateOp(tableRoot, allRows,
 			mut("other_config", mutDelete, strSet(keyFlowRestoreWait)),
 			mut("external_ids", mutDelete, strSet(KeyRestoreWaitSet)),
-		))
-	return err == nil, err
+		),
+	}
 }
 
 // KernelDatapath reports whether the bridge runs on the kernel datapath

@@ -83,3 +83,16 @@ func (w *VswitchdWatch) WaitGone(ctx context.Context, hold func(context.Context)
 		}
 	}
 }
+
+// Running reports whether an ovs-vswitchd holds its lock now; a request of
+// the watch's that is queued behind it is given up.
+func (w *VswitchdWatch) Running(ctx context.Context) (bool, error) {
+	var r struct {
+		Locked bool `json:"locked"`
+	}
+	if err := w.c.Call(ctx, "lock", []string{vswitchdLock}, &r); err != nil {
+		return false, err
+	}
+	// Granted (none runs) or queued: either way it goes back.
+	return !r.Locked, w.c.Call(ctx, "unlock", []string{vswitchdLock}, nil)
+}

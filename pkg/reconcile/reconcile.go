@@ -12,21 +12,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"maps"
 	"slices"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/gateway"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
-	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
-	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
 // Stats counts what one reconcile pass did.
@@ -35,6 +32,7 @@ type Stats struct {
 	Bridges     int // bridges reprogrammed
 	Stale       int // attachment cookies removed (no live attachment)
 	Gateways    int // gateway addresses restored
+	Withdrawn   int // gateway addresses withdrawn (no port needs them)
 	// InSync holds the OpenFlow endpoints whose flows are, after the pass,
 	// what the records want.
 	InSync map[endpoint.Endpoint]bool
@@ -42,7 +40,7 @@ type Stats struct {
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("attachments=%d bridges=%d stale=%d gateways=%d", s.Attachments, s.Bridges, s.Stale, s.Gateways)
+	return fmt.Sprintf("attachments=%d bridges=%d stale=%d gateways=%d withdrawn=%d", s.Attachments, s.Bridges, s.Stale, s.Gateways, s.Withdrawn)
 }
 
 // Reconcile rebuilds, from OVSDB alone, the flows and node-local rules of
@@ -143,15 +141,27 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 		rules = append(rules, a.Rules...)
 		st.Attachments++
 	}
+	var errs []error
 	for _, br := range bridges {
 		t := get(endpoint.OpenFlow(endpoint.Endpoint{}, ovsdbEndpoint, br.Name))
 		if br.Secure() && t.live != nil && (len(t.live) > 0 || br.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue) {
 			// Ours to restore: the bridge carries our ports or we created it.
 			t.base = flows.BaseFlows()
 		}
-		st.Gateways += restoreGateways(br)
+		// Gateways no port needs any more go (pkg/gateway), the others
+		// come back.
+		gone, err := gateway.Withdraw(ctx, cli, br, ports)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bridge %q: %w", br.Name, err))
+		}
+		st.Withdrawn += len(gone)
+		ids := maps.Clone(br.ExternalIDs)
+		for _, g := range gone {
+			delete(ids, gateway.Key(g))
+		}
+		br.ExternalIDs = ids
+		st.Gateways += gateway.Restore(br)
 	}
-	var errs []error
 	st.InSync = map[endpoint.Endpoint]bool{}
 	for name, t := range byTarget {
 		if err := t.apply(ctx, name, kept, &st); err != nil {
@@ -283,30 +293,6 @@ func cookiesOf(dumped []openflow.Flow) []flows.Cookie {
 	return out
 }
 
-// restoreGateways puts the recorded gateway addresses back on the bridge's
-// internal interface (ovs-vswitchd re-creates it without them on the
-// userspace datapath).
-func restoreGateways(br ovsdb.Bridge) int {
-	addrs := record.Gateways(br.ExternalIDs)
-	if len(addrs) == 0 {
-		return 0
-	}
-	l, err := netlink.LinkByName(br.Name)
-	if err != nil {
-		return 0
-	}
-	_ = link.SetSysctl("net/ipv6/conf/"+br.Name+"/accept_dad", "0")
-	n := 0
-	for _, p := range addrs {
-		ipn := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-		if err := netlink.AddrReplace(l, &netlink.Addr{IPNet: ipn}); err == nil {
-			n++
-		}
-	}
-	_ = netlink.LinkSetUp(l)
-	return n
-}
-
 // Run reconciles the node of the OVSDB at ovsdbEndpoint once, or, with
 // watch, whenever an ovs-vswitchd (re)starts, never returning. It logs each
 // pass to out and returns the exit code of `ovs-portmap reconcile`.
@@ -322,8 +308,13 @@ func Run(ovsdbEndpoint endpoint.Endpoint, control string, watch bool, out io.Wri
 		logf("reconcile: %s", st)
 	}
 	if !watch {
-		st, err := Once(context.Background(), ovsdbEndpoint, control)
-		logPass(st, err)
+		// At boot (deploy/node-prep.sh) this may be the first reconcile
+		// after a watch set flow-restore-wait and died with the node: it
+		// clears it, as the watch would have, or the node forwards nothing.
+		_, err := Restore(context.Background(), ovsdbEndpoint, control, Hooks{
+			Pass: logPass,
+			Note: func(what string) { logf("reconcile: %s", what) },
+		}, true)
 		if err != nil {
 			return 1
 		}
@@ -416,32 +407,8 @@ func watchLoop(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control str
 		if h.Running != nil {
 			h.Running()
 		}
-		// ovs-vswitchd re-creates its bridges after taking the lock: retry
-		// until every bridge answers. The flag goes once the bridges it
-		// protects have their pipeline (a dead endpoint elsewhere does not
-		// hold it), or after 30 s whatever the state.
-		deadline := time.Now().Add(30 * time.Second)
-		cleared := false
-		for {
-			st, err := Once(ctx, ovsdbEndpoint, control)
-			if h.Pass != nil {
-				h.Pass(st, err)
-			}
-			late := time.Now().After(deadline) || ctx.Err() != nil
-			if !cleared && (err == nil || late || kernelInSync(ovsdbEndpoint, st)) {
-				done, err := clearRestoreWait(ovsdbEndpoint)
-				if err != nil {
-					return err
-				}
-				if done {
-					note("flow-restore-wait cleared")
-				}
-				cleared = true
-			}
-			if err == nil || late {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+		if _, err := Restore(ctx, ovsdbEndpoint, control, h, false); errors.Is(err, errClearing) {
+			return err
 		}
 		if h.Waiting != nil {
 			h.Waiting()
@@ -462,6 +429,78 @@ func watchLoop(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control str
 			return err
 		}
 	}
+}
+
+// RestoreDeadline bounds how long Restore waits for the pipeline before it
+// clears a flow-restore-wait of ours whatever the state (while an
+// ovs-vswitchd runs): a bridge that never answers must not keep the others
+// from forwarding for ever.
+const RestoreDeadline = 30 * time.Second
+
+// errClearing wraps a failure to clear flow-restore-wait.
+var errClearing = errors.New("clearing flow-restore-wait")
+
+// Restore reconciles after an ovs-vswitchd (re)start, the watch's and the
+// one-shot `ovs-portmap reconcile`'s alike: it runs passes until one
+// succeeds or RestoreDeadline has passed (ovs-vswitchd re-creates its
+// bridges after taking its lock, and reconcile fails until every bridge
+// answers), and clears a flow-restore-wait of ours once the bridges it
+// protects have their pipeline (the pass succeeded, or every
+// kernel-datapath bridge of ours is in sync: a dead endpoint elsewhere
+// does not hold it), or after the deadline if an ovs-vswitchd runs. One
+// that someone else set (no mark of ours) stays. With oneShot, a single
+// pass is all when no flag of ours waits to be cleared: the caller retries
+// (deploy/node-prep.sh does). It returns the last pass's outcome, or an
+// error wrapping errClearing.
+func Restore(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string, h Hooks, oneShot bool) (Stats, error) {
+	deadline := time.Now().Add(RestoreDeadline)
+	for {
+		st, err := Once(ctx, ovsdbEndpoint, control)
+		if h.Pass != nil {
+			h.Pass(st, err)
+		}
+		late := time.Now().After(deadline) || ctx.Err() != nil
+		pending, perr := restoreWaitOurs(ovsdbEndpoint)
+		if perr != nil && err == nil {
+			err = perr
+		}
+		if pending && (err == nil || kernelInSync(ovsdbEndpoint, st) || late && vswitchdRunning(ovsdbEndpoint)) {
+			done, cerr := clearRestoreWait(ovsdbEndpoint)
+			if cerr != nil {
+				return st, fmt.Errorf("%w: %w", errClearing, cerr)
+			}
+			if done && h.Note != nil {
+				h.Note("flow-restore-wait cleared")
+			}
+			pending = false
+		}
+		if err == nil || late || oneShot && !pending {
+			return st, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// restoreWaitOurs reports whether a flow-restore-wait of ours is set.
+func restoreWaitOurs(ovsdbEndpoint endpoint.Endpoint) (ours bool, err error) {
+	err = withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
+		ours, err = cli.RestoreWaitOurs(ctx)
+		return err
+	})
+	return ours, err
+}
+
+// vswitchdRunning reports whether an ovs-vswitchd holds its OVSDB lock.
+func vswitchdRunning(ovsdbEndpoint endpoint.Endpoint) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := ovsdb.WatchVswitchd(ctx, ovsdbEndpoint)
+	if err != nil {
+		return false
+	}
+	defer w.Close()
+	running, err := w.Running(ctx)
+	return running && err == nil
 }
 
 // clearRestoreWait clears a flow-restore-wait of ours; it reports whether

@@ -42,6 +42,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/buildinfo"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/memo"
 	"github.com/ovsflow/ovs-cni/pkg/orphan"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
@@ -143,6 +144,8 @@ type Agent struct {
 	nodes listersv1.NodeLister
 	kick  chan struct{}
 
+	ovsChecks *memo.Value[[]check] // the probes' shared read of OVS
+
 	logMu   sync.Mutex
 	lastLog map[string]string // what was last said on each subject
 }
@@ -162,7 +165,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	a := &Agent{cfg: cfg, st: newStatus(), kick: make(chan struct{}, 1), lastLog: map[string]string{}}
+	a := newAgent(cfg)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -235,6 +238,12 @@ func Run(ctx context.Context, cfg Config) error {
 	default:
 		return nil
 	}
+}
+
+func newAgent(cfg Config) *Agent {
+	a := &Agent{cfg: cfg, st: newStatus(), kick: make(chan struct{}, 1), lastLog: map[string]string{}}
+	a.ovsChecks = memo.New(a.readOVS, ovsFresh, ovsTimeout)
+	return a
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -95,7 +95,8 @@ func TestMetricsScrape(t *testing.T) {
 	p.serveTCP(t, 80)
 	var mu sync.Mutex
 	var events []metrics.Drops
-	c := metrics.New(metrics.Config{OVSDB: ovsdbEP, OnDrops: func(d metrics.Drops) {
+	// Fresh < 0: the scrape after the attack reads OVS again, however soon.
+	c := metrics.New(metrics.Config{OVSDB: ovsdbEP, Fresh: -1, OnDrops: func(d metrics.Drops) {
 		mu.Lock()
 		defer mu.Unlock()
 		events = append(events, d)

@@ -27,14 +27,17 @@ import (
 	"net/netip"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	informersv1 "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
@@ -43,6 +46,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/buildinfo"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/memo"
 	"github.com/ovsflow/ovs-cni/pkg/orphan"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
@@ -151,6 +155,8 @@ type Agent struct {
 	// one: no peer's range may take it (podroutes.Plan's local networks).
 	apiServer []netip.Prefix
 
+	ovsChecks *memo.Value[[]check] // the probes' shared read of OVS
+
 	logMu   sync.Mutex
 	lastLog map[string]string // what was last said on each subject
 }
@@ -170,7 +176,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	a := &Agent{cfg: cfg, st: newStatus(), kick: make(chan struct{}, 1), lastLog: map[string]string{}}
+	a := newAgent(cfg)
 	if u, err := url.Parse(rc.Host); err == nil {
 		if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
 			a.apiServer = append(a.apiServer, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
@@ -220,14 +226,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	inf := factory.Core().V1().Nodes()
+	factory, inf := nodeInformer(cs, func(string) { a.trigger() })
 	a.nodes = inf.Lister()
-	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.trigger() },
-		UpdateFunc: func(o, n any) { a.trigger() },
-		DeleteFunc: func(any) { a.trigger() },
-	})
 	factory.Start(ctx.Done())
 	a.say("nodes", "waiting for the Node list of the API server")
 	for !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
@@ -248,6 +248,71 @@ func Run(ctx context.Context, cfg Config) error {
 	default:
 		return nil
 	}
+}
+
+// nodeInformer watches the Nodes: it keeps of each only what the agent
+// reads (slimNode), and calls changed with a Node's name when the Node
+// comes, goes or changes in that (not on a status heartbeat, which every
+// Node of a cluster sends every few seconds).
+func nodeInformer(cs kubernetes.Interface, changed func(node string)) (informers.SharedInformerFactory, informersv1.NodeInformer) {
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slimNode))
+	inf := factory.Core().V1().Nodes()
+	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) { changed(nodeName(o)) },
+		UpdateFunc: func(o, n any) {
+			if nodeChanged(o, n) {
+				changed(nodeName(n))
+			}
+		},
+		DeleteFunc: func(o any) { changed(nodeName(o)) },
+	})
+	return factory, inf
+}
+
+// slimNode is the informer's transform: of a Node it keeps its identity
+// and what Peer and PodCIDRs read, and drops the rest (images, managed
+// fields, conditions, labels...), most of a Node's size.
+func slimNode(o any) (any, error) {
+	n, ok := o.(*corev1.Node)
+	if !ok {
+		return o, nil // a tombstone (cache.DeletedFinalStateUnknown)
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion,
+			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp},
+		Spec:   corev1.NodeSpec{PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+		Status: corev1.NodeStatus{Addresses: n.Status.Addresses},
+	}, nil
+}
+
+// nodeChanged says whether an update changed what slimNode keeps, bar the
+// resource version.
+func nodeChanged(o, n any) bool {
+	x, ok1 := o.(*corev1.Node)
+	y, ok2 := n.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return x.Name != y.Name || x.UID != y.UID || !x.CreationTimestamp.Equal(&y.CreationTimestamp) ||
+		(x.DeletionTimestamp == nil) != (y.DeletionTimestamp == nil) ||
+		x.Spec.PodCIDR != y.Spec.PodCIDR || !slices.Equal(x.Spec.PodCIDRs, y.Spec.PodCIDRs) ||
+		!slices.Equal(x.Status.Addresses, y.Status.Addresses)
+}
+
+func nodeName(o any) string {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	if n, ok := o.(*corev1.Node); ok {
+		return n.Name
+	}
+	return ""
+}
+
+func newAgent(cfg Config) *Agent {
+	a := &Agent{cfg: cfg, st: newStatus(), kick: make(chan struct{}, 1), lastLog: map[string]string{}}
+	a.ovsChecks = memo.New(a.readOVS, ovsFresh, ovsTimeout)
+	return a
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

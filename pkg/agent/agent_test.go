@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -11,11 +13,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/memo"
 )
 
 func TestPeer(t *testing.T) {
@@ -198,5 +205,59 @@ func TestOrphanIntervalFlag(t *testing.T) {
 		if cfg.Defaults(); cfg.OrphanInterval != tc.want {
 			t.Errorf("%q: orphan interval %v, want %v", tc.args, cfg.OrphanInterval, tc.want)
 		}
+	}
+}
+
+// TestReadyzSharesARead: 50 probes at once, and more while the result is
+// fresh, dial OVSDB once between them.
+func TestReadyzSharesARead(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "db.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var dials atomic.Int32
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			conn.Close() // no OVSDB here: the probe fails, and names it
+		}
+	}()
+	a := newAgent(Config{WedgedAfter: time.Minute, OVSDB: endpoint.MustParse("unix:" + sock)})
+	a.ovsChecks = memo.New(a.readOVS, time.Hour, ovsTimeout) // fresh for the whole test, however slow the host
+	srv := httptest.NewServer(a.server().Handler)
+	defer srv.Close()
+	probe := func() error {
+		res, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "[-]bridges: ") {
+			return fmt.Errorf("/readyz: %d %q, want 503 naming the bridges", res.StatusCode, b)
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 50)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = probe()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(append(errs, probe())...); err != nil {
+		t.Fatal(err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("51 probes dialled OVSDB %d times, want 1", n)
 	}
 }

@@ -5,7 +5,11 @@
 // (reconcile passes, ovs-vswitchd restarts). Everything but the events is
 // read from OVS when Prometheus scrapes (a Collector): the records in
 // OVSDB, one OpenFlow flow-stats dump per bridge, dpctl/ct-get-limits per
-// ovs-vswitchd.
+// ovs-vswitchd. That read is bounded: one at a time, with a timeout, and
+// its samples are kept for a few seconds; scrapes that meet a read under
+// way or its fresh samples share them, so that scrapers, however many,
+// put at most one read's load on ovs-vswitchd's main loop (which also
+// serves the plugins' ADDs) every few seconds.
 //
 // It imports prometheus/client_golang and is for the long-running node
 // agent only: the plugins never import it.
@@ -28,6 +32,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/memo"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
@@ -42,11 +47,16 @@ type Config struct {
 	// VswitchdControl is ovs-vswitchd's control socket for records that
 	// name none (default: found as ovs-appctl finds it).
 	VswitchdControl string
-	// Timeout bounds one scrape (default 10 s).
+	// Timeout bounds one read of OVS (default DefaultTimeout).
 	Timeout time.Duration
-	// OnDrops, when set, is called during a scrape for every attachment
-	// whose drop counter of a reason moved since the previous scrape (not
-	// on the first): the hook for an event on the pod. Off by default.
+	// Fresh is how long the samples of a read serve the scrapes that
+	// follow it (default DefaultFresh; < 0: none, each scrape that meets
+	// no read under way starts one).
+	Fresh time.Duration
+	// OnDrops, when set, is called during a read of OVS for every
+	// attachment whose drop counter of a reason moved since the previous
+	// read (not on the first): the hook for an event on the pod. Off by
+	// default.
 	OnDrops func(Drops)
 }
 
@@ -55,7 +65,7 @@ type Drops struct {
 	Attachment ovsdb.Attachment
 	Pod        string // NAMESPACE/NAME, "" when not recorded
 	Reason     string // flows.Reason*
-	Packets    uint64 // since the previous scrape
+	Packets    uint64 // since the previous read
 }
 
 // Collector is a prometheus.Collector of the node's pipeline.
@@ -72,9 +82,17 @@ type Collector struct {
 	notRouted        *prometheus.GaugeVec
 	scrapeErrors     *prometheus.CounterVec
 
+	read *memo.Value[[]prometheus.Metric] // the samples read from OVS, shared
+
 	mu   sync.Mutex
-	last map[dropKey]uint64 // drop counters of the previous scrape (OnDrops)
+	last map[dropKey]uint64 // drop counters of the previous read (OnDrops)
 }
+
+// Defaults of Config.
+const (
+	DefaultTimeout = 10 * time.Second
+	DefaultFresh   = 5 * time.Second
+)
 
 type dropKey struct {
 	a      ovsdb.Attachment
@@ -106,9 +124,12 @@ func New(cfg Config) *Collector {
 		cfg.OVSDB = endpoint.MustParse(endpoint.DefaultOVSDB)
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = DefaultTimeout
 	}
-	return &Collector{
+	if cfg.Fresh == 0 {
+		cfg.Fresh = DefaultFresh
+	}
+	c := &Collector{
 		cfg: cfg,
 		dropped: prometheus.NewDesc(NameDropped,
 			"Packets the port security of an attachment dropped, by reason (the packet counters of its drop flows; they restart when the flows are reinstalled).",
@@ -122,7 +143,7 @@ func New(cfg Config) *Collector {
 		ctLimit: prometheus.NewDesc(NameConntrackLimit,
 			"Conntrack entry limit of a zone of the pipeline, per datapath (0: none of its own).", []string{"datapath", "zone"}, nil),
 		up: prometheus.NewDesc(NameUp,
-			"Whether the last scrape read OVSDB (1) or not (0).", nil, nil),
+			"Whether the last read of OVS read OVSDB (1) or not (0).", nil, nil),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameReconciles,
 			Help: "Reconcile passes of the node agent, by result (ok, error)."}, []string{"result"}),
 		reconcileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: NameReconcileSeconds,
@@ -136,8 +157,10 @@ func New(cfg Config) *Collector {
 		notRouted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: NameNotRouted,
 			Help: "Other nodes' pod ranges the node agent does not route, by reason (conflict: overlaps an older Node's; local: a network of this node; nodeaddr: holds a node's InternalIP; self: this node's range or address; family: no InternalIP of its family; foreign: a route of another protocol)."}, []string{"reason"}),
 		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameScrapeErrors,
-			Help: "Scrapes that could not read a source (ovsdb, openflow, conntrack) or dropped a sample whose labels were not valid (labels)."}, []string{"source"}),
+			Help: "Reads of OVS (each serves the scrapes of a few seconds) that could not read a source (ovsdb, openflow, conntrack) or dropped a sample whose labels were not valid (labels)."}, []string{"source"}),
 	}
+	c.read = memo.New(c.readOVS, cfg.Fresh, cfg.Timeout)
+	return c
 }
 
 // ReconcileDone records one reconcile pass of the agent.
@@ -195,15 +218,14 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.scrapeErrors.Describe(ch)
 }
 
-// Collect implements prometheus.Collector: it reads OVS.
+// Collect implements prometheus.Collector: the samples of the last read of
+// OVS while they are fresh, else of the read under way, else of a new one;
+// then the agent's events.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
-	defer cancel()
-	up := 1.0
-	if err := c.collect(ctx, ch); err != nil {
-		up = 0
+	ms, _ := c.read.Get(context.Background()) // bounded by the read's timeout
+	for _, m := range ms {
+		ch <- m
 	}
-	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 	c.reconciles.Collect(ch)
 	c.reconcileSeconds.Collect(ch)
 	c.restarts.Collect(ch)
@@ -211,6 +233,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.podRoutes.Collect(ch)
 	c.notRouted.Collect(ch)
 	c.scrapeErrors.Collect(ch)
+}
+
+// readOVS reads the samples of OVS, ovsflow_up last.
+func (c *Collector) readOVS(ctx context.Context) ([]prometheus.Metric, error) {
+	ch := make(chan prometheus.Metric)
+	done := make(chan []prometheus.Metric)
+	go func() {
+		var ms []prometheus.Metric
+		for m := range ch {
+			ms = append(ms, m)
+		}
+		done <- ms
+	}()
+	err := c.collect(ctx, ch)
+	close(ch)
+	ms := <-done
+	up := 1.0
+	if err != nil {
+		up = 0
+	}
+	return append(ms, prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)), nil
 }
 
 // port is one attachment of the node as its records say.

@@ -2,7 +2,15 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,5 +77,65 @@ func TestEmitBadLabels(t *testing.T) {
 	mfs, _ := reg.Gather()
 	if len(mfs) != 1 || mfs[0].GetMetric()[0].GetCounter().GetValue() != 1 {
 		t.Errorf("scrape errors: got %v, want one of source labels", mfs)
+	}
+}
+
+// TestScrapesShareARead: 50 scrapes at once, and more while their samples
+// are fresh, dial OVSDB once between them; the scrape errors count that
+// one read.
+func TestScrapesShareARead(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "db.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var dials atomic.Int32
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			conn.Close() // no OVSDB here: the read fails, and counts
+		}
+	}()
+	c := New(Config{OVSDB: endpoint.MustParse("unix:" + sock), Timeout: 5 * time.Second, Fresh: time.Hour})
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	scrape := func() error {
+		res, err := http.Get(srv.URL)
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(b), NameUp+" 0") {
+			return fmt.Errorf("scrape: %d\n%s", res.StatusCode, b)
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 50)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = scrape()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(append(errs, scrape())...); err != nil {
+		t.Fatal(err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("51 scrapes dialled OVSDB %d times, want 1", n)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c.scrapeErrors)
+	mfs, _ := reg.Gather()
+	if len(mfs) != 1 || mfs[0].GetMetric()[0].GetCounter().GetValue() != 1 {
+		t.Errorf("scrape errors: got %v, want 1 (one read)", mfs)
 	}
 }

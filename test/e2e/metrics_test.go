@@ -8,15 +8,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/metrics"
 )
@@ -95,7 +98,8 @@ func TestMetricsScrape(t *testing.T) {
 	p.serveTCP(t, 80)
 	var mu sync.Mutex
 	var events []metrics.Drops
-	c := metrics.New(metrics.Config{OVSDB: ovsdbEP, OnDrops: func(d metrics.Drops) {
+	// Fresh < 0: the scrape after the attack reads OVS again, however soon.
+	c := metrics.New(metrics.Config{OVSDB: ovsdbEP, Fresh: -1, OnDrops: func(d metrics.Drops) {
 		mu.Lock()
 		defer mu.Unlock()
 		events = append(events, d)
@@ -200,5 +204,126 @@ func TestMetricsScrape(t *testing.T) {
 	}
 	if got[flows.ReasonRouterAdvertisement] != 3 || got[flows.ReasonSpoofed] != 3 {
 		t.Errorf("OnDrops: got %v for the pod, want 3 router advertisements and 3 spoofed frames (events %v)", got, events)
+	}
+}
+
+// countingProxy listens next to the sandbox's OVSDB socket (so that the
+// collector finds the bridges' OpenFlow sockets and ovs-vswitchd's control
+// socket beside it, as with the real one), counts the connections made to
+// it and relays each to the real OVSDB.
+func countingProxy(t *testing.T) (endpoint.Endpoint, *atomic.Int64) {
+	t.Helper()
+	if ovsdbEP.Network != "unix" {
+		t.Fatalf("OVSDB %s: the proxy needs a unix socket", ovsdbEP)
+	}
+	sock := filepath.Join(filepath.Dir(ovsdbEP.Address), uniq("counted")+".sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var dials atomic.Int64
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("unix", ovsdbEP.Address)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				go func() { io.Copy(out, in); out.Close() }()
+				io.Copy(in, out)
+			}()
+		}
+	}()
+	return endpoint.Endpoint{Network: "unix", Address: sock}, &dials
+}
+
+// TestMetricsScrapesDuringADDs: 50 scrapers scrape /metrics without pause
+// while 50 pods with a host port each are added at once. Every ADD
+// succeeds, every scrape answers, and the scrapes share their reads of
+// OVS: OVSDB is dialled at most once per fresh period (metrics.DefaultFresh)
+// of the burst, not once per scrape.
+func TestMetricsScrapesDuringADDs(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", uniq("scraped"), bridgeConf(br, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}))
+	const pods, scrapers = 50, 50
+	cs := make([]*container, pods)
+	for i := range cs {
+		cs[i] = newContainer(t)
+	}
+	caps := func(i int) map[string]any { return mappings(pm(9100+i, 80, "tcp", "")) }
+	t.Cleanup(func() { parallel(8, func(k int) error { return delAll(n, cs, k, 8) }) })
+
+	ep, dials := countingProxy(t)
+	srv := httptest.NewServer(metrics.New(metrics.Config{OVSDB: ep}).Handler())
+	defer srv.Close()
+	// Each scraper scrapes until the ADDs are done, then once more.
+	stop := make(chan struct{})
+	var scrapes atomic.Int64
+	var wg sync.WaitGroup
+	scrapeErrs := make([]error, scrapers)
+	for k := range scrapers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				res, err := http.Get(srv.URL)
+				if err == nil {
+					_, err = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if err == nil && res.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", res.StatusCode)
+					}
+				}
+				if err != nil {
+					scrapeErrs[k] = fmt.Errorf("scraper %d: %w", k, err)
+					return
+				}
+				scrapes.Add(1)
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	begun := time.Now()
+	addErrs := parallel(pods, func(i int) error {
+		if _, err := n.add(cs[i], "eth0", caps(i)); err != nil {
+			return fmt.Errorf("ADD %d: %w", i, err)
+		}
+		return nil
+	})
+	close(stop)
+	wg.Wait()
+	took := time.Since(begun)
+	failed := 0
+	for _, err := range addErrs {
+		if err != nil {
+			failed++
+			t.Error(err)
+		}
+	}
+	if err := errors.Join(scrapeErrs...); err != nil {
+		t.Error(err)
+	}
+	// Reads start at most once per fresh period, plus one under way at
+	// each end of the burst.
+	bound := int64(took/metrics.DefaultFresh) + 2
+	t.Logf("%d ADDs (%d failed) and %d scrapes in %s; OVSDB dialled %d times (bound %d)",
+		pods, failed, scrapes.Load(), took.Round(time.Millisecond), dials.Load(), bound)
+	if d := dials.Load(); d > bound {
+		t.Errorf("%d scrapes dialled OVSDB %d times in %s, want at most %d (one read per %s)",
+			scrapes.Load(), d, took.Round(time.Millisecond), bound, metrics.DefaultFresh)
 	}
 }

@@ -153,8 +153,10 @@ func (f *faultCounts) result(t *testing.T, ok bool) {
 	}
 }
 
-// OVSDB down during ADD: code 11 and nothing left; during DEL: code 11 only
-// when there is something to delete, and a later DEL removes it. ovsdb-server
+// OVSDB down during ADD: code 11 and nothing left; during DEL: code 11,
+// since without OVSDB a DEL cannot tell whether anything of the attachment
+// is left (cnicmd.OpenDel), and the runtime's retry with OVSDB back
+// succeeds and leaves nothing. ovsdb-server
 // is SIGKILLed (a crash) and restarted with the sandbox's command line.
 func TestOVSDBDown(t *testing.T) {
 	requireSandbox(t)
@@ -192,23 +194,29 @@ func TestOVSDBDown(t *testing.T) {
 		if cniCode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), "ovsdb") {
 			t.Errorf("ADD: got %v (code %d), want code 11 about ovsdb", err, cniCode(err))
 		}
-		// Nothing was created, so the runtime's DEL has nothing to do.
-		if err := n.del(ctx, c, faultCaps); err != nil {
-			t.Errorf("DEL with OVSDB down after the failed ADD: got %v (code %d), want success: nothing to delete", err, cniCode(err))
+		// The runtime's DEL cannot know that nothing was created.
+		if err := n.del(ctx, c, faultCaps); cniCode(err) != types.ErrTryAgainLater {
+			t.Errorf("DEL with OVSDB down after the failed ADD: got %v (code %d), want code 11", err, cniCode(err))
 		}
 		s.startOVSDB(t)
 		s.sync(t)
+		if err := n.del(ctx, c, faultCaps); err != nil { // the runtime retries
+			t.Errorf("DEL retried with OVSDB back: %v", err)
+		}
 		fc.result(t, clean(t, "after ADD with OVSDB down"))
 	})
 
 	t.Run("DEL with OVSDB down, nothing to delete", func(t *testing.T) {
 		c := newAtt()
 		s.stop(t, "ovsdb-server", syscall.SIGKILL)
-		if err := n.del(ctx, c, nil); err != nil {
-			t.Errorf("DEL: got %v (code %d), want success", err, cniCode(err))
+		if err := n.del(ctx, c, nil); cniCode(err) != types.ErrTryAgainLater {
+			t.Errorf("DEL: got %v (code %d), want code 11", err, cniCode(err))
 		}
 		s.startOVSDB(t)
 		s.sync(t)
+		if err := n.del(ctx, c, nil); err != nil { // the runtime retries
+			t.Errorf("DEL retried with OVSDB back: %v", err)
+		}
 		fc.result(t, clean(t, "after DEL with nothing to delete"))
 	})
 

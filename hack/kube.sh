@@ -155,6 +155,10 @@ node_mounts() {
 		mkdir -p "$state/node$d"
 	done
 	unshare --mount="$state/ns/mnt" --propagation private true
+	# Shared inside the node (new peer groups: nothing reaches the host), as
+	# a host's mounts are under systemd: the DaemonSet mounts /var/run/netns
+	# with HostToContainer propagation, which needs a shared or slave source.
+	in_node mount --make-rshared /
 	in_node mount --bind "$ovsrun" /run/openvswitch
 	for d in "${node_dirs[@]:1}"; do in_node mount --bind "$state/node$d" "$d"; done
 }

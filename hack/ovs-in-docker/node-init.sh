@@ -26,6 +26,10 @@
 #   node-init.sh             boot (the entrypoint)
 #   node-init.sh ovs-restart kill ovs-vswitchd and ovsdb-server and start them again
 set -euo pipefail
+# The node's mounts are shared, as a host's are under systemd (and as kind
+# makes its nodes'): the DaemonSet mounts /var/run/netns with HostToContainer
+# propagation, which needs a shared or slave source.
+mount --make-rshared /
 mkdir -p /run/oid /var/log/oid /run/openvswitch /var/log/openvswitch
 log() { echo "node-init: $(date +%T.%N | cut -c1-12) $*"; }
 

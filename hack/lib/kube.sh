@@ -202,16 +202,20 @@ kube_node_cert() {
 
 # ---- configs ----------------------------------------------------------------
 
-# kube_containerd_config OUT ROOT STATE SOCK TTRPC [METRICS]: containerd 2.x's default
+# kube_containerd_config OUT ROOT STATE SOCK TTRPC [METRICS [NETNS_UNDER_STATE]]: containerd 2.x's default
 # config with the settings this machine and a node need: restrict_oom_score_adj
 # (no CAP_SYS_RESOURCE in the bounding set), the pause image imported from a
 # tar (no registry), one conflist, the streaming server on 127.0.0.1, no NRI.
 # METRICS: the address (HOST:PORT) of containerd's Prometheus metrics (/v1/metrics; default none).
+# NETNS_UNDER_STATE (default true): the pods' netns files in containerd's
+# state dir, which keeps them off this machine's /run/netns; false: where
+# containerd puts them by default, /var/run/netns, which the DaemonSet's agent
+# mounts (its orphan sweep replays a DEL only once the netns is gone).
 kube_containerd_config() {
 	local out=$1
 	mkdir -p "$(dirname "$out")"
 	"$kube_prefix/bin/containerd" config default >"$out.default"
-	awk -v root="$2" -v st="$3" -v sock="$4" -v ttrpc="$5" -v metrics="${6:-}" -v pause="$kube_pause_image" '
+	awk -v root="$2" -v st="$3" -v sock="$4" -v ttrpc="$5" -v metrics="${6:-}" -v netnsst="${7:-true}" -v pause="$kube_pause_image" '
 		/^ *\[/ { sect = $0; gsub(/^ +/, "", sect) }
 		/^imports *=/ { print "imports = []"; next }
 		/^root *=/ { print "root = \"" root "\""; next }
@@ -221,7 +225,7 @@ kube_containerd_config() {
 		sect ~ /server[.]v1[.]metrics.[]]$/ && /^ *address *=/ { print "    address = \"" metrics "\""; next }
 		/^ *sandbox *= *.registry/ { sub(/=.*/, "= \"" pause "\""); print; next }
 		/^ *restrict_oom_score_adj *=/ { sub(/=.*/, "= true"); print; next }
-		/^ *netns_mounts_under_state_dir *=/ { sub(/=.*/, "= true"); print; next }
+		/^ *netns_mounts_under_state_dir *=/ { sub(/=.*/, "= " netnsst); print; next }
 		/^ *use_internal_loopback *=/ { sub(/=.*/, "= true"); print; next }
 		/^ *max_conf_num *=/ { sub(/=.*/, "= 1"); print; next }
 		/^ *stream_server_address *=/ { sub(/=.*/, "= \"127.0.0.1\""); print; next }

@@ -65,9 +65,11 @@ kube_prepare() {
 		kube_node_cert "$d" "kubelet-$me" "$me" "DNS:$me,IP:$(node4 "$i"),IP:$(node6 "$i")" "$(kube_server)" "$P"
 		mkdir -p "$KSTATE/$me"
 		# containerd's metrics on the node's address: its CRI plugin's timings
-		# (sandbox network set-up and teardown: the CNI chain) for bench -kube.
+		# (sandbox network set-up and teardown: the CNI chain) for bench -kube;
+		# the pods' netns files in the node's own /var/run/netns, as on a
+		# node with containerd's defaults.
 		kube_containerd_config "$KSTATE/$me/containerd.toml" /var/lib/containerd /run/containerd \
-			/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc "$(node4 "$i"):$KCTRD_METRICS_PORT"
+			/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc "$(node4 "$i"):$KCTRD_METRICS_PORT" false
 		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" /run/containerd/containerd.sock "/$P/$me" "$KMAXPODS"
 		kube_proxy_config "$KSTATE/$me/proxy.yaml" "$d/proxy.kubeconfig" "$me" "$(kube_cluster_cidrs)"
 	done

@@ -242,7 +242,10 @@ func TestAgentRoutes(t *testing.T) {
 func TestAgentRouteClaims(t *testing.T) {
 	cs, _ := client(t)
 	real := "192.0.2.0/26 via 203.0.113.41 dev br0 onlink"
-	node(t, cs, "okube-claim-real", []string{"192.0.2.0/26"}, "203.0.113.41")
+	// creationTimestamp counts seconds: a Node created within the same
+	// second is as old, and the name decides (podroutes.Plan), so the real
+	// peer's name sorts first.
+	node(t, cs, "okube-claim-a-real", []string{"192.0.2.0/26"}, "203.0.113.41")
 	eventually(t, "the real peer's range is routed", routesAre(t, 0, real))
 	node(t, cs, "okube-claim-overlap", []string{"192.0.2.0/24"}, "203.0.113.42")
 	node(t, cs, "okube-claim-subnet", []string{"203.0.113.64/26"}, "203.0.113.43")

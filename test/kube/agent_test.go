@@ -267,7 +267,7 @@ func TestAgentRouteClaims(t *testing.T) {
 		}
 		return true, ""
 	})
-	deleteNode(t, cs, "okube-claim-real")
+	deleteNode(t, cs, "okube-claim-a-real")
 	eventually(t, "the real peer gone, the newer claim overlapping it is routed", routesAre(t, 0,
 		"192.0.2.0/24 via 203.0.113.42 dev br0 onlink"))
 }

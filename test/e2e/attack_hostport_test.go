@@ -108,7 +108,14 @@ func TestAttackHostPortVLANOverlap(t *testing.T) {
 		{"control-vlan-0", map[string]any{"isGateway": true}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newCNI(t, conflist("1.0.0", "pm"+tc.name, bridgeConf(h.bridge, t.TempDir(), tc.extra), pmEntry))
+			// A network of its own on the same bridge: its addresses start
+			// past the first network's (an address has one holder per bridge).
+			conf := bridgeConf(h.bridge, t.TempDir(), tc.extra)
+			conf["ipam"].(map[string]any)["ranges"] = []any{
+				[]any{map[string]any{"subnet": "192.0.2.0/24", "gateway": "192.0.2.1", "rangeStart": "192.0.2.100"}},
+				[]any{map[string]any{"subnet": "2001:db8:c::/64", "gateway": "2001:db8:c::1", "rangeStart": "2001:db8:c::100"}},
+			}
+			n := newCNI(t, conflist("1.0.0", "pm"+tc.name, conf, pmEntry))
 			b := newContainer(t)
 			caps := mappings(pm(8099, 80, "tcp", ""))
 			_, err := n.add(b, "eth0", caps)

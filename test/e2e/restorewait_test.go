@@ -157,11 +157,7 @@ func uninstall(t *testing.T) {
 // pollUntil polls cond until it holds, failing the test after 20 s.
 func pollUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(sandbox.Scaled(20 * time.Second))
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, sandbox.Scaled(20*time.Second))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll(20*time.Second, cond) {
+		t.Fatalf("%s: not within %v", what, sandbox.Scaled(20*time.Second))
 	}
 }

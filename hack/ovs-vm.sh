@@ -161,7 +161,7 @@ modprobe -a openvswitch veth tun nf_conntrack nf_nat || exit 124
 export OVSFLOW_DATAPATH=$datapath OVSFLOW_BIN=/ovsflow/bin
 # Software emulation makes everything about ten times slower: the suites
 # stretch their waits and divide their concurrency by OVSFLOW_TIME_SCALE
-# (test/internal/sandbox). Under KVM the guest runs at the hardware's speed.
+# (test/framework). Under KVM the guest runs at the hardware's speed.
 case $(cat /proc/cmdline) in
 *ovsflow.accel=kvm*) export OVSFLOW_TIME_SCALE=1 ;;
 *) export OVSFLOW_TIME_SCALE=10 ;;

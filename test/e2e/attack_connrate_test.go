@@ -11,7 +11,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // connCounter listens on port in container c and counts the connections
@@ -80,7 +80,7 @@ func TestAttackHostPortConnectionRate(t *testing.T) {
 	requireSandbox(t)
 	h := newOVSHost(t)
 	const rate, burst, port = 20, 10, 8480
-	d := sandbox.Scaled(4 * time.Second)
+	d := framework.Scaled(4 * time.Second)
 	limit := float64(rate)*d.Seconds() + burst
 	addr := hp(nodeV4, port)
 
@@ -123,7 +123,7 @@ func TestAttackHostPortConnectionRate(t *testing.T) {
 	// The meters live in ovs-vswitchd's memory: after kill -9, reconcile
 	// puts them back with the flows, and the bound holds again.
 	restartVswitchd(t, nil)
-	if sandbox.Userspace() {
+	if framework.Userspace() {
 		for _, args := range [][]string{
 			{"addr", "replace", nodeV4 + "/24", "dev", h.bridge},
 			{"link", "set", h.bridge, "up"},
@@ -147,7 +147,7 @@ func TestAttackHostPortConnectionRate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}
-	if sandbox.Userspace() {
+	if framework.Userspace() {
 		run("ethtool", "-K", h.bridge, "tx", "off")
 	}
 	if got := flood(t, h.outside.ns, addr, cc, d); float64(got) > 1.3*limit || float64(got) < 0.5*float64(rate)*d.Seconds() {

@@ -17,7 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // frag4 splits an IPv4 packet (ipv4Packet) into fragments of chunk bytes of
@@ -165,7 +165,7 @@ func TestAttackDHCPServerPorts(t *testing.T) {
 				return ok && sp == 5547 && dp == 546 && len(d) > 4 && uint32(d[1])<<16|uint32(d[2])<<8|uint32(d[3]) == xid&0xffffff
 			}
 			if tc.allow {
-				for end := time.Now().Add(sandbox.Scaled(time.Second)); time.Now().Before(end) && (sn.count(v4) < 2 || sn.count(v6) < 2); {
+				for end := time.Now().Add(framework.Scaled(time.Second)); time.Now().Before(end) && (sn.count(v4) < 2 || sn.count(v6) < 2); {
 					time.Sleep(20 * time.Millisecond)
 				}
 			} else {
@@ -273,7 +273,7 @@ func TestAttackFragments(t *testing.T) {
 					return ok && f.src.String() == a.mac.String() && id == at.id && off == 0
 				}
 				if want {
-					snC.waitFor(sandbox.Scaled(time.Second), head)
+					snC.waitFor(framework.Scaled(time.Second), head)
 				}
 				if got := snC.count(head) > 0; got != want {
 					t.Errorf("%s: first fragment received by C %v, want %v (%d fragments sent 3 times)", at.name, got, want, len(at.frames))
@@ -327,7 +327,7 @@ func TestFragmentedUDP(t *testing.T) {
 			got := make(chan []byte, 1)
 			go func() {
 				buf := make([]byte, 65536)
-				pc.SetReadDeadline(time.Now().Add(sandbox.Scaled(5 * time.Second)))
+				pc.SetReadDeadline(time.Now().Add(framework.Scaled(5 * time.Second)))
 				k, _, err := pc.ReadFrom(buf)
 				if err != nil {
 					got <- nil

@@ -11,7 +11,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // VLAN hopping. A victim is attached with "vlan": 10. The attacker sends, from
@@ -211,7 +211,7 @@ func TestAttackRogueDHCP(t *testing.T) {
 				}
 				if tc.allow {
 					// Every message must come; under emulation they trickle in.
-					for end := time.Now().Add(sandbox.Scaled(time.Second)); time.Now().Before(end) && (sn.count(v4) < 2 || sn.count(v6) < 3); {
+					for end := time.Now().Add(framework.Scaled(time.Second)); time.Now().Before(end) && (sn.count(v4) < 2 || sn.count(v6) < 3); {
 						time.Sleep(20 * time.Millisecond)
 					}
 				} else {

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // forgedMAC is the source MAC of the spoofer's forged frames.
@@ -321,7 +321,7 @@ func TestAttackRestartWindow(t *testing.T) {
 			// then even a standalone bridge opens no window. The control
 			// shows the window of a restart without it: its watch starts
 			// after the restart.
-			lateWatch := !tc.blocked && !sandbox.Userspace()
+			lateWatch := !tc.blocked && !framework.Userspace()
 			if !lateWatch {
 				startReconcileWatch(t)
 			}
@@ -333,7 +333,7 @@ func TestAttackRestartWindow(t *testing.T) {
 			restartVswitchd(t, nil)
 			l.restoreNode(t)
 			if lateWatch {
-				time.Sleep(sandbox.Scaled(300 * time.Millisecond))
+				time.Sleep(framework.Scaled(300 * time.Millisecond))
 				startReconcileWatch(t)
 			}
 			deadline := time.Now().Add(10 * time.Second)

@@ -19,7 +19,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // The limits of the shaping tests: 20 Mbit/s each way, with bursts of half
@@ -45,8 +45,8 @@ const (
 // window only up to a point (the burst is 3 % of 16 s at the rate), so the
 // emulated guest's ten-fold scale is capped.
 var (
-	bwWarm   = min(sandbox.Scaled(2*time.Second), 4*time.Second)
-	bwWindow = min(sandbox.Scaled(8*time.Second), 16*time.Second)
+	bwWarm   = min(framework.Scaled(2*time.Second), 4*time.Second)
+	bwWindow = min(framework.Scaled(8*time.Second), 16*time.Second)
 )
 
 // bandwidthList is ovs-bridge (gateway on the bridge) and ovs-bandwidth with
@@ -433,7 +433,7 @@ func TestBandwidthAfterVswitchdRestart(t *testing.T) {
 	r := n.mustAdd(t, c, "eth0", bw)
 	t.Cleanup(func() { n.del(c, "eth0", bw) })
 	restartVswitchd(t, nil)
-	if sandbox.Userspace() {
+	if framework.Userspace() {
 		// The internal interface comes back without the node's addresses
 		// (see TestReconcileAfterVswitchdRestart); the gateway is reconcile's.
 		for i := 0; i < 50; i++ {
@@ -457,7 +457,7 @@ func TestBandwidthAfterVswitchdRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}
-	if sandbox.Userspace() {
+	if framework.Userspace() {
 		run("ethtool", "-K", h.bridge, "tx", "off")
 	}
 	h.wantLimits(t, c, "eth0")

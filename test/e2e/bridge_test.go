@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Two containers ping each other and the gateway; TCP works.
@@ -357,11 +357,11 @@ func TestBridgeStatus(t *testing.T) {
 }
 
 // 50 parallel ADDs, then 50 parallel DELs (fewer on a slow
-// machine: sandbox.Load).
+// machine: framework.Load).
 func TestBridgeParallel(t *testing.T) {
 	requireSandbox(t)
 	br := newBridge(t)
-	N := sandbox.Load(50, 6)
+	N := framework.Load(50, 6)
 	n := newCNI(t, conflist("1.0.0", "par", bridgeConf(br, t.TempDir(), map[string]any{"createBridge": true})))
 	cs := make([]*container, N)
 	for i := range cs {

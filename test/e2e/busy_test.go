@@ -23,7 +23,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // A busy node: ADDs that meet on one ofport, reconcile passes while pods
@@ -162,7 +162,7 @@ func TestBusyOFPortCollision(t *testing.T) {
 	br := newBridge(t)
 	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
 	rounds := 50
-	if sandbox.Slowdown > 1 {
+	if framework.Slowdown > 1 {
 		rounds = 20 // software emulation (hack/ovs-vm.sh): behaviour, not load
 	}
 	for r := 0; r < rounds; r++ {
@@ -221,7 +221,7 @@ func TestBusyNode(t *testing.T) {
 	vsctl(t, "set-fail-mode", br, "secure")
 	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
 	total, callers := 200, 16
-	if sandbox.Slowdown > 1 {
+	if framework.Slowdown > 1 {
 		total = 64 // software emulation (hack/ovs-vm.sh): behaviour, not load
 	}
 	// In pairs that meet on their home ofport, the two of a pair started
@@ -719,7 +719,7 @@ func TestBusyGC(t *testing.T) {
 	br := h.bridge
 	n := h.portmapList(t, "1.1.0", uniq("busygc"), nil)
 	rounds := 15
-	if sandbox.Slowdown > 1 {
+	if framework.Slowdown > 1 {
 		rounds = 5 // software emulation (hack/ovs-vm.sh): behaviour, not load
 	}
 	var passes atomic.Int64
@@ -891,7 +891,7 @@ func TestBusyPortmapDel(t *testing.T) {
 	pmOnly := newCNI(t, conflist("1.1.0", network,
 		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}))
 	rounds := 20
-	if sandbox.Slowdown > 1 {
+	if framework.Slowdown > 1 {
 		rounds = 5 // software emulation (hack/ovs-vm.sh): behaviour, not load
 	}
 	var passes atomic.Int64

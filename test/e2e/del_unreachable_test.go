@@ -15,7 +15,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // sandboxOVSDB stops (up false) or starts the sandbox's ovsdb-server; its
@@ -29,18 +29,6 @@ func sandboxOVSDB(t *testing.T, up bool) {
 	if out, err := exec.Command(filepath.Join(repoRoot, "hack", "ovs-sandbox.sh"), verb, sandboxNS).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v: %s", verb, err, out)
 	}
-}
-
-// poll calls cond until it is true or d has passed (scaled to the machine).
-func poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(sandbox.Scaled(d))
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
 }
 
 // A DEL that meets ovsdb-server stopped after the sandbox's netns went (a
@@ -89,7 +77,7 @@ func TestDelOVSDBUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	veth := hostVeth(c, "eth0")
-	if !poll(30*time.Second, func() bool { return !link.Exists(veth) }) {
+	if !framework.Until(30*time.Second, func() bool { return !link.Exists(veth) }) {
 		t.Fatalf("host veth %s still there after its netns was deleted", veth)
 	}
 

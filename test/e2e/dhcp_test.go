@@ -10,7 +10,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // dhcp IPAM works as with the reference bridge plugin: the interface is
@@ -57,8 +57,8 @@ func dhcpServer(t *testing.T, br string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { run("ip", "link", "del", upl) })
-	if sandbox.Userspace() {
-		// As sandbox.WireOVSHost does for its uplink: the node's IP stack
+	if framework.Userspace() {
+		// As framework.WireOVSHost does for its uplink: the node's IP stack
 		// sees a userspace datapath port's frames too.
 		if err := link.Isolate(upl); err != nil {
 			t.Fatal(err)
@@ -70,7 +70,7 @@ func dhcpServer(t *testing.T, br string) string {
 		{"ip", "addr", "add", "192.0.2.254/24", "dev", "eth0"},
 		{"ip", "link", "set", "eth0", "up"},
 	}
-	if sandbox.Userspace() {
+	if framework.Userspace() {
 		// The userspace datapath forwards frames through packet sockets with
 		// the checksum that TX offload left unfilled, and the receiver drops
 		// them; the kernel datapath keeps the skb's checksum state.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/record"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // A node's pod range changes (its Node re-registered with another): the
@@ -78,7 +78,7 @@ func TestGatewayWithdrawnWithItsRange(t *testing.T) {
 // deploy/node-prep.sh does.
 func reconcileOnce(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(sandbox.Scaled(20 * time.Second))
+	deadline := time.Now().Add(framework.Scaled(20 * time.Second))
 	for {
 		out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
 		if err == nil {

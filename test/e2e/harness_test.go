@@ -18,23 +18,23 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Shared with the other suites (test/internal/sandbox).
 var (
-	conflist    = sandbox.Conflist
-	pm          = sandbox.PM
-	mappings    = sandbox.Mappings
-	hp          = sandbox.HP
-	cniCode     = sandbox.CNICode
-	parallel    = sandbox.Parallel
-	allocations = sandbox.Allocations
+	conflist    = framework.Conflist
+	pm          = framework.PM
+	mappings    = framework.Mappings
+	hp          = framework.HP
+	cniCode     = framework.CNICode
+	parallel    = framework.Parallel
+	allocations = framework.Allocations
 )
 
 var (
-	uniq = sandbox.Uniq
-	run  = sandbox.Run // executes a command and returns its combined output
+	uniq = framework.Uniq
+	run  = framework.Run // executes a command and returns its combined output
 )
 
 func vsctl(t *testing.T, args ...string) string {
@@ -56,14 +56,14 @@ func portsOf(t *testing.T, key, value string) []string {
 	return strings.Fields(out)
 }
 
-// newBridge creates a bridge on the suite's datapath (sandbox.Datapath) for
+// newBridge creates a bridge on the suite's datapath (framework.Datapath) for
 // one test and removes it afterwards.
 func newBridge(t *testing.T) string {
 	t.Helper()
 	br := uniq("e2ebr")
 	vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type="+datapath)
 	t.Cleanup(func() { delBridge(br) })
-	if !sandbox.Userspace() {
+	if !framework.Userspace() {
 		// Proof that the bridge is on the kernel's datapath: its internal
 		// port is a port of a datapath of the openvswitch module.
 		if out, err := run("ovs-dpctl", "show"); err != nil || !strings.Contains(out, ": "+br+" (internal)") {
@@ -75,7 +75,7 @@ func newBridge(t *testing.T) string {
 
 func delBridge(br string) {
 	run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-br", br)
-	if sandbox.Userspace() {
+	if framework.Userspace() {
 		// The netdev datapath's kernel tap can outlive the bridge; a kernel
 		// datapath's internal port goes with it.
 		run("ip", "link", "del", br)
@@ -119,7 +119,7 @@ func (c *container) ping(ip string) error {
 // "hello from <id>" followed by the client address it saw.
 func (c *container) serveTCP(t *testing.T, port int) {
 	t.Helper()
-	sandbox.ServeTCP(t, c.ns, c.id, port)
+	framework.ServeTCP(t, c.ns, c.id, port)
 }
 
 // serveUDP answers every datagram the same way.

@@ -15,22 +15,22 @@ import (
 	"testing"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 var (
-	sandboxNS = sandbox.Env.NetNS
-	ovsdbAddr = sandbox.Env.OVSDB
-	binDir    = sandbox.Env.BinDir
-	repoRoot  = sandbox.Env.Repo
-	datapath  = sandbox.Datapath // "netdev" or "system" (OVSFLOW_DATAPATH)
+	sandboxNS = framework.Env.NetNS
+	ovsdbAddr = framework.Env.OVSDB
+	binDir    = framework.Env.BinDir
+	repoRoot  = framework.Env.Repo
+	datapath  = framework.Datapath // "netdev" or "system" (OVSFLOW_DATAPATH)
 	// ovsdbEP is ovsdbAddr parsed (zero outside the sandbox, where no test
 	// runs).
 	ovsdbEP, _ = endpoint.Parse(ovsdbAddr)
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(sandbox.Main(m, sandbox.Options{Suite: "e2e", KernelDatapath: true, Build: []string{
+	os.Exit(framework.Main(m, framework.Options{Suite: "e2e", KernelDatapath: true, Build: []string{
 		"github.com/containernetworking/plugins/plugins/ipam/host-local",
 		"github.com/containernetworking/plugins/plugins/ipam/static",
 		"github.com/containernetworking/plugins/plugins/ipam/dhcp",
@@ -39,4 +39,4 @@ func TestMain(m *testing.M) {
 }
 
 // requireSandbox skips, loudly, when the suite cannot run here.
-func requireSandbox(t *testing.T) { sandbox.Require(t) }
+func requireSandbox(t *testing.T) { framework.Require(t) }

@@ -16,6 +16,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/orphan"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // A DEL the runtime never ran (the sandbox's netns destroyed behind its
@@ -243,7 +244,7 @@ func TestOrphanKeepsLiveSandbox(t *testing.T) {
 	}
 	dropNetNS(t, gone)
 	for _, c := range []*container{self, gone} {
-		if !poll(30*time.Second, func() bool { return !link.Exists(hostVeth(c, "eth0")) }) {
+		if !framework.Until(30*time.Second, func() bool { return !link.Exists(hostVeth(c, "eth0")) }) {
 			t.Fatalf("host veth of %s still there", c.id)
 		}
 	}

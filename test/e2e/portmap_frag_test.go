@@ -16,7 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // serveUDPEcho answers every datagram with one of the same size, starting
@@ -162,7 +162,7 @@ func TestPortmapUDPFragments(t *testing.T) {
 	if k := stolen.Load(); k > 0 {
 		t.Errorf("the node's own socket on the host port got %d datagrams, want none", k)
 	}
-	if sandbox.Userspace() {
+	if framework.Userspace() {
 		// Nothing is left waiting in the reassembler for fragments that
 		// went elsewhere.
 		st := appctl(t, "dpctl/ipf-get-status")

@@ -16,14 +16,14 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // serveBulk answers every TCP connection with size bytes, then closes it.
 func (c *container) serveBulk(t *testing.T, port, size int) {
 	t.Helper()
 	payload := bytes.Repeat([]byte{'b'}, size)
-	sandbox.Serve(t, c.ns, port, func(conn net.Conn) {
+	framework.Serve(t, c.ns, port, func(conn net.Conn) {
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(20 * time.Second))
 		conn.Write(payload)
@@ -122,7 +122,7 @@ func TestPortmapICMPFromContainer(t *testing.T) {
 // closes it.
 func (c *container) serveHold(t *testing.T, port int) {
 	t.Helper()
-	sandbox.Serve(t, c.ns, port, func(conn net.Conn) {
+	framework.Serve(t, c.ns, port, func(conn net.Conn) {
 		defer conn.Close()
 		io.Copy(io.Discard, conn)
 	})
@@ -158,7 +158,7 @@ func TestPortmapPathMTUToClient(t *testing.T) {
 		mtu                int
 	}{{nodeV4, outsideV4, addrOf(t, res, false), 1300}, {nodeV6, outsideV6, addrOf(t, res, true), 1400}} {
 		v6 := strings.Contains(tc.node, ":")
-		if v6 && sandbox.Userspace() {
+		if v6 && framework.Userspace() {
 			// Userspace conntrack (OVS 3.1 and later; nat_packet_ipv6)
 			// un-NATs the outer source of an ICMPv6 error about a TCP
 			// connection with the TCP checksum update of the

@@ -15,19 +15,19 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
-// The node of docs/design.md (sandbox.WireOVSHost): node addresses on the
+// The node of docs/design.md (framework.WireOVSHost): node addresses on the
 // bridge's internal interface, an uplink port wired to an "outside" netns,
 // containers attached by ovs-bridge with their gateway on the internal
 // interface.
 const (
-	nodeV4    = sandbox.NodeV4
-	nodeV4b   = sandbox.NodeV4b // a second node address (row E)
-	nodeV6    = sandbox.NodeV6
-	outsideV4 = sandbox.OutsideV4
-	outsideV6 = sandbox.OutsideV6
+	nodeV4    = framework.NodeV4
+	nodeV4b   = framework.NodeV4b // a second node address (row E)
+	nodeV6    = framework.NodeV6
+	outsideV4 = framework.OutsideV4
+	outsideV6 = framework.OutsideV6
 )
 
 type ovsHost struct {
@@ -45,7 +45,7 @@ func newOVSHost(t *testing.T) *ovsHost {
 			t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, br, h.dumpAll(t))
 		}
 	})
-	sandbox.WireOVSHost(t, br, h.outside.name, "upl")
+	framework.WireOVSHost(t, br, h.outside.name, "upl")
 	return h
 }
 
@@ -256,7 +256,7 @@ func TestPortmapConflict(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.mustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
-		if sandbox.Slowdown > 1 {
+		if framework.Slowdown > 1 {
 			// ovs-portmap waits for the datapath's flow cache for at most
 			// 50 ms (pkg/hostport revalidationCap); on a machine many times
 			// slower than hardware (software emulation) a revalidation round
@@ -265,8 +265,8 @@ func TestPortmapConflict(t *testing.T) {
 			// is retried for the stretched cap, and said so.
 			if _, err := dial(h.outside.ns, "tcp", hp(nodeV4, 8081)); err != nil {
 				t.Logf("reload %d: the first connection after ADD failed (%v); retrying for %v (Slowdown %d)",
-					i, err, sandbox.Scaled(50*time.Millisecond), sandbox.Slowdown)
-				time.Sleep(sandbox.Scaled(50 * time.Millisecond))
+					i, err, framework.Scaled(50*time.Millisecond), framework.Slowdown)
+				time.Sleep(framework.Scaled(50 * time.Millisecond))
 			}
 		}
 		expect(t, h.outside.ns, "tcp", hp(nodeV4, 8081), a, outsideV4)
@@ -313,7 +313,7 @@ func TestPortmapParallel(t *testing.T) {
 	requireSandbox(t)
 	h := newOVSHost(t)
 	n := h.portmapList(t, "1.0.0", "pmpar", nil)
-	N := sandbox.Load(30, 6) // fewer on a slow machine
+	N := framework.Load(30, 6) // fewer on a slow machine
 	cs := make([]*container, N)
 	for i := range cs {
 		cs[i] = newContainer(t)

@@ -17,7 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // bridgeAddrs lists the addresses on a bridge's internal interface.
@@ -130,7 +130,7 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 	// comes back without addresses.
 	var kept []string
 	restartVswitchd(t, func() {
-		if sandbox.Userspace() {
+		if framework.Userspace() {
 			return
 		}
 		out, err := run("ovs-dpctl", "show")
@@ -142,7 +142,7 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 		kept = bridgeAddrs(t, h.bridge)
 	})
 	back := time.Now()
-	if sandbox.Userspace() {
+	if framework.Userspace() {
 		// The node's own addresses are the operator's (its network configuration
 		// puts them back); the gateway addresses are restored by reconcile.
 		for _, args := range [][]string{
@@ -157,7 +157,7 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
-		run("ethtool", "-K", h.bridge, "tx", "off") // see sandbox.WireOVSHost
+		run("ethtool", "-K", h.bridge, "tx", "off") // see framework.WireOVSHost
 	} else {
 		for _, a := range []string{nodeV4, nodeV6, "192.0.2.1"} {
 			if !slices.Contains(kept, a) {
@@ -166,7 +166,7 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 		}
 	}
 
-	deadline := back.Add(sandbox.Scaled(5 * time.Second))
+	deadline := back.Add(framework.Scaled(5 * time.Second))
 	for i, c := range cs {
 		for {
 			got, err := dial(h.outside.ns, "tcp", hp(nodeV4, 30000+i))
@@ -174,7 +174,7 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("host port %d did not answer within %v of ovs-vswitchd being back: %q, %v", 30000+i, sandbox.Scaled(5*time.Second), got, err)
+				t.Fatalf("host port %d did not answer within %v of ovs-vswitchd being back: %q, %v", 30000+i, framework.Scaled(5*time.Second), got, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Traffic across ovs-vswitchd restarts, with `ovs-portmap reconcile -watch`
@@ -52,7 +52,7 @@ func TestRestartKeepsTraffic(t *testing.T) {
 				startUDPStream(t, "pod to pod (UDP)", cli.ns, srv.container, hp(srv.v4.String(), 9001), 9001, interval),
 			}
 			tcp := startTCPStream(t, l.outside.ns, srv.container, hp(nodeV4, hpTCP), 9002, interval)
-			time.Sleep(sandbox.Scaled(500 * time.Millisecond))
+			time.Sleep(framework.Scaled(500 * time.Millisecond))
 			for _, s := range streams {
 				if s.received() == 0 {
 					t.Fatalf("%s: nothing received before any restart", s.name)
@@ -73,10 +73,10 @@ func TestRestartKeepsTraffic(t *testing.T) {
 				l.restoreNode(t)
 				waitRestoreWaitCleared(t)
 				ev("flow-restore-wait clear")
-				time.Sleep(sandbox.Scaled(700 * time.Millisecond))
+				time.Sleep(framework.Scaled(700 * time.Millisecond))
 			}
 			t.Logf("restarts: %v", events)
-			time.Sleep(sandbox.Scaled(300 * time.Millisecond))
+			time.Sleep(framework.Scaled(300 * time.Millisecond))
 			cli1, srv1 := tcpCounters(t, l.outside.ns), tcpCounters(t, srv.ns)
 			cliD, srvD := counterDelta(cli0, cli1), counterDelta(srv0, srv1)
 			// The baseline: as long again with no restart.
@@ -86,7 +86,7 @@ func TestRestartKeepsTraffic(t *testing.T) {
 				s.stop()
 			}
 			sentTCP, gotTCP := tcp.stop()
-			keep := !sandbox.Userspace()
+			keep := !framework.Userspace()
 			if tcp.err != nil && keep {
 				t.Errorf("TCP through a host port: %v", tcp.err)
 			}
@@ -161,7 +161,7 @@ func stopVswitchd(t *testing.T, sig syscall.Signal) {
 // cleared the one it set, once the pipeline was back).
 func waitRestoreWaitCleared(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(sandbox.Scaled(20 * time.Second))
+	deadline := time.Now().Add(framework.Scaled(20 * time.Second))
 	for {
 		out, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait")
 		if strings.TrimSpace(out) == "" {
@@ -265,7 +265,7 @@ func (s *udpStream) stop() {
 	default:
 	}
 	close(s.quit)
-	time.Sleep(sandbox.Scaled(300 * time.Millisecond))
+	time.Sleep(framework.Scaled(300 * time.Millisecond))
 	s.rx.SetReadDeadline(time.Now())
 	s.done.Wait()
 }
@@ -377,7 +377,7 @@ func (s *tcpStream) stop() (sent, recv int64) {
 	go func() { s.done.Wait(); close(wait) }()
 	select {
 	case <-wait:
-	case <-time.After(sandbox.Scaled(10 * time.Second)):
+	case <-time.After(framework.Scaled(10 * time.Second)):
 	}
 	s.conn.Close()
 	s.ln.Close()

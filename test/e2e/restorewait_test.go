@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // restoreWait reads other_config:flow-restore-wait ("" when unset) and
@@ -66,7 +66,7 @@ func TestOneShotReconcileClearsRestoreWait(t *testing.T) {
 		t.Fatalf("before the restart: ping a -> b: %v", err)
 	}
 
-	if sandbox.Userspace() {
+	if framework.Userspace() {
 		stopVswitchd(t, syscall.SIGTERM)
 		setRestoreWaitOurs(t)
 	} else {
@@ -157,7 +157,7 @@ func uninstall(t *testing.T) {
 // pollUntil polls cond until it holds, failing the test after 20 s.
 func pollUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	if !poll(20*time.Second, cond) {
-		t.Fatalf("%s: not within %v", what, sandbox.Scaled(20*time.Second))
+	if !framework.Until(20*time.Second, cond) {
+		t.Fatalf("%s: not within %v", what, framework.Scaled(20*time.Second))
 	}
 }

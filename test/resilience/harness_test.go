@@ -18,25 +18,25 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 
-	ovssandbox "github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Shared with the other suites (test/internal/sandbox).
 var (
-	conflist = ovssandbox.Conflist
-	pm       = ovssandbox.PM
-	mappings = ovssandbox.Mappings
-	hp       = ovssandbox.HP
-	cniCode  = ovssandbox.CNICode
-	parallel = ovssandbox.Parallel
+	conflist = framework.Conflist
+	pm       = framework.PM
+	mappings = framework.Mappings
+	hp       = framework.HP
+	cniCode  = framework.CNICode
+	parallel = framework.Parallel
 )
 
 // Small helpers like test/e2e's (test packages cannot import each other's
-// _test files); the shared ones live in test/internal/sandbox.
+// _test files); the shared ones live in test/internal/framework.
 
 var (
-	uniq = ovssandbox.Uniq
-	run  = ovssandbox.Run // executes a command and returns its combined output
+	uniq = framework.Uniq
+	run  = framework.Run // executes a command and returns its combined output
 )
 
 func vsctlAt(t testing.TB, db string, args ...string) string {
@@ -96,7 +96,7 @@ func (c *container) exec(args ...string) (string, error) {
 // with "hello from <id>".
 func (c *container) serveTCP(t *testing.T, port int) {
 	t.Helper()
-	ovssandbox.ServeTCP(t, c.ns, c.id, port)
+	framework.ServeTCP(t, c.ns, c.id, port)
 }
 
 // dial connects over TCP from inside netns n and returns what the server said.
@@ -116,12 +116,12 @@ func dial(n ns.NetNS, addr string) (string, error) {
 	return out, err
 }
 
-// The node of docs/design.md (ovssandbox.WireOVSHost).
+// The node of docs/design.md (framework.WireOVSHost).
 const (
-	nodeV4    = ovssandbox.NodeV4
-	nodeV6    = ovssandbox.NodeV6
-	outsideV4 = ovssandbox.OutsideV4
-	outsideV6 = ovssandbox.OutsideV6
+	nodeV4    = framework.NodeV4
+	nodeV6    = framework.NodeV6
+	outsideV4 = framework.OutsideV4
+	outsideV6 = framework.OutsideV6
 )
 
 type ovsHost struct {
@@ -140,7 +140,7 @@ func newOVSHost(t *testing.T) *ovsHost {
 			t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, br, fl)
 		}
 	})
-	ovssandbox.WireOVSHost(t, br, h.outside.name, "rsupl")
+	framework.WireOVSHost(t, br, h.outside.name, "rsupl")
 	return h
 }
 

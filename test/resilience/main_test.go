@@ -18,20 +18,20 @@ import (
 	"os"
 	"testing"
 
-	ovssandbox "github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 const envEnable = "OVSFLOW_RESILIENCE"
 
 var (
-	sandboxNS = ovssandbox.Env.NetNS
-	ovsdbAddr = ovssandbox.Env.OVSDB
-	binDir    = ovssandbox.Env.BinDir
-	repoRoot  = ovssandbox.Env.Repo
+	sandboxNS = framework.Env.NetNS
+	ovsdbAddr = framework.Env.OVSDB
+	binDir    = framework.Env.BinDir
+	repoRoot  = framework.Env.Repo
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(ovssandbox.Main(m, ovssandbox.Options{Suite: "resilience",
+	os.Exit(framework.Main(m, framework.Options{Suite: "resilience",
 		Build: []string{"github.com/containernetworking/plugins/plugins/ipam/host-local"},
 		Gate: func() string {
 			if os.Getenv(envEnable) == "" {
@@ -43,4 +43,4 @@ func TestMain(m *testing.M) {
 }
 
 // requireSandbox skips, loudly, when the suite cannot run here.
-func requireSandbox(t *testing.T) { ovssandbox.Require(t) }
+func requireSandbox(t *testing.T) { framework.Require(t) }

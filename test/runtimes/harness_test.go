@@ -25,11 +25,11 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/link"
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Shared with the other suites (test/internal/sandbox).
-var allocations = sandbox.Allocations
+var allocations = framework.Allocations
 
 // The node of docs/design.md ("The node"): node addresses on the bridge's internal
 // interface, an uplink port wired to an "outside" netns, containers attached

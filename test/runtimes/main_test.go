@@ -39,7 +39,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/ovsflow/ovs-cni/test/internal/sandbox"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Environment handed from the outer process to the re-executed one.
@@ -156,7 +156,7 @@ func runInSandbox(m *testing.M) int {
 	if err := build.Run(); err != nil {
 		return fail("building plugins: %v", err)
 	}
-	confined, err := sandbox.Confine(bin)
+	confined, err := framework.Confine(bin)
 	if err != nil {
 		return fail("%v", err)
 	}

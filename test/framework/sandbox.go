@@ -1,4 +1,8 @@
-// Package sandbox runs a test binary inside a private Open vSwitch: TestMain
+// Package framework is the one harness of the project's suites (test/e2e,
+// test/resilience, test/runtimes): the private Open vSwitch they run in, the
+// CNI runner, config builders, traffic helpers and waits on conditions.
+//
+// Main runs a test binary inside a private Open vSwitch: TestMain
 // calls Main, which builds the plugin binaries, starts ovsdb-server and
 // ovs-vswitchd in a network namespace of their own (hack/ovs-sandbox.sh) and
 // re-executes the test binary inside that netns, which then plays the node.
@@ -11,7 +15,7 @@
 // directory of plugins already built, instead of building them with go: the
 // virtual machine has no Go toolchain). A third, OVSFLOW_TIME_SCALE, says how
 // many times slower than real hardware the machine is (Slowdown).
-package sandbox
+package framework
 
 import (
 	"bufio"

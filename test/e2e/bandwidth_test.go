@@ -168,7 +168,7 @@ func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d ti
 	}()
 	time.Sleep(warm) // time is the subject: a rate is bytes over a measured interval, after the burst (see bwWarm)
 	b0, t0 := got.Load(), time.Now()
-	time.Sleep(d)
+	time.Sleep(d) // the measured interval
 	b1, t1 := got.Load(), time.Now()
 	stop.Store(true)
 	wg.Wait()

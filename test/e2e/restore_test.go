@@ -83,7 +83,7 @@ func TestRestartKeepsTraffic(t *testing.T) {
 					marks[i] = s.received()
 				}
 				mark := tcp.recv.Load()
-				framework.Until(5*time.Second, func() bool {
+				again := framework.Until(5*time.Second, func() bool {
 					for i, s := range streams {
 						if s.received() <= marks[i] {
 							return false
@@ -91,7 +91,7 @@ func TestRestartKeepsTraffic(t *testing.T) {
 					}
 					return framework.Userspace() || tcp.recv.Load() > mark
 				})
-				ev("traffic again")
+				ev(fmt.Sprintf("traffic again: %v", again))
 			}
 			t.Logf("restarts: %v", events)
 			cli1, srv1 := tcpCounters(t, l.outside.ns), tcpCounters(t, srv.ns)

@@ -17,6 +17,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Addresses of TestNodePrep's node (on its uplink, then on the bridge) and
@@ -199,18 +200,15 @@ func TestNodePrep(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("ovs-vswitchd %d still there after SIGKILL", pid)
-		}
+	if !framework.Until(10*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) {
+		t.Fatalf("ovs-vswitchd %d still there after SIGKILL", pid)
 	}
 	os.Remove(pidFile)
 	must(t, "../hack/ovs-sandbox.sh", "start-vswitchd", s.name)
-	for deadline := time.Now().Add(20 * time.Second); !endpoint.Listening(target) ||
-		exec.Command("ip", "-n", s.netns, "link", "show", br).Run() != nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("ovs-vswitchd did not re-create %s", br)
-		}
+	if !framework.Until(20*time.Second, func() bool {
+		return endpoint.Listening(target) && exec.Command("ip", "-n", s.netns, "link", "show", br).Run() == nil
+	}) {
+		t.Fatalf("ovs-vswitchd did not re-create %s", br)
 	}
 	// The userspace datapath re-creates the bridge's interface without its
 	// addresses: the node's network configuration puts them back.

@@ -176,12 +176,28 @@ users: [{name: u, user: {token: x}}]
 contexts: [{name: c, context: {cluster: c, user: u}}]
 current-context: c
 `), 0o600)
+	// A free port for the probe server, to see it up.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	health := ln.Addr().String()
+	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{NodeName: "n", Kubeconfig: kc, ConfTemplate: "/nonexistent/t.conflist", CNIConfDir: t.TempDir(), HealthAddr: "127.0.0.1:0"})
+		done <- Run(ctx, Config{NodeName: "n", Kubeconfig: kc, ConfTemplate: "/nonexistent/t.conflist", CNIConfDir: t.TempDir(), HealthAddr: health})
 	}()
-	time.Sleep(200 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) { // until its probe server is up
+		c, err := net.Dial("tcp", health)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the probe server on %s is not up: %v", health, err)
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:

@@ -50,7 +50,7 @@ func listenFull(t *testing.T) (net.Listener, string) {
 func TestDialWaitsForAFullBacklog(t *testing.T) {
 	l, path := listenFull(t)
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // time is the subject: the backlog stays full a while, so Dial meets it full
 		for {
 			c, err := l.Accept()
 			if err != nil {

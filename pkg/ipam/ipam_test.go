@@ -205,7 +205,7 @@ func TestBusyBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // time is the subject: the binary stays busy past the first try
 		f.Close()
 	}()
 	start := time.Now()

@@ -128,14 +128,16 @@ func TestWaitPastDeadlineIsContextDeadline(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		client, server := net.Pipe()
 		c := &Conn{conn: client, dec: json.NewDecoder(client)}
+		hold := make(chan struct{})
 		go func() {
 			defer server.Close()
 			var m Msg
 			json.NewDecoder(server).Decode(&m) // read the request, never answer
-			time.Sleep(time.Second)
+			<-hold                             // until the call has returned
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
 		err := c.Call(ctx, "revalidator/wait", []string{}, nil)
+		close(hold)
 		cancel()
 		c.Close()
 		if !errors.Is(err, context.DeadlineExceeded) {

@@ -2,6 +2,7 @@ package link
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -59,7 +60,19 @@ func TestAnnounce(t *testing.T) {
 		if err := netlink.LinkSetUp(l); err != nil {
 			return err
 		}
-		time.Sleep(300 * time.Millisecond) // the kernel's own announcements on link up go first
+		// Until the link is up for traffic (its carrier: both ends up):
+		// before that the frames go nowhere.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if l, err = netlink.LinkByName("eth0"); err != nil {
+				return err
+			}
+			if l.Attrs().RawFlags&unix.IFF_RUNNING != 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("eth0 has no carrier: %s", l.Attrs().OperState)
+			}
+		}
 		return Announce("eth0", []netip.Addr{gw4, gw6})
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 const protoVRRP = 112
@@ -108,12 +110,16 @@ func TestAttackAllowedAddresses(t *testing.T) {
 					t.Errorf("%s: the victim did not receive it, want it to", c.what)
 				}
 			}
-			time.Sleep(500 * time.Millisecond)
-			for _, c := range checks {
-				if !c.passes && snV.count(c.match) > 0 {
-					t.Errorf("%s: the victim received %v, want it dropped", c.what, snV.first(2, c.match))
+			// A negative check: what is dropped stays away for half a second
+			// after the frames sent with it that pass have arrived.
+			framework.Consistently(t, 500*time.Millisecond, "frames outside the allowed addresses", func() error {
+				for _, c := range checks {
+					if !c.passes && snV.count(c.match) > 0 {
+						return fmt.Errorf("%s: the victim received %v, want it dropped", c.what, snV.first(2, c.match))
+					}
 				}
-			}
+				return nil
+			})
 			drops.check(t, true, flows.ReasonSpoofed, flows.ReasonNeighbourDiscovery)
 			l.normal(t)
 		})
@@ -165,12 +171,16 @@ func TestAttackVRRP(t *testing.T) {
 					t.Errorf("%s: the peer did not receive it, want it to", c.what)
 				}
 			}
-			time.Sleep(500 * time.Millisecond)
-			for _, c := range checks {
-				if !c.passes && snV.count(c.match) > 0 {
-					t.Errorf("%s: the peer received %v, want it dropped", c.what, snV.first(2, c.match))
+			// A negative check: what is dropped stays away for half a second
+			// after the frames sent with it that pass have arrived.
+			framework.Consistently(t, 500*time.Millisecond, "VRRP adverts that are not allowed", func() error {
+				for _, c := range checks {
+					if !c.passes && snV.count(c.match) > 0 {
+						return fmt.Errorf("%s: the peer received %v, want it dropped", c.what, snV.first(2, c.match))
+					}
 				}
-			}
+				return nil
+			})
 			drops.check(t, true, flows.ReasonVRRP)
 			l.normal(t)
 		})
@@ -219,6 +229,7 @@ func TestVIPFailover(t *testing.T) {
 	to(a, "A holds the VIP")
 	drop(a)
 	take(b)
+	framework.Until(2*time.Second, func() bool { return neighMAC(t, c.container, "eth0", vip) == b.mac.String() })
 	if got := neighMAC(t, c.container, "eth0", vip); got != b.mac.String() {
 		t.Errorf("after B's gratuitous ARP: the client's neighbour entry for the VIP is %s, want B's %s", got, b.mac)
 	}
@@ -227,10 +238,14 @@ func TestVIPFailover(t *testing.T) {
 	// The thief's network does not allow the VIP.
 	drops := watchDrops(t, x.container)
 	take(x)
-	time.Sleep(500 * time.Millisecond)
-	if got := neighMAC(t, c.container, "eth0", vip); got != b.mac.String() {
-		t.Errorf("after the thief's gratuitous ARP: the client's neighbour entry for the VIP is %s, want B's %s", got, b.mac)
-	}
+	// A negative check: the client keeps B for half a second after the
+	// thief's gratuitous ARP.
+	framework.Consistently(t, 500*time.Millisecond, "after the thief's gratuitous ARP", func() error {
+		if got := neighMAC(t, c.container, "eth0", vip); got != b.mac.String() {
+			return fmt.Errorf("the client's neighbour entry for the VIP is %s, want B's %s", got, b.mac)
+		}
+		return nil
+	})
 	to(b, "the thief claimed the VIP")
 	drops.check(t, true, flows.ReasonSpoofed)
 
@@ -272,13 +287,10 @@ func TestAllowedAddressesAfterRestart(t *testing.T) {
 	c := l.join(l.network("vip-restart-client", nil, nil), "client", nil)
 	restartVswitchd(t, nil)
 	var out string
-	var err error
-	for i := 0; i < 100; i++ {
-		if out, err = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	err := framework.Wait(10*time.Second, func() (err error) { // until ovs-vswitchd serves the bridge again
+		out, err = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
+		return err
+	})
 	if err != nil {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}
@@ -301,10 +313,13 @@ func TestAllowedAddressesAfterRestart(t *testing.T) {
 	if !sn.waitFor(2*time.Second, from(vip)) {
 		t.Errorf("after the restart: UDP from the allowed VIP did not reach the client")
 	}
-	time.Sleep(500 * time.Millisecond)
-	if sn.count(from(other)) > 0 {
-		t.Errorf("after the restart: UDP from %s reached the client, want it dropped", other)
-	}
+	// A negative check: half a second after the allowed frame sent with it.
+	framework.Consistently(t, 500*time.Millisecond, "after the restart", func() error {
+		if sn.count(from(other)) > 0 {
+			return fmt.Errorf("UDP from %s reached the client, want it dropped", other)
+		}
+		return nil
+	})
 	drops.check(t, true, flows.ReasonSpoofed)
 }
 

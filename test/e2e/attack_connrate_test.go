@@ -53,6 +53,7 @@ func flood(t *testing.T, n ns.NetNS, addr string, cc *connCounter, d time.Durati
 	before := cc.conns.Load()
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
+	var opened atomic.Int64
 	for i := 0; i < 32; i++ {
 		wg.Add(1)
 		go func() {
@@ -60,13 +61,15 @@ func flood(t *testing.T, n ns.NetNS, addr string, cc *connCounter, d time.Durati
 			for time.Now().Before(end) {
 				var conn net.Conn
 				if n.Do(func(ns.NetNS) (err error) { conn, err = net.DialTimeout("tcp", addr, 300*time.Millisecond); return err }) == nil {
+					opened.Add(1)
 					conn.Close()
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	time.Sleep(100 * time.Millisecond) // the last accepts
+	// The last accepts: every connection the callers opened is the pod's.
+	framework.Until(5*time.Second, func() bool { return cc.conns.Load()-before >= opened.Load() })
 	return cc.conns.Load() - before
 }
 
@@ -107,7 +110,7 @@ func TestAttackHostPortConnectionRate(t *testing.T) {
 	if err := <-fed; err != nil {
 		t.Errorf("the established connection during the flood: %v", err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	framework.Until(5*time.Second, func() bool { return cc.bytes.Load() >= 64*64<<10 })
 	if b := cc.bytes.Load(); b != 64*64<<10 {
 		t.Errorf("established connection: the pod got %d bytes, want %d", b, 64*64<<10)
 	}
@@ -128,22 +131,14 @@ func TestAttackHostPortConnectionRate(t *testing.T) {
 			{"addr", "replace", nodeV4 + "/24", "dev", h.bridge},
 			{"link", "set", h.bridge, "up"},
 		} {
-			for i := 0; i < 50; i++ {
-				if _, err := run("ip", args...); err == nil {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			framework.Until(time.Second, func() bool { _, err := run("ip", args...); return err == nil })
 		}
 	}
 	var out string
-	var err error
-	for i := 0; i < 100; i++ {
-		if out, err = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	err := framework.Wait(10*time.Second, func() (err error) { // until ovs-vswitchd serves the bridge again
+		out, err = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
+		return err
+	})
 	if err != nil {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}

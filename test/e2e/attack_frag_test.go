@@ -165,11 +165,15 @@ func TestAttackDHCPServerPorts(t *testing.T) {
 				return ok && sp == 5547 && dp == 546 && len(d) > 4 && uint32(d[1])<<16|uint32(d[2])<<8|uint32(d[3]) == xid&0xffffff
 			}
 			if tc.allow {
-				for end := time.Now().Add(framework.Scaled(time.Second)); time.Now().Before(end) && (sn.count(v4) < 2 || sn.count(v6) < 2); {
-					time.Sleep(20 * time.Millisecond)
-				}
+				framework.Until(time.Second, func() bool { return sn.count(v4) >= 2 && sn.count(v6) >= 2 })
 			} else {
-				time.Sleep(300 * time.Millisecond)
+				// A negative check: none of them arrives for 300 ms.
+				framework.Consistently(t, 300*time.Millisecond, "DHCP server messages from the attacker's other ports", func() error {
+					if n := sn.count(v4) + sn.count(v6); n > 0 {
+						return fmt.Errorf("the victim received %d, want none: %v", n, sn.first(5, func(f frame) bool { return v4(f) || v6(f) }))
+					}
+					return nil
+				})
 			}
 			n4, n6 := sn.count(v4), sn.count(v6)
 			if tc.allow && (n4 != 2 || n6 != 2) {
@@ -258,9 +262,27 @@ func TestAttackFragments(t *testing.T) {
 				for _, at := range attacks {
 					mustSend(t, s, at.frames...)
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // time is the subject: three rounds, each its own arrival, not one burst
 			}
-			time.Sleep(300 * time.Millisecond)
+			// A negative check: no first fragment of a blocked attack
+			// reaches C within 300 ms of the last round.
+			framework.Consistently(t, 300*time.Millisecond, "fragments that must be dropped", func() error {
+				for _, at := range attacks {
+					if tc.all || at.large && tc.large || datapath == "system" && tc.large && strings.HasPrefix(at.name, "DHCP") {
+						continue
+					}
+					if n := snC.count(func(f frame) bool {
+						id, off, ok := f.fragID()
+						return ok && f.src.String() == a.mac.String() && id == at.id && off == 0
+					}); n > 0 {
+						return fmt.Errorf("%s: first fragment received by C %d times, want none", at.name, n)
+					}
+				}
+				return nil
+			})
+			if tc.all || tc.large {
+				framework.Until(2*time.Second, func() bool { n4, n6 := udpDelivered(t, c.container); return n4 > r4 && n6 > r6 })
+			}
 			for _, at := range attacks {
 				want := tc.all || at.large && tc.large
 				if datapath == "system" && tc.large && !tc.all && strings.HasPrefix(at.name, "DHCP") {
@@ -273,7 +295,7 @@ func TestAttackFragments(t *testing.T) {
 					return ok && f.src.String() == a.mac.String() && id == at.id && off == 0
 				}
 				if want {
-					snC.waitFor(framework.Scaled(time.Second), head)
+					snC.waitFor(time.Second, head)
 				}
 				if got := snC.count(head) > 0; got != want {
 					t.Errorf("%s: first fragment received by C %v, want %v (%d fragments sent 3 times)", at.name, got, want, len(at.frames))
@@ -335,24 +357,29 @@ func TestFragmentedUDP(t *testing.T) {
 				}
 				got <- buf[:k]
 			}()
-			if err := p1.ns.Do(func(ns.NetNS) error {
-				conn, err := net.Dial("udp", netip.AddrPortFrom(dst, 7070).String())
-				if err != nil {
-					return err
-				}
-				defer conn.Close()
-				// Several copies: the first may wait for neighbour resolution.
-				for i := 0; i < 5; i++ {
-					if _, err := conn.Write(payload); err != nil {
-						return err
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-				return nil
+			var conn net.Conn
+			if err := p1.ns.Do(func(ns.NetNS) (err error) {
+				conn, err = net.Dial("udp", netip.AddrPortFrom(dst, 7070).String())
+				return err
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if d := <-got; !bytes.Equal(d, payload) {
+			defer conn.Close()
+			// Copies until one arrives: the first may wait for neighbour
+			// resolution (the receiver gives up after its own deadline).
+			var d []byte
+			framework.Until(10*time.Second, func() bool {
+				if _, err := conn.Write(payload); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case d = <-got:
+					return true
+				default:
+					return false
+				}
+			})
+			if !bytes.Equal(d, payload) {
 				t.Errorf("%s: received %d bytes, want the %d-byte datagram", dst, len(d), len(payload))
 			}
 		})

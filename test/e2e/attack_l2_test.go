@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -88,7 +89,15 @@ func TestAttackVLANHopping(t *testing.T) {
 				}},
 			}
 			if tc.blocked {
-				time.Sleep(500 * time.Millisecond)
+				// A negative check: none of it arrives for half a second.
+				framework.Consistently(t, 500*time.Millisecond, "frames that must be blocked", func() error {
+					for _, c := range checks {
+						if c.sn.count(c.match) > 0 {
+							return fmt.Errorf("%s: true, want false (first frames: %v)", c.what, c.sn.first(3, c.match))
+						}
+					}
+					return nil
+				})
 			}
 			for _, c := range checks {
 				got := c.sn.count(c.match) > 0 || !tc.blocked && c.sn.waitFor(time.Second, c.match)
@@ -211,11 +220,15 @@ func TestAttackRogueDHCP(t *testing.T) {
 				}
 				if tc.allow {
 					// Every message must come; under emulation they trickle in.
-					for end := time.Now().Add(framework.Scaled(time.Second)); time.Now().Before(end) && (sn.count(v4) < 2 || sn.count(v6) < 3); {
-						time.Sleep(20 * time.Millisecond)
-					}
+					framework.Until(time.Second, func() bool { return sn.count(v4) >= 2 && sn.count(v6) >= 3 })
 				} else {
-					time.Sleep(300 * time.Millisecond)
+					// A negative check: none of them arrives for 300 ms.
+					framework.Consistently(t, 300*time.Millisecond, victim.name+": DHCP server messages from the attacker", func() error {
+						if n := sn.count(v4) + sn.count(v6); n > 0 {
+							return fmt.Errorf("received %d, want none: %v", n, sn.first(5, func(f frame) bool { return v4(f) || v6(f) }))
+						}
+						return nil
+					})
 				}
 				n4, n6 := sn.count(v4), sn.count(v6)
 				if tc.allow && (n4 != 2 || n6 != 3) {

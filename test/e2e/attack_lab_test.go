@@ -25,6 +25,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 type lab struct {
@@ -167,7 +168,7 @@ func linkLocal(t *testing.T, n ns.NetNS, ifname, who string) netip.Addr {
 		}
 		return nil
 	}
-	for i := 0; i < 300; i++ {
+	if !framework.Until(3*time.Second, func() bool {
 		var err error
 		if n == nil {
 			err = look(nil)
@@ -177,12 +178,10 @@ func linkLocal(t *testing.T, n ns.NetNS, ifname, who string) netip.Addr {
 		if err != nil {
 			t.Fatalf("%s: link-local of %s: %v", who, ifname, err)
 		}
-		if got.IsValid() {
-			return got
-		}
-		time.Sleep(10 * time.Millisecond)
+		return got.IsValid()
+	}) {
+		t.Fatalf("%s: %s has no link-local address after %v", who, ifname, framework.Scaled(3*time.Second))
 	}
-	t.Fatalf("%s: %s has no link-local address after 3 s", who, ifname)
 	return got
 }
 

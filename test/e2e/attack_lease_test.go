@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // A reconcile that runs while a dhcp ADD waits for its lease leaves the
@@ -59,25 +61,27 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 					flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity).Delete().String())
 				return out
 			}
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				ofport, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "get", "Interface", hostVeth(c, "eth0"), "ofport")
-				up := false
+			var ofport string
+			var up bool
+			if !framework.Until(20*time.Second, func() bool {
+				ofport, _ = run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "get", "Interface", hostVeth(c, "eth0"), "ofport")
+				up = false
 				if ifi, err := net.InterfaceByName(hostVeth(c, "eth0")); err == nil {
 					up = ifi.Flags&net.FlagUp != 0
 				}
 				ready := up && strings.TrimSpace(ofport) != "" && !strings.HasPrefix(strings.TrimSpace(ofport), "[") &&
 					strings.TrimSpace(ofport) != "-1"
 				if ready && (!tc.psec || strings.Contains(portsecFlows(), "cookie=")) {
-					break
+					return true
 				}
 				select {
 				case err := <-added:
 					t.Fatalf("ADD returned before its lease: %v", err)
 				default:
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the ADD did not reach its lease (ofport %q, host end up %v)", ofport, up)
-				}
+				return false
+			}) {
+				t.Fatalf("the ADD did not reach its lease (ofport %q, host end up %v)", ofport, up)
 			}
 			if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
 				t.Fatalf("reconcile: %v: %s", err, out)
@@ -92,7 +96,7 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 			snNode := sniff(t, nil, l.bridge, "node")
 			drops := watchDrops(t, c)
 			sp := startSpoofer(t, c, v.v4)
-			time.Sleep(500 * time.Millisecond)
+			framework.Until(5*time.Second, func() bool { return sp.sent.Load() >= 200 }) // the attack is made
 			sp.halt()
 			if sp.err != nil || sp.sent.Load() == 0 {
 				t.Fatalf("the spoofer sent %d frames: %v", sp.sent.Load(), sp.err)
@@ -108,6 +112,19 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 				t.Fatal(err)
 			}
 			match := spoofed(contMAC, v.v4)
+			if tc.psec {
+				// A negative check: none of them shows up for 300 ms after the last was sent.
+				framework.Consistently(t, 300*time.Millisecond, "spoofed frames after a reconcile during the lease", func() error {
+					for _, sn := range []*sniffer{snOut, snNode} {
+						if got := sn.count(match); got > 0 {
+							return fmt.Errorf("%s received %d, want none: %v", sn.where, got, sn.first(4, match))
+						}
+					}
+					return nil
+				})
+			} else {
+				framework.Until(2*time.Second, func() bool { return snOut.count(match) > 0 && snNode.count(match) > 0 })
+			}
 			for _, sn := range []*sniffer{snOut, snNode} {
 				got := sn.count(match)
 				if tc.psec && got > 0 {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // attackerPrefix is the prefix a rogue router advertises.
@@ -64,7 +66,7 @@ func TestAttackRogueRouter(t *testing.T) {
 				}
 				// And an IPv4 redirect to the outside (the L2-only victim has no IPv4).
 				mustSend(t, s, ethFrame(outMAC, a.mac, etherIPv4, icmp4Redirect(a.v4, netip.MustParseAddr(outsideV4), a.v4, netip.MustParseAddr("203.0.113.9"))))
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // time is the subject: the pace of the announcements, three rounds
 			}
 			isRedirect4 := func(f frame) bool {
 				_, _, proto, l4, ok := f.ip()
@@ -80,12 +82,23 @@ func TestAttackRogueRouter(t *testing.T) {
 			for _, v := range victims {
 				if tc.allow {
 					v.sn.waitFor(2*time.Second, isType(icmp6RA))
-					deadline := time.Now().Add(2 * time.Second)
-					for time.Now().Before(deadline) && !strings.Contains(v.c.sh(t, "ip", "-6", "route", "show", "default"), a.ll.String()) {
-						time.Sleep(20 * time.Millisecond)
-					}
+					framework.Until(2*time.Second, func() bool {
+						return strings.Contains(v.c.sh(t, "ip", "-6", "route", "show", "default"), a.ll.String())
+					})
 				} else {
-					time.Sleep(300 * time.Millisecond)
+					// A negative check: the victim takes nothing of the rogue
+					// router's for 300 ms after the last round.
+					framework.Consistently(t, 300*time.Millisecond, v.name+" and the rogue router", func() error {
+						route := v.c.sh(t, "ip", "-6", "route", "show", "default")
+						addrs := v.c.sh(t, "ip", "-6", "addr", "show", "dev", "eth0")
+						hop := v.c.sysctl(t, "net.ipv6.conf.eth0.hop_limit")
+						nRA, nRedirect := v.sn.count(isType(icmp6RA)), v.sn.count(isType(icmp6Redirect))+v.sn.count(isRedirect4)
+						if strings.Contains(route, "via "+a.ll.String()) || strings.Contains(addrs, "2001:db8:ba:") || hop != v.hop || nRA > 0 || nRedirect > 0 {
+							return fmt.Errorf("took it: default route %q, addresses %q, hop limit %s -> %s, %d RAs and %d redirects received",
+								strings.TrimSpace(route), addrs, v.hop, hop, nRA, nRedirect)
+						}
+						return nil
+					})
 				}
 				route := v.c.sh(t, "ip", "-6", "route", "show", "default")
 				addrs := v.c.sh(t, "ip", "-6", "addr", "show", "dev", "eth0")
@@ -157,7 +170,17 @@ func TestAttackLinkLocal(t *testing.T) {
 			// checkNeigh fails unless who's entry for ip names bad exactly in the control.
 			checkNeigh := func(t *testing.T, who *container, dev string, ip netip.Addr, bad net.HardwareAddr, what string) {
 				t.Helper()
-				time.Sleep(200 * time.Millisecond)
+				if tc.psec {
+					// A negative check: the entry does not take the attacker's MAC for 200 ms.
+					framework.Consistently(t, 200*time.Millisecond, what, func() error {
+						if got := neighMAC(t, who, dev, ip); got == bad.String() {
+							return fmt.Errorf("neighbour entry of %s is the attacker's MAC %s", ip, got)
+						}
+						return nil
+					})
+				} else {
+					framework.Until(2*time.Second, func() bool { return neighMAC(t, who, dev, ip) == bad.String() })
+				}
 				got := neighMAC(t, who, dev, ip)
 				if poisoned := got == bad.String(); poisoned == tc.psec {
 					t.Errorf("%s: neighbour entry of %s is %q (the MAC the attacker gave, %s: %v), want that %v", what, ip, got, bad, poisoned, !tc.psec)
@@ -171,7 +194,11 @@ func TestAttackLinkLocal(t *testing.T) {
 					typ, body, ok6 := f.icmp6()
 					return ok && ok6 && s == src && typ == icmp6EchoRequest && len(body) >= 2 && uint16(body[0])<<8|uint16(body[1]) == id
 				}
-				got := snC.waitFor(300*time.Millisecond, match)
+				wait := 2 * time.Second // the control: until it arrives
+				if tc.psec {
+					wait = 300 * time.Millisecond // a negative check over a stated window
+				}
+				got := snC.waitFor(wait, match)
 				if got == tc.psec {
 					t.Errorf("echo request from forged source %s: received by C %v, want %v", src, got, !tc.psec)
 				}

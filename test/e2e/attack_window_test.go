@@ -64,7 +64,7 @@ func (sp *spoofer) run(claim netip.Addr) error {
 		if l, err = netlink.LinkByName("eth0"); err == nil {
 			break
 		}
-		time.Sleep(200 * time.Microsecond)
+		time.Sleep(200 * time.Microsecond) // time is the subject: the first frame must race the plugin's own link up
 	}
 	_ = netlink.LinkSetUp(l) // the plugin may be doing the same
 	mac := l.Attrs().HardwareAddr
@@ -183,7 +183,9 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 			t.Cleanup(func() { n.del(c, "eth0", nil) })
 			drops := watchDrops(t, c)
 			mac, _ := net.ParseMAC(r.Interfaces[1].Mac)
-			time.Sleep(300 * time.Millisecond)
+			// The spoofer goes on past ADD: frames of its are sent while the
+			// container is attached.
+			framework.Until(5*time.Second, func() bool { return sp.last.Load() > addEnd.UnixNano() })
 			if sp.sent.Load() == 0 {
 				sp.halt()
 				t.Fatalf("the spoofer sent nothing: %v", sp.err)
@@ -192,13 +194,15 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 			if s := sp.started.Load(); s != 0 {
 				lead = addEnd.Sub(time.Unix(0, s))
 			}
-			poisoned := neighMAC(t, nil, l.bridge, v.v4) == mac.String()
 			// The control's spoofer keeps sending: past the node's ARP locktime
-			// (1 s since the entry was last updated) it must win.
-			for deadline := time.Now().Add(1500 * time.Millisecond); !tc.psec && !poisoned && time.Now().Before(deadline); {
-				time.Sleep(50 * time.Millisecond)
-				poisoned = neighMAC(t, nil, l.bridge, v.v4) == mac.String()
+			// (1 s since the entry was last updated) it must win, within 2 s.
+			// Protected, a negative check: the entry stays V's for 300 ms of
+			// spoofing after ADD.
+			window := 2 * time.Second
+			if tc.psec {
+				window = 300 * time.Millisecond
 			}
+			poisoned := framework.Until(window, func() bool { return neighMAC(t, nil, l.bridge, v.v4) == mac.String() })
 
 			drops.check(t, tc.psec, flows.ReasonSpoofed)
 			delStart := time.Now()
@@ -206,7 +210,15 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 				t.Fatalf("DEL: %v", err)
 			}
 			delEnd := time.Now()
-			time.Sleep(200 * time.Millisecond)
+			// The spoofer stops by itself once DEL has removed its eth0.
+			framework.Until(2*time.Second, func() bool {
+				select {
+				case <-sp.done:
+					return true
+				default:
+					return false
+				}
+			})
 			sp.halt()
 			if sp.err != nil {
 				t.Fatal(sp.err)
@@ -216,6 +228,18 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 				addEnd.Sub(addStart).Round(time.Millisecond), delEnd.Sub(delStart).Round(time.Millisecond))
 
 			match := spoofed(mac, v.v4)
+			if tc.psec {
+				// A negative check: nothing of the spoofer's comes out for
+				// 200 ms after its last frame.
+				framework.Consistently(t, 200*time.Millisecond, "spoofed frames", func() error {
+					for _, sn := range []*sniffer{snOut, snNode} {
+						if all := sn.count(match); all > 0 {
+							return fmt.Errorf("%s received %d, want none: %v", sn.where, all, sn.first(4, match))
+						}
+					}
+					return nil
+				})
+			}
 			for _, sn := range []*sniffer{snOut, snNode} {
 				inAdd := sn.count(sentBetween(addStart, addEnd, match))
 				inDel := sn.count(sentBetween(delStart, delEnd, match))
@@ -273,12 +297,7 @@ func (l *lab) restoreNode(t *testing.T) {
 		{"addr", "replace", nodeV6 + "/64", "dev", l.bridge, "nodad"},
 		{"link", "set", l.bridge, "up"},
 	} {
-		for i := 0; i < 100; i++ {
-			if _, err := run("ip", args...); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		framework.Until(2*time.Second, func() bool { _, err := run("ip", args...); return err == nil })
 	}
 	run("ethtool", "-K", l.bridge, "tx", "off")
 }
@@ -328,30 +347,31 @@ func TestAttackRestartWindow(t *testing.T) {
 
 			snOut := sniff(t, l.outside.ns, "eth0", "outside")
 			sp := startSpoofer(t, a.container, v.v4)
-			time.Sleep(100 * time.Millisecond)
+			framework.Until(5*time.Second, func() bool { return sp.sent.Load() > 0 })
 			killed := time.Now()
 			restartVswitchd(t, nil)
 			l.restoreNode(t)
 			if lateWatch {
-				time.Sleep(framework.Scaled(300 * time.Millisecond))
+				// The window is open until the watch starts: it is shown
+				// once a spoofed frame has gone through it.
+				framework.Until(5*time.Second, func() bool { return snOut.count(spoofed(a.mac, v.v4)) > 0 })
 				startReconcileWatch(t)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				got, err := dial(l.outside.ns, "tcp", hp(nodeV4, normalHostPort))
-				if err == nil && strings.HasPrefix(got, "hello from "+l.np.p1.id) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("host port did not answer within 10 s of the restart: %q, %v", got, err)
-				}
-				time.Sleep(50 * time.Millisecond)
+			var answer string
+			var err error
+			if !framework.Until(10*time.Second, func() bool {
+				answer, err = dial(l.outside.ns, "tcp", hp(nodeV4, normalHostPort))
+				return err == nil && strings.HasPrefix(answer, "hello from "+l.np.p1.id)
+			}) {
+				t.Fatalf("host port did not answer within %v of the restart: %q, %v", framework.Scaled(10*time.Second), answer, err)
 			}
 			back := time.Since(killed)
 			// Reconcile has put the attacker's port security back on
 			// either bridge: from then on its drop counter moves.
 			drops := watchDrops(t, a.container)
-			time.Sleep(200 * time.Millisecond)
+			framework.Until(5*time.Second, func() bool {
+				return dropCounts(t, a.container)[flows.ReasonSpoofed] > drops.before[flows.ReasonSpoofed]
+			})
 			drops.check(t, true, flows.ReasonSpoofed)
 			sp.halt()
 			if sp.err != nil {
@@ -447,10 +467,28 @@ func TestAttackConntrackFlood(t *testing.T) {
 			for i := 0; i < flood; i++ {
 				mustSend(t, s, ethFrame(gw, a.mac, etherIPv4, udp4(a.v4, node, uint16(20000+i), 5360, []byte("conntrack flood"))))
 				if i%50 == 49 {
-					time.Sleep(2 * time.Millisecond) // within the datapath's receive queue
+					time.Sleep(2 * time.Millisecond) // time is the subject: the pace that keeps the flood within the datapath's receive queue
 				}
 			}
-			time.Sleep(500 * time.Millisecond)
+			// The flood has been through the datapath once the zones hold
+			// what it leaves: the limit's worth, or (the control) more.
+			_, limited := tc.pmExtra["containerConntrackLimit"]
+			framework.Until(5*time.Second, func() bool {
+				c := conntrackCount(t, zones...)
+				if limited {
+					return c[64002] >= 250
+				}
+				return c[64000]+c[64001]+c[64002] > 300
+			})
+			if limited {
+				// A negative check: the limit holds for 300 ms more.
+				framework.Consistently(t, 300*time.Millisecond, "zone 64002 after the flood", func() error {
+					if n := conntrackCount(t, zones...)[64002]; n > 300 {
+						return fmt.Errorf("%d entries, want at most the limit, 300", n)
+					}
+					return nil
+				})
+			}
 			got := conntrackCount(t, zones...)
 			t.Logf("%d datagrams in %v; conntrack entries per zone %v", flood, time.Since(start).Round(time.Millisecond), got)
 			// The metrics see the same entries, and the zone's limit.

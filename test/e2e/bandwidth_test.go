@@ -163,12 +163,12 @@ func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d ti
 			for ; sent < due; sent += float64(len(buf)) {
 				conn.Write(buf) // ENOBUFS and refused datagrams count as lost
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // time is the subject: the sender's pace
 		}
 	}()
-	time.Sleep(warm)
+	time.Sleep(warm) // time is the subject: a rate is bytes over a measured interval, after the burst (see bwWarm)
 	b0, t0 := got.Load(), time.Now()
-	time.Sleep(d)
+	time.Sleep(d) // the measured interval
 	b1, t1 := got.Load(), time.Now()
 	stop.Store(true)
 	wg.Wait()
@@ -436,24 +436,16 @@ func TestBandwidthAfterVswitchdRestart(t *testing.T) {
 	if framework.Userspace() {
 		// The internal interface comes back without the node's addresses
 		// (see TestReconcileAfterVswitchdRestart); the gateway is reconcile's.
-		for i := 0; i < 50; i++ {
-			if _, err := run("ip", "link", "set", h.bridge, "up"); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		framework.Until(time.Second, func() bool { _, err := run("ip", "link", "set", h.bridge, "up"); return err == nil })
 	}
 	if s := h.bwStateOf(t, c, "eth0"); len(s.flows) != 0 || s.meter != "" {
 		t.Fatalf("after the restart, before reconcile: got %+v, want neither flow nor meter (else the test proves nothing)", s)
 	}
 	var out string
-	var err error
-	for i := 0; i < 100; i++ { // until ovs-vswitchd serves the bridge again
-		if out, err = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	err := framework.Wait(10*time.Second, func() (err error) { // until ovs-vswitchd serves the bridge again
+		out, err = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
+		return err
+	})
 	if err != nil {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}

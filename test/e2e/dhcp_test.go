@@ -104,9 +104,7 @@ func dhcpServer(t *testing.T, br string) string {
 			t.Logf("dhcp daemon:\n%s", dlog.String())
 		}
 	})
-	for i := 0; i < 100 && !fileExists(sock); i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
+	framework.Until(2*time.Second, func() bool { return fileExists(sock) })
 	return sock
 }
 

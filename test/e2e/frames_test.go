@@ -18,6 +18,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
+
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // EtherTypes and protocol numbers used below.
@@ -524,16 +526,7 @@ func (s *sniffer) first(k int, match func(frame) bool) []string {
 
 // waitFor polls until some frame matches or the timeout passes.
 func (s *sniffer) waitFor(timeout time.Duration, match func(frame) bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if s.count(match) > 0 {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return framework.Until(timeout, func() bool { return s.count(match) > 0 })
 }
 
 // fromMAC matches frames with source MAC mac.

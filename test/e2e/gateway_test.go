@@ -78,18 +78,14 @@ func TestGatewayWithdrawnWithItsRange(t *testing.T) {
 // deploy/node-prep.sh does.
 func reconcileOnce(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(framework.Scaled(20 * time.Second))
-	for {
-		out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
-		if err == nil {
-			t.Logf("reconcile said: %s", out)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reconcile: %v: %s", err, out)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var out string
+	if err := framework.Wait(20*time.Second, func() (err error) {
+		out, err = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
+		return err
+	}); err != nil {
+		t.Fatalf("reconcile: %v: %s", err, out)
 	}
+	t.Logf("reconcile said: %s", out)
 }
 
 func boolStr(b bool) string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/internal/certtest"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // sslRemote has the sandbox's ovsdb-server listen for mutual TLS on the
@@ -39,13 +40,13 @@ func sslRemote(t *testing.T, f certtest.Files) string {
 	// Readiness, not a timed assertion: ovsdb-server reads its SSL row and
 	// opens the listener on its next loop.
 	var out string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if out, err = run("ovs-vsctl", "--db="+ep, "-p", f.ClientKey, "-c", f.ClientCert, "-C", f.CA, "--timeout=2", "get", "Open_vSwitch", ".", "_uuid"); err == nil {
-			return ep
-		}
+	if err := framework.Wait(10*time.Second, func() (err error) {
+		out, err = run("ovs-vsctl", "--db="+ep, "-p", f.ClientKey, "-c", f.ClientCert, "-C", f.CA, "--timeout=2", "get", "Open_vSwitch", ".", "_uuid")
+		return err
+	}); err != nil {
+		t.Fatalf("ovsdb-server does not serve %s: %v\n%s", ep, err, out)
 	}
-	t.Fatalf("ovsdb-server does not serve %s: %v\n%s", ep, err, out)
-	return ""
+	return ep
 }
 
 // ADD, CHECK and DEL of ovs-bridge over OVSDB's ssl: with mutual TLS; a CA

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -227,12 +228,15 @@ func TestPortmapPathMTUToClient(t *testing.T) {
 			t.Fatalf("%s: the client's route has mtu %s before any error", tc.node, got)
 		}
 		mustSend(t, s, report(sport+1, tc.mtu-100))
-		time.Sleep(300 * time.Millisecond)
-		if got := routeMTU(); got != "" {
-			t.Errorf("control: %s: an error about no connection of the client's set its path MTU to %s", tc.node, got)
-		}
+		// A negative check: the client's route keeps no MTU for 300 ms.
+		framework.Consistently(t, 300*time.Millisecond, "control: "+tc.node, func() error {
+			if got := routeMTU(); got != "" {
+				return fmt.Errorf("an error about no connection of the client's set its path MTU to %s", got)
+			}
+			return nil
+		})
 		mustSend(t, s, report(sport, tc.mtu))
-		time.Sleep(300 * time.Millisecond)
+		framework.Until(2*time.Second, func() bool { return routeMTU() == strconv.Itoa(tc.mtu) })
 		if got := routeMTU(); got != strconv.Itoa(tc.mtu) {
 			t.Errorf("%s: the client's path MTU to the node address after the container's error: %q, want %d", tc.node, got, tc.mtu)
 		}

@@ -266,7 +266,7 @@ func TestPortmapConflict(t *testing.T) {
 			if _, err := dial(h.outside.ns, "tcp", hp(nodeV4, 8081)); err != nil {
 				t.Logf("reload %d: the first connection after ADD failed (%v); retrying for %v (Slowdown %d)",
 					i, err, framework.Scaled(50*time.Millisecond), framework.Slowdown)
-				time.Sleep(framework.Scaled(50 * time.Millisecond))
+				framework.Until(50*time.Millisecond, func() bool { _, err := dial(h.outside.ns, "tcp", hp(nodeV4, 8081)); return err == nil })
 			}
 		}
 		expect(t, h.outside.ns, "tcp", hp(nodeV4, 8081), a, outsideV4)

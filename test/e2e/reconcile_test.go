@@ -93,9 +93,7 @@ func killVswitchd(t *testing.T, pidFile string) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
+	framework.Until(2*time.Second, func() bool { return syscall.Kill(pid, 0) != nil })
 	os.Remove(pidFile)
 }
 
@@ -150,12 +148,7 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 			{"addr", "replace", nodeV6 + "/64", "dev", h.bridge, "nodad"},
 			{"link", "set", h.bridge, "up"},
 		} {
-			for i := 0; i < 50; i++ {
-				if _, err := run("ip", args...); err == nil {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			framework.Until(time.Second, func() bool { _, err := run("ip", args...); return err == nil })
 		}
 		run("ethtool", "-K", h.bridge, "tx", "off") // see framework.WireOVSHost
 	} else {
@@ -166,17 +159,14 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 		}
 	}
 
-	deadline := back.Add(framework.Scaled(5 * time.Second))
 	for i, c := range cs {
-		for {
-			got, err := dial(h.outside.ns, "tcp", hp(nodeV4, 30000+i))
-			if err == nil && strings.HasPrefix(got, "hello from "+c.id) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("host port %d did not answer within %v of ovs-vswitchd being back: %q, %v", 30000+i, framework.Scaled(5*time.Second), got, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var got string
+		var err error
+		if !framework.Until(5*time.Second, func() bool { // a hang guard: how soon is the figure logged below
+			got, err = dial(h.outside.ns, "tcp", hp(nodeV4, 30000+i))
+			return err == nil && strings.HasPrefix(got, "hello from "+c.id)
+		}) {
+			t.Fatalf("host port %d did not answer within %v: %q, %v", 30000+i, framework.Scaled(5*time.Second), got, err)
 		}
 	}
 	t.Logf("all %d host ports answered %.2f s after ovs-vswitchd was started again", N, time.Since(back).Seconds())

@@ -52,12 +52,14 @@ func TestRestartKeepsTraffic(t *testing.T) {
 				startUDPStream(t, "pod to pod (UDP)", cli.ns, srv.container, hp(srv.v4.String(), 9001), 9001, interval),
 			}
 			tcp := startTCPStream(t, l.outside.ns, srv.container, hp(nodeV4, hpTCP), 9002, interval)
-			time.Sleep(framework.Scaled(500 * time.Millisecond))
-			for _, s := range streams {
-				if s.received() == 0 {
-					t.Fatalf("%s: nothing received before any restart", s.name)
+			framework.Eventually(t, 5*time.Second, "before any restart", func() error {
+				for _, s := range streams {
+					if s.received() == 0 {
+						return fmt.Errorf("%s: nothing received", s.name)
+					}
 				}
-			}
+				return nil
+			})
 			cli0, srv0 := tcpCounters(t, l.outside.ns), tcpCounters(t, srv.ns)
 
 			const restarts = 5
@@ -73,13 +75,29 @@ func TestRestartKeepsTraffic(t *testing.T) {
 				l.restoreNode(t)
 				waitRestoreWaitCleared(t)
 				ev("flow-restore-wait clear")
-				time.Sleep(framework.Scaled(700 * time.Millisecond))
+				// Until the traffic flows again before the next restart:
+				// every stream delivers more than it had; TCP too where its
+				// conntrack entry survives the restart (the kernel datapath).
+				marks := make([]int, len(streams))
+				for i, s := range streams {
+					marks[i] = s.received()
+				}
+				mark := tcp.recv.Load()
+				again := framework.Until(5*time.Second, func() bool {
+					for i, s := range streams {
+						if s.received() <= marks[i] {
+							return false
+						}
+					}
+					return framework.Userspace() || tcp.recv.Load() > mark
+				})
+				ev(fmt.Sprintf("traffic again: %v", again))
 			}
 			t.Logf("restarts: %v", events)
-			time.Sleep(framework.Scaled(300 * time.Millisecond))
 			cli1, srv1 := tcpCounters(t, l.outside.ns), tcpCounters(t, srv.ns)
 			cliD, srvD := counterDelta(cli0, cli1), counterDelta(srv0, srv1)
-			// The baseline: as long again with no restart.
+			// The baseline: as long again with no restart (time is the
+			// subject: the same span as the restarts took).
 			time.Sleep(time.Since(began))
 			cliB, srvB := counterDelta(cli1, tcpCounters(t, l.outside.ns)), counterDelta(srv1, tcpCounters(t, srv.ns))
 			for _, s := range streams {
@@ -149,10 +167,7 @@ func stopVswitchd(t *testing.T, sig syscall.Signal) {
 	if err := syscall.Kill(pid, sig); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 500 && syscall.Kill(pid, 0) == nil; i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if syscall.Kill(pid, 0) == nil {
+	if !framework.Until(5*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) {
 		t.Fatalf("ovs-vswitchd %d still runs 5 s after %v", pid, sig)
 	}
 }
@@ -161,16 +176,12 @@ func stopVswitchd(t *testing.T, sig syscall.Signal) {
 // cleared the one it set, once the pipeline was back).
 func waitRestoreWaitCleared(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(framework.Scaled(20 * time.Second))
-	for {
-		out, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait")
-		if strings.TrimSpace(out) == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("flow-restore-wait still %s 20 s after ovs-vswitchd started", out)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var out string
+	if !framework.Until(20*time.Second, func() bool {
+		out, _ = run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait")
+		return strings.TrimSpace(out) == ""
+	}) {
+		t.Fatalf("flow-restore-wait still %s %v after ovs-vswitchd started", out, framework.Scaled(20*time.Second))
 	}
 }
 
@@ -265,7 +276,14 @@ func (s *udpStream) stop() {
 	default:
 	}
 	close(s.quit)
-	time.Sleep(framework.Scaled(300 * time.Millisecond))
+	// The last datagrams: until the last one sent has arrived (when it is
+	// lost, the wait ends at its deadline and lost() counts it).
+	framework.Until(time.Second, func() bool {
+		n := atomic.LoadUint64(&s.sent)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return n == 0 || s.got[n-1]
+	})
 	s.rx.SetReadDeadline(time.Now())
 	s.done.Wait()
 }
@@ -295,6 +313,7 @@ func (s *udpStream) lost() (lost, longest uint64, gaps []string) {
 // from to addr; the server in container to (listening on port) counts them.
 type tcpStream struct {
 	quit       chan struct{}
+	written    chan struct{} // closed when the writer has returned
 	done       sync.WaitGroup
 	sent, recv atomic.Int64
 	err        error // the writer's
@@ -304,7 +323,7 @@ type tcpStream struct {
 
 func startTCPStream(t *testing.T, from ns.NetNS, to *container, addr string, port int, interval time.Duration) *tcpStream {
 	t.Helper()
-	s := &tcpStream{quit: make(chan struct{})}
+	s := &tcpStream{quit: make(chan struct{}), written: make(chan struct{})}
 	if err := to.ns.Do(func(ns.NetNS) error {
 		var err error
 		s.ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
@@ -340,6 +359,7 @@ func startTCPStream(t *testing.T, from ns.NetNS, to *container, addr string, por
 	s.done.Add(1)
 	go func() {
 		defer s.done.Done()
+		defer close(s.written)
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		b := make([]byte, 512)
@@ -369,7 +389,10 @@ func (s *tcpStream) stop() (sent, recv int64) {
 	default:
 	}
 	close(s.quit)
-	time.Sleep(10 * time.Millisecond)
+	select { // the writer has seen quit (a write stuck for 10 s is its own failure)
+	case <-s.written:
+	case <-time.After(framework.Scaled(10 * time.Second)):
+	}
 	if tc, ok := s.conn.(*net.TCPConn); ok {
 		tc.CloseWrite()
 	}
@@ -470,7 +493,13 @@ func startReconcileWatch(t *testing.T) *syncBuffer {
 			t.Logf("reconcile -watch said:\n%s", log.String())
 		}
 	})
-	time.Sleep(300 * time.Millisecond)
+	// Until its first pass: the watch is connected and has the lock.
+	framework.Eventually(t, 20*time.Second, "reconcile -watch's first pass", func() error {
+		if !strings.Contains(log.String(), "reconcile: ") {
+			return fmt.Errorf("it said %q", log.String())
+		}
+		return nil
+	})
 	return &log
 }
 

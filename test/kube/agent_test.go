@@ -28,6 +28,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/agent"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 func client(t *testing.T) (*kubernetes.Clientset, string) {
@@ -98,13 +99,12 @@ func deleteNode(t *testing.T, cs *kubernetes.Clientset, name string) {
 		t.Errorf("deleting node %s: %v", name, err)
 		return
 	}
-	for i := 0; i < 100; i++ {
-		if _, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !framework.Until(10*time.Second, func() bool {
+		_, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}) {
+		t.Errorf("node %s is not gone", name)
 	}
-	t.Errorf("node %s is not gone", name)
 }
 
 // ourRoutes lists the routes of the agent's protocol in table, as
@@ -141,13 +141,13 @@ func ourRoutes(t *testing.T, table int) []string {
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	var last string
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	if !framework.Until(60*time.Second, func() bool {
 		var ok bool
-		if ok, last = cond(); ok {
-			return
-		}
+		ok, last = cond()
+		return ok
+	}) {
+		t.Fatalf("%s: not within %v; last: %s", what, framework.Scaled(60*time.Second), last)
 	}
-	t.Fatalf("%s: not within 60 s; last: %s", what, last)
 }
 
 func routesAre(t *testing.T, table int, want ...string) func() (bool, string) {

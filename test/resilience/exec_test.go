@@ -20,6 +20,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
+
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // killMode says what a scheduled SIGKILL hits.
@@ -313,10 +315,10 @@ func readProcStat(pid string) (procStat, bool) {
 // reaping those of its zombies that were reparented to this process.
 func drainGroup(pgid int, timeout time.Duration) error {
 	self := os.Getpid()
-	deadline := time.Now().Add(timeout)
-	for {
+	live := 0
+	if framework.Until(timeout, func() bool {
 		entries, _ := os.ReadDir("/proc")
-		live := 0
+		live = 0
 		for _, e := range entries {
 			if e.Name()[0] < '0' || e.Name()[0] > '9' {
 				continue
@@ -334,12 +336,9 @@ func drainGroup(pgid int, timeout time.Duration) error {
 			}
 			live++
 		}
-		if live == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d helper process(es) of the killed plugin still running after %s", live, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return live == 0
+	}) {
+		return nil
 	}
+	return fmt.Errorf("%d helper process(es) of the killed plugin still running after %s", live, framework.Scaled(timeout))
 }

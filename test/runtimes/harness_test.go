@@ -225,16 +225,12 @@ func expect(t *testing.T, fromNS, network, addr, tag, src string) {
 	t.Helper()
 	var got string
 	var err error
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	if !framework.Until(15*time.Second, func() bool {
 		got, err = dial(fromNS, network, addr)
-		if err == nil && strings.HasPrefix(got, "hello from "+tag+" ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s %s from %s: got %q, %v; want an answer from %s", network, addr, nsLabel(fromNS), got, err, tag)
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err == nil && strings.HasPrefix(got, "hello from "+tag+" ")
+	}) {
+		t.Errorf("%s %s from %s: got %q, %v; want an answer from %s", network, addr, nsLabel(fromNS), got, err, tag)
+		return
 	}
 	if src != "" {
 		if host, _, _ := net.SplitHostPort(strings.TrimPrefix(got, "hello from "+tag+" to ")); host != src {
@@ -640,14 +636,7 @@ func (p *proc) running() bool {
 
 // waitFor polls cond until it returns nil or the timeout passes.
 func waitFor(timeout time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return framework.Wait(timeout, cond)
 }
 
 // sweep removes what a suite may have left, even after a crash: processes
@@ -671,12 +660,10 @@ func sweep(work string) {
 		}
 	}
 	for _, g := range groups { // deepest first
-		for i := 0; i < 50; i++ {
-			if err := syscall.Rmdir(g); err == nil || errors.Is(err, syscall.ENOENT) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		framework.Until(5*time.Second, func() bool { // until its killed processes are gone
+			err := syscall.Rmdir(g)
+			return err == nil || errors.Is(err, syscall.ENOENT)
+		})
 	}
 	unmountUnder(work)
 }

@@ -9,8 +9,13 @@
 #   hack/ovs-vm.sh clean          remove the cached image
 #
 # Suites:
-#   e2e          the whole test/e2e package on system bridges (VM_RUN=REGEXP: only
-#                the tests it matches, as go test -run)
+#   e2e          the test/e2e tests whose outcome depends on the datapath, on
+#                system bridges: kernelDatapath of test/e2e/datapath_test.go, which
+#                test/e2e/tools/kernel-tests turns into the -test.run regexp (the
+#                others assert on OVSDB and OpenFlow tables alone and run on this
+#                machine's netdev bridges). VM_RUN=REGEXP: the tests it matches
+#                instead, as go test -run (VM_RUN=. the whole package)
+#   e2e-all      the whole test/e2e package, as e2e with VM_RUN=.
 #   events       hack/vswitchd-events.sh on a system bridge, N=1 and N=500
 #                (VM_EVENTS_N="1 500"): ovs-vswitchd's reconfigurations per change
 #                and per ADD of the chain, each counted over VM_EVENTS_WINDOW
@@ -146,11 +151,22 @@ payload() {
 		github.com/containernetworking/plugins/plugins/main/loopback \
 		github.com/containernetworking/cni/cnitool
 	go test -c -trimpath -o "$dir/repo/test/e2e/e2e.test" ./test/e2e
+	# The guest's selection: VM_RUN when given, else the tests marked as
+	# depending on the datapath (e2e), or all of them (e2e-all).
+	local run_e2e=${VM_RUN:-} run_all=${VM_RUN:-}
+	case " $suites " in
+	*" e2e "*)
+		if [ -z "$run_e2e" ]; then
+			run_e2e=$(go run ./test/e2e/tools/kernel-tests) || return 1
+			log "e2e: the $(($(tr -cd '|' <<<"$run_e2e" | wc -c) + 1)) tests of test/e2e whose outcome depends on the datapath (e2e-all: all of them)"
+		fi
+		;;
+	esac
 	cp hack/ovs-sandbox.sh hack/vswitchd-events.sh "$dir/repo/hack/"
 	cp hack/lib/apt.sh "$dir/repo/hack/lib/"
 	{
 		echo "# written by hack/ovs-vm.sh"
-		printf 'suites=%q run=%q events_n=%q ci=%q datapath=%q window=%q\n' "$suites" "${VM_RUN:-}" "${VM_EVENTS_N:-1 500}" \
+		printf 'suites=%q run_e2e=%q run_all=%q events_n=%q ci=%q datapath=%q window=%q\n' "$suites" "$run_e2e" "$run_all" "${VM_EVENTS_N:-1 500}" \
 			"${CI:-}" "${VM_DATAPATH:-system}" "${VM_EVENTS_WINDOW:-5}"
 		cat <<'EOF'
 set -u
@@ -172,7 +188,9 @@ for s in $suites; do
 	t0=$(date +%s)
 	echo "ovsflow-vm: suite $s"
 	case $s in
-	e2e)
+	e2e | e2e-all)
+		run=$run_e2e
+		[ "$s" = e2e-all ] && run=$run_all
 		(cd /ovsflow/repo/test/e2e && ./e2e.test -test.v -test.count=1 -test.timeout=50m ${run:+-test.run "$run"}) || rc=1 ;;
 	events) for n in $events_n; do DATAPATH=$datapath WINDOW=$window /ovsflow/repo/hack/vswitchd-events.sh "$n" || rc=1; done ;;
 	*) echo "ovsflow-vm: unknown suite $s"; rc=2 ;;
@@ -268,7 +286,7 @@ test)
 
 clean) need_root; rm -rf "$cache" ;;
 *)
-	sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,/^set /p' "$0" | sed -n 's/^# \{0,1\}//p' >&2
 	exit 2
 	;;
 esac

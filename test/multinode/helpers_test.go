@@ -113,29 +113,66 @@ func (p pod) addr(dst netip.Addr) netip.Addr {
 	return p.IPv4
 }
 
-// runPod starts a pod on a node (oid-pod run: crictl runp, so containerd
-// calls CNI ADD; then its container), with host ports "HOSTPORT:PORT", and
-// waits until its app listens.
-func runPod(t *testing.T, nodeName, name string, hostPorts ...string) pod {
+// podSpec is a pod to start: its node, its name, its host ports
+// ("HOSTPORT:PORT").
+type podSpec struct {
+	Node, Name string
+	HostPorts  []string
+}
+
+// runPods starts pods (oid-pod run: crictl runp, so containerd calls CNI
+// ADD; then the app's container) and waits until each app listens; the
+// pods of one node one after the other, the nodes at once. It returns the
+// pods in the order of specs.
+func runPods(t *testing.T, specs ...podSpec) []pod {
 	t.Helper()
-	p, err := startPod(nodeName, name, hostPorts...)
-	if err != nil {
+	pods := make([]pod, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i, s := range specs {
+				if s.Node != n.Name {
+					continue
+				}
+				if pods[i], errs[i] = startPod(s.Node, s.Name, s.HostPorts...); errs[i] != nil {
+					return
+				}
+				errs[i] = framework.Wait(time.Minute, func() error { return listening(pods[i]) })
+				if errs[i] != nil {
+					errs[i] = fmt.Errorf("pod %s on %s: its app listening on TCP 80: %w", s.Name, s.Node, errs[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	// crictl start returns before the app listens; the callers' first
-	// connection must meet a listening app, since a refused first
-	// connection is what they look for.
-	framework.Eventually(t, time.Minute, fmt.Sprintf("pod %s on %s: its app listening on TCP 80", name, nodeName), func() error {
-		out, err := run(nodeName, "nsenter", "--net="+p.NetNS, "ss", "-Hltn", "sport = :80")
-		if err != nil {
-			return err
-		}
-		if strings.TrimSpace(out) == "" {
-			return errors.New("nothing listens")
-		}
-		return nil
-	})
-	return p
+	return pods
+}
+
+// listening: crictl start returns before the app listens, and the callers'
+// first connection must meet a listening app, since a refused first
+// connection is what they look for.
+func listening(p pod) error {
+	out, err := run(p.Node, "nsenter", "--net="+p.NetNS, "ss", "-Hltn", "sport = :80")
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(out) == "" {
+		return errors.New("nothing listens")
+	}
+	return nil
+}
+
+// runPod is runPods of one pod.
+func runPod(t *testing.T, nodeName, name string, hostPorts ...string) pod {
+	t.Helper()
+	return runPods(t, podSpec{nodeName, name, hostPorts})[0]
 }
 
 // startPod is oid-pod run, its output parsed: "ID IPV4 IPV6 NETNS".
@@ -321,100 +358,135 @@ ls -l --time-style=+%s.%N /var/lib/cni/networks/ovsflow | { grep -v last_reserve
 // clean checks that nothing of the plugins is left on a node: no port but
 // the uplink on br0, no port of ours anywhere, no veth but the uplink, no
 // flow of an attachment, no nft host port element, no IP allocation, no
-// pod sandbox. A listing that fails is a failure.
+// pod sandbox. A listing that fails is a failure. The tombstones of deleted
+// ports go by their hard timeout: it waits for that, so that a clean node
+// proves they do go.
 func clean(nodeName string) error {
+	var l listings
+	var err error
+	framework.Until(tombstoneTimeout, func() bool {
+		if l, err = list(nodeName); err != nil {
+			return true
+		}
+		// Done when no attachment flow is left, or one that is no tombstone.
+		left, tombstones := l.attachmentFlows()
+		return len(left) == 0 || len(left) > tombstones
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", nodeName, err)
+	}
 	var errs []error
 	fail := func(format string, a ...any) { errs = append(errs, fmt.Errorf(nodeName+": "+format, a...)) }
-	list := func(what string, args ...string) []string {
-		out, err := run(nodeName, args...)
-		if err != nil {
-			fail("listing %s: %w", what, err)
-		}
-		return lines(out)
+	for what, msg := range l.failed {
+		fail("listing %s: %s", what, msg)
 	}
-	without := func(ls []string, drop func(string) bool) []string {
-		var kept []string
-		for _, l := range ls {
-			if !drop(l) {
-				kept = append(kept, l)
-			}
-		}
-		return kept
-	}
-
-	if x := without(list("br0's ports", "ovs-vsctl", "list-ports", "br0"), func(l string) bool { return l == "eth0" }); len(x) > 0 {
+	if x := without(l.of["ports"], func(s string) bool { return s == "eth0" }); len(x) > 0 {
 		fail("ports left on br0: %v", x)
 	}
-	if x := list("our ports", "ovs-vsctl", "--bare", "--columns=name", "find", "Port", "external_ids:ovsflow.io/owner=ovsflow-cni"); len(x) > 0 {
+	if x := l.of["ours"]; len(x) > 0 {
 		fail("ports of ours (external_ids:ovsflow.io/owner) left: %v", x)
 	}
 	// eth0: the uplink, Docker's veth.
-	if x := without(list("veths", "ip", "-o", "link", "show", "type", "veth"), func(l string) bool { return strings.Contains(l, ": eth0@") }); len(x) > 0 {
+	if x := without(l.of["veths"], func(s string) bool { return strings.Contains(s, ": eth0@") }); len(x) > 0 {
 		fail("veths left: %v", x)
 	}
-	if x, err := attachmentFlows(nodeName); err != nil {
-		fail("listing flows: %w", err)
-	} else if len(x) > 0 {
+	if x, _ := l.attachmentFlows(); len(x) > 0 {
 		fail("flows of ours left: %v", x)
 	}
-	tables := strings.Join(list("nft tables", "nft", "list", "tables"), "\n")
 	for _, fam := range []string{"ip", "ip6"} {
-		// No table (never a host port on this node) is no element either.
-		if !strings.Contains(tables, "table "+fam+" ovsflow_hostport") {
-			continue
-		}
-		m := strings.Join(list("nft "+fam+" host ports", "nft", "list", "map", fam, "ovsflow_hostport", "hostports"), "\n")
-		if strings.Contains(m, "elements") {
+		if m := strings.Join(l.of["nft-"+fam], "\n"); strings.Contains(m, "elements") {
 			fail("nft %s host port elements left: %s", fam, m)
 		}
 	}
-	allocs := list("IP allocations", "sh", "-c", "[ ! -d /var/lib/cni/networks/ovsflow ] || ls /var/lib/cni/networks/ovsflow")
-	if x := without(allocs, func(l string) bool { return strings.HasPrefix(l, "last_reserved_ip") || l == "lock" }); len(x) > 0 {
+	if x := without(l.of["allocations"], func(s string) bool { return strings.HasPrefix(s, "last_reserved_ip") || s == "lock" }); len(x) > 0 {
 		fail("IP allocations left: %v", x)
 	}
-	if x := list("pod sandboxes", "crictl", "pods", "-q"); len(x) > 0 {
+	if x := l.of["sandboxes"]; len(x) > 0 {
 		fail("pod sandboxes left: %v", x)
 	}
 	return errors.Join(errs...)
 }
 
+// listScript prints each listing of clean after a "== NAME" line, or a
+// "!! ERROR" line when it fails. No nft table (never a host port on the
+// node) is no element either.
+var listScript = fmt.Sprintf(`section() {
+	echo "== $1"; shift
+	out=$("$@" 2>&1) || { echo "!! $(echo $out)"; return; }
+	[ -z "$out" ] || echo "$out"
+}
+section ports ovs-vsctl list-ports br0
+section ours ovs-vsctl --bare --columns=name find Port external_ids:ovsflow.io/owner=ovsflow-cni
+section veths ip -o link show type veth
+section flows ovs-ofctl dump-flows br0 cookie=%v/%#x
+for fam in ip ip6; do
+	nft list table $fam ovsflow_hostport >/dev/null 2>&1 || continue
+	section nft-$fam nft list map $fam ovsflow_hostport hostports
+done
+section allocations sh -c '[ ! -d /var/lib/cni/networks/ovsflow ] || ls /var/lib/cni/networks/ovsflow'
+section sandboxes crictl pods -q
+`, flows.CookieSuite, uint64(flows.SuiteMask))
+
+// listings is listScript's output: each listing's lines, and the
+// listings that failed with their errors.
+type listings struct {
+	of     map[string][]string
+	failed map[string]string
+}
+
+func list(nodeName string) (listings, error) {
+	out, err := run(nodeName, "bash", "-c", listScript)
+	if err != nil {
+		return listings{}, err
+	}
+	l := listings{of: map[string][]string{}, failed: map[string]string{}}
+	var cur string
+	for _, s := range lines(out) {
+		switch {
+		case strings.HasPrefix(s, "== "):
+			cur = strings.TrimPrefix(s, "== ")
+		case strings.HasPrefix(s, "!! "):
+			l.failed[cur] = strings.TrimPrefix(s, "!! ")
+		default:
+			l.of[cur] = append(l.of[cur], s)
+		}
+	}
+	return l, nil
+}
+
 var cookieRE = regexp.MustCompile(`cookie=(0x[0-9a-f]+)`)
 
 // attachmentFlows returns br0's flows of any attachment (host ports, port
-// security, bandwidth); the bridge's shared flows (CookieKindShared) stay,
-// as the nft tables do. The tombstones of deleted ports go by their hard
-// timeout: it waits for that, so that an empty answer proves they do go.
-func attachmentFlows(nodeName string) ([]string, error) {
-	var left []string
-	var listErr error
-	framework.Until(tombstoneTimeout, func() bool {
-		out, err := run(nodeName, "ovs-ofctl", "dump-flows", "br0", fmt.Sprintf("cookie=%v/%#x", flows.CookieSuite, uint64(flows.SuiteMask)))
+// security, bandwidth, tombstones) and how many of them are tombstones; the
+// bridge's shared flows (CookieKindShared) stay, as the nft tables do.
+func (l listings) attachmentFlows() (left []string, tombstones int) {
+	for _, s := range l.of["flows"] {
+		m := cookieRE.FindStringSubmatch(s)
+		if m == nil {
+			continue
+		}
+		v, err := strconv.ParseUint(m[1], 0, 64)
 		if err != nil {
-			listErr = err
-			return true
+			left = append(left, strings.TrimSpace(s)) // unreadable: shown
+			continue
 		}
-		left = left[:0]
-		tombstones := 0
-		for _, l := range lines(out) {
-			m := cookieRE.FindStringSubmatch(l)
-			if m == nil {
-				continue
-			}
-			v, err := strconv.ParseUint(m[1], 0, 64)
-			if err != nil {
-				listErr = fmt.Errorf("flow %q: %w", l, err)
-				return true
-			}
-			switch flows.Cookie(v).Kind() {
-			case flows.CookieKindShared:
-				continue
-			case flows.CookieKindTombstone:
-				tombstones++
-			}
-			left = append(left, strings.TrimSpace(l))
+		switch flows.Cookie(v).Kind() {
+		case flows.CookieKindShared:
+			continue
+		case flows.CookieKindTombstone:
+			tombstones++
 		}
-		// Done when none is left, or when one is left that is no tombstone.
-		return len(left) == 0 || len(left) > tombstones
-	})
-	return left, listErr
+		left = append(left, strings.TrimSpace(s))
+	}
+	return left, tombstones
+}
+
+func without(ls []string, drop func(string) bool) []string {
+	var kept []string
+	for _, s := range ls {
+		if !drop(s) {
+			kept = append(kept, s)
+		}
+	}
+	return kept
 }

@@ -14,9 +14,8 @@ func TestHostPortReachedFromEveryKindOfClient(t *testing.T) {
 	needNodes(t)
 	leaveNodesClean(t)
 	n1, n2 := nodes[0], nodes[1]
-	a1 := runPod(t, n1.Name, "a1")
-	a2 := runPod(t, n2.Name, "a2")
-	h1 := runPod(t, n1.Name, "h1", "8080:80")
+	p := runPods(t, podSpec{n1.Name, "a1", nil}, podSpec{n2.Name, "a2", nil}, podSpec{n1.Name, "h1", []string{"8080:80"}})
+	a1, a2, h1 := p[0], p[1], p[2]
 	checkCalls(t, []call{
 		{Name: "from n2's own netns, IPv4", From: fromNode(n2), To: n1.IPv4, Port: 8080, Server: h1.Name, Peer: true},
 		{Name: "from n2's own netns, IPv6", From: fromNode(n2), To: n1.IPv6, Port: 8080, Server: h1.Name, Peer: true},
@@ -36,8 +35,8 @@ func TestSameHostPortOnEachNode(t *testing.T) {
 	needNodes(t)
 	leaveNodesClean(t)
 	n1, n2 := nodes[0], nodes[1]
-	w1 := runPod(t, n1.Name, "w1", "8081:80")
-	w2 := runPod(t, n2.Name, "w2", "8081:80")
+	p := runPods(t, podSpec{n1.Name, "w1", []string{"8081:80"}}, podSpec{n2.Name, "w2", []string{"8081:80"}})
+	w1, w2 := p[0], p[1]
 	checkCalls(t, []call{
 		{Name: "the Docker host to n1 is w1", From: fromHost{}, To: n1.IPv4, Port: 8081, Server: w1.Name, Peer: true},
 		{Name: "the Docker host to n2 is w2", From: fromHost{}, To: n2.IPv4, Port: 8081, Server: w2.Name, Peer: true},
@@ -55,8 +54,8 @@ func TestHostPortConflictRefused(t *testing.T) {
 	needNodes(t)
 	leaveNodesClean(t)
 	n1, n2 := nodes[0], nodes[1]
-	h1 := runPod(t, n1.Name, "h1", "8080:80")
-	w2 := runPod(t, n2.Name, "w2", "8081:80")
+	p := runPods(t, podSpec{n1.Name, "h1", []string{"8080:80"}}, podSpec{n2.Name, "w2", []string{"8081:80"}})
+	h1, w2 := p[0], p[1]
 
 	before := cniState(t, n1.Name)
 	t.Run("refused by the runtime's ADD", func(t *testing.T) {

@@ -123,7 +123,7 @@ func TestReconcileRunsWithOnlyTheManifestsPrivileges(t *testing.T) {
 			t.Errorf("owner of db.sock: got %q, want openvswitch", got)
 		}
 	})
-	t.Run("only NET_ADMIN and DAC_OVERRIDE, /proc/sys read-only", func(t *testing.T) {
+	t.Run("only NET_ADMIN and DAC_OVERRIDE, sysctls read-only", func(t *testing.T) {
 		out, err := run(n, "pgrep", "-f", "^/opt/ovsflow/bin/ovs-portmap reconcile ")
 		if err != nil {
 			t.Fatalf("the reconcile process: %v", err)

@@ -11,10 +11,11 @@ import (
 func TestPodToPodAcrossNodes(t *testing.T) {
 	needNodes(t)
 	leaveNodesClean(t)
-	pods := make([]pod, len(nodes))
+	var specs []podSpec
 	for i, n := range nodes {
-		pods[i] = runPod(t, n.Name, fmt.Sprintf("a%d", i+1))
+		specs = append(specs, podSpec{Node: n.Name, Name: fmt.Sprintf("a%d", i+1)})
 	}
+	pods := runPods(t, specs...)
 	a1, a2 := pods[0], pods[1]
 	calls := []call{
 		{Name: "a1 on n1 to a2 on n2, IPv4", From: fromPod(a1), To: a2.IPv4, Port: 80, Server: a2.Name, Peer: true},

@@ -20,12 +20,11 @@ import (
 // hostPort of the node answers again within 5 s, rebuilt without a CNI call.
 const rebuildTimeout = 5 * time.Second
 
-// n1Servers starts the pods whose host ports the tests of this file follow
-// on n1: a1 (a client), h1 (hostPort 8080) and w1 (hostPort 8081).
-func n1Servers(t *testing.T) (a1, h1, w1 pod) {
-	t.Helper()
+// n1Servers are the pods whose host ports the tests of this file follow on
+// n1: a1 (a client), h1 (hostPort 8080) and w1 (hostPort 8081).
+func n1Servers() []podSpec {
 	n1 := nodes[0].Name
-	return runPod(t, n1, "a1"), runPod(t, n1, "h1", "8080:80"), runPod(t, n1, "w1", "8081:80")
+	return []podSpec{{n1, "a1", nil}, {n1, "h1", []string{"8080:80"}}, {n1, "w1", []string{"8081:80"}}}
 }
 
 // n1HostPorts: every hostPort of n1 from the Docker host (IPv4 and IPv6)
@@ -78,8 +77,8 @@ func TestHostPortsComeBackAfterOVSRestart(t *testing.T) {
 	needNodes(t)
 	leaveNodesClean(t)
 	n1, n2 := nodes[0], nodes[1]
-	a1, h1, w1 := n1Servers(t)
-	a2 := runPod(t, n2.Name, "a2")
+	p := runPods(t, append(n1Servers(), podSpec{n2.Name, "a2", nil})...)
+	a1, h1, w1, a2 := p[0], p[1], p[2], p[3]
 	ports := n1HostPorts(h1, w1)
 	if err := allAnswer(ports); err != nil {
 		t.Fatalf("before the restart: %v", err)
@@ -121,8 +120,7 @@ func TestNodeRebootedByDockerRestart(t *testing.T) {
 	needNodes(t)
 	leaveNodesClean(t)
 	n1, n2 := nodes[0], nodes[1]
-	n1Servers(t)
-	a2 := runPod(t, n2.Name, "a2")
+	a2 := runPods(t, append(n1Servers(), podSpec{n2.Name, "a2", nil})...)[3]
 
 	if err := docker("restart", container(n1.Name)); err != nil {
 		t.Fatal(err)
@@ -152,7 +150,8 @@ func TestNodeRebootedByDockerRestart(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	a1, h1, w1 := n1Servers(t)
+	p := runPods(t, n1Servers()...)
+	a1, h1, w1 := p[0], p[1], p[2]
 	t.Run("every hostPort of the new pods answers", func(t *testing.T) { answerWithin(t, n1HostPorts(h1, w1)) })
 	checkCalls(t, []call{
 		{Name: "pod to pod, a1 on n1 to a2 on n2 IPv4", From: fromPod(a1), To: a2.IPv4, Port: 80, Server: a2.Name, Peer: true},
@@ -169,7 +168,8 @@ func TestNodeKilledWhileAddingPods(t *testing.T) {
 	needNodes(t)
 	leaveNodesClean(t)
 	n1, n2 := nodes[0], nodes[1]
-	a1, h1, w1 := n1Servers(t)
+	p := runPods(t, n1Servers()...)
+	a1, h1, w1 := p[0], p[1], p[2]
 
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()

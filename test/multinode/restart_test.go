@@ -224,6 +224,6 @@ func TestNodeKilledWhileAddingPods(t *testing.T) {
 	})
 	a2 := runPod(t, n2.Name, "a2")
 	checkCalls(t, []call{
-		{Name: "a new pod on n2 reaches n1, a2 to a1 IPv4", From: fromPod(a2), To: a1.IPv4, Port: 80, Server: a1.Name, Peer: true},
+		{Name: "a new pod a2 on n2 to a1 on n1, IPv4", From: fromPod(a2), To: a1.IPv4, Port: 80, Server: a1.Name, Peer: true},
 	})
 }

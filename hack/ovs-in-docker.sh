@@ -12,7 +12,7 @@
 #                                           NODE <name> <node IPv4> <node IPv6> <pod IPv4 CIDR> <pod IPv6 CIDR>
 #   hack/ovs-in-docker.sh exec NODE CMD...  run CMD in a node (stdin passed through, its exit status)
 #   hack/ovs-in-docker.sh restart NODE    docker restart of a node, until it has booted again
-#   hack/ovs-in-docker.sh test [-nodes N] up, the tests (a line per check, "N passed, M failed"), down
+#   hack/ovs-in-docker.sh test [-nodes N] up (default 3 nodes), the Go tests of test/multinode, "N passed, M failed", down
 #   hack/ovs-in-docker.sh demo            up, a host port pod on each node reached across nodes and from here, down
 #   hack/ovs-in-docker.sh down [-images]  remove the nodes, network, volumes (and the images with -images);
 #                                         stops the private dockerd if this script started it. Idempotent.

@@ -104,6 +104,9 @@ type Events interface {
 	ReconcileDone(took time.Duration, err error)
 	VswitchdRestart()
 	OrphanDeleted(err error)
+	// OrphanPluginFailed: the DEL of a plugin of the chain that is not
+	// ours failed in a replayed DEL (ours went on).
+	OrphanPluginFailed(plugin string)
 	// RoutesPlanned: the pod ranges of other nodes routed by the last
 	// route sync, and those not routed by why (podroutes.Skip*, or
 	// "foreign": a route of another protocol has the destination).
@@ -570,6 +573,11 @@ func (a *Agent) orphanSweeper() *orphan.Sweeper {
 		Deleted: func(_ ovsdb.Attachment, err error) {
 			if a.cfg.Events != nil {
 				a.cfg.Events.OrphanDeleted(err)
+			}
+		},
+		PluginFailed: func(plugin string) {
+			if a.cfg.Events != nil {
+				a.cfg.Events.OrphanPluginFailed(plugin)
 			}
 		},
 	})

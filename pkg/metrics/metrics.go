@@ -78,6 +78,7 @@ type Collector struct {
 	reconcileSeconds prometheus.Histogram
 	restarts         prometheus.Counter
 	orphans          *prometheus.CounterVec
+	orphanPlugins    *prometheus.CounterVec
 	podRoutes        prometheus.Gauge
 	notRouted        *prometheus.GaugeVec
 	scrapeErrors     *prometheus.CounterVec
@@ -111,6 +112,7 @@ const (
 	NameReconcileSeconds = "ovsflow_reconcile_duration_seconds"
 	NameRestarts         = "ovsflow_vswitchd_restarts_total"
 	NameOrphansDeleted   = "ovsflow_orphans_deleted_total"
+	NameOrphanDelFailed  = "ovsflow_orphan_del_failures_total"
 	NamePodRoutes        = "ovsflow_pod_routes"
 	NameNotRouted        = "ovsflow_pod_ranges_not_routed"
 	NameScrapeErrors     = "ovsflow_scrape_errors_total"
@@ -152,6 +154,8 @@ func New(cfg Config) *Collector {
 			Help: "ovs-vswitchd (re)starts the node agent saw."}),
 		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameOrphansDeleted,
 			Help: "DELs the node agent replayed for orphaned attachments (host veth gone, no DEL run), by result (ok, error)."}, []string{"result"}),
+		orphanPlugins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameOrphanDelFailed,
+			Help: "DELs of plugins of the chain that are not the suite's that failed in a replayed DEL (the suite's went on), by plugin type."}, []string{"plugin"}),
 		podRoutes: prometheus.NewGauge(prometheus.GaugeOpts{Name: NamePodRoutes,
 			Help: "Routes to other nodes' pod ranges the node agent keeps (its last route sync)."}),
 		notRouted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: NameNotRouted,
@@ -186,6 +190,12 @@ func (c *Collector) OrphanDeleted(err error) {
 	c.orphans.WithLabelValues(result).Inc()
 }
 
+// OrphanPluginFailed records the failed DEL of a plugin of the chain that
+// is not the suite's in a DEL the agent replayed (pkg/orphan).
+func (c *Collector) OrphanPluginFailed(plugin string) {
+	c.orphanPlugins.WithLabelValues(plugin).Inc()
+}
+
 // RoutesPlanned records the node agent's last route sync.
 func (c *Collector) RoutesPlanned(routed int, notRouted map[string]int) {
 	c.podRoutes.Set(float64(routed))
@@ -213,6 +223,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.reconcileSeconds.Describe(ch)
 	c.restarts.Describe(ch)
 	c.orphans.Describe(ch)
+	c.orphanPlugins.Describe(ch)
 	c.podRoutes.Describe(ch)
 	c.notRouted.Describe(ch)
 	c.scrapeErrors.Describe(ch)
@@ -230,6 +241,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.reconcileSeconds.Collect(ch)
 	c.restarts.Collect(ch)
 	c.orphans.Collect(ch)
+	c.orphanPlugins.Collect(ch)
 	c.podRoutes.Collect(ch)
 	c.notRouted.Collect(ch)
 	c.scrapeErrors.Collect(ch)

@@ -18,7 +18,11 @@
 // gone: such an attachment is kept, and said so once. For each, the Sweeper executes the node's conflist's
 // DEL for exactly that attachment, as the runtime would have: the plugins
 // remove the port, flows, host ports and host-local's allocation
-// themselves. It is a DEL and not a GC with a list of valid attachments:
+// themselves. A plugin of the chain that is not ours and fails its DEL
+// (many cannot without a netns, or are not in the agent's bin dir) is
+// reported (logged once, counted) and ours go on; a DEL of ours that fails
+// is tried again, after a wait that doubles with each failure. It is a DEL
+// and not a GC with a list of valid attachments:
 // host-local's GC releases every address not on the list, the one of an
 // ADD in flight too.
 package orphan

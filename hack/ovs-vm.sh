@@ -144,6 +144,7 @@ payload() {
 		github.com/containernetworking/plugins/plugins/ipam/static \
 		github.com/containernetworking/plugins/plugins/ipam/dhcp \
 		github.com/containernetworking/plugins/plugins/main/loopback \
+		github.com/containernetworking/plugins/plugins/meta/sbr \
 		github.com/containernetworking/cni/cnitool
 	go test -c -trimpath -o "$dir/repo/test/e2e/e2e.test" ./test/e2e
 	cp hack/ovs-sandbox.sh hack/vswitchd-events.sh "$dir/repo/hack/"

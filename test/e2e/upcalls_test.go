@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,8 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 	"github.com/ovsflow/ovs-cni/test/framework"
 )
+
+var overriding = regexp.MustCompile(`Overriding n-handler-threads to (\d+)`)
 
 // An ovs-vswitchd that starts within 10 s of the kernel's boot: Open
 // vSwitch 3.1.0 on a machine of at most two CPUs counts 0 usable CPUs until
@@ -45,6 +48,8 @@ func TestUpcallHandlersAtBoot(t *testing.T) {
 
 	rundir := filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:"))
 	pidFile := filepath.Join(rundir, "ovs-vswitchd.pid")
+	logFile := filepath.Join(rundir, "ovs-vswitchd.log")
+	before, _ := os.ReadFile(logFile)
 	killVswitchd(t, pidFile)
 	t.Cleanup(func() { restartVswitchdFrom(t, pidFile) })
 	var now unix.Timespec
@@ -54,7 +59,7 @@ func TestUpcallHandlersAtBoot(t *testing.T) {
 	// The new ovs-vswitchd's monotonic clock starts at 0 to 1 s.
 	cmd := exec.Command("unshare", "--fork", "--time", fmt.Sprintf("--monotonic=-%d", now.Sec),
 		"ovs-vswitchd", ovsdbAddr, "--pidfile="+pidFile, "--detach", "--no-chdir",
-		"--log-file="+filepath.Join(rundir, "ovs-vswitchd.log"), "-vconsole:off", "-vfile:info")
+		"--log-file="+logFile, "-vconsole:off", "-vfile:info")
 	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+rundir, "OVS_DBDIR="+rundir, "OVS_LOGDIR="+rundir, "OVS_SYSCONFDIR="+rundir,
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -87,15 +92,40 @@ func TestUpcallHandlersAtBoot(t *testing.T) {
 			return fmt.Errorf("reports so far: %v", reports)
 		}
 	}
+	// The new ovs-vswitchd's lines of the log.
 	log := func() string {
-		b, _ := os.ReadFile(filepath.Join(rundir, "ovs-vswitchd.log"))
-		return string(b)
+		b, _ := os.ReadFile(logFile)
+		if len(b) < len(before) {
+			return string(b)
+		}
+		return string(b[len(before):])
+	}
+	// The state lasts until 10 s of ovs-vswitchd's clock: a guest too
+	// slow to bring its bridge up by then never has it. Its first count of
+	// handlers says which case this is.
+	var first string
+	if err := framework.Wait(60*time.Second, func() error {
+		m := overriding.FindStringSubmatch(log())
+		if m == nil {
+			return errors.New("no \"Overriding n-handler-threads\" in ovs-vswitchd's log yet")
+		}
+		first = m[1]
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, log())
+	}
+	if first != "0" {
+		// No false alarm: the watch says the handlers are there.
+		if err := framework.Wait(60*time.Second, saw(func(err error) bool { return err == nil })); err != nil {
+			t.Fatalf("ovs-vswitchd started %s handlers, yet the watch did not report them: %v", first, err)
+		}
+		if err := saw(func(err error) bool { return errors.Is(err, unixctl.ErrNoUpcallHandler) })(); err == nil {
+			t.Fatalf("ovs-vswitchd started %s handlers, yet the watch reported none", first)
+		}
+		t.Skipf("not reproduced: ovs-vswitchd's first count of handlers (%s) came after 10 s of its clock (too slow a guest); the watch reported its handlers, no false alarm", first)
 	}
 	if err := framework.Wait(60*time.Second, saw(func(err error) bool { return errors.Is(err, unixctl.ErrNoUpcallHandler) })); err != nil {
-		t.Fatalf("the watch never reported the missing upcall handler: %v\novs-vswitchd's log:\n%s", err, log())
-	}
-	if !strings.Contains(log(), "Overriding n-handler-threads to 0") {
-		t.Errorf("ovs-vswitchd did not log %q: another cause than the one named", "Overriding n-handler-threads to 0")
+		t.Fatalf("ovs-vswitchd started 0 handlers; the watch never reported it: %v\novs-vswitchd's log:\n%s", err, log())
 	}
 	// Mended after 10 s of its clock: the watch says so, b answers.
 	if err := framework.Wait(60*time.Second, saw(func(err error) bool { return err == nil })); err != nil {

@@ -149,6 +149,7 @@ payload() {
 		github.com/containernetworking/plugins/plugins/ipam/static \
 		github.com/containernetworking/plugins/plugins/ipam/dhcp \
 		github.com/containernetworking/plugins/plugins/main/loopback \
+		github.com/containernetworking/plugins/plugins/meta/sbr \
 		github.com/containernetworking/cni/cnitool
 	go test -c -trimpath -o "$dir/repo/test/e2e/e2e.test" ./test/e2e
 	# The guest's selection: VM_RUN when given, else the tests marked as

@@ -104,6 +104,12 @@ type Events interface {
 	ReconcileDone(took time.Duration, err error)
 	VswitchdRestart()
 	OrphanDeleted(err error)
+	// OrphanPluginFailed: the DEL of a plugin of the chain that is not
+	// ours failed in a replayed DEL (ours went on).
+	OrphanPluginFailed(plugin string)
+	// VswitchdUpcalls: what the reconcile watch last learnt of
+	// ovs-vswitchd's upcall handlers (reconcile.Hooks.Upcalls).
+	VswitchdUpcalls(err error)
 	// RoutesPlanned: the pod ranges of other nodes routed by the last
 	// route sync, and those not routed by why (podroutes.Skip*, or
 	// "foreign": a route of another protocol has the destination).
@@ -526,6 +532,9 @@ func (a *Agent) forget(prefix string, keep map[string]bool) {
 
 func (a *Agent) reconcileLoop(ctx context.Context) {
 	rounds := 0
+	logUpcalls := reconcile.OnChange(func(err error) {
+		fmt.Fprintf(a.cfg.Log, "%s reconcile: watch: %s\n", time.Now().UTC().Format(time.RFC3339), reconcile.UpcallsLine(err))
+	})
 	reconcile.Watch(ctx, a.cfg.OVSDB, a.cfg.VswitchdControl, reconcile.Hooks{
 		Pass: func(st reconcile.Stats, err error) {
 			if a.cfg.Events != nil {
@@ -544,6 +553,13 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 		},
 		Note: func(what string) {
 			fmt.Fprintf(a.cfg.Log, "%s reconcile: watch: %s\n", time.Now().UTC().Format(time.RFC3339), what)
+		},
+		Upcalls: func(err error) {
+			a.st.set(&a.st.upcalls, err)
+			if a.cfg.Events != nil {
+				a.cfg.Events.VswitchdUpcalls(err)
+			}
+			logUpcalls(err)
 		},
 		Waiting: func() { a.st.idle("reconcile") },
 		Running: func() {
@@ -570,6 +586,11 @@ func (a *Agent) orphanSweeper() *orphan.Sweeper {
 		Deleted: func(_ ovsdb.Attachment, err error) {
 			if a.cfg.Events != nil {
 				a.cfg.Events.OrphanDeleted(err)
+			}
+		},
+		PluginFailed: func(plugin string) {
+			if a.cfg.Events != nil {
+				a.cfg.Events.OrphanPluginFailed(plugin)
 			}
 		},
 	})

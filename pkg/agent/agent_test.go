@@ -23,6 +23,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/memo"
+	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
 func TestPeer(t *testing.T) {
@@ -275,5 +276,31 @@ func TestReadyzSharesARead(t *testing.T) {
 	}
 	if n := dials.Load(); n != 1 {
 		t.Errorf("51 probes dialled OVSDB %d times, want 1", n)
+	}
+}
+
+// TestReadyzUpcalls: what the reconcile watch last learnt of
+// ovs-vswitchd's upcall handlers is a check of /readyz.
+func TestReadyzUpcalls(t *testing.T) {
+	a := &Agent{cfg: Config{OVSDB: endpoint.MustParse("unix:" + filepath.Join(t.TempDir(), "none.sock"))}, st: newStatus()}
+	a.ovsChecks = memo.New(func(context.Context) ([]check, error) { return []check{{name: "ovsdb"}, {name: "bridges"}}, nil }, time.Hour, ovsTimeout)
+	find := func() (string, bool) {
+		for _, c := range a.readiness(context.Background()) {
+			if c.name == "upcalls" {
+				return c.err, true
+			}
+		}
+		return "", false
+	}
+	if why, ok := find(); !ok || why != "" {
+		t.Errorf("before any report: upcalls check %q (present %v), want present and passing", why, ok)
+	}
+	a.st.set(&a.st.upcalls, fmt.Errorf("x: %w", unixctl.ErrNoUpcallHandler))
+	if why, _ := find(); !strings.Contains(why, unixctl.ErrNoUpcallHandler.Error()) {
+		t.Errorf("no handler: upcalls check %q, want it to say so", why)
+	}
+	a.st.set(&a.st.upcalls, nil)
+	if why, _ := find(); why != "" {
+		t.Errorf("handlers back: upcalls check %q, want passing", why)
 	}
 }

@@ -23,6 +23,7 @@ type status struct {
 	conflist   string               // "" once the conflist is in place for the Node's podCIDRs, else why not
 	routes     string               // "" once the last route sync succeeded, else why not
 	reconciled string               // "" once the last reconcile pass succeeded, else why not
+	upcalls    string               // "" unless ovs-vswitchd was last seen with no upcall handler (or could not be asked)
 }
 
 func newStatus() *status {
@@ -142,11 +143,12 @@ const (
 
 // readiness: the plugins and the conflist are in place for this Node's podCIDRs, the routes
 // are synced, OVSDB answers, every bridge of the suite is served by
-// ovs-vswitchd and the last reconcile pass succeeded.
+// ovs-vswitchd, the last reconcile pass succeeded and ovs-vswitchd was not
+// last seen without an upcall handler for its kernel datapath.
 func (a *Agent) readiness(ctx context.Context) []check {
 	a.st.mu.Lock()
 	checks := []check{{"plugins", a.st.plugins}, {"conflist", a.st.conflist}, {"routes", a.st.routes}}
-	reconciled := a.st.reconciled
+	reconciled, upcalls := a.st.reconciled, a.st.upcalls
 	a.st.mu.Unlock()
 	if !a.cfg.OVSDB.IsZero() {
 		ovs, err := a.ovsChecks.Get(ctx)
@@ -154,7 +156,7 @@ func (a *Agent) readiness(ctx context.Context) []check {
 			ovs = []check{{"ovsdb", err.Error()}, {"bridges", "OVSDB not read"}}
 		}
 		checks = append(checks, ovs...)
-		checks = append(checks, check{"reconcile", reconciled})
+		checks = append(checks, check{"reconcile", reconciled}, check{"upcalls", upcalls})
 	}
 	return checks
 }

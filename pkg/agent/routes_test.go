@@ -76,6 +76,8 @@ type routeEvents struct {
 func (e *routeEvents) ReconcileDone(time.Duration, error) {}
 func (e *routeEvents) VswitchdRestart()                   {}
 func (e *routeEvents) OrphanDeleted(error)                {}
+func (e *routeEvents) OrphanPluginFailed(string)          {}
+func (e *routeEvents) VswitchdUpcalls(error)              {}
 func (e *routeEvents) RoutesPlanned(routed int, notRouted map[string]int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

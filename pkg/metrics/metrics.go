@@ -17,6 +17,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -78,6 +79,8 @@ type Collector struct {
 	reconcileSeconds prometheus.Histogram
 	restarts         prometheus.Counter
 	orphans          *prometheus.CounterVec
+	orphanPlugins    *prometheus.CounterVec
+	noUpcalls        prometheus.Gauge
 	podRoutes        prometheus.Gauge
 	notRouted        *prometheus.GaugeVec
 	scrapeErrors     *prometheus.CounterVec
@@ -111,6 +114,8 @@ const (
 	NameReconcileSeconds = "ovsflow_reconcile_duration_seconds"
 	NameRestarts         = "ovsflow_vswitchd_restarts_total"
 	NameOrphansDeleted   = "ovsflow_orphans_deleted_total"
+	NameOrphanDelFailed  = "ovsflow_orphan_del_failures_total"
+	NameNoUpcallHandler  = "ovsflow_vswitchd_no_upcall_handler"
 	NamePodRoutes        = "ovsflow_pod_routes"
 	NameNotRouted        = "ovsflow_pod_ranges_not_routed"
 	NameScrapeErrors     = "ovsflow_scrape_errors_total"
@@ -152,6 +157,10 @@ func New(cfg Config) *Collector {
 			Help: "ovs-vswitchd (re)starts the node agent saw."}),
 		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameOrphansDeleted,
 			Help: "DELs the node agent replayed for orphaned attachments (host veth gone, no DEL run), by result (ok, error)."}, []string{"result"}),
+		orphanPlugins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameOrphanDelFailed,
+			Help: "DELs of plugins of the chain that are not the suite's that failed in a replayed DEL (the suite's went on), by plugin type."}, []string{"plugin"}),
+		noUpcalls: prometheus.NewGauge(prometheus.GaugeOpts{Name: NameNoUpcallHandler,
+			Help: "1 while ovs-vswitchd was last seen with no upcall handler for its kernel datapath (it forwards no new flow), else 0."}),
 		podRoutes: prometheus.NewGauge(prometheus.GaugeOpts{Name: NamePodRoutes,
 			Help: "Routes to other nodes' pod ranges the node agent keeps (its last route sync)."}),
 		notRouted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: NameNotRouted,
@@ -186,6 +195,23 @@ func (c *Collector) OrphanDeleted(err error) {
 	c.orphans.WithLabelValues(result).Inc()
 }
 
+// OrphanPluginFailed records the failed DEL of a plugin of the chain that
+// is not the suite's in a DEL the agent replayed (pkg/orphan).
+func (c *Collector) OrphanPluginFailed(plugin string) {
+	c.orphanPlugins.WithLabelValues(plugin).Inc()
+}
+
+// VswitchdUpcalls records what the agent last learnt of ovs-vswitchd's
+// upcall handlers: unixctl.ErrNoUpcallHandler sets the gauge, anything
+// else clears it.
+func (c *Collector) VswitchdUpcalls(err error) {
+	if errors.Is(err, unixctl.ErrNoUpcallHandler) {
+		c.noUpcalls.Set(1)
+		return
+	}
+	c.noUpcalls.Set(0)
+}
+
 // RoutesPlanned records the node agent's last route sync.
 func (c *Collector) RoutesPlanned(routed int, notRouted map[string]int) {
 	c.podRoutes.Set(float64(routed))
@@ -213,6 +239,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.reconcileSeconds.Describe(ch)
 	c.restarts.Describe(ch)
 	c.orphans.Describe(ch)
+	c.orphanPlugins.Describe(ch)
+	c.noUpcalls.Describe(ch)
 	c.podRoutes.Describe(ch)
 	c.notRouted.Describe(ch)
 	c.scrapeErrors.Describe(ch)
@@ -230,6 +258,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.reconcileSeconds.Collect(ch)
 	c.restarts.Collect(ch)
 	c.orphans.Collect(ch)
+	c.orphanPlugins.Collect(ch)
+	c.noUpcalls.Collect(ch)
 	c.podRoutes.Collect(ch)
 	c.notRouted.Collect(ch)
 	c.scrapeErrors.Collect(ch)

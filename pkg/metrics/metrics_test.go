@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
 // TestUnreachable scrapes a collector whose OVSDB is not there: the scrape
@@ -30,6 +31,8 @@ func TestUnreachable(t *testing.T) {
 	c.OrphanDeleted(nil)
 	c.OrphanDeleted(nil)
 	c.OrphanDeleted(errors.New("x"))
+	c.OrphanPluginFailed("sbr")
+	c.VswitchdUpcalls(fmt.Errorf("x: %w", unixctl.ErrNoUpcallHandler))
 	c.RoutesPlanned(2, map[string]int{"local": 9})
 	c.RoutesPlanned(3, map[string]int{"conflict": 1}) // the last sync's figures only
 	reg := prometheus.NewPedanticRegistry()
@@ -55,7 +58,7 @@ func TestUnreachable(t *testing.T) {
 	}
 	for k, want := range map[string]float64{NameUp: 0, NameScrapeErrors + "/ovsdb": 1, NameReconciles + "/ok": 1,
 		NameReconciles + "/error": 1, NameRestarts: 1, NameOrphansDeleted + "/ok": 2, NameOrphansDeleted + "/error": 1,
-		NamePodRoutes: 3, NameNotRouted + "/conflict": 1, NameNotRouted + "/local": 0} {
+		NameOrphanDelFailed + "/sbr": 1, NameNoUpcallHandler: 1, NamePodRoutes: 3, NameNotRouted + "/conflict": 1, NameNotRouted + "/local": 0} {
 		if got[k] != want {
 			t.Errorf("%s: got %v, want %v (all: %v)", k, got[k], want, got)
 		}

@@ -18,7 +18,11 @@
 // gone: such an attachment is kept, and said so once. For each, the Sweeper executes the node's conflist's
 // DEL for exactly that attachment, as the runtime would have: the plugins
 // remove the port, flows, host ports and host-local's allocation
-// themselves. It is a DEL and not a GC with a list of valid attachments:
+// themselves. A plugin of the chain that is not ours and fails its DEL
+// (many cannot without a netns, or are not in the agent's bin dir) is
+// reported (logged once, counted) and ours go on; a DEL of ours that fails
+// is tried again, after a wait that doubles with each failure. It is a DEL
+// and not a GC with a list of valid attachments:
 // host-local's GC releases every address not on the list, the one of an
 // ADD in flight too.
 package orphan
@@ -62,6 +66,9 @@ type Config struct {
 	Log      io.Writer
 	// Deleted, when set, hears of each replayed DEL (the metrics).
 	Deleted func(a ovsdb.Attachment, err error)
+	// PluginFailed, when set, hears of each failed DEL of a plugin of the
+	// chain that is not ours, by its type (the metrics).
+	PluginFailed func(plugin string)
 }
 
 // Sweeper remembers, between passes, since when each attachment has been
@@ -74,6 +81,51 @@ type Sweeper struct {
 	// kept are the attachments whose veth is missing while their netns is
 	// not known to be gone, with why: each is logged once.
 	kept map[ovsdb.Attachment]string
+	// failed are the attachments whose DEL failed: how often, and when
+	// the next try is due.
+	failed map[ovsdb.Attachment]failure
+	// reported are the foreign plugins' failures already logged.
+	reported map[reported]bool
+}
+
+type failure struct {
+	n    int
+	next time.Time
+}
+
+type reported struct {
+	a      ovsdb.Attachment
+	plugin string
+}
+
+// maxBackoff bounds the wait between two tries of a failing DEL.
+const maxBackoff = 30 * time.Minute
+
+// backoff is the wait after the nth failure of a DEL: Interval, doubled
+// with each failure, at most maxBackoff.
+func backoff(interval time.Duration, n int) time.Duration {
+	d := interval
+	for i := 1; i < n && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
+}
+
+// due says whether a's DEL may be tried now.
+func (s *Sweeper) due(a ovsdb.Attachment, now time.Time) bool {
+	f, ok := s.failed[a]
+	return !ok || !now.Before(f.next)
+}
+
+// forget drops what the Sweeper knows of a.
+func (s *Sweeper) forget(a ovsdb.Attachment) {
+	delete(s.seen, a)
+	delete(s.failed, a)
+	for k := range s.reported {
+		if k.a == a {
+			delete(s.reported, k)
+		}
+	}
 }
 
 // New returns a Sweeper that has seen nothing yet.
@@ -82,7 +134,7 @@ func New(cfg Config) *Sweeper {
 		cfg.Log = io.Discard
 	}
 	return &Sweeper{cfg: cfg, seen: map[ovsdb.Attachment]time.Time{}, linkExists: linkExists,
-		kept: map[ovsdb.Attachment]string{}}
+		kept: map[ovsdb.Attachment]string{}, failed: map[ovsdb.Attachment]failure{}, reported: map[reported]bool{}}
 }
 
 func linkExists(name string) (bool, error) {
@@ -101,7 +153,11 @@ func linkExists(name string) (bool, error) {
 type Result struct {
 	Suspects []ovsdb.Attachment // seen orphaned for the first time, or not yet for Interval
 	Deleted  []ovsdb.Attachment // DEL replayed and successful
-	Failed   []ovsdb.Attachment // DEL replayed and failed (tried again next pass)
+	Failed   []ovsdb.Attachment // DEL replayed and one of ours failed (tried again, later each time)
+	Backoff  []ovsdb.Attachment // DEL failed before and not due yet
+	// Foreign are the DELs of other plugins of the chain that failed
+	// while ours went on (their attachment is in Deleted or Failed).
+	Foreign []PluginFailure
 	// Kept have no host interface but a netns not known to be gone (the
 	// container deleted its own interface, or the path is not visible).
 	Kept []ovsdb.Attachment
@@ -150,7 +206,7 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 	now := time.Now()
 	for a := range s.seen {
 		if _, ok := orphans[a]; !ok {
-			delete(s.seen, a) // back, gone, or in flight: start again
+			s.forget(a) // back, gone, or in flight: start again
 		}
 	}
 	for _, a := range slices.SortedFunc(maps.Keys(orphans), cmpAttachment) {
@@ -164,18 +220,37 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 			res.Suspects = append(res.Suspects, a)
 			continue
 		}
-		err := s.del(ctx, list, a)
+		if !s.due(a, now) {
+			res.Backoff = append(res.Backoff, a)
+			continue
+		}
+		foreign, err := s.del(ctx, list, a)
+		for _, f := range foreign {
+			if s.cfg.PluginFailed != nil {
+				s.cfg.PluginFailed(f.Plugin)
+			}
+			if k := (reported{a, f.Plugin}); !s.reported[k] {
+				s.reported[k] = true
+				s.logf("DEL of %s: plugin %q failed, ours went on: %v", a, f.Plugin, f.Err)
+			}
+		}
+		res.Foreign = append(res.Foreign, foreign...)
 		if s.cfg.Deleted != nil {
 			s.cfg.Deleted(a, err)
 		}
 		if err != nil {
-			s.logf("DEL of %s (host interface %s missing since %s): %v", a, orphans[a], first.UTC().Format(time.RFC3339), err)
+			f := s.failed[a]
+			f.n++
+			f.next = now.Add(backoff(s.cfg.Interval, f.n))
+			s.failed[a] = f
+			s.logf("DEL of %s (host interface %s missing since %s) failed %d times, next try after %s: %v",
+				a, orphans[a], first.UTC().Format(time.RFC3339), f.n, f.next.UTC().Format(time.RFC3339), err)
 			res.Failed = append(res.Failed, a)
 			continue
 		}
+		s.forget(a)
 		s.logf("DEL of %s replayed: its host interface %s has been missing and its netns gone since %s, no ADD or DEL of it in flight",
 			a, orphans[a], first.UTC().Format(time.RFC3339))
-		delete(s.seen, a)
 		res.Deleted = append(res.Deleted, a)
 	}
 	return res, nil
@@ -242,9 +317,30 @@ func (s *Sweeper) orphans(ctx context.Context, network string) (orphans, kept ma
 	return out, kept, nil
 }
 
+// Ours are the plugins whose DEL removes the attachment's record (its port
+// row and what hangs off it): the sweep finds orphans by that record.
+var ours = map[string]bool{"ovs-bridge": true, "ovs-portmap": true, "ovs-bandwidth": true}
+
+// PluginFailure is the DEL of another project's plugin of the chain that
+// failed (or could not be found) while ours succeeded.
+type PluginFailure struct {
+	Attachment ovsdb.Attachment
+	Plugin     string // its type
+	Err        error
+}
+
 // del executes the conflist's DEL for a, without a netns (valid CNI: the
-// netns is gone), as the runtime would have.
-func (s *Sweeper) del(ctx context.Context, list *libcni.NetworkConfigList, a ovsdb.Attachment) error {
+// netns is gone), as the runtime would have: each plugin's, last first.
+// Unlike the runtime it goes on past a plugin that is not ours: many
+// cannot DEL without a netns (the reference sbr locks the netns path), or
+// are not in the bin dir the agent sees; stopping there would keep our
+// plugins from removing the port, flows, host ports and address, and the
+// attachment, still recorded, would be found and fail again every pass.
+// Their failures come back in foreign. The first of ours that fails ends
+// the DEL (err): the next of ours would remove the record that the failed
+// one's retry needs. Each plugin runs as a chain of one: the sweep's
+// cache dir holds no result of the runtime's, so none loses a prevResult.
+func (s *Sweeper) del(ctx context.Context, list *libcni.NetworkConfigList, a ovsdb.Attachment) (foreign []PluginFailure, err error) {
 	ctx, cancel := context.WithTimeout(ctx, delTimeout)
 	defer cancel()
 	cache := s.cfg.CacheDir
@@ -253,10 +349,20 @@ func (s *Sweeper) del(ctx context.Context, list *libcni.NetworkConfigList, a ovs
 	}
 	cfg := libcni.NewCNIConfigWithCacheDir(s.cfg.CNIPath, cache, nil)
 	rt := &libcni.RuntimeConf{ContainerID: a.ContainerID, IfName: a.IfName}
-	if err := cfg.DelNetworkList(ctx, list, rt); err != nil {
-		return fmt.Errorf("DEL of %s: %w", a, err)
+	for i := len(list.Plugins) - 1; i >= 0; i-- {
+		p := list.Plugins[i]
+		one := &libcni.NetworkConfigList{Name: list.Name, CNIVersion: list.CNIVersion, Plugins: []*libcni.PluginConfig{p}}
+		err := cfg.DelNetworkList(ctx, one, rt)
+		if err == nil {
+			continue
+		}
+		if !ours[p.Network.Type] {
+			foreign = append(foreign, PluginFailure{Attachment: a, Plugin: p.Network.Type, Err: err})
+			continue
+		}
+		return foreign, fmt.Errorf("DEL of %s: %w", a, err)
 	}
-	return nil
+	return foreign, nil
 }
 
 func (s *Sweeper) logf(format string, args ...any) {

@@ -24,6 +24,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
+	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
 // Stats counts what one reconcile pass did.
@@ -321,11 +322,40 @@ func Run(ovsdbEndpoint endpoint.Endpoint, control string, watch bool, out io.Wri
 		return 0
 	}
 	Watch(context.Background(), ovsdbEndpoint, control, Hooks{
-		Pass:  logPass,
-		Retry: func(err error) { logf("watch: %v; retrying", err) },
-		Note:  func(what string) { logf("watch: %s", what) },
+		Pass:    logPass,
+		Retry:   func(err error) { logf("watch: %v; retrying", err) },
+		Note:    func(what string) { logf("watch: %s", what) },
+		Upcalls: OnChange(func(err error) { logf("watch: %s", UpcallsLine(err)) }),
 	})
 	return 0
+}
+
+// OnChange returns a hook that calls f with the first error and with each
+// that differs from the one before (nil included): a state said once.
+func OnChange(f func(error)) func(error) {
+	var last *string
+	return func(err error) {
+		s := ""
+		if err != nil {
+			s = err.Error()
+		}
+		if last != nil && *last == s {
+			return
+		}
+		last = &s
+		f(err)
+	}
+}
+
+// UpcallsLine is what a log says of Hooks.Upcalls' err.
+func UpcallsLine(err error) string {
+	switch {
+	case err == nil:
+		return "ovs-vswitchd has its upcall handlers"
+	case errors.Is(err, unixctl.ErrNoUpcallHandler):
+		return fmt.Sprintf("%v; Open vSwitch 3.1.0 started within 10 s of boot on a machine of at most 2 CPUs does this until 10 s of uptime (fixed in 3.1.1 and 3.2.0; docs/resilience.md)", err)
+	}
+	return err.Error()
 }
 
 // Once dials the OVSDB at ovsdbEndpoint and reconciles its node once,
@@ -357,6 +387,11 @@ type Hooks struct {
 	Running, Waiting func()
 	// Note tells what the watch did about flow-restore-wait.
 	Note func(what string)
+	// Upcalls is called after each round's restore while a bridge of ours
+	// is on the kernel datapath: with unixctl.ErrNoUpcallHandler (wrapped)
+	// while ovs-vswitchd has no upcall handler, with another error when it
+	// could not be asked, and with nil once it has one.
+	Upcalls func(err error)
 }
 
 // Watch reconciles whenever an ovs-vswitchd (re)starts, until ctx is done
@@ -413,7 +448,13 @@ func watchLoop(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control str
 		if h.Waiting != nil {
 			h.Waiting()
 		}
-		if err := w.WaitGone(ctx, func(context.Context) error {
+		round, endRound := context.WithCancel(ctx)
+		upcalls := make(chan struct{})
+		go func() {
+			defer close(upcalls)
+			watchUpcalls(round, ovsdbEndpoint, control, h.Upcalls)
+		}()
+		err := w.WaitGone(ctx, func(context.Context) error {
 			return withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) error {
 				keep, err := kernelBridges(ctx, cli, ovsdbEndpoint)
 				if err != nil || len(keep) == 0 {
@@ -425,10 +466,74 @@ func watchLoop(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control str
 				note("ovs-vswitchd is gone; flow-restore-wait set: the next one keeps the kernel datapath's flows")
 				return nil
 			})
-		}); err != nil {
+		})
+		endRound()
+		<-upcalls
+		if err != nil {
 			return err
 		}
 	}
+}
+
+// upcallsEvery is how often watchUpcalls asks again while ovs-vswitchd has
+// no upcall handler.
+const upcallsEvery = 2 * time.Second
+
+// watchUpcalls tells report whether the ovs-vswitchd that the round
+// restored has an upcall handler for its kernel datapath
+// (unixctl.ErrNoUpcallHandler), and asks again every upcallsEvery until it
+// has (Open vSwitch 3.1.0 mends itself once 10 s of the kernel's uptime
+// have passed) or ctx ends. Without a kernel bridge of ours it asks
+// nothing: only dpif-netlink has per-CPU dispatch, and ovs-vswitchd does
+// not answer its dispatch-mode command where the kernel module is absent.
+func watchUpcalls(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string, report func(error)) {
+	if report == nil {
+		return
+	}
+	for {
+		err := upcallsOf(ctx, ovsdbEndpoint, control)
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, errNoKernelBridge) {
+			report(err)
+		}
+		if !errors.Is(err, unixctl.ErrNoUpcallHandler) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(upcallsEvery):
+		}
+	}
+}
+
+var errNoKernelBridge = errors.New("no kernel bridge of ours")
+
+// upcallsOf asks ovs-vswitchd about its upcall threads (unixctl.Upcalls).
+func upcallsOf(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string) error {
+	var bridges []endpoint.Endpoint
+	if err := withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) (err error) {
+		bridges, err = kernelBridges(ctx, cli, ovsdbEndpoint)
+		return err
+	}); err != nil {
+		return fmt.Errorf("asking ovs-vswitchd about its upcall handlers: %w", err)
+	}
+	if len(bridges) == 0 {
+		return errNoKernelBridge
+	}
+	sock, err := unixctl.Find(bridges[0], control)
+	if err != nil {
+		return fmt.Errorf("asking ovs-vswitchd about its upcall handlers: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	u, err := unixctl.ReadUpcalls(ctx, sock)
+	if err != nil {
+		return fmt.Errorf("asking ovs-vswitchd about its upcall handlers: %w", err)
+	}
+	return u.Err()
 }
 
 // RestoreDeadline bounds how long Restore waits for the pipeline before it

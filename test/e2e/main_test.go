@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 		"github.com/containernetworking/plugins/plugins/ipam/static",
 		"github.com/containernetworking/plugins/plugins/ipam/dhcp",
 		"github.com/containernetworking/plugins/plugins/main/loopback",
+		"github.com/containernetworking/plugins/plugins/meta/sbr",
 	}}))
 }
 

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -339,6 +341,122 @@ func TestOrphanIPAMChanged(t *testing.T) {
 	}
 	if got := allocations(t, dataDir, network); slices.Contains(got, v4) {
 		t.Errorf("address %s still allocated in host-local's store after the sweep's DEL: %v", v4, got)
+	}
+}
+
+// A plugin of the chain that is not ours and cannot DEL without a netns
+// (the reference sbr locks the netns path it is given, and the sweep has
+// none), or that the sweep's bin dir does not have, fails its DEL: the
+// runtime's way, the chain stops there, before ovs-bridge's and
+// ovs-portmap's DEL (the chain's DEL runs last plugin first), and the
+// attachment stays recorded to fail again every pass. The sweep goes on
+// with ours: port, flows, host port, meter and address go; the failure is
+// reported once and the attachment is not tried again.
+func TestOrphanForeignPluginFails(t *testing.T) {
+	requireSandbox(t)
+	h := newOVSHost(t)
+	dataDir := t.TempDir()
+	const network = "orphsbr"
+	list := conflist("1.0.0", network,
+		bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true}),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}},
+		map[string]any{"type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"bandwidth": true}},
+		map[string]any{"type": "sbr"})
+	n := newCNI(t, list)
+	b, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	confPath := filepath.Join(t.TempDir(), "10-orphsbr.conflist")
+	if err := os.WriteFile(confPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The second sweep's bin dir: the suite's plugins but sbr.
+	noSBR := t.TempDir()
+	entries, err := os.ReadDir(binDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "sbr" {
+			if err := os.Symlink(filepath.Join(binDir, e.Name()), filepath.Join(noSBR, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	for i, tc := range []struct {
+		name    string
+		cniPath []string
+	}{{"sbr fails without a netns", []string{binDir}}, {"sbr missing", []string{noSBR}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newContainer(t)
+			hostPort := 8291 + i
+			capArgs := mappings(pm(hostPort, 80, "tcp", ""))
+			maps.Copy(capArgs, limits(bwRate, bwBurst, bwRate, bwBurst))
+			v4 := addrOf(t, n.mustAdd(t, c, "eth0", capArgs), false)
+			t.Cleanup(func() { n.del(c, "eth0", capArgs) })
+			if len(h.meterIDs(t)) != 1 {
+				t.Fatalf("meters after ADD: %v, want the attachment's one (else the test proves nothing)", h.meterIDs(t))
+			}
+			if _, err := run("ip", "link", "del", hostVeth(c, "eth0")); err != nil {
+				t.Fatal(err)
+			}
+			dropNetNS(t, c)
+
+			var lines strings.Builder
+			failed := map[string]int{}
+			sw := orphan.New(orphan.Config{OVSDB: ovsdbEP, Conflist: confPath, CNIPath: tc.cniPath,
+				CacheDir: t.TempDir(), Interval: 0, Log: io.MultiWriter(testLog{t}, &lines),
+				PluginFailed: func(plugin string) { failed[plugin]++ }})
+			att := ovsdb.Attachment{ContainerID: c.id, IfName: "eth0"}
+			var res orphan.Result
+			for i := 1; i <= 2; i++ {
+				if res, err = sw.Pass(context.Background()); err != nil {
+					t.Fatalf("pass %d: %v", i, err)
+				}
+				t.Logf("pass %d: %+v", i, res)
+			}
+			if !slices.Equal(res.Deleted, []ovsdb.Attachment{att}) || len(res.Failed) != 0 {
+				t.Errorf("second pass: deleted %v, failed %v; want %s deleted", res.Deleted, res.Failed, att)
+			}
+			if len(res.Foreign) != 1 || res.Foreign[0].Plugin != "sbr" || res.Foreign[0].Attachment != att {
+				t.Errorf("second pass: foreign failures %v, want sbr's DEL of %s", res.Foreign, att)
+			}
+			if ps := portsOf(t, ovsdb.KeyContainerID, c.id); len(ps) != 0 {
+				t.Errorf("ports left: %v", ps)
+			}
+			if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0")); len(fl) != 0 {
+				t.Errorf("flows left: %v", fl)
+			}
+			if got := allocations(t, dataDir, network); slices.Contains(got, v4) {
+				t.Errorf("address %s still allocated: %v", v4, got)
+			}
+			if out, _ := run("nft", "list", "map", "ip", "ovsflow_hostport", "hostports"); strings.Contains(out, v4) {
+				t.Errorf("node-local nft elements left:\n%s", out)
+			}
+			if got := h.meterIDs(t); len(got) != 0 {
+				t.Errorf("meters left: %v", got)
+			}
+			for _, table := range []string{"QoS", "Queue"} {
+				if left := ourRows(t, table); len(left) > 0 {
+					t.Errorf("%s rows left: %v", table, left)
+				}
+			}
+			// Not tried again: the attachment is no longer recorded.
+			for i := 3; i <= 4; i++ {
+				if res, err = sw.Pass(context.Background()); err != nil || len(res.Suspects)+len(res.Deleted)+len(res.Failed)+len(res.Foreign) != 0 {
+					t.Errorf("pass %d: %+v, %v; want nothing to do", i, res, err)
+				}
+			}
+			if got := strings.Count(lines.String(), `plugin "sbr" failed`); got != 1 || failed["sbr"] != 1 {
+				t.Errorf("sbr's failure logged %d times, counted %v; want once", got, failed)
+			}
+			// The host port is free: a new sandbox takes it.
+			next := newContainer(t)
+			n.mustAdd(t, next, "eth0", mappings(pm(hostPort, 80, "tcp", "")))
+			t.Cleanup(func() { n.del(next, "eth0", nil) })
+		})
 	}
 }
 

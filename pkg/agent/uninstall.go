@@ -100,6 +100,12 @@ func uninstallOVS(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, say func
 	}
 	var errs []error
 	for _, br := range bridges {
+		// Off before the guards go (RemoveNodeLocal, after this).
+		if ok, err := hostport.ResetRouteLocalnet(br); err != nil {
+			errs = append(errs, err)
+		} else if ok {
+			say("bridge %s: route_localnet off again", br.Name)
+		}
 		if gws := record.Gateways(br.ExternalIDs); len(gws) > 0 {
 			if l, err := netlinksafe.LinkByName(br.Name); err == nil {
 				for _, p := range gws {

@@ -34,6 +34,11 @@ type HostPorts struct {
 	HairpinV4, HairpinV6 netip.Addr
 	// Rules are the resolved translations to this container (see Resolve).
 	Rules []Rule
+	// Loopback are the translations of the node's IPv4 loopback addresses
+	// (127.0.0.1 for a mapping without a host IP). They are served to the
+	// node's own processes by the kernel's nat/output hook (pkg/hostport),
+	// never by a flow: a frame to 127.0.0.0/8 on the bridge is nobody's.
+	Loopback []Rule
 	// SNAT makes hairpin work: container → its own host port.
 	SNAT bool
 	// MasqAll SNATs every request to the container to the hairpin address,
@@ -77,6 +82,11 @@ func (a HostPorts) Validate() error {
 		}
 		if h := a.hairpinIP(r.ContainerIP); (a.SNAT || a.MasqAll) && !h.IsValid() {
 			errs = append(errs, fmt.Errorf("rule %s: snat needs a hairpin address of its family", r))
+		}
+	}
+	for _, r := range a.Loopback {
+		if !r.Protocol.IsValid() || !r.NodeIP.Is4() || !r.NodeIP.IsLoopback() || r.ContainerIP != a.IPv4 || !r.ContainerIP.IsValid() {
+			errs = append(errs, fmt.Errorf("loopback rule %s: want an IPv4 loopback address to the attachment's IPv4 address", r))
 		}
 	}
 	if a.ConnRate > 0 && len(a.connMappings()) > MaxConnMeters {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -424,5 +425,42 @@ func TestRequestsMatchNodeMAC(t *testing.T) {
 	a.NodeMAC, _ = openflow.ParseMAC("ff:ff:ff:ff:ff:ff")
 	if err := a.Validate(); err == nil || !strings.Contains(err.Error(), "unicast") {
 		t.Errorf("broadcast node MAC: got %v, want an error", err)
+	}
+}
+
+func TestResolveLoopback(t *testing.T) {
+	m := func(proto Protocol, host string, port uint16) Mapping {
+		var h netip.Addr
+		if host != "" {
+			h = netip.MustParseAddr(host)
+		}
+		return Mapping{Protocol: proto, HostIP: h, HostPort: port, ContainerPort: 80}
+	}
+	tests := []struct {
+		name     string
+		mappings []Mapping
+		v4       netip.Addr
+		want     []string
+	}{
+		{"no host IP: 127.0.0.1", []Mapping{m(TCP, "", 8080), m(UDP, "", 8080)}, ctr4, []string{
+			"tcp 127.0.0.1:8080->192.0.2.10:80", "udp 127.0.0.1:8080->192.0.2.10:80"}},
+		{"0.0.0.0: 127.0.0.1", []Mapping{m(TCP, "0.0.0.0", 8080)}, ctr4, []string{"tcp 127.0.0.1:8080->192.0.2.10:80"}},
+		{"127.0.0.1 and another loopback address", []Mapping{m(TCP, "127.0.0.1", 8080), m(TCP, "127.0.0.2", 8080)}, ctr4, []string{
+			"tcp 127.0.0.1:8080->192.0.2.10:80", "tcp 127.0.0.2:8080->192.0.2.10:80"}},
+		{"a node address, ::, ::1: none", []Mapping{m(TCP, "198.51.100.1", 8080), m(TCP, "::", 8080), m(TCP, "::1", 8080)}, ctr4, nil},
+		{"no container IPv4: none", []Mapping{m(TCP, "", 8080), m(TCP, "127.0.0.1", 8081)}, netip.Addr{}, nil},
+		{"invalid protocol: none", []Mapping{m(Protocol(1), "", 8080)}, ctr4, nil},
+		{"duplicates once", []Mapping{m(TCP, "", 8080), m(TCP, "127.0.0.1", 8080)}, ctr4, []string{"tcp 127.0.0.1:8080->192.0.2.10:80"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, r := range ResolveLoopback(tc.mappings, tc.v4) {
+				got = append(got, r.String())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

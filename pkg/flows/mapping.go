@@ -151,3 +151,35 @@ func Resolve(mappings []Mapping, nodeIPs []netip.Addr, containerV4, containerV6 
 	slices.SortFunc(rules, Rule.compare)
 	return slices.Compact(rules)
 }
+
+// Localhost is the loopback address a mapping without a host IP (or with
+// 0.0.0.0) is also published on, as the reference portmap does.
+var Localhost = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
+// ResolveLoopback turns mappings into the translations of the node's IPv4
+// loopback addresses (HostPorts.Loopback): a mapping without a host IP, or
+// with 0.0.0.0, on Localhost; one whose host IP is an IPv4 loopback
+// address on that address. There is none without a container IPv4 address,
+// and none for ::1: IPv6 drops a packet to or from ::1 that arrives on any
+// interface but lo, so the reply of a translated connection could never
+// come back. Sorted, without duplicates; nil when nothing applies.
+func ResolveLoopback(mappings []Mapping, containerV4 netip.Addr) []Rule {
+	if containerV4 = canon(containerV4); !containerV4.Is4() {
+		return nil
+	}
+	var rules []Rule
+	for _, m := range mappings {
+		host := canon(m.HostIP)
+		switch {
+		case !m.Protocol.IsValid():
+			continue
+		case !host.IsValid() || host.Is4() && host.IsUnspecified():
+			host = Localhost
+		case !host.Is4() || !host.IsLoopback():
+			continue
+		}
+		rules = append(rules, Rule{m.Protocol, host, m.HostPort, containerV4, m.ContainerPort})
+	}
+	slices.SortFunc(rules, Rule.compare)
+	return slices.Compact(rules)
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,11 +99,11 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target e
 		}
 	}
 	nftc := make(chan error, 1)
-	go func() { nftc <- applyNodeLocal(ctx, a.Rules, false) }()
+	go func() { nftc <- applyNodeLocal(ctx, nodeLocalRules(a), false) }()
 	nftIn := false // the elements' removal is armed now, for once they are in
 	undo.Arm(func(ctx context.Context) {
 		if nftIn {
-			_ = applyNodeLocal(ctx, a.Rules, true)
+			_ = applyNodeLocal(ctx, nodeLocalRules(a), true)
 		}
 	})
 	err = openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...)
@@ -119,6 +120,15 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target e
 	if err != nil {
 		return err
 	}
+	if len(a.Loopback) > 0 {
+		// The guards are in with the localhost map's elements.
+		if br == nil {
+			return fmt.Errorf("loopback host ports of port %q: bridge %q not found", p.Port.Name, p.Port.ExternalIDs[ovsdb.KeyBridge])
+		}
+		if err := EnsureRouteLocalnet(ctx, cli, br); err != nil {
+			return err
+		}
+	}
 	if ctlErr != nil {
 		return ctlErr
 	}
@@ -131,6 +141,12 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target e
 		}
 	}
 	return reval.WaitAtMost(ctx, revalidationCap)
+}
+
+// nodeLocalRules are the rules of a that nft serves to the node's own
+// processes: those of the node addresses and the loopback ones.
+func nodeLocalRules(a flows.HostPorts) []flows.Rule {
+	return slices.Concat(a.Rules, a.Loopback)
 }
 
 // staleConnMeters are the new-connection meters of the record port p held
@@ -254,7 +270,7 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 				}
 			}
 		}
-		if err := applyNodeLocal(ctx, a.Rules, true); err != nil {
+		if err := applyNodeLocal(ctx, nodeLocalRules(a), true); err != nil {
 			return err
 		}
 	}

@@ -20,7 +20,7 @@ func NodeLocalTarget(r flows.Rule, opts ...nftables.ConnOption) (to netip.AddrPo
 	if err != nil {
 		return to, false, fmt.Errorf("nft (node-local host ports): %w", err)
 	}
-	set := nftHostports(r.NodeIP.Is4())
+	set := nftMapOf(r)
 	// GetSetElements keeps no error chain: the table is looked for first.
 	tables, err := c.ListTablesOfFamily(set.Table.Family)
 	if err != nil {

@@ -159,14 +159,17 @@ func nftIn(tb testing.TB, fd int, args ...string) string {
 	return string(out)
 }
 
+// nftMaps are the maps of ours, family and name.
+var nftMaps = [][2]string{{"ip", "hostports"}, {"ip", "localhost"}, {"ip6", "hostports"}}
+
 // listing is what nft shows of both maps, text and JSON (the JSON carries the
 // handles too, so it also shows that no object was declared again).
 func listing(tb testing.TB, fd int) string {
 	tb.Helper()
 	var b strings.Builder
-	for _, fam := range []string{"ip", "ip6"} {
-		b.WriteString(nftIn(tb, fd, "list", "map", fam, nftTable, "hostports"))
-		b.WriteString(nftIn(tb, fd, "-j", "list", "map", fam, nftTable, "hostports"))
+	for _, m := range nftMaps {
+		b.WriteString(nftIn(tb, fd, "list", "map", m[0], nftTable, m[1]))
+		b.WriteString(nftIn(tb, fd, "-j", "list", "map", m[0], nftTable, m[1]))
 		b.WriteString("\n")
 	}
 	return b.String()
@@ -177,7 +180,8 @@ func listing(tb testing.TB, fd int) string {
 func elements(tb testing.TB, fd int) []string {
 	tb.Helper()
 	var got []string
-	for _, fam := range []string{"ip", "ip6"} {
+	for _, m := range nftMaps {
+		fam := m[0]
 		var doc struct {
 			Nftables []struct {
 				Map *struct {
@@ -187,7 +191,7 @@ func elements(tb testing.TB, fd int) []string {
 				} `json:"map"`
 			} `json:"nftables"`
 		}
-		out := nftIn(tb, fd, "-j", "list", "map", fam, nftTable, "hostports")
+		out := nftIn(tb, fd, "-j", "list", "map", fam, nftTable, m[1])
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			tb.Fatalf("nft -j list map %s: %v: %s", fam, err, out)
 		}
@@ -224,6 +228,8 @@ var testRules = []flows.Rule{
 	rule(flows.TCP, "2001:db8:100::1", 443, "2001:db8:c::10", 8443),
 	rule(flows.UDP, "2001:db8:100::1", 53, "2001:db8:c::10", 5353),
 	rule(flows.SCTP, "2001:db8:100::2", 1, "2001:db8:c::11", 65535),
+	rule(flows.TCP, "127.0.0.1", 8080, "192.0.2.10", 80),
+	rule(flows.UDP, "127.0.0.2", 53, "192.0.2.10", 5353),
 }
 
 func TestNodeLocalNetlink(t *testing.T) {
@@ -246,6 +252,15 @@ func TestNodeLocalNetlink(t *testing.T) {
 			for _, want := range []string{"map hostports", "chain output", "type nat hook output priority -100", "dnat " + fam + " to " + fam + " daddr . meta l4proto . th dport map @hostports"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("table %s %s: got\n%s\nwant it to contain %q", fam, nftTable, out, want)
+				}
+			}
+			// The loopback host ports and their guards: IPv4 only.
+			for _, want := range []string{"map localhost", "th dport map @localhost", "type nat hook postrouting priority srcnat",
+				`ip saddr 127.0.0.0/8 oif != "lo" ct status dnat masquerade`, "type filter hook prerouting priority raw",
+				`iif != "lo" ip daddr 127.0.0.0/8 drop`, `iif != "lo" ip saddr 127.0.0.0/8 drop`,
+				"type filter hook postrouting priority 300", `oif != "lo" ip saddr 127.0.0.0/8 drop`} {
+				if strings.Contains(out, want) != (fam == "ip") {
+					t.Errorf("table %s %s: got\n%s\nwant %q in table ip only", fam, nftTable, out, want)
 				}
 			}
 		}

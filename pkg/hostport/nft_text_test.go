@@ -28,17 +28,46 @@ func nftScript(rules []flows.Rule, remove, rebuild bool) string {
 			continue
 		}
 		fmt.Fprintf(&b, "add table %s %s\n", fam.family, nftTable)
-		fmt.Fprintf(&b, "add map %s %s hostports { type %s . inet_proto . inet_service : %s . inet_service ; }\n", fam.family, nftTable, fam.addr, fam.addr)
+		maps := []string{"hostports"}
+		if fam.family == "ip" {
+			maps = append(maps, "localhost")
+		}
+		for _, m := range maps {
+			fmt.Fprintf(&b, "add map %s %s %s { type %s . inet_proto . inet_service : %s . inet_service ; }\n", fam.family, nftTable, m, fam.addr, fam.addr)
+		}
 		fmt.Fprintf(&b, "add chain %s %s output { type nat hook output priority -100 ; policy accept ; }\n", fam.family, nftTable)
 		fmt.Fprintf(&b, "flush chain %s %s output\n", fam.family, nftTable)
-		fmt.Fprintf(&b, "add rule %s %s output dnat %s to %s daddr . meta l4proto . th dport map @hostports\n", fam.family, nftTable, fam.family, fam.family)
+		for _, m := range maps {
+			fmt.Fprintf(&b, "add rule %s %s output dnat %s to %s daddr . meta l4proto . th dport map @%s\n", fam.family, nftTable, fam.family, fam.family, m)
+		}
+		if fam.family == "ip" {
+			b.WriteString(nftLocalnet)
+		}
 		if rebuild {
-			fmt.Fprintf(&b, "flush map %s %s hostports\n", fam.family, nftTable)
+			for _, m := range maps {
+				fmt.Fprintf(&b, "flush map %s %s %s\n", fam.family, nftTable, m)
+			}
 		}
 		b.WriteString(nftElements(elems, remove))
 	}
 	return b.String()
 }
+
+// nftLocalnet is the nft text of the IPv4 table's other chains: the
+// masquerade of the node's own connections from a loopback address, and
+// the guards that no packet to or from 127.0.0.0/8 crosses an interface
+// other than lo.
+const nftLocalnet = `add chain ip ovsflow_hostport postrouting { type nat hook postrouting priority 100 ; policy accept ; }
+flush chain ip ovsflow_hostport postrouting
+add rule ip ovsflow_hostport postrouting ip saddr 127.0.0.0/8 oif != "lo" ct status dnat masquerade
+add chain ip ovsflow_hostport localnet_in { type filter hook prerouting priority -300 ; policy accept ; }
+flush chain ip ovsflow_hostport localnet_in
+add rule ip ovsflow_hostport localnet_in iif != "lo" ip daddr 127.0.0.0/8 drop
+add rule ip ovsflow_hostport localnet_in iif != "lo" ip saddr 127.0.0.0/8 drop
+add chain ip ovsflow_hostport localnet_out { type filter hook postrouting priority 300 ; policy accept ; }
+flush chain ip ovsflow_hostport localnet_out
+add rule ip ovsflow_hostport localnet_out oif != "lo" ip saddr 127.0.0.0/8 drop
+`
 
 // nftElements renders the element lines of rules; with remove, each element
 // is added then deleted, which makes the delete safe when it is already gone.
@@ -49,9 +78,13 @@ func nftElements(rules []flows.Rule, remove bool) string {
 		if r.NodeIP.Is4() {
 			fam = "ip"
 		}
-		fmt.Fprintf(&b, "add element %s %s hostports { %s . %s . %d : %s . %d }\n", fam, nftTable, r.NodeIP, r.Protocol, r.HostPort, r.ContainerIP, r.ContainerPort)
+		m := "hostports"
+		if r.NodeIP.IsLoopback() {
+			m = "localhost"
+		}
+		fmt.Fprintf(&b, "add element %s %s %s { %s . %s . %d : %s . %d }\n", fam, nftTable, m, r.NodeIP, r.Protocol, r.HostPort, r.ContainerIP, r.ContainerPort)
 		if remove {
-			fmt.Fprintf(&b, "delete element %s %s hostports { %s . %s . %d }\n", fam, nftTable, r.NodeIP, r.Protocol, r.HostPort)
+			fmt.Fprintf(&b, "delete element %s %s %s { %s . %s . %d }\n", fam, nftTable, m, r.NodeIP, r.Protocol, r.HostPort)
 		}
 	}
 	return b.String()

@@ -170,9 +170,11 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 			}
 		}
 	}
-	// Loopback host IPs are not served (it would take route_localnet, the
-	// CVE-2020-8558 hole): such mappings are left out, not refused, so that
-	// the container still starts (runtimes pass them, e.g. podman -p 127.0.0.1:…).
+	// Loopback host IPs are the node's own processes' (HostPorts.Loopback,
+	// served by nft alone), not the bridge's; ::1 cannot be served (see
+	// flows.ResolveLoopback): such a mapping is left out, not refused, so
+	// that the container still starts.
+	loopback := flows.ResolveLoopback(conf.Mappings, v4)
 	mappings := make([]flows.Mapping, 0, len(conf.Mappings))
 	for _, m := range conf.Mappings {
 		if !m.HostIP.IsLoopback() {
@@ -185,7 +187,7 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 			return nil, invalid("portMappings[%d]: hostIP %s is not a node address (%v)", i, m.HostIP, nodeIPs)
 		}
 	}
-	if err := vlanZero(port, len(conf.Mappings)); err != nil {
+	if err := vlanZero(port, len(conf.Mappings)+len(loopback)); err != nil {
 		return nil, err
 	}
 	if port.Interface.OFPort == nil || *port.Interface.OFPort <= 0 {
@@ -209,6 +211,11 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 	}
 	if !a.HairpinV4.IsValid() {
 		a.IPv4 = netip.Addr{} // no IPv4 node address: nothing IPv4 to publish
+	}
+	// The node's own connections to a loopback host port leave with the
+	// bridge interface's address (masquerade): none without an IPv4 one.
+	if a.IPv4.IsValid() {
+		a.Loopback = loopback
 	}
 	if !a.HairpinV6.IsValid() {
 		a.IPv6 = netip.Addr{}

@@ -107,6 +107,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 		keep(a)
 	}
 	var rules []flows.Rule
+	localnet := map[string]bool{} // bridges with loopback host ports
 	for _, p := range ports {
 		keep(p.Attachment())
 		if _, deleting := sweep.Deleting[p.Attachment()]; deleting {
@@ -140,6 +141,10 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 		t.meters = append(t.meters, flows.ConnMeters(a)...)
 		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
 		rules = append(rules, a.Rules...)
+		if len(a.Loopback) > 0 {
+			rules = append(rules, a.Loopback...)
+			localnet[p.Port.ExternalIDs[ovsdb.KeyBridge]] = true
+		}
 		st.Attachments++
 	}
 	var errs []error
@@ -184,7 +189,18 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 			}
 		}
 	}
-	return st, errors.Join(append(errs, hostport.RebuildNodeLocal(ctx, rules))...)
+	if err := hostport.RebuildNodeLocal(ctx, rules); err != nil {
+		return st, errors.Join(append(errs, err)...)
+	}
+	// The guards are in: route_localnet where loopback host ports need it.
+	for i := range bridges {
+		if localnet[bridges[i].Name] {
+			if err := hostport.EnsureRouteLocalnet(ctx, cli, &bridges[i]); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return st, errors.Join(errs...)
 }
 
 // apply brings the flows of one OpenFlow endpoint in line with t: what the

@@ -171,6 +171,10 @@ const (
 	// KeyZoneLimits records the zone limits last set for the bridge's
 	// ovs-vswitchd: "<its control socket>/<zone=limit,...>".
 	KeyZoneLimits = "ovsflow.io/zone-limits"
+	// KeyRouteLocalnet records that ovs-portmap turned route_localnet on
+	// for the bridge's internal interface (pkg/hostport, loopback host
+	// ports): uninstall turns it off again.
+	KeyRouteLocalnet = "ovsflow.io/route-localnet"
 )
 
 // ClaimKey is the claim of one rule.
@@ -205,6 +209,9 @@ type HostPorts struct {
 	SNAT      bool         `json:"snat"`
 	MasqAll   bool         `json:"masqAll"`
 	Rules     []flows.Rule `json:"rules"`
+	// Loopback: the node-local translations of loopback addresses
+	// (flows.HostPorts.Loopback), none in records written before them.
+	Loopback []flows.Rule `json:"loopback,omitempty"`
 	// ConnRate and ConnBurst: 0 without newConnectionRate.
 	ConnRate  uint32 `json:"newConnectionRate,omitempty"`
 	ConnBurst uint32 `json:"newConnectionBurst,omitempty"`
@@ -221,8 +228,8 @@ func PublishHostPorts(p ovsdb.OwnedPort, target endpoint.Endpoint, control strin
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("host port record of port %q: %w", p.Port.Name, err)
 	}
-	claims = make([]string, 0, len(a.Rules))
-	for _, r := range a.Rules {
+	claims = make([]string, 0, len(a.Rules)+len(a.Loopback))
+	for _, r := range slices.Concat(a.Rules, a.Loopback) {
 		claims = append(claims, ClaimKey(r))
 	}
 	return HostPortKeys(p), map[string]string{KeyHostPorts: string(raw)}, claims, nil
@@ -234,7 +241,7 @@ func newHostPorts(target endpoint.Endpoint, pl flows.Pipeline, a flows.HostPorts
 		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
 		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), NodeMAC: macString(a.NodeMAC), IPv4: a.IPv4, IPv6: a.IPv6,
 		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules,
-		ConnRate: a.ConnRate, ConnBurst: a.ConnBurst}
+		Loopback: a.Loopback, ConnRate: a.ConnRate, ConnBurst: a.ConnBurst}
 }
 
 // macString renders a MAC, "" for none.
@@ -265,7 +272,7 @@ func (r HostPorts) Facts() (flows.Pipeline, flows.HostPorts, error) {
 		Limit: r.Limit, ContainerLimit: r.ContainerLimit}
 	return pl, flows.HostPorts{
 		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, NodeMAC: nodeMAC, IPv4: r.IPv4, IPv6: r.IPv6,
-		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, SNAT: r.SNAT, MasqAll: r.MasqAll,
+		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, Loopback: r.Loopback, SNAT: r.SNAT, MasqAll: r.MasqAll,
 		ConnRate: r.ConnRate, ConnBurst: r.ConnBurst,
 	}, nil
 }

@@ -93,6 +93,12 @@ func TestAgentUninstall(t *testing.T) {
 		t.Fatalf("before: %d flows of the suite, ports %v, nft ip table %v, gateway %v: the test proves nothing",
 			len(before), portsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue), nft("ip"), gateway())
 	}
+	// The mapping has no hostIP: it is on 127.0.0.1 too, with
+	// route_localnet on for the bridge interface.
+	expect(t, nil, "tcp", hp("127.0.0.1", 31081), c, "")
+	if got := routeLocalnetOf(t, h.bridge); got != "1" {
+		t.Fatalf("before: route_localnet of %s is %s: the test proves nothing", h.bridge, got)
+	}
 
 	out, err := run(filepath.Join(binDir, "ovsflow-agent"), "uninstall", "-ovsdb", ovsdbAddr, "-plugin-src", src,
 		"-cni-bin-dir", bin, "-cni-conf-dir", conf, "-conf-template", "/etc/ovsflow/10-ovsflow.conflist")
@@ -123,6 +129,9 @@ func TestAgentUninstall(t *testing.T) {
 	}
 	if gateway() {
 		t.Error("the gateway address 192.0.2.1 is still on the bridge")
+	}
+	if got := routeLocalnetOf(t, h.bridge); got != "0" {
+		t.Errorf("route_localnet of %s after uninstall: got %s, want 0 again", h.bridge, got)
 	}
 	if !slices.Contains(bridgeAddrs(t, h.bridge), nodeV4) {
 		t.Errorf("the node's own address %s went", nodeV4)

@@ -319,7 +319,7 @@ func lookupBridge(ctx context.Context, cli *ovsdb.Client, conf *NetConf) (*ovsdb
 	if br == nil {
 		return nil, invalid(`"bridge" %q does not exist (create it, or set "createBridge": true)`, conf.Bridge)
 	}
-	return br, nil
+	return ensureServed(ctx, cli, conf, br)
 }
 
 // replacePrevious clears what an earlier ADD of the same attachment left (a

@@ -764,9 +764,12 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints.OVSDB, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, args)
+	if errors.Is(err, cnicmd.ErrNeverServed) {
+		return nil
+	}
 	if err != nil {
-		return err
+		return conf.Endpoints.Explain(err)
 	}
 	defer done()
 	var l laps
@@ -880,7 +883,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	}
 	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
 	if err != nil {
-		return err
+		return conf.Endpoints.Explain(err)
 	}
 	defer done()
 	if conf.IPAM.Type != "" {

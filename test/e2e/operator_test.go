@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
 // What an operator meets first: errors that name the cause and the key.
@@ -60,5 +65,53 @@ func TestOperatorUnknownDatapath(t *testing.T) {
 	}
 	if out := vsctl(t, "--no-headings", "--columns=name", "find", "Bridge", "name="+br); out != br {
 		t.Fatalf("bridge %s, not ours, is gone after the failed ADD: %q", br, out)
+	}
+}
+
+// ovs-portmap without an "ovsdb" key, beside an ovs-bridge with one: ADD's
+// error names the key (once "ovsdb unreachable", not twice), and DEL
+// succeeds where no Open vSwitch has run at the default endpoint since boot
+// (nothing can have been done through it), so the attachment goes. A DEL
+// that cannot know (an endpoint whose directory exists) stays code 11.
+func TestOperatorPortmapWithoutOVSDB(t *testing.T) {
+	requireSandbox(t)
+	if _, err := os.Stat(filepath.Dir(strings.TrimPrefix(endpoint.DefaultOVSDB, "unix:"))); err == nil {
+		t.Skipf("SKIPPED: %s exists on this node: a DEL through it cannot tell that nothing was done", endpoint.DefaultOVSDB)
+	}
+	br := newBridge(t)
+	c := newContainer(t)
+	n := newCNI(t, conflist("1.0.0", "nokey", bridgeConf(br, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "capabilities": map[string]any{"portMappings": true}}))
+	maps := mappings(pm(18080, 80, "tcp", ""))
+	_, err := n.add(c, "eth0", maps)
+	if got := cniCode(err); got != 11 {
+		t.Fatalf("ADD: code %d (%v), want 11", got, err)
+	}
+	want := `plugin type="ovs-portmap" failed (add): ovsdb unreachable (no "ovsdb" key in this plugin's config: the default, ` + endpoint.DefaultOVSDB + `); connecting to ` + endpoint.DefaultOVSDB + `: `
+	if got := err.Error(); !strings.HasPrefix(got, want) {
+		t.Fatalf("ADD error:\n got %s\nwant %s...", got, want)
+	}
+	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 1 {
+		t.Fatalf("ovs-bridge's ports after its ADD: %v, want 1", ports)
+	}
+	if err := n.del(c, "eth0", maps); err != nil {
+		t.Fatalf("DEL: %v, want success", err)
+	}
+	if left := portsOf(t, ovsdb.KeyContainerID, c.id); len(left) != 0 {
+		t.Fatalf("ports left after DEL: %v", left)
+	}
+
+	// An endpoint whose directory exists: OVS may be restarting there.
+	sock := "unix:" + filepath.Join(t.TempDir(), "db.sock")
+	m := newCNI(t, conflist("1.0.0", "nokey", bridgeConf(br, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": sock, "capabilities": map[string]any{"portMappings": true}}))
+	c2 := newContainer(t)
+	err = m.del(c2, "eth0", maps)
+	if got := cniCode(err); got != 11 {
+		t.Fatalf("DEL through %s: code %d (%v), want 11", sock, got, err)
+	}
+	want = `plugin type="ovs-portmap" failed (delete): ovsdb unreachable: cannot tell what is left of attachment ` + c2.id + `/eth0; connecting to ` + sock + `: `
+	if got := err.Error(); !strings.HasPrefix(got, want) {
+		t.Fatalf("DEL error:\n got %s\nwant %s...", got, want)
 	}
 }

@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -113,5 +116,37 @@ func TestOperatorPortmapWithoutOVSDB(t *testing.T) {
 	want = `plugin type="ovs-portmap" failed (delete): ovsdb unreachable: cannot tell what is left of attachment ` + c2.id + `/eth0; connecting to ` + sock + `: `
 	if got := err.Error(); !strings.HasPrefix(got, want) {
 		t.Fatalf("DEL error:\n got %s\nwant %s...", got, want)
+	}
+}
+
+// hack/ovs-sandbox.sh start NAME refuses a network namespace NAME that it
+// did not create, and stop NAME leaves such a namespace alone: it holds
+// someone else's interfaces.
+func TestOperatorSandboxForeignNetNS(t *testing.T) {
+	requireSandbox(t)
+	name := uniq(fmt.Sprintf("ovsflow-foreign%d-", os.Getpid()))
+	if out, err := run("ip", "netns", "add", name); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { run("ip", "netns", "del", name) })
+	if out, err := run("ip", "-n", name, "link", "add", "keepme", "type", "veth", "peer", "name", "keepme1"); err != nil {
+		t.Fatalf("ip link add: %v: %s", err, out)
+	}
+	script := filepath.Join(repoRoot, "hack", "ovs-sandbox.sh")
+	cmd := exec.Command(script, "start", name)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("start over a foreign netns: %v, want exit code 1\n%s", err, out)
+	}
+	want := `ovs-sandbox: network namespace "` + name + `" exists and was not created by ovs-sandbox.sh: pick another NAME, or delete it (ip netns del ` + name + `)`
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Fatalf("start over a foreign netns:\n got %s\nwant %s", got, want)
+	}
+	if out, err := exec.Command(script, "stop", name).CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v: %s", err, out)
+	}
+	if out, err := run("ip", "-n", name, "link", "show", "keepme"); err != nil {
+		t.Fatalf("the foreign netns lost its interface: %v: %s", err, out)
 	}
 }

@@ -230,7 +230,7 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 		default:
 			got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
 			if err != nil {
-				return "", 0, err
+				return "", 0, otherNetNS(conf, err)
 			}
 			if err := requestedOFPort(conf, got); err != nil {
 				return "", 0, err

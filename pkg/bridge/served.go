@@ -2,7 +2,11 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 
@@ -62,4 +66,34 @@ func ensureServed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovs
 func kernelDatapath() bool {
 	_, err := netlink.GenlFamilyGet("ovs_datapath")
 	return err == nil
+}
+
+// otherNetNS explains ovs-vswitchd's refusal of the host veth (an
+// ovsdb.AttachError) when ovs-vswitchd runs in another network namespace
+// than the plugin, which made the veth in its own: ovs-vswitchd cannot see
+// it ("No such device"). The plugin must run in the node's network
+// namespace, where ovs-vswitchd is. ovs-vswitchd is found by its pidfile
+// beside the OVSDB socket (its run directory); when it is not there, the
+// message says what is likely.
+func otherNetNS(conf *NetConf, err error) error {
+	var ae *ovsdb.AttachError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	ep := conf.Endpoints.OVSDB
+	if ep.Network == "unix" {
+		pidfile := filepath.Join(filepath.Dir(ep.Address), "ovs-vswitchd.pid")
+		if b, rerr := os.ReadFile(pidfile); rerr == nil {
+			pid := strings.TrimSpace(string(b))
+			theirs, err1 := os.Readlink("/proc/" + pid + "/ns/net")
+			ours, err2 := os.Readlink("/proc/self/ns/net")
+			if err1 == nil && err2 == nil {
+				if theirs != ours {
+					return fmt.Errorf("%w: ovs-vswitchd (pid %s, %s) runs in another network namespace than this plugin (%s), and cannot see the veth it made: run the plugin in the node's network namespace, where ovs-vswitchd runs (for a sandbox, ip netns exec NAME)", err, pid, theirs, ours)
+				}
+				return err
+			}
+		}
+	}
+	return fmt.Errorf("%w: is the plugin running in the network namespace of ovs-vswitchd? The bridge's datapath cannot see an interface made elsewhere", err)
 }

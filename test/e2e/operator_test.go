@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -149,4 +150,49 @@ func TestOperatorSandboxForeignNetNS(t *testing.T) {
 	if out, err := run("ip", "-n", name, "link", "show", "keepme"); err != nil {
 		t.Fatalf("the foreign netns lost its interface: %v: %s", err, out)
 	}
+}
+
+// A plugin run outside the node's network namespace makes the veth where
+// ovs-vswitchd cannot see it: the error says so, and what to do.
+func TestOperatorOtherNetNS(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	elsewhere := newContainer(t) // plays a host namespace other than the node's
+	c := newContainer(t)
+	conf := conflistConf(t, bridgeConf(br, t.TempDir(), nil))
+	cmd := exec.Command("ip", "netns", "exec", elsewhere.name, filepath.Join(binDir, "ovs-bridge"))
+	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID="+c.id, "CNI_NETNS="+c.ns.Path(),
+		"CNI_IFNAME=eth0", "CNI_PATH="+binDir)
+	cmd.Stdin = strings.NewReader(conf)
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("ADD from another netns: %v, want a failure\n%s", err, out)
+	}
+	var e struct {
+		Code uint   `json:"code"`
+		Msg  string `json:"msg"`
+	}
+	if err := json.Unmarshal(out, &e); err != nil {
+		t.Fatalf("ADD's error: %v\n%s", err, out)
+	}
+	for _, want := range []string{"(No such device): ovs-vswitchd (pid ", "runs in another network namespace than this plugin", "run the plugin in the node's network namespace, where ovs-vswitchd runs"} {
+		if !strings.Contains(e.Msg, want) {
+			t.Errorf("ADD's error %q: want it to say %q", e.Msg, want)
+		}
+	}
+	if left := portsOf(t, ovsdb.KeyContainerID, c.id); len(left) != 0 {
+		t.Errorf("ports left after the failed ADD: %v", left)
+	}
+}
+
+// conflistConf is plugin as the network config a runtime passes it.
+func conflistConf(t *testing.T, plugin map[string]any) string {
+	t.Helper()
+	plugin["cniVersion"], plugin["name"] = "1.0.0", "otherns"
+	b, err := json.Marshal(plugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -5,7 +5,8 @@
 #                                      "netdev" datapath) inside network namespace NAME,
 #                                      with a private run directory and database;
 #                                      prints shell assignments: OVSDB= NETNS= RUNDIR=
-#   hack/ovs-sandbox.sh stop [NAME]    stop both daemons, delete the netns and the run dir
+#                                      (refuses a netns NAME that it did not create)
+#   hack/ovs-sandbox.sh stop [NAME]    stop both daemons, delete the netns (if it created it) and the run dir
 #   hack/ovs-sandbox.sh stop-vswitchd|start-vswitchd [NAME]   (fault injection in tests)
 #   hack/ovs-sandbox.sh stop-ovsdb|start-ovsdb [NAME]         (the same, for ovsdb-server)
 #   hack/ovs-sandbox.sh install        install the packages the sandbox needs
@@ -74,9 +75,18 @@ install) install ;;
 start)
 	install
 	ovsenv
-	if [ -e "/run/netns/$name" ]; then "$0" stop "$name"; fi
+	if [ -e "/run/netns/$name" ]; then
+		# Only a namespace this script made (marked in its run dir) is
+		# replaced: another one holds someone else's interfaces.
+		if [ ! -e "$rundir/netns-created" ]; then
+			log "network namespace \"$name\" exists and was not created by ovs-sandbox.sh: pick another NAME, or delete it (ip netns del $name)"
+			exit 1
+		fi
+		"$0" stop "$name"
+	fi
 	mkdir -p "$rundir"
 	ip netns add "$name"
+	touch "$rundir/netns-created"
 	ip -n "$name" link set lo up
 	ovsdb-tool create "$rundir/conf.db" /usr/share/openvswitch/vswitch.ovsschema
 	# The SSL options name the database's SSL row, as ovs-ctl does: empty
@@ -93,7 +103,7 @@ stop)
 	ovsenv
 	stop_pidfile "$rundir/ovs-vswitchd.pid"
 	stop_pidfile "$rundir/ovsdb-server.pid"
-	if [ -e "/run/netns/$name" ]; then
+	if [ -e "/run/netns/$name" ] && [ -e "$rundir/netns-created" ]; then
 		# Netdev bridges leave kernel taps behind in the namespace; deleting it removes them.
 		ip netns del "$name" || true
 	fi
@@ -104,7 +114,7 @@ start-vswitchd) start_vswitchd ;;
 stop-ovsdb) stop_pidfile "$rundir/ovsdb-server.pid" ;;
 start-ovsdb) start_ovsdb ;;
 *)
-	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

@@ -120,7 +120,7 @@ func LoadConf(stdin []byte) (*Conf, error) {
 // no more, and must not fail on limits it does not use.
 func loadEndpoints(stdin []byte) (*Conf, error) {
 	c := &Conf{}
-	if err := cnicmd.Decode(stdin, c, &c.OVSDB); err != nil {
+	if err := cnicmd.Decode(stdin, c); err != nil {
 		return nil, err
 	}
 	var err error

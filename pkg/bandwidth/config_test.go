@@ -71,7 +71,7 @@ func TestKilo(t *testing.T) {
 // DEL does not look at the limits: bad ones do not keep it from cleaning up.
 func TestLoadEndpointsIgnoresLimits(t *testing.T) {
 	c, err := loadEndpoints([]byte(`{"cniVersion":"1.0.0","name":"net","type":"ovs-bandwidth","runtimeConfig":{"bandwidth":{"ingressRate":1}}}`))
-	if err != nil || c.OVSDB == "" {
+	if err != nil || c.Endpoints.OVSDB.String() != "unix:/var/run/openvswitch/db.sock" {
 		t.Fatalf("got %+v, %v; want the config with the default ovsdb", c, err)
 	}
 	if _, err := loadEndpoints([]byte(`{"cniVersion":"1.0.0","name":"net","ovsdb":"ftp:x"}`)); err == nil {

@@ -2,6 +2,7 @@ package bandwidth
 
 import (
 	"context"
+	"errors"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -30,7 +31,7 @@ func loadChained(args *skel.CmdArgs) (*Conf, error) {
 func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, endpoint.Endpoint, func(), error) {
 	ctx, cli, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, "ovs-bandwidth", args)
 	if err != nil {
-		return nil, nil, ovsdb.OwnedPort{}, endpoint.Endpoint{}, nil, err
+		return nil, nil, ovsdb.OwnedPort{}, endpoint.Endpoint{}, nil, conf.Endpoints.Explain(err)
 	}
 	return ctx, cli, port, conf.Endpoints.OpenFlowOf(port.Port.ExternalIDs[ovsdb.KeyBridge]), done, nil
 }
@@ -66,9 +67,12 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints.OVSDB, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, args)
+	if errors.Is(err, cnicmd.ErrNeverServed) {
+		return nil
+	}
 	if err != nil {
-		return err
+		return conf.Endpoints.Explain(err)
 	}
 	defer done()
 	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}

@@ -121,7 +121,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	}
 	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
 	if err != nil {
-		return err
+		return conf.Endpoints.Explain(err)
 	}
 	defer done()
 	a := newAdding(ctx, cli, conf, args)

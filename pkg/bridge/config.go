@@ -145,15 +145,11 @@ func invalid(format string, a ...any) error {
 // LoadConf decodes stdin, applies defaults, then validates, in that order.
 func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	n := &NetConf{}
-	def := "" // Decode gives it the default, and leaves n.OVSDB as given
-	if err := cnicmd.Decode(stdin, n, &def); err != nil {
+	if err := cnicmd.Decode(stdin, n); err != nil {
 		return nil, err
 	}
 	if err := ovsCNIEndpoint(n); err != nil {
 		return nil, err
-	}
-	if n.OVSDB == "" {
-		n.OVSDB = def
 	}
 	// Defaults.
 	if n.PortSecurity == nil {

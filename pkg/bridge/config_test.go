@@ -75,8 +75,8 @@ func TestLoadConf(t *testing.T) {
 				if tc.wantMsg != "" && n.MAC.String() != tc.wantMsg {
 					t.Errorf("MAC: got %s, want %s", n.MAC, tc.wantMsg)
 				}
-				if n.OVSDB != "unix:/var/run/openvswitch/db.sock" {
-					t.Errorf("default ovsdb: got %s", n.OVSDB)
+				if n.Endpoints.OVSDB.String() != "unix:/var/run/openvswitch/db.sock" {
+					t.Errorf("default ovsdb: got %s", n.Endpoints.OVSDB)
 				}
 				return
 			}
@@ -115,7 +115,7 @@ func TestOVSCNIKeys(t *testing.T) {
 			if err != nil {
 				t.Fatalf("got %v, want success", err)
 			}
-			if n.OVSDB != tc.wantOVSDB || n.Endpoints.OVSDB.String() != tc.wantOVSDB {
+			if n.Endpoints.OVSDB.String() != tc.wantOVSDB {
 				t.Errorf("ovsdb: got %q (parsed %s), want %q", n.OVSDB, n.Endpoints.OVSDB, tc.wantOVSDB)
 			}
 			if n.OVNPort != tc.wantOVN {

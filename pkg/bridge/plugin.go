@@ -230,7 +230,7 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 		default:
 			got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
 			if err != nil {
-				return "", 0, err
+				return "", 0, otherNetNS(conf, err)
 			}
 			if err := requestedOFPort(conf, got); err != nil {
 				return "", 0, err
@@ -319,7 +319,7 @@ func lookupBridge(ctx context.Context, cli *ovsdb.Client, conf *NetConf) (*ovsdb
 	if br == nil {
 		return nil, invalid(`"bridge" %q does not exist (create it, or set "createBridge": true)`, conf.Bridge)
 	}
-	return br, nil
+	return ensureServed(ctx, cli, conf, br)
 }
 
 // replacePrevious clears what an earlier ADD of the same attachment left (a
@@ -764,9 +764,12 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints.OVSDB, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, args)
+	if errors.Is(err, cnicmd.ErrNeverServed) {
+		return nil
+	}
 	if err != nil {
-		return err
+		return conf.Endpoints.Explain(err)
 	}
 	defer done()
 	var l laps
@@ -880,7 +883,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	}
 	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
 	if err != nil {
-		return err
+		return conf.Endpoints.Explain(err)
 	}
 	defer done()
 	if conf.IPAM.Type != "" {

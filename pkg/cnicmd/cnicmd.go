@@ -11,7 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -117,15 +120,51 @@ func OpenPort(ep endpoint.Endpoint, plugin string, args *skel.CmdArgs) (context.
 // the runtime's back), so it fails and the runtime retries. Succeeding there
 // would leave the port and its host-port claims for good while the address
 // went back to the pool.
-func OpenDel(ep endpoint.Endpoint, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	ctx, cli, done, err = Open(ep)
+//
+// The one DEL that can tell is that of a config without an "ovsdb" key on
+// a node where no Open vSwitch has run at the default endpoint since boot
+// (its run directory, on tmpfs, does not exist): every ADD of that config
+// failed when it opened OVSDB, before doing anything. That is ErrNeverServed,
+// which a DEL answers with success.
+func OpenDel(eps Endpoints, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	ctx, cli, done, err = Open(eps.OVSDB)
 	var e *cnierr.Error
 	if errors.As(err, &e) && e.Kind == cnierr.TryAgain {
+		if eps.neverServed() {
+			return nil, nil, nil, ErrNeverServed
+		}
 		a := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
 		return nil, nil, nil, &cnierr.Error{Kind: cnierr.TryAgain, Details: e.Details, Err: err,
 			Msg: fmt.Sprintf("%s: cannot tell what is left of attachment %s", e.Msg, a)}
 	}
 	return ctx, cli, done, err
+}
+
+// ErrNeverServed is OpenDel's answer when nothing can have been done
+// through the config's OVSDB endpoint: the DEL succeeds.
+var ErrNeverServed = errors.New("no Open vSwitch at the default endpoint since boot")
+
+// neverServed reports whether OVSDB is the default one and its run
+// directory does not exist.
+func (e Endpoints) neverServed() bool {
+	if !e.OVSDBDefault || e.OVSDB.Network != "unix" {
+		return false
+	}
+	_, err := os.Stat(filepath.Dir(e.OVSDB.Address))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// Explain names the missing "ovsdb" key in an error of Open when OVSDB is
+// the default: the operator who gave ovs-bridge the key and not this
+// plugin reads why it looks elsewhere.
+func (e Endpoints) Explain(err error) error {
+	var ce *cnierr.Error
+	if !e.OVSDBDefault || !errors.As(err, &ce) || ce.Kind != cnierr.TryAgain {
+		return err
+	}
+	c := *ce
+	c.Msg = fmt.Sprintf(`%s (no "ovsdb" key in this plugin's config: the default, %s)`, c.Msg, e.OVSDB)
+	return &c
 }
 
 // Status opens a STATUS: a connection within StatusTimeout, OVSDB
@@ -189,7 +228,11 @@ func Error(err error) error {
 	var claimed *ovsdb.ClaimedError
 	switch {
 	case errors.Is(err, ovsdb.ErrUnreachable):
-		return cnierr.Wrap(cnierr.TryAgain, "ovsdb unreachable", err)
+		// The details are err's, without the sentinel's text that the
+		// message already says.
+		e := cnierr.Wrap(cnierr.TryAgain, "ovsdb unreachable", err)
+		e.Details = strings.TrimPrefix(e.Details, ovsdb.ErrUnreachable.Error()+": ")
+		return e
 	case errors.Is(err, endpoint.ErrTimeout):
 		return cnierr.Wrap(cnierr.TryAgain, "ovs-vswitchd unresponsive", err)
 	case errors.Is(err, ovsdb.ErrSweeping):
@@ -286,14 +329,11 @@ func Stale(ctx context.Context, cli *ovsdb.Client, network, bridge string, valid
 }
 
 // Decode decodes a network config from stdin into conf (code 6 when it is
-// not JSON of conf's shape) and gives it the default OVSDB endpoint: the
-// first step of either plugin's LoadConf.
-func Decode(stdin []byte, conf any, ovsdb *string) error {
+// not JSON of conf's shape): the first step of every plugin's LoadConf.
+// An "ovsdb" key left out gets its default from ParseEndpoints.
+func Decode(stdin []byte, conf any) error {
 	if err := json.Unmarshal(stdin, conf); err != nil {
 		return cnierr.New(cnierr.Decoding, fmt.Sprintf("decoding network config: %v", err), "")
-	}
-	if *ovsdb == "" {
-		*ovsdb = endpoint.DefaultOVSDB
 	}
 	return nil
 }
@@ -312,6 +352,9 @@ func ValidateControl(path string) error {
 // ovs-vswitchd's control socket is given.
 type Endpoints struct {
 	OVSDB endpoint.Endpoint
+	// OVSDBDefault: the config has no "ovsdb" key, OVSDB is the default
+	// (endpoint.DefaultOVSDB).
+	OVSDBDefault bool
 	// OpenFlow is the "openflow" override; zero: each bridge's own
 	// management socket (OpenFlowOf).
 	OpenFlow endpoint.Endpoint
@@ -323,6 +366,9 @@ type Endpoints struct {
 func ParseEndpoints(ovsdb, openflow string) (Endpoints, error) {
 	var e Endpoints
 	var err error
+	if ovsdb == "" {
+		ovsdb, e.OVSDBDefault = endpoint.DefaultOVSDB, true
+	}
 	if e.OVSDB, err = endpoint.Parse(ovsdb); err != nil {
 		return Endpoints{}, cnierr.Invalid(`"ovsdb": %v`, err).CNI()
 	}

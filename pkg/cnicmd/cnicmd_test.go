@@ -78,15 +78,22 @@ func TestDecode(t *testing.T) {
 		types.PluginConf
 		OVSDB string `json:"ovsdb"`
 	}
-	if err := Decode([]byte(`{"cniVersion":"1.1.0","name":"n"}`), &c, &c.OVSDB); err != nil || c.OVSDB != endpoint.DefaultOVSDB {
-		t.Errorf("got %v, ovsdb %q; want nil, %q", err, c.OVSDB, endpoint.DefaultOVSDB)
-	}
-	c.OVSDB = ""
-	if err := Decode([]byte(`{"ovsdb":"tcp:127.0.0.1:6640"}`), &c, &c.OVSDB); err != nil || c.OVSDB != "tcp:127.0.0.1:6640" {
+	if err := Decode([]byte(`{"ovsdb":"tcp:127.0.0.1:6640"}`), &c); err != nil || c.OVSDB != "tcp:127.0.0.1:6640" {
 		t.Errorf("got %v, ovsdb %q; want the configured endpoint kept", err, c.OVSDB)
 	}
-	if err := Decode([]byte(`{"ovsdb":1}`), &c, &c.OVSDB); code(err) != types.ErrDecodingFailure {
+	if err := Decode([]byte(`{"ovsdb":1}`), &c); code(err) != types.ErrDecodingFailure {
 		t.Errorf("got %v, want code 6", err)
+	}
+}
+
+// An "ovsdb" key left out is the default endpoint, and said so.
+func TestParseEndpointsDefault(t *testing.T) {
+	got, err := ParseEndpoints("", "")
+	if err != nil || got.OVSDB.String() != endpoint.DefaultOVSDB || !got.OVSDBDefault {
+		t.Errorf("got %+v, %v; want %s, OVSDBDefault", got, err, endpoint.DefaultOVSDB)
+	}
+	if got, _ := ParseEndpoints(endpoint.DefaultOVSDB, ""); got.OVSDBDefault {
+		t.Errorf("the default endpoint given as the key: OVSDBDefault, want false")
 	}
 }
 

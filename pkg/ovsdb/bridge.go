@@ -10,7 +10,7 @@ import (
 
 // bridgeColumns are the columns of a Bridge that Bridge reads: all but its
 // ports (on a busy node the row carries hundreds of port UUIDs).
-var bridgeColumns = []string{"_uuid", "name", "datapath_type", "fail_mode", "external_ids"}
+var bridgeColumns = []string{"_uuid", "name", "datapath_type", "fail_mode", "datapath_id", "external_ids"}
 
 // Bridge returns the bridge called name, or nil when there is none, without
 // its ports.

@@ -41,6 +41,7 @@ type Bridge struct {
 	Ports        []string          `ovsdb:"ports"`
 	DatapathType string            `ovsdb:"datapath_type"`
 	FailMode     *string           `ovsdb:"fail_mode"`
+	DatapathID   *string           `ovsdb:"datapath_id"`
 	ExternalIDs  map[string]string `ovsdb:"external_ids"`
 }
 

@@ -401,7 +401,17 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 	if ifs[0].Error != nil {
 		msg = *ifs[0].Error
 	}
-	return 0, fmt.Errorf("ovs-vswitchd could not attach %q: %s", name, msg)
+	return 0, &AttachError{Name: name, Reason: msg}
+}
+
+// AttachError is ovs-vswitchd's refusal of an interface: Reason is the
+// Interface row's error column.
+type AttachError struct {
+	Name, Reason string
+}
+
+func (e *AttachError) Error() string {
+	return fmt.Sprintf("ovs-vswitchd could not attach %q: %s", e.Name, e.Reason)
 }
 
 // SetPortExternalIDs sets keys on our port (replacing old values) and removes

@@ -69,7 +69,7 @@ type Conf struct {
 // LoadConf decodes stdin, applies defaults, then validates.
 func LoadConf(stdin []byte) (*Conf, error) {
 	c := &Conf{}
-	if err := cnicmd.Decode(stdin, c, &c.OVSDB); err != nil {
+	if err := cnicmd.Decode(stdin, c); err != nil {
 		return nil, err
 	}
 	// Defaults.

@@ -79,8 +79,8 @@ func TestLoadConf(t *testing.T) {
 					t.Errorf("mapping %d: got %+v, want %+v", i, c.Mappings[i], tc.want[i])
 				}
 			}
-			if !*c.SNAT || c.OVSDB != "unix:/var/run/openvswitch/db.sock" || c.Pipeline != flows.DefaultPipeline() {
-				t.Errorf("defaults: snat %v ovsdb %s pipeline %+v", *c.SNAT, c.OVSDB, c.Pipeline)
+			if !*c.SNAT || c.Endpoints.OVSDB.String() != "unix:/var/run/openvswitch/db.sock" || c.Pipeline != flows.DefaultPipeline() {
+				t.Errorf("defaults: snat %v ovsdb %s pipeline %+v", *c.SNAT, c.Endpoints.OVSDB, c.Pipeline)
 			}
 		})
 	}

@@ -47,7 +47,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 	}
 	ctx, cli, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, "ovs-portmap", args)
 	if err != nil {
-		return err
+		return conf.Endpoints.Explain(err)
 	}
 	defer done()
 	plan, err := hostport.Resolve(conf.options(), args.ContainerID, args.IfName, port, v4, v6, mac)
@@ -74,9 +74,12 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints.OVSDB, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, args)
+	if errors.Is(err, cnicmd.ErrNeverServed) {
+		return nil
+	}
 	if err != nil {
-		return err
+		return conf.Endpoints.Explain(err)
 	}
 	defer done()
 	return withdraw(ctx, cli, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}, nil)
@@ -116,7 +119,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	}
 	ctx, _, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, "ovs-portmap", args)
 	if err != nil {
-		return err
+		return conf.Endpoints.Explain(err)
 	}
 	defer done()
 	var want []flows.Flow

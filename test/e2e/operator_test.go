@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+)
+
+// What an operator meets first: errors that name the cause and the key.
+
+// A bridge the plugin created that ovs-vswitchd cannot open (the kernel
+// datapath on a node without the openvswitch module) is a permanent error
+// (code 7) naming the reason, at once, not a "try again later" after the
+// ofport timeout; the bridge is removed, so that the ADD with the config
+// fixed works.
+func TestOperatorUnopenableBridge(t *testing.T) {
+	requireSandbox(t)
+	if _, err := netlink.GenlFamilyGet("ovs_datapath"); err == nil {
+		t.Skip("SKIPPED: this kernel has the openvswitch module: every bridge on the kernel datapath opens (TestOperatorUnknownDatapath covers a bridge that does not)")
+	}
+	br := uniq("e2enomod")
+	t.Cleanup(func() { delBridge(br) })
+	c := newContainer(t)
+	broken := newCNI(t, conflist("1.0.0", "nomod", bridgeConf(br, t.TempDir(), map[string]any{"createBridge": true})))
+	_, err := broken.add(c, "eth0", nil)
+	if got := cniCode(err); got != 7 {
+		t.Fatalf("ADD on the kernel datapath without the module: code %d (%v), want 7", got, err)
+	}
+	want := `"datapathType" unset ("system"): ovs-vswitchd cannot open bridge "` + br + `" on the kernel datapath: the kernel has no openvswitch module (generic netlink family "ovs_datapath" not found); removed the bridge, which this plugin had created; set "datapathType": "netdev" for the userspace datapath`
+	if got := err.Error(); !strings.Contains(got, want) {
+		t.Fatalf("ADD error:\n got %s\nwant %s", got, want)
+	}
+	if out := vsctl(t, "--no-headings", "--columns=name", "find", "Bridge", "name="+br); out != "" {
+		t.Fatalf("bridge %s left after the failed ADD: %q", br, out)
+	}
+	fixed := newCNI(t, conflist("1.0.0", "nomod", bridgeConf(br, t.TempDir(), map[string]any{"createBridge": true, "datapathType": "netdev"})))
+	fixed.mustAdd(t, c, "eth0", nil)
+	if err := fixed.del(c, "eth0", nil); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+}
+
+// A bridge that ovs-vswitchd cannot open, made by someone else, is the same
+// permanent error, and stays: it is not ours to remove.
+func TestOperatorUnknownDatapath(t *testing.T) {
+	requireSandbox(t)
+	br := uniq("e2ebaddp")
+	vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=nosuch")
+	t.Cleanup(func() { delBridge(br) })
+	c := newContainer(t)
+	n := newCNI(t, conflist("1.0.0", "baddp", bridgeConf(br, t.TempDir(), nil)))
+	_, err := n.add(c, "eth0", nil)
+	if got := cniCode(err); got != 7 {
+		t.Fatalf("ADD on a bridge of datapath type nosuch: code %d (%v), want 7", got, err)
+	}
+	want := `"datapathType" unset ("system"): ovs-vswitchd cannot open bridge "` + br + `" on the nosuch datapath (see ovs-vswitchd's log)`
+	if got := err.Error(); !strings.Contains(got, want) {
+		t.Fatalf("ADD error:\n got %s\nwant %s", got, want)
+	}
+	if out := vsctl(t, "--no-headings", "--columns=name", "find", "Bridge", "name="+br); out != br {
+		t.Fatalf("bridge %s, not ours, is gone after the failed ADD: %q", br, out)
+	}
+}
+
+// ovs-portmap without an "ovsdb" key, beside an ovs-bridge with one: ADD's
+// error names the key (once "ovsdb unreachable", not twice), and DEL
+// succeeds where no Open vSwitch has run at the default endpoint since boot
+// (nothing can have been done through it), so the attachment goes. A DEL
+// that cannot know (an endpoint whose directory exists) stays code 11.
+func TestOperatorPortmapWithoutOVSDB(t *testing.T) {
+	requireSandbox(t)
+	if _, err := os.Stat(filepath.Dir(strings.TrimPrefix(endpoint.DefaultOVSDB, "unix:"))); err == nil {
+		t.Skipf("SKIPPED: %s exists on this node: a DEL through it cannot tell that nothing was done", endpoint.DefaultOVSDB)
+	}
+	br := newBridge(t)
+	c := newContainer(t)
+	n := newCNI(t, conflist("1.0.0", "nokey", bridgeConf(br, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "capabilities": map[string]any{"portMappings": true}}))
+	maps := mappings(pm(18080, 80, "tcp", ""))
+	_, err := n.add(c, "eth0", maps)
+	if got := cniCode(err); got != 11 {
+		t.Fatalf("ADD: code %d (%v), want 11", got, err)
+	}
+	want := `plugin type="ovs-portmap" failed (add): ovsdb unreachable (no "ovsdb" key in this plugin's config: the default, ` + endpoint.DefaultOVSDB + `); connecting to ` + endpoint.DefaultOVSDB + `: `
+	if got := err.Error(); !strings.HasPrefix(got, want) {
+		t.Fatalf("ADD error:\n got %s\nwant %s...", got, want)
+	}
+	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 1 {
+		t.Fatalf("ovs-bridge's ports after its ADD: %v, want 1", ports)
+	}
+	if err := n.del(c, "eth0", maps); err != nil {
+		t.Fatalf("DEL: %v, want success", err)
+	}
+	if left := portsOf(t, ovsdb.KeyContainerID, c.id); len(left) != 0 {
+		t.Fatalf("ports left after DEL: %v", left)
+	}
+
+	// An endpoint whose directory exists: OVS may be restarting there.
+	sock := "unix:" + filepath.Join(t.TempDir(), "db.sock")
+	m := newCNI(t, conflist("1.0.0", "nokey", bridgeConf(br, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": sock, "capabilities": map[string]any{"portMappings": true}}))
+	c2 := newContainer(t)
+	err = m.del(c2, "eth0", maps)
+	if got := cniCode(err); got != 11 {
+		t.Fatalf("DEL through %s: code %d (%v), want 11", sock, got, err)
+	}
+	want = `plugin type="ovs-portmap" failed (delete): ovsdb unreachable: cannot tell what is left of attachment ` + c2.id + `/eth0; connecting to ` + sock + `: `
+	if got := err.Error(); !strings.HasPrefix(got, want) {
+		t.Fatalf("DEL error:\n got %s\nwant %s...", got, want)
+	}
+}
+
+// hack/ovs-sandbox.sh start NAME refuses a network namespace NAME that it
+// did not create, and stop NAME leaves such a namespace alone: it holds
+// someone else's interfaces.
+func TestOperatorSandboxForeignNetNS(t *testing.T) {
+	requireSandbox(t)
+	name := uniq(fmt.Sprintf("ovsflow-foreign%d-", os.Getpid()))
+	if out, err := run("ip", "netns", "add", name); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { run("ip", "netns", "del", name) })
+	if out, err := run("ip", "-n", name, "link", "add", "keepme", "type", "veth", "peer", "name", "keepme1"); err != nil {
+		t.Fatalf("ip link add: %v: %s", err, out)
+	}
+	script := filepath.Join(repoRoot, "hack", "ovs-sandbox.sh")
+	cmd := exec.Command(script, "start", name)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("start over a foreign netns: %v, want exit code 1\n%s", err, out)
+	}
+	want := `ovs-sandbox: network namespace "` + name + `" exists and was not created by ovs-sandbox.sh: pick another NAME, or delete it (ip netns del ` + name + `)`
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Fatalf("start over a foreign netns:\n got %s\nwant %s", got, want)
+	}
+	if out, err := exec.Command(script, "stop", name).CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v: %s", err, out)
+	}
+	if out, err := run("ip", "-n", name, "link", "show", "keepme"); err != nil {
+		t.Fatalf("the foreign netns lost its interface: %v: %s", err, out)
+	}
+}
+
+// A plugin run outside the node's network namespace makes the veth where
+// ovs-vswitchd cannot see it: the error says so, and what to do.
+func TestOperatorOtherNetNS(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	elsewhere := newContainer(t) // plays a host namespace other than the node's
+	c := newContainer(t)
+	conf := conflistConf(t, bridgeConf(br, t.TempDir(), nil))
+	cmd := exec.Command("ip", "netns", "exec", elsewhere.name, filepath.Join(binDir, "ovs-bridge"))
+	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID="+c.id, "CNI_NETNS="+c.ns.Path(),
+		"CNI_IFNAME=eth0", "CNI_PATH="+binDir)
+	cmd.Stdin = strings.NewReader(conf)
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("ADD from another netns: %v, want a failure\n%s", err, out)
+	}
+	var e struct {
+		Code uint   `json:"code"`
+		Msg  string `json:"msg"`
+	}
+	if err := json.Unmarshal(out, &e); err != nil {
+		t.Fatalf("ADD's error: %v\n%s", err, out)
+	}
+	for _, want := range []string{"(No such device): ovs-vswitchd (pid ", "runs in another network namespace than this plugin", "run the plugin in the node's network namespace, where ovs-vswitchd runs"} {
+		if !strings.Contains(e.Msg, want) {
+			t.Errorf("ADD's error %q: want it to say %q", e.Msg, want)
+		}
+	}
+	if left := portsOf(t, ovsdb.KeyContainerID, c.id); len(left) != 0 {
+		t.Errorf("ports left after the failed ADD: %v", left)
+	}
+}
+
+// conflistConf is plugin as the network config a runtime passes it.
+func conflistConf(t *testing.T, plugin map[string]any) string {
+	t.Helper()
+	plugin["cniVersion"], plugin["name"] = "1.0.0", "otherns"
+	b, err := json.Marshal(plugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

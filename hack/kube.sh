@@ -174,6 +174,7 @@ spawn() {
 		nsenter --mount="$state/ns/mnt" --net="/run/netns/$sb" -- "$@" \
 		>"$state/log/$name.log" 2>&1 </dev/null &
 	echo $! >"$state/pid/$name"
+	disown # (no job report when down kills it, from the shell of `test`)
 }
 
 # wait_for WHAT SECONDS CMD...: retries CMD until it succeeds.

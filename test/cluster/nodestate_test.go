@@ -228,6 +228,20 @@ func waitGone(t *testing.T, ctx context.Context, nd node, what, sandbox string, 
 	})
 }
 
+// mustHold: the control of waitGone: a running pod's attachment is found
+// where waitGone looks (an allocation and a flow of each address, its Port row, its veth).
+func mustHold(t *testing.T, ctx context.Context, nd node, what, sandbox string, addrs []string) {
+	t.Helper()
+	s, err := readAttach(ctx, nd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.holds(sandbox, addrs)
+	if want := 3*len(addrs) + 2; len(addrs) != 2 || len(got) != want {
+		t.Fatalf("%s, running: found %q on %s, want its allocations, Port row, veth, and a flow of each of %v", what, got, nd.Name, addrs)
+	}
+}
+
 func podAddrs(p *corev1.Pod) []string {
 	var out []string
 	for _, ip := range p.Status.PodIPs {
@@ -328,6 +342,7 @@ func TestPodDeleteLeavesNothingOnNode(t *testing.T) {
 		return hostPortAnswers(nd, hpBare, "bare")
 	})
 	waitConsistent(t, ctx, nd, "before the delete")
+	mustHold(t, ctx, nd, "pod "+old.Name, oldSandbox, podAddrs(&old))
 
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("deleting pod %s: %v", old.Name, err)

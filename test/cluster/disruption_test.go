@@ -315,7 +315,7 @@ func TestVswitchdKilledRebuiltWithoutCNI(t *testing.T) {
 	}
 	rebuilt := false
 	for _, l := range strings.Split(string(b), "\n") {
-		if i := strings.Index(l, "reconcile: attachments="); i >= 0 && !strings.HasPrefix(l[i:], "reconcile: attachments=0 ") {
+		if i := strings.Index(l, "reconcile: attachments="); i >= 0 && !strings.HasPrefix(l[i:], "reconcile: attachments=0 ") && !strings.Contains(l, " error: ") {
 			rebuilt = true
 			t.Logf("agent: %s", l)
 		}

@@ -1,12 +1,16 @@
-// Package kube holds the Go tests of the Kubernetes suite (test/kube/run.sh
-// runs them inside the node of hack/kube.sh, after the DaemonSet is up):
-// the agent's routes and conflist against a real API server. Without
-// OVSFLOW_KUBECONFIG (the cluster's admin kubeconfig) they skip.
+// Package kube holds the single-node Kubernetes suite: `hack/kube.sh test`
+// runs these tests inside the node of hack/kube.sh (its network and mount
+// namespaces: the node's routes through netlink, its OVSDB socket), after
+// the DaemonSet of deploy/ is up: the agent's routes and conflist against a
+// real API server, with Node objects that no kubelet runs. What a cluster
+// of several nodes shows (pods, host ports, restarts, drain) is test/cluster's.
+// Without OVSFLOW_KUBECONFIG (the cluster's admin kubeconfig) they skip.
 package kube
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,8 +40,8 @@ func client(t *testing.T) (*kubernetes.Clientset, string) {
 	kc := os.Getenv("OVSFLOW_KUBECONFIG")
 	if kc == "" {
 		// Not CI's to fail: hack/test.sh runs every package without a
-		// cluster; test/kube/run.sh runs these with one.
-		t.Skip("*** no OVSFLOW_KUBECONFIG: the agent's Kubernetes tests are SKIPPED (test/kube/run.sh runs them) ***")
+		// cluster; hack/kube.sh test runs these with one.
+		t.Skip("*** no OVSFLOW_KUBECONFIG: the agent's Kubernetes tests are SKIPPED (hack/kube.sh test runs them) ***")
 	}
 	rc, err := clientcmd.BuildConfigFromFlags("", kc)
 	if err != nil {
@@ -99,11 +103,14 @@ func deleteNode(t *testing.T, cs *kubernetes.Clientset, name string) {
 		t.Errorf("deleting node %s: %v", name, err)
 		return
 	}
-	if !framework.Until(10*time.Second, func() bool {
-		_, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	}) {
-		t.Errorf("node %s is not gone", name)
+	err = framework.Wait(10*time.Second, func() error {
+		if _, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("node %s is still there (%v)", name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("deleting node %s: %v", name, err)
 	}
 }
 
@@ -137,17 +144,16 @@ func ourRoutes(t *testing.T, table int) []string {
 	return out
 }
 
-// eventually polls cond until it holds, or fails with what it last said.
+// eventually waits (framework.Eventually, a minute) until cond holds, or
+// fails with what it last said.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	var last string
-	if !framework.Until(60*time.Second, func() bool {
-		var ok bool
-		ok, last = cond()
-		return ok
-	}) {
-		t.Fatalf("%s: not within %v; last: %s", what, framework.Scaled(60*time.Second), last)
-	}
+	framework.Eventually(t, time.Minute, what, func() error {
+		if ok, why := cond(); !ok {
+			return errors.New(why)
+		}
+		return nil
+	})
 }
 
 func routesAre(t *testing.T, table int, want ...string) func() (bool, string) {

@@ -46,6 +46,22 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target e
 	for k, v := range ids {
 		set[k] = v
 	}
+	// Loopback host ports need route_localnet on the bridge interface: if
+	// it is off, the record notes on the bridge that this ADD turns it on
+	// (after the guards), for uninstall.
+	bridge := p.Port.ExternalIDs[ovsdb.KeyBridge]
+	localnetOff := false
+	if len(a.Loopback) > 0 {
+		on, err := routeLocalnetOn(bridge)
+		if err != nil {
+			return err
+		}
+		localnetOff = !on
+	}
+	var bridgeSet map[string]string
+	if localnetOff {
+		bridgeSet = map[string]string{record.KeyRouteLocalnet: "1"}
+	}
 	// Effective on return: wait until the datapath's flow cache follows the
 	// new flows (unixctl.StartRevalidation), registered before the change
 	// and collected last. The registration is a round trip to ovs-vswitchd;
@@ -56,7 +72,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target e
 	}
 	recc := make(chan recorded, 1)
 	go func() {
-		br, err := cli.RecordOnBridge(ctx, p.Port.UUID, unset, set, claims, p.Port.ExternalIDs[ovsdb.KeyBridge])
+		br, err := cli.RecordOnBridge(ctx, p.Port.UUID, unset, set, claims, bridge, bridgeSet)
 		recc <- recorded{br, err}
 	}()
 	// ovs-vswitchd's control socket, found once for the wait and the zone
@@ -120,12 +136,9 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target e
 	if err != nil {
 		return err
 	}
-	if len(a.Loopback) > 0 {
+	if localnetOff {
 		// The guards are in with the localhost map's elements.
-		if br == nil {
-			return fmt.Errorf("loopback host ports of port %q: bridge %q not found", p.Port.Name, p.Port.ExternalIDs[ovsdb.KeyBridge])
-		}
-		if err := EnsureRouteLocalnet(ctx, cli, br); err != nil {
+		if err := setRouteLocalnet(bridge, true); err != nil {
 			return err
 		}
 	}

@@ -35,29 +35,44 @@ func routeLocalnet(name string) string {
 	return filepath.Join("/proc/sys/net/ipv4/conf", name, "route_localnet")
 }
 
+// routeLocalnetOn reads route_localnet of interface name.
+func routeLocalnetOn(name string) (bool, error) {
+	cur, err := os.ReadFile(routeLocalnet(name))
+	if err != nil {
+		return false, fmt.Errorf("route_localnet of bridge interface %q: %w", name, err)
+	}
+	return strings.TrimSpace(string(cur)) != "0", nil
+}
+
+// setRouteLocalnet sets route_localnet of interface name.
+func setRouteLocalnet(name string, on bool) error {
+	v := "0"
+	if on {
+		v = "1"
+	}
+	if err := os.WriteFile(routeLocalnet(name), []byte(v), 0o644); err != nil {
+		return fmt.Errorf("route_localnet of bridge interface %q: %w", name, err)
+	}
+	return nil
+}
+
 // EnsureRouteLocalnet turns route_localnet on for the internal interface of
 // bridge br, recording on br (record.KeyRouteLocalnet) that it did, first,
 // so that uninstall turns it off again; an interface where it is on
 // already (ours, or the operator's) is left as it is. Call it only once the
-// guards are in (applyNodeLocal or RebuildNodeLocal with loopback rules).
+// guards are in (RebuildNodeLocal). Publish does the same, the record in
+// its own transaction.
 func EnsureRouteLocalnet(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge) error {
-	p := routeLocalnet(br.Name)
-	cur, err := os.ReadFile(p)
-	if err != nil {
-		return fmt.Errorf("route_localnet of bridge interface %q: %w", br.Name, err)
-	}
-	if strings.TrimSpace(string(cur)) != "0" {
-		return nil
+	on, err := routeLocalnetOn(br.Name)
+	if err != nil || on {
+		return err
 	}
 	if br.ExternalIDs[record.KeyRouteLocalnet] == "" {
 		if err := cli.SetBridgeExternalIDs(ctx, br.UUID, map[string]string{record.KeyRouteLocalnet: "1"}); err != nil {
 			return err
 		}
 	}
-	if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
-		return fmt.Errorf("route_localnet of bridge interface %q: %w", br.Name, err)
-	}
-	return nil
+	return setRouteLocalnet(br.Name, true)
 }
 
 // ResetRouteLocalnet turns route_localnet off again for the internal
@@ -68,11 +83,11 @@ func ResetRouteLocalnet(br ovsdb.Bridge) (ok bool, err error) {
 	if br.ExternalIDs[record.KeyRouteLocalnet] == "" {
 		return false, nil
 	}
-	if err := os.WriteFile(routeLocalnet(br.Name), []byte("0"), 0o644); err != nil {
+	if err := setRouteLocalnet(br.Name, false); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return false, nil
 		}
-		return false, fmt.Errorf("route_localnet of bridge interface %q: %w", br.Name, err)
+		return false, err
 	}
 	return true, nil
 }

@@ -42,7 +42,7 @@ func claimOps(port any, claims, excludes []string) []operation {
 }
 
 // recordOps are RecordOnBridge's transaction.
-func recordOps(portUUID string, unset []string, set map[string]string, claims, excludes []string, bridge string) []operation {
+func recordOps(portUUID string, unset []string, set map[string]string, claims, excludes []string, bridge string, bridgeSet map[string]string) []operation {
 	where := byUUID(portUUID)
 	ins := make(strMap, len(set)+len(claims))
 	for k, v := range set {
@@ -57,6 +57,10 @@ func recordOps(portUUID string, unset []string, set map[string]string, claims, e
 	}
 	if len(ins) > 0 {
 		ops = append(ops, mutateOp(tablePort, where, mut("external_ids", mutInsert, withSchema(ins).ovs())))
+	}
+	if bridge != "" && len(bridgeSet) > 0 {
+		// Before the claims' waits, which record counts from the end.
+		ops = append(ops, mutateOp(tableBridge, []ovsdb.Condition{cond("name", fnEqual, bridge)}, mut("external_ids", mutInsert, strMap(bridgeSet).ovs())))
 	}
 	ops = append(ops, claimOps(uuid(portUUID), claims, excludes)...)
 	if bridge != "" {
@@ -74,26 +78,27 @@ func recordOps(portUUID string, unset []string, set map[string]string, claims, e
 // alone, so two concurrent claimers cannot both win. A lost claim is a
 // *ClaimedError naming the holder.
 func (c *Client) Record(ctx context.Context, portUUID string, unset []string, set map[string]string, claims []string) error {
-	_, err := c.RecordOnBridge(ctx, portUUID, unset, set, claims, "")
+	_, err := c.RecordOnBridge(ctx, portUUID, unset, set, claims, "", nil)
 	return err
 }
 
 // RecordOnBridge is Record that also reads, in the same transaction, the
-// bridge named bridge (unless ""; nil when there is none): one round trip
-// where a publish needs both.
-func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []string, set map[string]string, claims []string, bridge string) (*Bridge, error) {
-	return c.record(ctx, portUUID, unset, set, claims, nil, bridge)
+// bridge named bridge (unless ""; nil when there is none), and inserts
+// bridgeSet in its external_ids (a key it has already keeps its value):
+// one round trip where a publish needs both.
+func (c *Client) RecordOnBridge(ctx context.Context, portUUID string, unset []string, set map[string]string, claims []string, bridge string, bridgeSet map[string]string) (*Bridge, error) {
+	return c.record(ctx, portUUID, unset, set, claims, nil, bridge, bridgeSet)
 }
 
 // Claim is Record that also fails, with a *ClaimedError naming the holder,
 // while another Port row holds a key of excludes.
 func (c *Client) Claim(ctx context.Context, portUUID string, unset []string, set map[string]string, claims, excludes []string) error {
-	_, err := c.record(ctx, portUUID, unset, set, claims, excludes, "")
+	_, err := c.record(ctx, portUUID, unset, set, claims, excludes, "", nil)
 	return err
 }
 
-func (c *Client) record(ctx context.Context, portUUID string, unset []string, set map[string]string, claims, excludes []string, bridge string) (*Bridge, error) {
-	ops := recordOps(portUUID, unset, set, claims, excludes, bridge)
+func (c *Client) record(ctx context.Context, portUUID string, unset []string, set map[string]string, claims, excludes []string, bridge string, bridgeSet map[string]string) (*Bridge, error) {
+	ops := recordOps(portUUID, unset, set, claims, excludes, bridge, bridgeSet)
 	if len(ops) == 0 {
 		return nil, nil
 	}

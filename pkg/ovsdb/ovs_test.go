@@ -242,7 +242,7 @@ func TestOperationsFitSchema(t *testing.T) {
 		return heldBy(cli.Claim(ctx, portB, nil, nil, []string{ipKey}, nil), e)
 	})
 	do("RecordOnBridge", func() error {
-		got, err := cli.RecordOnBridge(ctx, portA, []string{"ovsflow.io/k"}, map[string]string{"ovsflow.io/k2": "v"}, nil, br.Name)
+		got, err := cli.RecordOnBridge(ctx, portA, []string{"ovsflow.io/k"}, map[string]string{"ovsflow.io/k2": "v"}, nil, br.Name, nil)
 		if err == nil && (got == nil || got.UUID != br.UUID) {
 			err = fmt.Errorf("got bridge %+v, want %s", got, br.UUID)
 		}

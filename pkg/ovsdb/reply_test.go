@@ -125,7 +125,7 @@ func TestParseTransactReply(t *testing.T) {
 // checkResults names the failed operation and its table, keeps each
 // error's type, and tells a failed commit and a short answer.
 func TestCheckResults(t *testing.T) {
-	ops := recordOps(portU, nil, nil, []string{"ovsflow.io/claim/tcp/198.51.100.1:80"}, nil, "brx")
+	ops := recordOps(portU, nil, nil, []string{"ovsflow.io/claim/tcp/198.51.100.1:80"}, nil, "brx", nil)
 	for _, tc := range []struct {
 		name, reply, want string
 		target            any

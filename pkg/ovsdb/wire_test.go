@@ -60,7 +60,7 @@ func benchRecord() []operation {
 		`{"protocol":"udp","nodeIP":"198.51.100.1","hostPort":5353,"containerPort":53}]}`
 	return recordOps(portU, []string{"ovsflow.io/portmap", "ovsflow.io/claim/tcp/198.51.100.1:8080"},
 		map[string]string{"ovsflow.io/portmap": rec},
-		[]string{"ovsflow.io/claim/tcp/198.51.100.1:8080", "ovsflow.io/claim/udp/198.51.100.1:5353"}, nil, "brx")
+		[]string{"ovsflow.io/claim/tcp/198.51.100.1:8080", "ovsflow.io/claim/udp/198.51.100.1:5353"}, nil, "brx", nil)
 }
 
 // benchAttach is the transaction of an ovs-bridge ADD: an access port with
@@ -85,9 +85,9 @@ func TestEncodeFitsRFC(t *testing.T) {
 		ops  []operation
 	}{
 		{"record (portmap ADD)", benchRecord()},
-		{"record, claims only", recordOps(portU, nil, nil, []string{"ovsflow.io/claim/tcp/198.51.100.1:80"}, nil, "")},
-		{"record, unset only", recordOps(portU, []string{"ovsflow.io/portmap"}, nil, nil, nil, "")},
-		{"record, bridge only", recordOps(portU, nil, nil, nil, nil, "brx")},
+		{"record, claims only", recordOps(portU, nil, nil, []string{"ovsflow.io/claim/tcp/198.51.100.1:80"}, nil, "", nil)},
+		{"record, unset only", recordOps(portU, []string{"ovsflow.io/portmap"}, nil, nil, nil, "", nil)},
+		{"record, bridge only", recordOps(portU, nil, nil, nil, nil, "brx", nil)},
 		{"attach (bridge ADD)", benchAttach()},
 		{"attach access with a tag and a MAC", attachOpsOf(bridgeU, PortSpec{Name: "v1", Tag: 5, ExternalIDs: ids, UniqueMAC: "0a:58:0a:f4:00:0a"})},
 		{"attach trunk of one", attachOpsOf(bridgeU, PortSpec{Name: "v1", Trunks: []int{7}, ExternalIDs: ids})},
@@ -100,7 +100,7 @@ func TestEncodeFitsRFC(t *testing.T) {
 		{"waits for no row", reserveOps(Reservation{Attachment: Attachment{"c1", "eth0"}, OFPort: 40000, Identity: "5f0c", value: "c1/eth0 1"}, nil)},
 		{"empty sets and maps", []operation{mutateOp(tablePort, byUUID(portU),
 			mut("external_ids", mutDelete, strSet()), mut("external_ids", mutInsert, strMap{}.ovs()), mut("trunks", mutInsert, intSet()))}},
-		{"hostile strings", recordOps(portU, hostile, map[string]string{hostile[0]: hostile[1], hostile[2]: hostile[3]}, hostile[4:], nil, hostile[5])},
+		{"hostile strings", recordOps(portU, hostile, map[string]string{hostile[0]: hostile[1], hostile[2]: hostile[3]}, hostile[4:], nil, hostile[5], nil)},
 		{"hostile names", attachOpsOf(bridgeU, PortSpec{Name: strings.Join(hostile, ""), ExternalIDs: map[string]string{hostile[6]: hostile[7]}, UniqueMAC: hostile[8]})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

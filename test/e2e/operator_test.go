@@ -196,3 +196,80 @@ func conflistConf(t *testing.T, plugin map[string]any) string {
 	}
 	return string(b)
 }
+
+// Typos: an unknown key close to a known one gets a warning on stderr
+// (and stays ignored, as CNI has unknown keys); a misspelled IPAM type is
+// code 7 naming "ipam.type" and the value.
+func TestOperatorTypos(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	c := newContainer(t)
+	conf := bridgeConf(br, t.TempDir(), map[string]any{"bridge": nil, "brige": br, "portSecurty": false})
+	stdout, stderr, err := runPlugin(t, "ovs-bridge", "ADD", c, conflistConf(t, conf))
+	e := cniError(t, stdout, err)
+	if e.Code != 7 || e.Msg != `"bridge" is required` {
+		t.Errorf("ADD with \"brige\": code %d %q, want 7 %q", e.Code, e.Msg, `"bridge" is required`)
+	}
+	for _, want := range []string{
+		`ovs-bridge: warning: unknown key "brige" ignored; did you mean "bridge"?`,
+		`ovs-bridge: warning: unknown key "portSecurty" ignored; did you mean "portSecurity"?`,
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr %q: want %q", stderr, want)
+		}
+	}
+
+	ipam := conf["ipam"].(map[string]any)
+	ipam["type"] = "host-locl"
+	conf = bridgeConf(br, t.TempDir(), map[string]any{"ipam": ipam})
+	stdout, _, err = runPlugin(t, "ovs-bridge", "ADD", c, conflistConf(t, conf))
+	e = cniError(t, stdout, err)
+	want := `"ipam.type" "host-locl": no plugin of that name in CNI_PATH "` + binDir + `"`
+	if e.Code != 7 || e.Msg != want {
+		t.Errorf("ADD with IPAM type host-locl: code %d %q, want 7 %q", e.Code, e.Msg, want)
+	}
+	if left := portsOf(t, ovsdb.KeyContainerID, c.id); len(left) != 0 {
+		t.Errorf("ports left after the failed ADD: %v", left)
+	}
+
+	// "capabilites" on ovs-portmap: the warning says why no host port is
+	// published, and DEL (which needs no mappings) succeeds.
+	pmConf := map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilites": map[string]any{"portMappings": true}}
+	_, stderr, err = runPlugin(t, "ovs-portmap", "DEL", c, conflistConf(t, pmConf))
+	if err != nil {
+		t.Errorf("ovs-portmap DEL: %v", err)
+	}
+	if want := `ovs-portmap: warning: unknown key "capabilites" ignored; did you mean "capabilities"?`; !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q: want %q", stderr, want)
+	}
+}
+
+// runPlugin runs plugin's command for container c, as a runtime does,
+// with the network config conf on stdin.
+func runPlugin(t *testing.T, plugin, command string, c *container, conf string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, plugin))
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+c.id, "CNI_NETNS="+c.ns.Path(),
+		"CNI_IFNAME=eth0", "CNI_PATH="+binDir)
+	cmd.Stdin = strings.NewReader(conf)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// cniError is the CNI error a plugin printed, failing the test when it
+// did not fail.
+func cniError(t *testing.T, stdout string, err error) (e struct {
+	Code uint   `json:"code"`
+	Msg  string `json:"msg"`
+}) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("the plugin succeeded, want a failure:\n%s", stdout)
+	}
+	if jerr := json.Unmarshal([]byte(stdout), &e); jerr != nil {
+		t.Fatalf("the plugin's error: %v\n%s", jerr, stdout)
+	}
+	return e
+}

@@ -273,3 +273,84 @@ func cniError(t *testing.T, stdout string, err error) (e struct {
 	}
 	return e
 }
+
+// The node tools explain themselves: help lists the commands and their
+// flags, and each problem is one clear error with the documented exit
+// code (0 answered, 1 could not answer, 2 usage).
+func TestOperatorNodeTools(t *testing.T) {
+	requireSandbox(t)
+	tool := func(args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "ovs-portmap"), args...)
+		cmd.Env = slicesWithout(os.Environ(), "CNI_COMMAND=")
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), code
+	}
+	for _, h := range []string{"help", "-h", "--help"} {
+		out, _, code := tool(h)
+		if code != 0 {
+			t.Errorf("ovs-portmap %s: exit %d, want 0", h, code)
+		}
+		for _, want := range []string{"ovs-portmap reconcile [flags]", "ovs-portmap trace [flags]", "ovs-portmap flows [flags]",
+			"Exit codes: 0 ", "\novs-portmap trace:\n", "  -in-port string", "\novs-portmap reconcile:\n", "  -watch"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("ovs-portmap %s: no %q in\n%s", h, want, out)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // the whole of stderr
+	}{
+		{[]string{"bogus"}, 2, "ovs-portmap: unknown command \"bogus\" (ovs-portmap help lists them)\n"},
+		{[]string{"trace", "-ovsdb", ovsdbAddr, "-pod", "shop"}, 2, "trace: -pod \"shop\": want NAMESPACE/NAME\n"},
+		{[]string{"flows", "-ovsdb", ovsdbAddr, "-pod", "shop/"}, 2, "flows: -pod \"shop/\": want NAMESPACE/NAME\n"},
+	} {
+		_, stderr, code := tool(tc.args...)
+		if code != tc.code || stderr != tc.want {
+			t.Errorf("ovs-portmap %s: exit %d, stderr %q; want %d, %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.want)
+		}
+	}
+	// An unknown attachment, all questions: one error, not one per question.
+	_, stderr, code := tool("trace", "-ovsdb", ovsdbAddr, "-container", "nosuch", "-q", "all")
+	if code != 1 || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("trace -q all of an unknown attachment: exit %d, stderr %q; want 1, one line", code, stderr)
+	}
+
+	// A real attachment with one TCP host port.
+	br := newBridge(t)
+	c := newContainer(t)
+	n := newCNI(t, conflist("1.0.0", "tools", bridgeConf(br, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]any{"portMappings": true}}))
+	maps := mappings(pm(18091, 80, "tcp", ""))
+	n.mustAdd(t, c, "eth0", maps)
+	t.Cleanup(func() { n.del(c, "eth0", maps) })
+	_, stderr, code = tool("trace", "-ovsdb", ovsdbAddr, "-container", c.id, "-in-port", "999")
+	if want := "-in-port \"999\": no such port on bridge \"" + br + "\""; code != 1 || !strings.Contains(stderr, want) || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("trace -in-port 999: exit %d, stderr %q; want 1, one line with %q", code, stderr, want)
+	}
+	_, stderr, code = tool("trace", "-ovsdb", ovsdbAddr, "-container", c.id, "-q", "udp")
+	if want := "no host port of the attachment fits the question (protocol udp, host IP any, host port any; "; code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("trace -q udp of a TCP host port: exit %d, stderr %q; want 1, %q", code, stderr, want)
+	}
+}
+
+// slicesWithout is env without the variables that start with prefix.
+func slicesWithout(env []string, prefix string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, prefix) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

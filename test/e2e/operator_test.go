@@ -354,3 +354,29 @@ func slicesWithout(env []string, prefix string) []string {
 	}
 	return out
 }
+
+// reconcile's attachments= counts every attachment whose flows it rebuilt,
+// not only those with host ports.
+func TestOperatorReconcileCount(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", "count", bridgeConf(br, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]any{"portMappings": true}}))
+	for i := range 3 {
+		c := newContainer(t)
+		var caps map[string]any
+		if i == 0 {
+			caps = mappings(pm(18092, 80, "tcp", ""))
+		}
+		n.mustAdd(t, c, "eth0", caps)
+		t.Cleanup(func() { n.del(c, "eth0", caps) })
+	}
+	ours := len(portsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue))
+	out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
+	if err != nil {
+		t.Fatalf("reconcile: %v\n%s", err, out)
+	}
+	if want := fmt.Sprintf("attachments=%d ", ours); ours < 3 || !strings.Contains(out, want) {
+		t.Fatalf("reconcile with %d attachments (1 with a host port): %q, want %q", ours, out, want)
+	}
+}

@@ -330,11 +330,13 @@ func Stale(ctx context.Context, cli *ovsdb.Client, network, bridge string, valid
 
 // Decode decodes a network config from stdin into conf (code 6 when it is
 // not JSON of conf's shape): the first step of every plugin's LoadConf.
-// An "ovsdb" key left out gets its default from ParseEndpoints.
+// An "ovsdb" key left out gets its default from ParseEndpoints. An unknown
+// key close to a known one gets a warning on stderr (warnMisspelled).
 func Decode(stdin []byte, conf any) error {
 	if err := json.Unmarshal(stdin, conf); err != nil {
 		return cnierr.New(cnierr.Decoding, fmt.Sprintf("decoding network config: %v", err), "")
 	}
+	warnMisspelled(os.Stderr, stdin, conf)
 	return nil
 }
 

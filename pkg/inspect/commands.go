@@ -44,6 +44,9 @@ func (c *common) check() error {
 	if c.which.ContainerID != "" && c.which.IfName == "" {
 		c.which.IfName = "eth0"
 	}
+	if ns, name, ok := strings.Cut(c.which.Pod, "/"); c.which.Pod != "" && (!ok || ns == "" || name == "" || strings.Contains(name, "/")) {
+		return fmt.Errorf("-pod %q: want NAMESPACE/NAME", c.which.Pod)
+	}
 	return nil
 }
 
@@ -128,7 +131,14 @@ func TraceMain(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	// -q all: one line per question, those the attachment does not fit
-	// (no UDP host port, no IPv4 address) said so.
+	// (no UDP host port, no IPv4 address) said so. An attachment that
+	// cannot be found is one error, not one per question.
+	cli, _, err := c.open(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "trace:", err)
+		return 1
+	}
+	cli.Close()
 	code := 0
 	for _, q := range questions {
 		ask.Question = q
@@ -160,6 +170,8 @@ func (c *common) trace(ctx context.Context, ask trace.Ask) (verdict, raw string,
 	}
 	if ask.InPort == "" {
 		ask.InPort = uplink(ports)
+	} else if !hasPort(ports, ask.InPort) {
+		return "", "", fmt.Errorf("-in-port %q: no such port on bridge %q (give its OpenFlow port number or its name)", ask.InPort, at.facts.Bridge)
 	}
 	if ask.Question == trace.Pod {
 		ip := at.facts.IPv4

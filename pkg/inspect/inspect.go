@@ -147,6 +147,20 @@ func (at attachment) ownFlows() bool {
 // uplink returns the ofport of the first port of the bridge that is
 // neither ours nor an internal interface (where clients outside come
 // from), "" when there is none.
+// hasPort reports whether one of ports is in (its OpenFlow port number, or
+// its name), or in is LOCAL, the bridge's own port.
+func hasPort(ports []ovsdb.OwnedPort, in string) bool {
+	if in == "LOCAL" {
+		return true
+	}
+	for _, p := range ports {
+		if p.Port.Name == in || (p.Interface.OFPort != nil && fmt.Sprint(*p.Interface.OFPort) == in) {
+			return true
+		}
+	}
+	return false
+}
+
 func uplink(ports []ovsdb.OwnedPort) string {
 	for _, p := range ports {
 		if p.Port.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue || p.Interface.Type == "internal" ||

@@ -27,6 +27,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/types/create"
+
+	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 )
 
 // busyRetries and busyWait bound the wait for a plugin binary that is being
@@ -124,7 +126,9 @@ func find(plugin, cniPath string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("plugin %q not found in CNI_PATH %q", plugin, cniPath)
+	// The one failure that is the network config's: a name with no plugin
+	// (the reference plugins' invoke.FindInPath fails the same way).
+	return "", cnierr.Invalid(`"ipam.type" %q: no plugin of that name in CNI_PATH %q`, plugin, cniPath)
 }
 
 // withCommand is env with CNI_COMMAND set to command, and CNI_ARGS as

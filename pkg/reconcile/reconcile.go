@@ -113,16 +113,22 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 		if _, deleting := sweep.Deleting[p.Attachment()]; deleting {
 			continue
 		}
+		rebuilt := false // any of the attachment's flows: counted once
 		if target, c, fl, ok := portsec.Rebuild(p); ok {
 			addFlows(get(target), c, fl)
+			rebuilt = true
 		}
 		if target, meter, fl, ok := bandwidth.Rebuild(p); ok {
 			t := get(target)
 			t.meters = append(t.meters, meter)
 			addFlows(t, flows.Cookie(fl[0].Cookie), fl)
+			rebuilt = true
 		}
 		target, ctl, pl, a, ok := hostport.Rebuild(p)
 		if !ok {
+			if rebuilt {
+				st.Attachments++
+			}
 			continue
 		}
 		t := get(target)

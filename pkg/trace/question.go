@@ -178,7 +178,23 @@ func rule(a Attachment, k Ask) (flows.Rule, error) {
 			}
 		}
 	}
-	return flows.Rule{}, fmt.Errorf("%w (protocol %v, host IP %v, host port %d; the attachment has %d)", ErrNoRule, proto, k.HostIP, k.HostPort, len(a.Rules))
+	return flows.Rule{}, fmt.Errorf("%w (%s; the attachment has %d)", ErrNoRule, asked(proto, k), len(a.Rules))
+}
+
+// asked is what a question asks about a host port, for people: "any" for
+// what it leaves open.
+func asked(proto flows.Protocol, k Ask) string {
+	p, ip, port := "any", "any", "any"
+	if proto != 0 {
+		p = proto.String()
+	}
+	if k.HostIP.IsValid() {
+		ip = k.HostIP.String()
+	}
+	if k.HostPort != 0 {
+		port = fmt.Sprint(k.HostPort)
+	}
+	return fmt.Sprintf("protocol %s, host IP %s, host port %s", p, ip, port)
 }
 
 // Build makes the probe of a question about attachment a.

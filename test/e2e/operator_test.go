@@ -196,3 +196,187 @@ func conflistConf(t *testing.T, plugin map[string]any) string {
 	}
 	return string(b)
 }
+
+// Typos: an unknown key close to a known one gets a warning on stderr
+// (and stays ignored, as CNI has unknown keys); a misspelled IPAM type is
+// code 7 naming "ipam.type" and the value.
+func TestOperatorTypos(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	c := newContainer(t)
+	conf := bridgeConf(br, t.TempDir(), map[string]any{"bridge": nil, "brige": br, "portSecurty": false})
+	stdout, stderr, err := runPlugin(t, "ovs-bridge", "ADD", c, conflistConf(t, conf))
+	e := cniError(t, stdout, err)
+	if e.Code != 7 || e.Msg != `"bridge" is required` {
+		t.Errorf("ADD with \"brige\": code %d %q, want 7 %q", e.Code, e.Msg, `"bridge" is required`)
+	}
+	for _, want := range []string{
+		`ovs-bridge: warning: unknown key "brige" ignored; did you mean "bridge"?`,
+		`ovs-bridge: warning: unknown key "portSecurty" ignored; did you mean "portSecurity"?`,
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr %q: want %q", stderr, want)
+		}
+	}
+
+	ipam := conf["ipam"].(map[string]any)
+	ipam["type"] = "host-locl"
+	conf = bridgeConf(br, t.TempDir(), map[string]any{"ipam": ipam})
+	stdout, _, err = runPlugin(t, "ovs-bridge", "ADD", c, conflistConf(t, conf))
+	e = cniError(t, stdout, err)
+	want := `"ipam.type" "host-locl": no plugin of that name in CNI_PATH "` + binDir + `"`
+	if e.Code != 7 || e.Msg != want {
+		t.Errorf("ADD with IPAM type host-locl: code %d %q, want 7 %q", e.Code, e.Msg, want)
+	}
+	if left := portsOf(t, ovsdb.KeyContainerID, c.id); len(left) != 0 {
+		t.Errorf("ports left after the failed ADD: %v", left)
+	}
+
+	// "capabilites" on ovs-portmap: the warning says why no host port is
+	// published, and DEL (which needs no mappings) succeeds.
+	pmConf := map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilites": map[string]any{"portMappings": true}}
+	_, stderr, err = runPlugin(t, "ovs-portmap", "DEL", c, conflistConf(t, pmConf))
+	if err != nil {
+		t.Errorf("ovs-portmap DEL: %v", err)
+	}
+	if want := `ovs-portmap: warning: unknown key "capabilites" ignored; did you mean "capabilities"?`; !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q: want %q", stderr, want)
+	}
+}
+
+// runPlugin runs plugin's command for container c, as a runtime does,
+// with the network config conf on stdin.
+func runPlugin(t *testing.T, plugin, command string, c *container, conf string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, plugin))
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+c.id, "CNI_NETNS="+c.ns.Path(),
+		"CNI_IFNAME=eth0", "CNI_PATH="+binDir)
+	cmd.Stdin = strings.NewReader(conf)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// cniError is the CNI error a plugin printed, failing the test when it
+// did not fail.
+func cniError(t *testing.T, stdout string, err error) (e struct {
+	Code uint   `json:"code"`
+	Msg  string `json:"msg"`
+}) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("the plugin succeeded, want a failure:\n%s", stdout)
+	}
+	if jerr := json.Unmarshal([]byte(stdout), &e); jerr != nil {
+		t.Fatalf("the plugin's error: %v\n%s", jerr, stdout)
+	}
+	return e
+}
+
+// The node tools explain themselves: help lists the commands and their
+// flags, and each problem is one clear error with the documented exit
+// code (0 answered, 1 could not answer, 2 usage).
+func TestOperatorNodeTools(t *testing.T) {
+	requireSandbox(t)
+	tool := func(args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(binDir, "ovs-portmap"), args...)
+		cmd.Env = slicesWithout(os.Environ(), "CNI_COMMAND=")
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), code
+	}
+	for _, h := range []string{"help", "-h", "--help"} {
+		out, _, code := tool(h)
+		if code != 0 {
+			t.Errorf("ovs-portmap %s: exit %d, want 0", h, code)
+		}
+		for _, want := range []string{"ovs-portmap reconcile [flags]", "ovs-portmap trace [flags]", "ovs-portmap flows [flags]",
+			"Exit codes: 0 ", "\novs-portmap trace:\n", "  -in-port string", "\novs-portmap reconcile:\n", "  -watch"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("ovs-portmap %s: no %q in\n%s", h, want, out)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // the whole of stderr
+	}{
+		{[]string{"bogus"}, 2, "ovs-portmap: unknown command \"bogus\" (ovs-portmap help lists them)\n"},
+		{[]string{"trace", "-ovsdb", ovsdbAddr, "-pod", "shop"}, 2, "trace: -pod \"shop\": want NAMESPACE/NAME\n"},
+		{[]string{"flows", "-ovsdb", ovsdbAddr, "-pod", "shop/"}, 2, "flows: -pod \"shop/\": want NAMESPACE/NAME\n"},
+	} {
+		_, stderr, code := tool(tc.args...)
+		if code != tc.code || stderr != tc.want {
+			t.Errorf("ovs-portmap %s: exit %d, stderr %q; want %d, %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.want)
+		}
+	}
+	// An unknown attachment, all questions: one error, not one per question.
+	_, stderr, code := tool("trace", "-ovsdb", ovsdbAddr, "-container", "nosuch", "-q", "all")
+	if code != 1 || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("trace -q all of an unknown attachment: exit %d, stderr %q; want 1, one line", code, stderr)
+	}
+
+	// A real attachment with one TCP host port.
+	br := newBridge(t)
+	c := newContainer(t)
+	n := newCNI(t, conflist("1.0.0", "tools", bridgeConf(br, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]any{"portMappings": true}}))
+	maps := mappings(pm(18091, 80, "tcp", ""))
+	n.mustAdd(t, c, "eth0", maps)
+	t.Cleanup(func() { n.del(c, "eth0", maps) })
+	_, stderr, code = tool("trace", "-ovsdb", ovsdbAddr, "-container", c.id, "-in-port", "999")
+	if want := "-in-port \"999\": no such port on bridge \"" + br + "\""; code != 1 || !strings.Contains(stderr, want) || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("trace -in-port 999: exit %d, stderr %q; want 1, one line with %q", code, stderr, want)
+	}
+	_, stderr, code = tool("trace", "-ovsdb", ovsdbAddr, "-container", c.id, "-q", "udp")
+	if want := "no host port of the attachment fits the question (protocol udp, host IP any, host port any; "; code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("trace -q udp of a TCP host port: exit %d, stderr %q; want 1, %q", code, stderr, want)
+	}
+}
+
+// slicesWithout is env without the variables that start with prefix.
+func slicesWithout(env []string, prefix string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, prefix) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// reconcile's attachments= counts every attachment whose flows it rebuilt,
+// not only those with host ports.
+func TestOperatorReconcileCount(t *testing.T) {
+	requireSandbox(t)
+	br := newBridge(t)
+	n := newCNI(t, conflist("1.0.0", "count", bridgeConf(br, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]any{"portMappings": true}}))
+	for i := range 3 {
+		c := newContainer(t)
+		var caps map[string]any
+		if i == 0 {
+			caps = mappings(pm(18092, 80, "tcp", ""))
+		}
+		n.mustAdd(t, c, "eth0", caps)
+		t.Cleanup(func() { n.del(c, "eth0", caps) })
+	}
+	ours := len(portsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue))
+	out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
+	if err != nil {
+		t.Fatalf("reconcile: %v\n%s", err, out)
+	}
+	if want := fmt.Sprintf("attachments=%d ", ours); ours < 3 || !strings.Contains(out, want) {
+		t.Fatalf("reconcile with %d attachments (1 with a host port): %q, want %q", ours, out, want)
+	}
+}

@@ -37,7 +37,7 @@ var kernelDatapath = []datapathGroup{
 		"TestPortmapDatapath", "TestPortmapStaleConntrack", "TestPortmapConflict", "TestPortmapManyMappings",
 		"TestPortmapParallel", "TestPortmapVswitchdControl", "TestPortmapDelFlushesConntrack",
 		"TestPortmapWithoutConntrackFlush", "TestAttackHostPortReplyMAC", "TestAttackHostPortVLANOverlap",
-		"TestAttackVLANHostPort", "TestAttackConntrackFlood",
+		"TestAttackVLANHostPort", "TestAttackConntrackFlood", "TestPortmapLocalhost", "TestAttackHostPortLoopback",
 	}},
 	{"host ports that must go dark when their flows go (the datapath's cached flows must follow)", []string{
 		"TestSchemaOldRecord", "TestAgentUninstall",
@@ -55,6 +55,9 @@ var kernelDatapath = []datapathGroup{
 		"TestRestartKeepsTraffic", "TestReconcileAfterVswitchdRestart", "TestAttackRestartWindow",
 		"TestAllowedAddressesAfterRestart", "TestBandwidthAfterVswitchdRestart", "TestBusyNode",
 		"TestGatewayWithdrawnWithItsRange", "TestOneShotReconcileClearsRestoreWait",
+	}},
+	{"ovs-vswitchd's upcall handlers on the kernel datapath (per-CPU dispatch)", []string{
+		"TestUpcallHandlersAtBoot",
 	}},
 	{"flow-restore-wait: reconcile and uninstall act on the bridges of the kernel datapath only (pkg/reconcile)", []string{
 		"TestRestoreWaitOfOthersStays", "TestUninstallClearsRestoreWait",
@@ -79,10 +82,15 @@ var anyDatapath = []datapathGroup{
 		"TestOVSCNIConfig", "TestOVSCNIKeys", "TestOVSDBTLS", "TestBridgeStatus",
 		"TestBridgeIPsRequestedTwiceAsMultusDoes", "TestBridgeIPAMHangs",
 	}},
+	{"an operator's first hour: messages, exit codes, node tools, the sandbox script, the quick start", []string{
+		"TestOperatorNodeTools", "TestOperatorOtherNetNS", "TestOperatorPortmapWithoutOVSDB",
+		"TestOperatorReconcileCount", "TestOperatorSandboxForeignNetNS", "TestOperatorTypos",
+		"TestOperatorUnknownDatapath", "TestOperatorUnopenableBridge", "TestQuickStart",
+	}},
 	{"records and tables without traffic: OVSDB rows, ovs-vswitchd's flows and meters (CHECK, DEL, GC, sweeps)", []string{
 		"TestBridgePortRecord", "TestBridgeCheck", "TestBridgeDel", "TestBridgeGC", "TestBridgeParallel",
 		"TestBridgeCheckFlows", "TestBusyInFlight", "TestReconcilePastDeadEndpoint", "TestBusyGC",
-		"TestBusyGCLeavesADDInFlight", "TestBusyPortmapDel", "TestDelTombstone", "TestOrphanKeepsLiveSandbox",
+		"TestBusyGCLeavesADDInFlight", "TestBusyPortmapDel", "TestDelTombstone", "TestOrphanKeepsLiveSandbox", "TestOrphanForeignPluginFails",
 		"TestOrphanIPAMChanged", "TestMetricsScrapesDuringADDs", "TestBandwidthCheckDetectsRemoval",
 		"TestBandwidthGC", "TestBandwidthParallel", "TestBandwidthMetersFollowAttachment",
 		"TestAgentUninstallShaped",

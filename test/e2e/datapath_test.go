@@ -56,9 +56,6 @@ var kernelDatapath = []datapathGroup{
 		"TestAllowedAddressesAfterRestart", "TestBandwidthAfterVswitchdRestart", "TestBusyNode",
 		"TestGatewayWithdrawnWithItsRange", "TestOneShotReconcileClearsRestoreWait",
 	}},
-	{"ovs-vswitchd's upcall handlers on the kernel datapath (per-CPU dispatch)", []string{
-		"TestUpcallHandlersAtBoot",
-	}},
 	{"flow-restore-wait: reconcile and uninstall act on the bridges of the kernel datapath only (pkg/reconcile)", []string{
 		"TestRestoreWaitOfOthersStays", "TestUninstallClearsRestoreWait",
 	}},

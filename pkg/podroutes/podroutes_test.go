@@ -234,9 +234,17 @@ func TestSync(t *testing.T) {
 		Mask: net.CIDRMask(24, 32)}, Scope: netlink.SCOPE_LINK}); err != nil {
 		t.Fatal(err)
 	}
-	local, err := Local()
-	if err != nil {
-		t.Fatal(err)
+	// The kernel adds the link-local address (fe80::/64) on its own once the
+	// link is up, later on a loaded machine: wait for it, with a deadline.
+	var local []netip.Prefix
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if local, err = Local(); err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(local, netip.MustParsePrefix("fe80::/64")) || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, want := range pfx("203.0.113.0/24", "2001:db8:f::/64", "198.18.7.0/24", "fe80::/64") {
 		if !slices.Contains(local, want) {

@@ -13,17 +13,18 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // assertNothingLeft fails if an attachment of container id left a port, its
 // host veth, or an allocation of network in dataDir.
 func assertNothingLeft(t *testing.T, id, dataDir, network string) {
 	t.Helper()
-	if ports := portsOf(t, ovsdb.KeyContainerID, id); len(ports) != 0 {
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, id); len(ports) != 0 {
 		t.Errorf("ports %v left", ports)
 	}
-	if _, err := netlink.LinkByName(hostVeth(&container{id: id}, "eth0")); err == nil {
-		t.Errorf("host veth %s left", hostVeth(&container{id: id}, "eth0"))
+	if _, err := netlink.LinkByName((&framework.Container{ID: id}).HostVeth("eth0")); err == nil {
+		t.Errorf("host veth %s left", (&framework.Container{ID: id}).HostVeth("eth0"))
 	}
 	if got := allocations(t, dataDir, network); len(got) != 0 {
 		t.Errorf("allocations %v left", got)
@@ -65,21 +66,21 @@ func TestAttackRuntimeMAC(t *testing.T) {
 			}
 			name := fmt.Sprintf("runtime-mac%d", i)
 			n := l.network(name, extra, nil)
-			c := newContainer(t)
-			rt := c.rt("eth0", nil)
+			c := framework.NewContainer(t)
+			rt := c.RT("eth0", nil)
 			switch tc.via {
 			case "runtimeConfig":
 				rt.CapabilityArgs = map[string]any{"mac": tc.mac}
 			case "CNI_ARGS":
 				rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"MAC", tc.mac}}
 			}
-			_, err := n.cfg.AddNetworkList(context.Background(), n.list, rt)
-			t.Cleanup(func() { n.cfg.DelNetworkList(context.Background(), n.list, rt) })
+			_, err := n.Cfg.AddNetworkList(context.Background(), n.List, rt)
+			t.Cleanup(func() { n.Cfg.DelNetworkList(context.Background(), n.List, rt) })
 			if strings.HasPrefix(tc.name, "control") {
 				if err != nil {
 					t.Fatalf("ADD with a fresh MAC %s: %v", tc.mac, err)
 				}
-				if err := c.ping("192.0.2.1"); err != nil {
+				if err := c.Ping("192.0.2.1"); err != nil {
 					t.Errorf("ping the gateway with the fresh MAC: %v", err)
 				}
 				return
@@ -87,10 +88,10 @@ func TestAttackRuntimeMAC(t *testing.T) {
 			if err == nil || cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(strings.ToLower(err.Error()), "mac") {
 				t.Fatalf("ADD with %s MAC %s (in use on the bridge): got %v (code %d), want code 7 naming \"mac\"", tc.via, tc.mac, err, cniCode(err))
 			}
-			assertNothingLeft(t, c.id, l.dir, name)
+			assertNothingLeft(t, c.ID, l.dir, name)
 		})
 	}
-	if err := victim.ping("192.0.2.1"); err != nil {
+	if err := victim.Ping("192.0.2.1"); err != nil {
 		t.Errorf("victim after the attempts: %v", err)
 	}
 	l.normal(t)
@@ -109,15 +110,15 @@ func TestAttackNodeNetNS(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := l.network("node-netns", map[string]any{"ipam": nil, "isGateway": false}, nil)
-			c := newContainer(t)
-			rt := c.rt(ifname, nil)
+			c := framework.NewContainer(t)
+			rt := c.RT(ifname, nil)
 			if tc.netns != "" {
 				rt.NetNS = tc.netns
 			}
-			_, err := n.cfg.AddNetworkList(context.Background(), n.list, rt)
-			host := hostVeth(c, ifname)
+			_, err := n.Cfg.AddNetworkList(context.Background(), n.List, rt)
+			host := c.HostVeth(ifname)
 			t.Cleanup(func() {
-				n.cfg.DelNetworkList(context.Background(), n.list, rt)
+				n.Cfg.DelNetworkList(context.Background(), n.List, rt)
 				run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-port", host)
 				run("ip", "link", "del", host)
 				run("ip", "link", "del", ifname)
@@ -126,7 +127,7 @@ func TestAttackNodeNetNS(t *testing.T) {
 				if err != nil {
 					t.Fatalf("ADD into a container netns: %v", err)
 				}
-				if err := c.ns.Do(func(ns.NetNS) error { _, err := netlink.LinkByName(ifname); return err }); err != nil {
+				if err := c.NS.Do(func(ns.NetNS) error { _, err := netlink.LinkByName(ifname); return err }); err != nil {
 					t.Errorf("container interface: %v", err)
 				}
 				return
@@ -134,7 +135,7 @@ func TestAttackNodeNetNS(t *testing.T) {
 			if err == nil || cniCode(err) != types.ErrInvalidEnvironmentVariables || !strings.Contains(err.Error(), "CNI_NETNS") {
 				t.Errorf("ADD with CNI_NETNS=%s (the plugin's own netns): got %v (code %d), want code 4 naming CNI_NETNS", tc.netns, err, cniCode(err))
 			}
-			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
 				t.Errorf("ports %v left", ports)
 			}
 			for _, name := range []string{host, ifname} {

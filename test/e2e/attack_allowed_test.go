@@ -54,13 +54,13 @@ func TestAttackAllowedAddresses(t *testing.T) {
 			}
 			a := l.join(l.network("allowed-sender", extra, nil), "attacker", nil)
 			if tc.allowed {
-				if err := a.n.check(a.container, "eth0", nil); err != nil {
+				if err := a.n.Check(a.Container, "eth0", nil); err != nil {
 					t.Errorf("CHECK of the attachment with allowedAddresses: %v", err)
 				}
 			}
-			drops := watchDrops(t, a.container)
-			snV := sniff(t, v.ns, "eth0", "victim")
-			s := sender(t, a.ns, "eth0")
+			drops := watchDrops(t, a.Container)
+			snV := sniff(t, v.NS, "eth0", "victim")
+			s := sender(t, a.NS, "eth0")
 			in4, out4 := netip.MustParseAddr("203.0.113.5"), netip.MustParseAddr("203.0.113.17")
 			in6, out6 := netip.MustParseAddr("2001:db8:d::7"), netip.MustParseAddr("2001:db8:d::8")
 			allNodes := netip.MustParseAddr("ff02::1")
@@ -140,9 +140,9 @@ func TestAttackVRRP(t *testing.T) {
 			l := newLab(t)
 			v := l.join(l.network("vrrp-peer", nil, nil), "victim", nil)
 			a := l.join(l.network("vrrp-sender", map[string]any{"allowVRRP": tc.allowVRRP}, nil), "attacker", nil)
-			drops := watchDrops(t, a.container)
-			snV := sniff(t, v.ns, "eth0", "victim")
-			s := sender(t, a.ns, "eth0")
+			drops := watchDrops(t, a.Container)
+			snV := sniff(t, v.NS, "eth0", "victim")
+			s := sender(t, a.NS, "eth0")
 			vip := netip.MustParseAddr("192.0.2.250")
 			spoofed := netip.MustParseAddr("192.0.2.251")
 			mustSend(t, s,
@@ -202,26 +202,26 @@ func TestVIPFailover(t *testing.T) {
 	c := l.join(l.network("vip-client", nil, nil), "client", nil)
 	x := l.join(l.network("vip-thief", nil, nil), "attacker", nil)
 	for _, m := range []*member{a, b, x} {
-		m.serveTCP(t, 80)
+		m.ServeTCP(t, 80)
 	}
 	garp := func(m *member) {
 		t.Helper()
-		s := sender(t, m.ns, "eth0")
+		s := sender(t, m.NS, "eth0")
 		mustSend(t, s, ethFrame(broadcastMAC, m.mac, etherARP, arpPacket(1, m.mac, vip, make([]byte, 6), vip)),
 			ethFrame(broadcastMAC, m.mac, etherARP, arpPacket(2, m.mac, vip, broadcastMAC, vip)))
 	}
 	take := func(m *member) {
 		t.Helper()
-		m.sh(t, "ip", "addr", "add", vip.String()+"/32", "dev", "eth0")
+		sh(m.Container, t, "ip", "addr", "add", vip.String()+"/32", "dev", "eth0")
 		garp(m)
 	}
-	drop := func(m *member) { m.sh(t, "ip", "addr", "del", vip.String()+"/32", "dev", "eth0") }
+	drop := func(m *member) { sh(m.Container, t, "ip", "addr", "del", vip.String()+"/32", "dev", "eth0") }
 	to := func(want *member, when string) {
 		t.Helper()
-		got, err := dial(c.ns, "tcp", vip.String()+":80")
-		if err != nil || !strings.HasPrefix(got, "hello from "+want.id+" ") {
+		got, err := framework.Dial(c.NS, "tcp", vip.String()+":80")
+		if err != nil || !strings.HasPrefix(got, "hello from "+want.ID+" ") {
 			t.Errorf("%s: client to the VIP: got %q, %v; want an answer from %s (%s); client's neighbour: %s",
-				when, got, err, want.role, want.id, neighMAC(t, c.container, "eth0", vip))
+				when, got, err, want.role, want.ID, neighMAC(t, c.Container, "eth0", vip))
 		}
 	}
 
@@ -229,19 +229,19 @@ func TestVIPFailover(t *testing.T) {
 	to(a, "A holds the VIP")
 	drop(a)
 	take(b)
-	framework.Until(2*time.Second, func() bool { return neighMAC(t, c.container, "eth0", vip) == b.mac.String() })
-	if got := neighMAC(t, c.container, "eth0", vip); got != b.mac.String() {
+	framework.Until(2*time.Second, func() bool { return neighMAC(t, c.Container, "eth0", vip) == b.mac.String() })
+	if got := neighMAC(t, c.Container, "eth0", vip); got != b.mac.String() {
 		t.Errorf("after B's gratuitous ARP: the client's neighbour entry for the VIP is %s, want B's %s", got, b.mac)
 	}
 	to(b, "B took the VIP over")
 
 	// The thief's network does not allow the VIP.
-	drops := watchDrops(t, x.container)
+	drops := watchDrops(t, x.Container)
 	take(x)
 	// A negative check: the client keeps B for half a second after the
 	// thief's gratuitous ARP.
 	framework.Consistently(t, 500*time.Millisecond, "after the thief's gratuitous ARP", func() error {
-		if got := neighMAC(t, c.container, "eth0", vip); got != b.mac.String() {
+		if got := neighMAC(t, c.Container, "eth0", vip); got != b.mac.String() {
 			return fmt.Errorf("the client's neighbour entry for the VIP is %s, want B's %s", got, b.mac)
 		}
 		return nil
@@ -263,12 +263,12 @@ func TestVIPFailover(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := l.network("vip-overlap", tc.extra, nil)
-			m := newContainer(t)
-			_, err := n.add(m, "eth0", nil)
+			m := framework.NewContainer(t)
+			_, err := n.Add(m, "eth0", nil)
 			if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("ADD: got %v (code %d), want code 7 with %q", err, cniCode(err), tc.want)
 			}
-			if ports := portsOf(t, ovsdb.KeyContainerID, m.id); len(ports) != 0 {
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, m.ID); len(ports) != 0 {
 				t.Errorf("ports %v left", ports)
 			}
 		})
@@ -294,12 +294,12 @@ func TestAllowedAddressesAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}
-	if err := a.n.check(a.container, "eth0", nil); err != nil {
+	if err := a.n.Check(a.Container, "eth0", nil); err != nil {
 		t.Errorf("CHECK after the restart and reconcile: %v", err)
 	}
-	drops := watchDrops(t, a.container)
-	sn := sniff(t, c.ns, "eth0", "client")
-	s := sender(t, a.ns, "eth0")
+	drops := watchDrops(t, a.Container)
+	sn := sniff(t, c.NS, "eth0", "client")
+	s := sender(t, a.NS, "eth0")
 	other := netip.MustParseAddr("192.0.2.249")
 	mustSend(t, s,
 		ethFrame(c.mac, a.mac, etherIPv4, udp4(vip, c.v4, 4000, 4001, []byte("from the VIP"))),
@@ -334,12 +334,12 @@ func TestAllowedAddressesConcurrentConflict(t *testing.T) {
 	q := l.network("race-own", map[string]any{"ipam": map[string]any{"type": "static",
 		"addresses": []any{map[string]any{"address": addr + "/24"}}}}, nil)
 	for round := 0; round < 8; round++ {
-		cp, cq := newContainer(t), newContainer(t)
+		cp, cq := framework.NewContainer(t), framework.NewContainer(t)
 		var wg sync.WaitGroup
 		var errP, errQ error
 		wg.Add(2)
-		go func() { defer wg.Done(); _, errP = p.add(cp, "eth0", nil) }()
-		go func() { defer wg.Done(); _, errQ = q.add(cq, "eth0", nil) }()
+		go func() { defer wg.Done(); _, errP = p.Add(cp, "eth0", nil) }()
+		go func() { defer wg.Done(); _, errQ = q.Add(cq, "eth0", nil) }()
 		wg.Wait()
 		if errP == nil && errQ == nil {
 			t.Errorf("round %d: both ADDs passed: the allowed %s/32 and the address %s", round, addr, addr)
@@ -349,12 +349,12 @@ func TestAllowedAddressesConcurrentConflict(t *testing.T) {
 				t.Errorf("round %d: got %v (code %d), want code 7", round, e, cniCode(e))
 			}
 		}
-		for c, err := range map[*container]error{cp: errP, cq: errQ} {
-			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); err != nil && len(ports) != 0 {
+		for c, err := range map[*framework.Container]error{cp: errP, cq: errQ} {
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); err != nil && len(ports) != 0 {
 				t.Errorf("round %d: the refused ADD left ports %v", round, ports)
 			}
 		}
-		p.del(cp, "eth0", nil)
-		q.del(cq, "eth0", nil)
+		p.Del(cp, "eth0", nil)
+		q.Del(cq, "eth0", nil)
 	}
 }

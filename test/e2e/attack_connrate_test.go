@@ -20,10 +20,10 @@ type connCounter struct {
 	conns, bytes atomic.Int64
 }
 
-func countConns(t *testing.T, c *container, port int) *connCounter {
+func countConns(t *testing.T, c *framework.Container, port int) *connCounter {
 	t.Helper()
 	var l net.Listener
-	if err := c.ns.Do(func(ns.NetNS) (err error) { l, err = net.Listen("tcp", hp("0.0.0.0", port)); return err }); err != nil {
+	if err := c.NS.Do(func(ns.NetNS) (err error) { l, err = net.Listen("tcp", hp("0.0.0.0", port)); return err }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
@@ -81,19 +81,19 @@ func flood(t *testing.T, n ns.NetNS, addr string, cc *connCounter, d time.Durati
 // bound holds again.
 func TestAttackHostPortConnectionRate(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	const rate, burst, port = 20, 10, 8480
 	d := framework.Scaled(4 * time.Second)
 	limit := float64(rate)*d.Seconds() + burst
 	addr := hp(nodeV4, port)
 
-	n := h.portmapList(t, "1.1.0", "pmrate", map[string]any{"newConnectionRate": rate, "newConnectionBurst": burst})
-	a := newContainer(t)
-	n.mustAdd(t, a, "eth0", mappings(pm(port, 80, "tcp", "")))
+	n := h.PortmapList(t, "1.1.0", "pmrate", map[string]any{"newConnectionRate": rate, "newConnectionBurst": burst})
+	a := framework.NewContainer(t)
+	n.MustAdd(t, a, "eth0", mappings(pm(port, 80, "tcp", "")))
 	cc := countConns(t, a, 80)
 	// An established connection first, fed while the flood runs.
 	var long net.Conn
-	if err := h.outside.ns.Do(func(ns.NetNS) (err error) { long, err = net.DialTimeout("tcp", addr, 3*time.Second); return err }); err != nil {
+	if err := h.Outside.NS.Do(func(ns.NetNS) (err error) { long, err = net.DialTimeout("tcp", addr, 3*time.Second); return err }); err != nil {
 		t.Fatalf("connection before the flood: %v", err)
 	}
 	fed := make(chan error, 1)
@@ -106,7 +106,7 @@ func TestAttackHostPortConnectionRate(t *testing.T) {
 		long.Close()
 		fed <- err
 	}()
-	got := flood(t, h.outside.ns, addr, cc, d)
+	got := flood(t, h.Outside.NS, addr, cc, d)
 	if err := <-fed; err != nil {
 		t.Errorf("the established connection during the flood: %v", err)
 	}
@@ -119,7 +119,7 @@ func TestAttackHostPortConnectionRate(t *testing.T) {
 	} else {
 		t.Logf("with newConnectionRate %d/s, burst %d: %d connections in %v (bound %.0f)", rate, burst, got, d, limit)
 	}
-	if err := n.check(a, "eth0", mappings(pm(port, 80, "tcp", ""))); err != nil {
+	if err := n.Check(a, "eth0", mappings(pm(port, 80, "tcp", ""))); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
 
@@ -128,8 +128,8 @@ func TestAttackHostPortConnectionRate(t *testing.T) {
 	restartVswitchd(t, nil)
 	if framework.Userspace() {
 		for _, args := range [][]string{
-			{"addr", "replace", nodeV4 + "/24", "dev", h.bridge},
-			{"link", "set", h.bridge, "up"},
+			{"addr", "replace", nodeV4 + "/24", "dev", h.Bridge},
+			{"link", "set", h.Bridge, "up"},
 		} {
 			framework.Until(time.Second, func() bool { _, err := run("ip", args...); return err == nil })
 		}
@@ -143,30 +143,30 @@ func TestAttackHostPortConnectionRate(t *testing.T) {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}
 	if framework.Userspace() {
-		run("ethtool", "-K", h.bridge, "tx", "off")
+		run("ethtool", "-K", h.Bridge, "tx", "off")
 	}
-	if got := flood(t, h.outside.ns, addr, cc, d); float64(got) > 1.3*limit || float64(got) < 0.5*float64(rate)*d.Seconds() {
+	if got := flood(t, h.Outside.NS, addr, cc, d); float64(got) > 1.3*limit || float64(got) < 0.5*float64(rate)*d.Seconds() {
 		t.Errorf("after a restart and reconcile: the pod accepted %d connections in %v, want about %.0f", got, d, limit)
 	} else {
 		t.Logf("after a restart and reconcile: %d connections in %v", got, d)
 	}
-	if err := n.check(a, "eth0", mappings(pm(port, 80, "tcp", ""))); err != nil {
+	if err := n.Check(a, "eth0", mappings(pm(port, 80, "tcp", ""))); err != nil {
 		t.Errorf("CHECK after reconcile: %v", err)
 	}
-	if err := n.del(a, "eth0", nil); err != nil {
+	if err := n.Del(a, "eth0", nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.ofTarget()); containsMeterBand(out) {
+	if out, _ := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.OFTarget()); containsMeterBand(out) {
 		t.Errorf("meters left after DEL:\n%s", out)
 	}
 
 	// The control: the same flood, no rate.
-	n2 := h.portmapList(t, "1.1.0", "pmfree", nil)
-	b := newContainer(t)
-	n2.mustAdd(t, b, "eth0", mappings(pm(port, 80, "tcp", "")))
-	t.Cleanup(func() { n2.del(b, "eth0", nil) })
+	n2 := h.PortmapList(t, "1.1.0", "pmfree", nil)
+	b := framework.NewContainer(t)
+	n2.MustAdd(t, b, "eth0", mappings(pm(port, 80, "tcp", "")))
+	t.Cleanup(func() { n2.Del(b, "eth0", nil) })
 	cb := countConns(t, b, 80)
-	free := flood(t, h.outside.ns, addr, cb, d)
+	free := flood(t, h.Outside.NS, addr, cb, d)
 	if float64(free) < 3*limit {
 		t.Errorf("without a rate: the pod accepted %d connections in %v, want more than %.0f (else the limited figure proves nothing)", free, d, 3*limit)
 	} else {

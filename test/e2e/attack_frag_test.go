@@ -98,9 +98,9 @@ func (f frame) fragID() (id uint32, off int, ok bool) {
 // every fragmented datagram counts once reassembled, however its kernel
 // reassembled it; the IPv6 defragmentation of a netns with conntrack moves
 // no Ip6ReasmOKs).
-func udpDelivered(t *testing.T, c *container) (v4, v6 int) {
+func udpDelivered(t *testing.T, c *framework.Container) (v4, v6 int) {
 	t.Helper()
-	snmp, snmp6 := c.sh(t, "cat", "/proc/net/snmp"), c.sh(t, "cat", "/proc/net/snmp6")
+	snmp, snmp6 := sh(c, t, "cat", "/proc/net/snmp"), sh(c, t, "cat", "/proc/net/snmp6")
 	var hdr []string
 	for _, line := range strings.Split(snmp, "\n") {
 		f := strings.Fields(line)
@@ -144,9 +144,9 @@ func TestAttackDHCPServerPorts(t *testing.T) {
 			l := newLab(t)
 			v := l.join(l.network("frag-dhcp-victim", nil, nil), "victim", nil)
 			a := l.join(l.network("frag-dhcp-server", map[string]any{"allowDHCPServer": tc.allow}, nil), "attacker", nil)
-			drops := watchDrops(t, a.container)
-			sn := sniff(t, v.ns, "eth0", "victim")
-			s := sender(t, a.ns, "eth0")
+			drops := watchDrops(t, a.Container)
+			sn := sniff(t, v.NS, "eth0", "victim")
+			s := sender(t, a.NS, "eth0")
 			bcast := netip.MustParseAddr("255.255.255.255")
 			allNodes := netip.MustParseAddr("ff02::1")
 			offered := netip.MustParseAddr("192.0.2.251")
@@ -221,9 +221,9 @@ func TestAttackFragments(t *testing.T) {
 			vn := l.network("frag-victim", nil, nil)
 			b, c := l.join(vn, "victim B", nil), l.join(vn, "victim C", nil)
 			a := l.join(l.network("frag-attacker", tc.extra, nil), "attacker", nil)
-			drops := watchDrops(t, a.container)
-			snC := sniff(t, c.ns, "eth0", "C")
-			s := sender(t, a.ns, "eth0")
+			drops := watchDrops(t, a.Container)
+			snC := sniff(t, c.NS, "eth0", "C")
+			s := sender(t, a.NS, "eth0")
 			bcast := netip.MustParseAddr("255.255.255.255")
 			allNodes := netip.MustParseAddr("ff02::1")
 			offered := netip.MustParseAddr("192.0.2.252")
@@ -257,7 +257,7 @@ func TestAttackFragments(t *testing.T) {
 			add("NA for B's link-local in 16-byte fragments", false, 0x1206, c.mac, etherIPv6, frag6(na, 16, 0x1206))
 			redirect := icmp4Redirect(a.v4, c.v4, a.v4, netip.MustParseAddr("203.0.113.9"))
 			add("ICMPv4 redirect in 8-byte fragments", false, 0x1207, c.mac, etherIPv4, frag4(redirect, 8, 0x1207))
-			r4, r6 := udpDelivered(t, c.container)
+			r4, r6 := udpDelivered(t, c.Container)
 			for i := 0; i < 3; i++ {
 				for _, at := range attacks {
 					mustSend(t, s, at.frames...)
@@ -281,7 +281,7 @@ func TestAttackFragments(t *testing.T) {
 				return nil
 			})
 			if tc.all || tc.large {
-				framework.Until(2*time.Second, func() bool { n4, n6 := udpDelivered(t, c.container); return n4 > r4 && n6 > r6 })
+				framework.Until(2*time.Second, func() bool { n4, n6 := udpDelivered(t, c.Container); return n4 > r4 && n6 > r6 })
 			}
 			for _, at := range attacks {
 				want := tc.all || at.large && tc.large
@@ -301,7 +301,7 @@ func TestAttackFragments(t *testing.T) {
 					t.Errorf("%s: first fragment received by C %v, want %v (%d fragments sent 3 times)", at.name, got, want, len(at.frames))
 				}
 			}
-			n4, n6 := udpDelivered(t, c.container)
+			n4, n6 := udpDelivered(t, c.Container)
 			n4, n6 = n4-r4, n6-r6
 			switch {
 			case tc.all && (n4 == 0 || n6 == 0):
@@ -338,7 +338,7 @@ func TestFragmentedUDP(t *testing.T) {
 		t.Run(fmt.Sprintf("v6=%v", dst.Is6()), func(t *testing.T) {
 			payload := bytes.Repeat([]byte("fragmented-udp-"), 200)[:3000]
 			var pc net.PacketConn
-			if err := p2.ns.Do(func(ns.NetNS) error {
+			if err := p2.NS.Do(func(ns.NetNS) error {
 				var err error
 				pc, err = net.ListenPacket("udp", netip.AddrPortFrom(dst, 7070).String())
 				return err
@@ -358,7 +358,7 @@ func TestFragmentedUDP(t *testing.T) {
 				got <- buf[:k]
 			}()
 			var conn net.Conn
-			if err := p1.ns.Do(func(ns.NetNS) (err error) {
+			if err := p1.NS.Do(func(ns.NetNS) (err error) {
 				conn, err = net.Dial("udp", netip.AddrPortFrom(dst, 7070).String())
 				return err
 			}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // A host-port reply takes its source MAC from the request's destination MAC
@@ -23,21 +24,21 @@ import (
 // it).
 func TestAttackHostPortReplyMAC(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmmac", nil)
-	a := newContainer(t)
-	n.mustAdd(t, a, "eth0", mappings(pm(5395, 53, "udp", "")))
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	a.serveUDP(t, 53)
-	expect(t, h.outside.ns, "udp", hp(nodeV4, 5395), a, outsideV4)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmmac", nil)
+	a := framework.NewContainer(t)
+	n.MustAdd(t, a, "eth0", mappings(pm(5395, 53, "udp", "")))
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	a.ServeUDP(t, 53)
+	expect(t, h.Outside.NS, "udp", hp(nodeV4, 5395), a, outsideV4)
 
-	ifi, err := net.InterfaceByName(h.bridge)
+	ifi, err := net.InterfaceByName(h.Bridge)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodeMAC := ifi.HardwareAddr
 	var outMAC net.HardwareAddr
-	if err := h.outside.ns.Do(func(ns.NetNS) error {
+	if err := h.Outside.NS.Do(func(ns.NetNS) error {
 		i, err := net.InterfaceByName("eth0")
 		if err == nil {
 			outMAC = i.HardwareAddr
@@ -48,13 +49,13 @@ func TestAttackHostPortReplyMAC(t *testing.T) {
 	}
 	forged, _ := net.ParseMAC("02:00:00:00:0b:ad")
 	src, dst := netip.MustParseAddr(outsideV4), netip.MustParseAddr(nodeV4)
-	sn := sniff(t, h.outside.ns, "eth0", "outside")
-	s := sender(t, h.outside.ns, "eth0")
+	sn := sniff(t, h.Outside.NS, "eth0", "outside")
+	s := sender(t, h.Outside.NS, "eth0")
 	reply := func(sport uint16) func(frame) bool {
 		return func(f frame) bool {
 			_, d, _, _, ok := f.ip()
 			sp, dp, data, uok := f.udp()
-			return ok && uok && d == src && sp == 5395 && dp == sport && bytes.HasPrefix(data, []byte("hello from "+a.id))
+			return ok && uok && d == src && sp == 5395 && dp == sport && bytes.HasPrefix(data, []byte("hello from "+a.ID))
 		}
 	}
 	for _, tc := range []struct {
@@ -77,7 +78,7 @@ func TestAttackHostPortReplyMAC(t *testing.T) {
 			t.Errorf("%s: reply left with the forged source MAC %s: %v", tc.name, forged, got)
 		}
 	}
-	expect(t, h.outside.ns, "udp", hp(nodeV4, 5395), a, outsideV4)
+	expect(t, h.Outside.NS, "udp", hp(nodeV4, 5395), a, outsideV4)
 }
 
 // Host ports on a port off VLAN 0: a network on VLAN 20 (or a trunk) whose
@@ -90,13 +91,13 @@ func TestAttackHostPortReplyMAC(t *testing.T) {
 // mappings on VLAN 0 are accepted.
 func TestAttackHostPortVLANOverlap(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	pub := h.portmapList(t, "1.0.0", "pmv0", nil)
-	a := newContainer(t)
-	pub.mustAdd(t, a, "eth0", mappings(pm(8098, 80, "tcp", "")))
-	t.Cleanup(func() { pub.del(a, "eth0", nil) })
-	a.serveTCP(t, 80)
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8098), a, outsideV4)
+	h := framework.NewOVSHost(t)
+	pub := h.PortmapList(t, "1.0.0", "pmv0", nil)
+	a := framework.NewContainer(t)
+	pub.MustAdd(t, a, "eth0", mappings(pm(8098, 80, "tcp", "")))
+	t.Cleanup(func() { pub.Del(a, "eth0", nil) })
+	a.ServeTCP(t, 80)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8098), a, outsideV4)
 	pmEntry := map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}
 	for _, tc := range []struct {
 		name  string
@@ -110,34 +111,34 @@ func TestAttackHostPortVLANOverlap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// A network of its own on the same bridge: its addresses start
 			// past the first network's (an address has one holder per bridge).
-			conf := bridgeConf(h.bridge, t.TempDir(), tc.extra)
+			conf := framework.BridgeConf(h.Bridge, ovsdbAddr, t.TempDir(), tc.extra)
 			conf["ipam"].(map[string]any)["ranges"] = []any{
 				[]any{map[string]any{"subnet": "192.0.2.0/24", "gateway": "192.0.2.1", "rangeStart": "192.0.2.100"}},
 				[]any{map[string]any{"subnet": "2001:db8:c::/64", "gateway": "2001:db8:c::1", "rangeStart": "2001:db8:c::100"}},
 			}
-			n := newCNI(t, conflist("1.0.0", "pm"+tc.name, conf, pmEntry))
-			b := newContainer(t)
+			n := framework.NewCNI(t, conflist("1.0.0", "pm"+tc.name, conf, pmEntry), nil)
+			b := framework.NewContainer(t)
 			caps := mappings(pm(8099, 80, "tcp", ""))
-			_, err := n.add(b, "eth0", caps)
-			t.Cleanup(func() { n.del(b, "eth0", nil) })
+			_, err := n.Add(b, "eth0", caps)
+			t.Cleanup(func() { n.Del(b, "eth0", nil) })
 			if tc.field == "" {
 				if err != nil {
 					t.Fatalf("ADD on VLAN 0: %v", err)
 				}
-				b.serveTCP(t, 80)
-				expect(t, h.outside.ns, "tcp", hp(nodeV4, 8099), b, outsideV4)
+				b.ServeTCP(t, 80)
+				expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8099), b, outsideV4)
 				return
 			}
 			if err == nil || cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), tc.field) {
 				t.Errorf("ADD with host ports on %s: got %v (code %d), want code 7 naming %s", tc.name, err, cniCode(err), tc.field)
 			}
-			if fl := h.flowsOf(t, flows.AttachmentCookie(b.id, "eth0")); slicesContainSubstring(fl, "table=4") || slicesContainSubstring(fl, "priority=200") {
+			if fl := h.FlowsOf(t, flows.AttachmentCookie(b.ID, "eth0")); slicesContainSubstring(fl, "table=4") || slicesContainSubstring(fl, "priority=200") {
 				t.Errorf("refused ADD left host-port flows: %v", fl)
 			}
-			if err := n.del(b, "eth0", nil); err != nil {
+			if err := n.Del(b, "eth0", nil); err != nil {
 				t.Errorf("DEL: %v", err)
 			}
-			expect(t, h.outside.ns, "tcp", hp(nodeV4, 8098), a, outsideV4)
+			expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8098), a, outsideV4)
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // staticIPAM is an ipam entry of static IPAM giving addrs (CIDRs), with the
@@ -41,8 +42,8 @@ func staticIPAM(addrs ...string) map[string]any {
 func TestAttackAddressClaim(t *testing.T) {
 	l := newLab(t)
 	v := l.join(l.network("claim-victim", nil, nil), "victim", nil)
-	holder := "attachment " + v.id + "/eth0"
-	gateway := `bridge "` + l.bridge + `"`
+	holder := "attachment " + v.ID + "/eth0"
+	gateway := `bridge "` + l.Bridge + `"`
 	overlap := func(a netip.Addr) map[string]any {
 		return map[string]any{"type": "host-local", "dataDir": t.TempDir(),
 			"ranges": []any{[]any{map[string]any{"subnet": "192.0.2.0/24", "gateway": "192.0.2.1",
@@ -70,35 +71,35 @@ func TestAttackAddressClaim(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Static IPAM with a free address unless the case says (the
 			// lab has host-local ranges for a few networks only).
-			entry := map[string]any{"type": "ovs-bridge", "bridge": l.bridge, "ovsdb": ovsdbAddr, "isGateway": true,
+			entry := map[string]any{"type": "ovs-bridge", "bridge": l.Bridge, "ovsdb": ovsdbAddr, "isGateway": true,
 				"ipam": staticIPAM(fmt.Sprintf("192.0.2.%d/24", 200+i))}
 			for k, v := range tc.extra {
 				entry[k] = v
 			}
-			n := newCNI(t, conflist("1.1.0", "claim-"+tc.name, entry))
-			m := newContainer(t)
-			_, err := n.add(m, "eth0", nil)
+			n := framework.NewCNI(t, conflist("1.1.0", "claim-"+tc.name, entry), nil)
+			m := framework.NewContainer(t)
+			_, err := n.Add(m, "eth0", nil)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("ADD: %v, want it accepted", err)
 				}
-				if err := n.check(m, "eth0", nil); err != nil {
+				if err := n.Check(m, "eth0", nil); err != nil {
 					t.Errorf("CHECK: %v", err)
 				}
-				if err := n.del(m, "eth0", nil); err != nil {
+				if err := n.Del(m, "eth0", nil); err != nil {
 					t.Errorf("DEL: %v", err)
 				}
 				return
 			}
 			if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), tc.want) {
-				n.del(m, "eth0", nil)
+				n.Del(m, "eth0", nil)
 				t.Fatalf("ADD: got %v (code %d), want code 7 naming %s", err, cniCode(err), tc.want)
 			}
-			if ports := portsOf(t, ovsdb.KeyContainerID, m.id); len(ports) != 0 {
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, m.ID); len(ports) != 0 {
 				t.Errorf("ports %v left", ports)
 			}
-			sel := flows.AttachmentCookie(m.id, "eth0").AttachmentDelete().String()
-			if fl, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.ofTarget(), sel); err != nil || strings.Contains(fl, "cookie=") {
+			sel := flows.AttachmentCookie(m.ID, "eth0").AttachmentDelete().String()
+			if fl, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.OFTarget(), sel); err != nil || strings.Contains(fl, "cookie=") {
 				t.Errorf("flows of %s left: %s %v", sel, fl, err)
 			}
 			if ipam, _ := tc.extra["ipam"].(map[string]any); ipam != nil && ipam["type"] == "host-local" {
@@ -109,7 +110,7 @@ func TestAttackAddressClaim(t *testing.T) {
 		})
 	}
 	// The victim's address is still its own.
-	if got := neighMAC(t, nil, l.bridge, v.v4); got != "" && got != v.mac.String() {
+	if got := neighMAC(t, nil, l.Bridge, v.v4); got != "" && got != v.mac.String() {
 		t.Errorf("the node's neighbour entry for %s is %s, want the victim's %s", v.v4, got, v.mac)
 	}
 	l.normal(t)
@@ -124,15 +125,15 @@ func TestAddressClaimConcurrent(t *testing.T) {
 	l := newLab(t)
 	nw := l.network("claim-race", map[string]any{"ipam": staticIPAM("192.0.2.241/24")}, nil)
 	for round := 0; round < 3; round++ {
-		cs := make([]*container, n)
+		cs := make([]*framework.Container, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for i := range cs {
-			cs[i] = newContainer(t)
+			cs[i] = framework.NewContainer(t)
 		}
 		for i := range cs {
 			wg.Add(1)
-			go func() { defer wg.Done(); _, errs[i] = nw.add(cs[i], "eth0", nil) }()
+			go func() { defer wg.Done(); _, errs[i] = nw.Add(cs[i], "eth0", nil) }()
 		}
 		wg.Wait()
 		won := 0
@@ -143,7 +144,7 @@ func TestAddressClaimConcurrent(t *testing.T) {
 			case cniCode(err) != types.ErrInvalidNetworkConfig:
 				t.Errorf("round %d: ADD %d: got %v (code %d), want code 7", round, i, err, cniCode(err))
 			default:
-				if ports := portsOf(t, ovsdb.KeyContainerID, cs[i].id); len(ports) != 0 {
+				if ports := framework.PortsOf(t, ovsdb.KeyContainerID, cs[i].ID); len(ports) != 0 {
 					t.Errorf("round %d: the refused ADD %d left ports %v", round, i, ports)
 				}
 			}
@@ -152,7 +153,7 @@ func TestAddressClaimConcurrent(t *testing.T) {
 			t.Errorf("round %d: %d ADDs of 192.0.2.241 won, want exactly 1", round, won)
 		}
 		for _, c := range cs {
-			if err := nw.del(c, "eth0", nil); err != nil {
+			if err := nw.Del(c, "eth0", nil); err != nil {
 				t.Errorf("round %d: DEL: %v", round, err)
 			}
 		}
@@ -177,36 +178,36 @@ func TestAttackAddressClaimPoisoning(t *testing.T) {
 			v := l.join(l.network("poison-victim", nil, nil), "victim", nil)
 			c := l.join(l.network("poison-client", nil, nil), "client", nil)
 			for _, ip := range []netip.Addr{v.v4, v.v6} {
-				if _, err := c.exec("ping", "-c", "1", "-W", "2", ip.String()); err != nil {
+				if _, err := c.Exec("ping", "-c", "1", "-W", "2", ip.String()); err != nil {
 					t.Fatalf("ping %s: %v", ip, err)
 				}
 			}
 			if !tc.claimed {
-				port := hostVeth(v.container, "eth0")
+				port := v.Container.HostVeth("eth0")
 				for _, ip := range []netip.Addr{v.v4, v.v6, v.ll} {
-					vsctl(t, "remove", "Port", port, "external_ids", fmt.Sprintf("%q", "ovsflow.io/ip/"+l.bridge+"/"+ip.String()))
+					framework.Vsctl(t, "remove", "Port", port, "external_ids", fmt.Sprintf("%q", "ovsflow.io/ip/"+l.Bridge+"/"+ip.String()))
 				}
 				// A record without the claims is still whole: reconcile
 				// and CHECK accept it.
 				if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
 					t.Fatalf("reconcile: %v: %s", err, out)
 				}
-				if err := v.n.check(v.container, "eth0", nil); err != nil {
+				if err := v.n.Check(v.Container, "eth0", nil); err != nil {
 					t.Errorf("CHECK of the victim without its claims: %v", err)
 				}
 			}
 			n := l.network("poison-attacker", map[string]any{"ipam": staticIPAM(v.v4.String()+"/24", v.v6.String()+"/64")}, nil)
-			a := newContainer(t)
-			r, err := n.add(a, "eth0", nil)
-			t.Cleanup(func() { n.del(a, "eth0", nil) })
+			a := framework.NewContainer(t)
+			r, err := n.Add(a, "eth0", nil)
+			t.Cleanup(func() { n.Del(a, "eth0", nil) })
 			if tc.claimed {
-				if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), v.id) {
-					t.Fatalf("ADD of the victim's addresses: got %v (code %d), want code 7 naming %s", err, cniCode(err), v.id)
+				if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), v.ID) {
+					t.Fatalf("ADD of the victim's addresses: got %v (code %d), want code 7 naming %s", err, cniCode(err), v.ID)
 				}
 				// The refused container never had a port: nothing it
 				// sends can reach the client.
 				for _, ip := range []netip.Addr{v.v4, v.v6} {
-					if got := neighMAC(t, c.container, "eth0", ip); got != v.mac.String() {
+					if got := neighMAC(t, c.Container, "eth0", ip); got != v.mac.String() {
 						t.Errorf("client's neighbour entry for %s: %s, want the victim's %s", ip, got, v.mac)
 					}
 				}
@@ -222,10 +223,10 @@ func TestAttackAddressClaimPoisoning(t *testing.T) {
 			// What the newcomer's kernel announces when its addresses come
 			// up, sent again until the client follows (its neighbour
 			// entries ignore an override within locktime of their update).
-			s := sender(t, a.ns, "eth0")
+			s := sender(t, a.NS, "eth0")
 			allNodes := netip.MustParseAddr("ff02::1")
 			poisoned := func() bool {
-				return neighMAC(t, c.container, "eth0", v.v4) == am.String() && neighMAC(t, c.container, "eth0", v.v6) == am.String()
+				return neighMAC(t, c.Container, "eth0", v.v4) == am.String() && neighMAC(t, c.Container, "eth0", v.v6) == am.String()
 			}
 			for deadline := time.Now().Add(10 * time.Second); !poisoned() && time.Now().Before(deadline); {
 				mustSend(t, s, ethFrame(broadcastMAC, am, etherARP, arpPacket(1, am, v.v4, make([]byte, 6), v.v4)),
@@ -233,7 +234,7 @@ func TestAttackAddressClaimPoisoning(t *testing.T) {
 				time.Sleep(200 * time.Millisecond) // the pace of the announcements, not a wait for a result
 			}
 			for _, ip := range []netip.Addr{v.v4, v.v6} {
-				if got := neighMAC(t, c.container, "eth0", ip); got != am.String() {
+				if got := neighMAC(t, c.Container, "eth0", ip); got != am.String() {
 					t.Errorf("control: client's neighbour entry for %s: %s, want the newcomer's %s (poisoned)", ip, got, am)
 				}
 			}

@@ -41,17 +41,17 @@ func TestAttackVLANHopping(t *testing.T) {
 			l := newLab(t)
 			v := l.join(l.network("vlan10-victim", map[string]any{"vlan": 10, "isGateway": false}, nil), "VLAN-10 victim", nil)
 			a := l.join(l.network("vlan-hopper", tc.extra, nil), "attacker", nil)
-			drops := watchDrops(t, a.container)
-			snV := sniff(t, v.ns, "eth0", "victim")
-			snA := sniff(t, a.ns, "eth0", "attacker")
-			s := sender(t, a.ns, "eth0")
+			drops := watchDrops(t, a.Container)
+			snV := sniff(t, v.NS, "eth0", "victim")
+			snA := sniff(t, a.NS, "eth0", "attacker")
+			s := sender(t, a.NS, "eth0")
 
 			mustSend(t, s,
 				ethFrame(broadcastMAC, a.mac, etherARP, arpPacket(1, a.mac, a.v4, make([]byte, 6), v.v4), 10),
 				ethFrame(v.mac, a.mac, etherIPv4, icmp4Echo(a.v4, v.v4, 0x1210, 1), 10),
 				ethFrame(broadcastMAC, a.mac, etherARP, arpPacket(1, a.mac, a.v4, make([]byte, 6), netip.MustParseAddr("192.0.2.251")), 10, 10))
 			// The victim's own broadcast on VLAN 10 (ARP for an absent address).
-			v.exec("ping", "-c", "1", "-W", "1", "192.0.2.252")
+			v.Exec("ping", "-c", "1", "-W", "1", "192.0.2.252")
 
 			arpFor := func(tpa string) func(frame) bool {
 				return func(f frame) bool {
@@ -128,7 +128,7 @@ func TestAttackVLANHostPort(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
 			srv := l.join(l.network("vlan0-publisher", nil, map[string]any{}), "publisher", mappings(pm(8097, 80, "tcp", "")))
-			srv.serveTCP(t, 80)
+			srv.ServeTCP(t, 80)
 			// The client's addresses are in subnets of their own, so that the
 			// publisher answers through its gateway (the bridge interface's MAC,
 			// where the host-port reply flows take over) rather than by ARP on
@@ -142,16 +142,16 @@ func TestAttackVLANHostPort(t *testing.T) {
 				"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
 			}}, nil), "attacker", nil)
 			br := l.bridgeMAC(t).String()
-			x.sh(t, "ip", "neigh", "replace", "203.0.113.1", "lladdr", br, "dev", "eth0")
-			x.sh(t, "ip", "-6", "neigh", "replace", "2001:db8:12::1", "lladdr", br, "dev", "eth0")
+			sh(x.Container, t, "ip", "neigh", "replace", "203.0.113.1", "lladdr", br, "dev", "eth0")
+			sh(x.Container, t, "ip", "-6", "neigh", "replace", "2001:db8:12::1", "lladdr", br, "dev", "eth0")
 			for _, addr := range []string{hp(nodeV4, 8097), hp(nodeV6, 8097)} {
-				got, err := dialWithin(x.ns, addr, time.Second)
+				got, err := dialWithin(x.NS, addr, time.Second)
 				if reached := err == nil; reached == tc.blocked {
 					t.Errorf("client on VLAN %v -> host port %s: answered %v (%q, %v), want %v", tc.vlan, addr, reached, got, err, !tc.blocked)
 				}
 			}
-			expect(t, l.outside.ns, "tcp", hp(nodeV4, 8097), srv.container, outsideV4)
-			expect(t, l.outside.ns, "tcp", hp(nodeV6, 8097), srv.container, outsideV6)
+			expect(t, l.Outside.NS, "tcp", hp(nodeV4, 8097), srv.Container, outsideV4)
+			expect(t, l.Outside.NS, "tcp", hp(nodeV6, 8097), srv.Container, outsideV6)
 			if tc.blocked {
 				l.normal(t)
 			}
@@ -175,24 +175,24 @@ func TestAttackRogueDHCP(t *testing.T) {
 			l := newLab(t)
 			v := l.join(l.network("dhcp-victim", nil, nil), "victim", nil)
 			a := l.join(l.network("rogue-dhcp", map[string]any{"allowDHCPServer": tc.allow}, nil), "attacker", nil)
-			drops := watchDrops(t, a.container)
-			out := l.outside
-			outMAC, outLL := l.outsideMAC(t), linkLocal(t, out.ns, "eth0", "outside")
-			snA := sniff(t, a.ns, "eth0", "attacker")
-			sA := sender(t, a.ns, "eth0")
+			drops := watchDrops(t, a.Container)
+			out := l.Outside
+			outMAC, outLL := l.outsideMAC(t), linkLocal(t, out.NS, "eth0", "outside")
+			snA := sniff(t, a.NS, "eth0", "attacker")
+			sA := sender(t, a.NS, "eth0")
 			allDHCP6 := netip.MustParseAddr("ff02::1:2")
 			allNodes := netip.MustParseAddr("ff02::1")
 			zero := netip.IPv4Unspecified()
 			bcast := netip.MustParseAddr("255.255.255.255")
 			for i, victim := range []struct {
 				name string
-				c    *container
+				c    *framework.Container
 				mac  []byte
 				ll   netip.Addr
-			}{{"victim container", v.container, v.mac, v.ll}, {"outside", out, outMAC, outLL}} {
+			}{{"victim container", v.Container, v.mac, v.ll}, {"outside", out, outMAC, outLL}} {
 				xid := uint32(0x12120000 + i)
-				sn := sniff(t, victim.c.ns, "eth0", victim.name)
-				s := sender(t, victim.c.ns, "eth0")
+				sn := sniff(t, victim.c.NS, "eth0", victim.name)
+				s := sender(t, victim.c.NS, "eth0")
 				mustSend(t, s,
 					ethFrame(broadcastMAC, victim.mac, etherIPv4, udp4(zero, bcast, 68, 67, dhcp4(1, xid, victim.mac, netip.Addr{}, netip.Addr{}))),
 					ethFrame(multicastMAC(allDHCP6), victim.mac, etherIPv6, udp6(victim.ll, allDHCP6, 546, 547, dhcp6(1, xid, victim.mac))))
@@ -260,9 +260,9 @@ func TestAttackDHCPClientUnicast(t *testing.T) {
 			l := newLab(t)
 			v := l.join(l.network("dhcp-unicast-victim", nil, nil), "victim", nil)
 			a := l.join(l.network("dhcp-unicast", map[string]any{"portSecurity": tc.psec}, nil), "attacker", nil)
-			drops := watchDrops(t, a.container)
-			sn := sniff(t, v.ns, "eth0", "victim")
-			s := sender(t, a.ns, "eth0")
+			drops := watchDrops(t, a.Container)
+			sn := sniff(t, v.NS, "eth0", "victim")
+			s := sender(t, a.NS, "eth0")
 			zero := netip.IPv4Unspecified()
 			const uni, bc = 0x12121001, 0x12121002
 			mustSend(t, s,

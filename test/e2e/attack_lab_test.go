@@ -29,7 +29,7 @@ import (
 )
 
 type lab struct {
-	*ovsHost
+	*framework.OVSHost
 	t     *testing.T
 	dir   string // host-local's data
 	slots int
@@ -39,7 +39,7 @@ type lab struct {
 func newLab(t *testing.T) *lab {
 	t.Helper()
 	requireSandbox(t)
-	return &lab{ovsHost: newOVSHost(t), t: t, dir: t.TempDir()}
+	return &lab{OVSHost: framework.NewOVSHost(t), t: t, dir: t.TempDir()}
 }
 
 // bridgeEntry is an ovs-bridge entry on the lab's bridge with its gateway on
@@ -54,7 +54,7 @@ func (l *lab) bridgeEntry(extra map[string]any) map[string]any {
 	}
 	lo := 10 + 20*s
 	c := map[string]any{
-		"type": "ovs-bridge", "bridge": l.bridge, "ovsdb": ovsdbAddr, "isGateway": true,
+		"type": "ovs-bridge", "bridge": l.Bridge, "ovsdb": ovsdbAddr, "isGateway": true,
 		"ipam": map[string]any{
 			"type": "host-local", "dataDir": l.dir,
 			"ranges": []any{
@@ -78,7 +78,7 @@ func (l *lab) bridgeEntry(extra map[string]any) map[string]any {
 
 // network is a conflist of one ovs-bridge entry (bridgeEntry(extra)) and,
 // when pmExtra is not nil, an ovs-portmap entry with those keys.
-func (l *lab) network(name string, extra, pmExtra map[string]any) *cni {
+func (l *lab) network(name string, extra, pmExtra map[string]any) *framework.CNI {
 	plugins := []map[string]any{l.bridgeEntry(extra)}
 	if pmExtra != nil {
 		p := map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}
@@ -87,14 +87,14 @@ func (l *lab) network(name string, extra, pmExtra map[string]any) *cni {
 		}
 		plugins = append(plugins, p)
 	}
-	return newCNI(l.t, conflist("1.1.0", name, plugins...))
+	return framework.NewCNI(l.t, conflist("1.1.0", name, plugins...), nil)
 }
 
 // member is a container attached to a lab network by ADD.
 type member struct {
-	*container
+	*framework.Container
 	role   string // in messages
-	n      *cni
+	n      *framework.CNI
 	r      *current.Result
 	mac    net.HardwareAddr
 	v4, v6 netip.Addr // invalid when IPAM gave none
@@ -103,12 +103,12 @@ type member struct {
 
 // join adds a new container to network n and removes it at the end of the
 // test; on failure it logs the flows of the attachment and its port.
-func (l *lab) join(n *cni, role string, capArgs map[string]any) *member {
+func (l *lab) join(n *framework.CNI, role string, capArgs map[string]any) *member {
 	l.t.Helper()
-	c := newContainer(l.t)
-	m := &member{container: c, role: role, n: n}
-	m.r = n.mustAdd(l.t, c, "eth0", capArgs)
-	l.t.Cleanup(func() { n.del(c, "eth0", nil) })
+	c := framework.NewContainer(l.t)
+	m := &member{Container: c, role: role, n: n}
+	m.r = n.MustAdd(l.t, c, "eth0", capArgs)
+	l.t.Cleanup(func() { n.Del(c, "eth0", nil) })
 	if strings.HasPrefix(role, "attacker") {
 		l.watch(c, role)
 	}
@@ -117,16 +117,16 @@ func (l *lab) join(n *cni, role string, capArgs map[string]any) *member {
 }
 
 // watch logs, when the test failed, the flows of an attachment and its port.
-func (l *lab) watch(c *container, role string) {
+func (l *lab) watch(c *framework.Container, role string) {
 	t := l.t
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
 		}
-		cookie := flows.AttachmentCookie(c.id, "eth0")
-		fl, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", l.ofTarget(), cookie.AttachmentDelete().String())
-		port, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "--columns=name,tag,trunks,vlan_mode,external_ids", "list", "Port", hostVeth(c, "eth0"))
-		t.Logf("%s (%s): flows of %s:\n%s\nport:\n%s", role, c.id, cookie.AttachmentDelete().String(), fl, port)
+		cookie := flows.AttachmentCookie(c.ID, "eth0")
+		fl, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", l.OFTarget(), cookie.AttachmentDelete().String())
+		port, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "--columns=name,tag,trunks,vlan_mode,external_ids", "list", "Port", c.HostVeth("eth0"))
+		t.Logf("%s (%s): flows of %s:\n%s\nport:\n%s", role, c.ID, cookie.AttachmentDelete().String(), fl, port)
 	})
 }
 
@@ -144,7 +144,7 @@ func (m *member) fill(t *testing.T) {
 			m.v6 = a
 		}
 	}
-	m.ll = linkLocal(t, m.ns, "eth0", m.role)
+	m.ll = linkLocal(t, m.NS, "eth0", m.role)
 }
 
 // linkLocal waits for the (non-tentative) link-local address of ifname in
@@ -186,9 +186,9 @@ func linkLocal(t *testing.T, n ns.NetNS, ifname, who string) netip.Addr {
 }
 
 // sh runs a command in the container and returns its output, or fails.
-func (c *container) sh(t *testing.T, args ...string) string {
+func sh(c *framework.Container, t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := c.exec(args...)
+	out, err := c.Exec(args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func (c *container) sh(t *testing.T, args ...string) string {
 // node facts: the bridge interface's MAC and link-local.
 func (l *lab) bridgeMAC(t *testing.T) net.HardwareAddr {
 	t.Helper()
-	ifi, err := net.InterfaceByName(l.bridge)
+	ifi, err := net.InterfaceByName(l.Bridge)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func (l *lab) bridgeMAC(t *testing.T) net.HardwareAddr {
 func (l *lab) outsideMAC(t *testing.T) net.HardwareAddr {
 	t.Helper()
 	var mac net.HardwareAddr
-	if err := l.outside.ns.Do(func(ns.NetNS) error {
+	if err := l.Outside.NS.Do(func(ns.NetNS) error {
 		ifi, err := net.InterfaceByName("eth0")
 		if err == nil {
 			mac = ifi.HardwareAddr
@@ -223,18 +223,18 @@ func (l *lab) outsideMAC(t *testing.T) net.HardwareAddr {
 // uplink is the name of the bridge's uplink port (sandbox.WireOVSHost).
 func (l *lab) uplink(t *testing.T) string {
 	t.Helper()
-	for _, p := range strings.Fields(vsctl(t, "list-ports", l.bridge)) {
+	for _, p := range strings.Fields(framework.Vsctl(t, "list-ports", l.Bridge)) {
 		if strings.HasPrefix(p, "upl") {
 			return p
 		}
 	}
-	t.Fatalf("no uplink port on %s", l.bridge)
+	t.Fatalf("no uplink port on %s", l.Bridge)
 	return ""
 }
 
 // neighMAC is the link-layer address of ip's neighbour entry on dev in
 // container c (nil: the node), "" when there is none.
-func neighMAC(t *testing.T, c *container, dev string, ip netip.Addr) string {
+func neighMAC(t *testing.T, c *framework.Container, dev string, ip netip.Addr) string {
 	t.Helper()
 	args := []string{"neigh", "show", ip.String(), "dev", dev}
 	var out string
@@ -242,7 +242,7 @@ func neighMAC(t *testing.T, c *container, dev string, ip netip.Addr) string {
 	if c == nil {
 		out, err = run("ip", args...)
 	} else {
-		out, err = c.exec(append([]string{"ip"}, args...)...)
+		out, err = c.Exec(append([]string{"ip"}, args...)...)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -273,31 +273,31 @@ func (l *lab) normal(t *testing.T) {
 		np := &normalPath{}
 		np.p1 = l.join(n, "normal-path p1", mappings(pm(normalHostPort, 80, "tcp", "")))
 		np.p2 = l.join(n, "normal-path p2", nil)
-		np.p1.serveTCP(t, 80)
+		np.p1.ServeTCP(t, 80)
 		l.np = np
 	}
 	np := l.np
 	for _, ip := range []netip.Addr{np.p1.v4, np.p1.v6} {
 		// Two echo requests: one lost on a loaded machine is no failure.
-		if _, err := np.p2.exec("ping", "-c", "2", "-i", "0.2", "-W", "2", ip.String()); err != nil {
+		if _, err := np.p2.Exec("ping", "-c", "2", "-i", "0.2", "-W", "2", ip.String()); err != nil {
 			t.Errorf("normal path: ping p2 -> p1 %s: %v", ip, err)
 		}
 	}
-	expect(t, l.outside.ns, "tcp", hp(nodeV4, normalHostPort), np.p1.container, outsideV4)
-	expect(t, l.outside.ns, "tcp", hp(nodeV6, normalHostPort), np.p1.container, outsideV6)
-	expect(t, np.p1.ns, "tcp", hp(nodeV4, normalHostPort), np.p1.container, "")
+	expect(t, l.Outside.NS, "tcp", hp(nodeV4, normalHostPort), np.p1.Container, outsideV4)
+	expect(t, l.Outside.NS, "tcp", hp(nodeV6, normalHostPort), np.p1.Container, outsideV6)
+	expect(t, np.p1.NS, "tcp", hp(nodeV4, normalHostPort), np.p1.Container, "")
 }
 
 // pingLL pings a link-local address from c (to create a neighbour entry).
-func (c *container) pingLL(t *testing.T, ll netip.Addr) {
+func pingLL(c *framework.Container, t *testing.T, ll netip.Addr) {
 	t.Helper()
-	if _, err := c.exec("ping", "-6", "-c", "1", "-W", "2", ll.String()+"%eth0"); err != nil {
+	if _, err := c.Exec("ping", "-6", "-c", "1", "-W", "2", ll.String()+"%eth0"); err != nil {
 		t.Fatalf("ping %s%%eth0: %v", ll, err)
 	}
 }
 
 // sysctl reads a sysctl in container c.
-func (c *container) sysctl(t *testing.T, key string) string {
+func sysctl(c *framework.Container, t *testing.T, key string) string {
 	t.Helper()
-	return strings.TrimSpace(c.sh(t, "sysctl", "-n", key))
+	return strings.TrimSpace(sh(c, t, "sysctl", "-n", key))
 }

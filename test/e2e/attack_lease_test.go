@@ -47,26 +47,26 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 			}
 			t.Cleanup(func() { os.WriteFile(gate, nil, 0o644) }) // an ADD still waiting ends
 			entry := l.bridgeEntry(map[string]any{"portSecurity": tc.psec, "ipam": map[string]any{"type": "dhcp"}})
-			n := newCNI(t, conflist("1.1.0", "lease-dhcp", entry), fake)
+			n := framework.NewCNI(t, conflist("1.1.0", "lease-dhcp", entry), nil, fake)
 
-			c := newContainer(t)
+			c := framework.NewContainer(t)
 			l.watch(c, "attacker")
 			added := make(chan error, 1)
-			go func() { _, err := n.add(c, "eth0", nil); added <- err }()
-			t.Cleanup(func() { n.del(c, "eth0", nil) })
+			go func() { _, err := n.Add(c, "eth0", nil); added <- err }()
+			t.Cleanup(func() { n.Del(c, "eth0", nil) })
 
 			// In the lease: the port has its ofport and the link is up.
 			portsecFlows := func() string {
-				out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.ofTarget(),
-					flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity).Delete().String())
+				out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.OFTarget(),
+					flows.AttachmentCookie(c.ID, "eth0").WithKind(flows.CookieKindPortSecurity).Delete().String())
 				return out
 			}
 			var ofport string
 			var up bool
 			if !framework.Until(20*time.Second, func() bool {
-				ofport, _ = run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "get", "Interface", hostVeth(c, "eth0"), "ofport")
+				ofport, _ = run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "get", "Interface", c.HostVeth("eth0"), "ofport")
 				up = false
-				if ifi, err := net.InterfaceByName(hostVeth(c, "eth0")); err == nil {
+				if ifi, err := net.InterfaceByName(c.HostVeth("eth0")); err == nil {
 					up = ifi.Flags&net.FlagUp != 0
 				}
 				ready := up && strings.TrimSpace(ofport) != "" && !strings.HasPrefix(strings.TrimSpace(ofport), "[") &&
@@ -92,8 +92,8 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 				t.Errorf("after reconcile during the lease: the port has no port security flow")
 			}
 
-			snOut := sniff(t, l.outside.ns, "eth0", "outside")
-			snNode := sniff(t, nil, l.bridge, "node")
+			snOut := sniff(t, l.Outside.NS, "eth0", "outside")
+			snNode := sniff(t, nil, l.Bridge, "node")
 			drops := watchDrops(t, c)
 			sp := startSpoofer(t, c, v.v4)
 			framework.Until(5*time.Second, func() bool { return sp.sent.Load() >= 200 }) // the attack is made
@@ -102,7 +102,7 @@ echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.250/24","gateway":"192.0.
 				t.Fatalf("the spoofer sent %d frames: %v", sp.sent.Load(), sp.err)
 			}
 			var contMAC net.HardwareAddr
-			if err := c.ns.Do(func(_ ns.NetNS) error {
+			if err := c.NS.Do(func(_ ns.NetNS) error {
 				ifi, err := net.InterfaceByName("eth0")
 				if err == nil {
 					contMAC = ifi.HardwareAddr

@@ -32,29 +32,29 @@ func TestAttackRogueRouter(t *testing.T) {
 			l := newLab(t)
 			victim := l.join(l.network("ra-l2-victim", map[string]any{"ipam": nil, "isGateway": false}, nil), "L2-only victim", nil)
 			a := l.join(l.network("rogue-router", map[string]any{"allowRouter": tc.allow}, nil), "attacker", nil)
-			drops := watchDrops(t, a.container)
-			out := l.outside
-			out.sh(t, "sysctl", "-qw", "net.ipv6.conf.eth0.forwarding=0", "net.ipv6.conf.eth0.accept_ra=1")
-			outLL := linkLocal(t, out.ns, "eth0", "outside")
+			drops := watchDrops(t, a.Container)
+			out := l.Outside
+			sh(out, t, "sysctl", "-qw", "net.ipv6.conf.eth0.forwarding=0", "net.ipv6.conf.eth0.accept_ra=1")
+			outLL := linkLocal(t, out.NS, "eth0", "outside")
 			outMAC := l.outsideMAC(t)
 			type victimT struct {
 				name string
-				c    *container
+				c    *framework.Container
 				ll   netip.Addr
 				mac  net.HardwareAddr
 				sn   *sniffer
 				hop  string
 			}
 			victims := []*victimT{
-				{name: "L2-only container", c: victim.container, ll: victim.ll, mac: victim.mac},
+				{name: "L2-only container", c: victim.Container, ll: victim.ll, mac: victim.mac},
 				{name: "outside", c: out, ll: outLL, mac: outMAC},
 			}
 			for _, v := range victims {
-				v.sn = sniff(t, v.c.ns, "eth0", v.name)
-				v.hop = v.c.sysctl(t, "net.ipv6.conf.eth0.hop_limit")
+				v.sn = sniff(t, v.c.NS, "eth0", v.name)
+				v.hop = sysctl(v.c, t, "net.ipv6.conf.eth0.hop_limit")
 			}
 
-			s := sender(t, a.ns, "eth0")
+			s := sender(t, a.NS, "eth0")
 			allNodes := netip.MustParseAddr("ff02::1")
 			ra := ethFrame(multicastMAC(allNodes), a.mac, etherIPv6,
 				icmp6Packet(a.ll, allNodes, icmp6RA, 0, raBody(1, 1800, a.mac, attackerPrefix)))
@@ -83,15 +83,15 @@ func TestAttackRogueRouter(t *testing.T) {
 				if tc.allow {
 					v.sn.waitFor(2*time.Second, isType(icmp6RA))
 					framework.Until(2*time.Second, func() bool {
-						return strings.Contains(v.c.sh(t, "ip", "-6", "route", "show", "default"), a.ll.String())
+						return strings.Contains(sh(v.c, t, "ip", "-6", "route", "show", "default"), a.ll.String())
 					})
 				} else {
 					// A negative check: the victim takes nothing of the rogue
 					// router's for 300 ms after the last round.
 					framework.Consistently(t, 300*time.Millisecond, v.name+" and the rogue router", func() error {
-						route := v.c.sh(t, "ip", "-6", "route", "show", "default")
-						addrs := v.c.sh(t, "ip", "-6", "addr", "show", "dev", "eth0")
-						hop := v.c.sysctl(t, "net.ipv6.conf.eth0.hop_limit")
+						route := sh(v.c, t, "ip", "-6", "route", "show", "default")
+						addrs := sh(v.c, t, "ip", "-6", "addr", "show", "dev", "eth0")
+						hop := sysctl(v.c, t, "net.ipv6.conf.eth0.hop_limit")
 						nRA, nRedirect := v.sn.count(isType(icmp6RA)), v.sn.count(isType(icmp6Redirect))+v.sn.count(isRedirect4)
 						if strings.Contains(route, "via "+a.ll.String()) || strings.Contains(addrs, "2001:db8:ba:") || hop != v.hop || nRA > 0 || nRedirect > 0 {
 							return fmt.Errorf("took it: default route %q, addresses %q, hop limit %s -> %s, %d RAs and %d redirects received",
@@ -100,9 +100,9 @@ func TestAttackRogueRouter(t *testing.T) {
 						return nil
 					})
 				}
-				route := v.c.sh(t, "ip", "-6", "route", "show", "default")
-				addrs := v.c.sh(t, "ip", "-6", "addr", "show", "dev", "eth0")
-				hop := v.c.sysctl(t, "net.ipv6.conf.eth0.hop_limit")
+				route := sh(v.c, t, "ip", "-6", "route", "show", "default")
+				addrs := sh(v.c, t, "ip", "-6", "addr", "show", "dev", "eth0")
+				hop := sysctl(v.c, t, "net.ipv6.conf.eth0.hop_limit")
 				nRA, nRedirect := v.sn.count(isType(icmp6RA)), v.sn.count(isType(icmp6Redirect))+v.sn.count(isRedirect4)
 				gotRoute := strings.Contains(route, "via "+a.ll.String())
 				gotAddr := strings.Contains(addrs, "2001:db8:ba:")
@@ -149,8 +149,8 @@ func TestAttackLinkLocal(t *testing.T) {
 			vn := l.network("ll-victim", nil, nil)
 			b, c := l.join(vn, "victim B", nil), l.join(vn, "victim C", nil)
 			a := l.join(l.network("ll-attacker", map[string]any{"portSecurity": tc.psec}, nil), "attacker", nil)
-			drops := watchDrops(t, a.container)
-			nodeLL := linkLocal(t, nil, l.bridge, "node")
+			drops := watchDrops(t, a.Container)
+			nodeLL := linkLocal(t, nil, l.Bridge, "node")
 			gw6 := netip.MustParseAddr("2001:db8:c::1")
 			if tc.psec {
 				for _, m := range []*member{a, b, c} {
@@ -159,19 +159,19 @@ func TestAttackLinkLocal(t *testing.T) {
 					}
 				}
 			}
-			s := sender(t, a.ns, "eth0")
-			snC := sniff(t, c.ns, "eth0", "C")
+			s := sender(t, a.NS, "eth0")
+			snC := sniff(t, c.NS, "eth0", "C")
 			// fresh gives C neighbour entries for B's and the node's link-locals.
 			fresh := func(t *testing.T) {
-				c.sh(t, "ip", "-6", "neigh", "flush", "dev", "eth0")
-				c.pingLL(t, b.ll)
-				c.pingLL(t, nodeLL)
+				sh(c.Container, t, "ip", "-6", "neigh", "flush", "dev", "eth0")
+				pingLL(c.Container, t, b.ll)
+				pingLL(c.Container, t, nodeLL)
 			}
 			// checkNeigh sends attack and fails unless who's entry for ip
 			// names bad exactly in the control (there the attack is sent
 			// again until it has: an NS of the victim's own may set the
 			// entry back first).
-			checkNeigh := func(t *testing.T, who *container, dev string, ip netip.Addr, bad net.HardwareAddr, what string, attack []byte) {
+			checkNeigh := func(t *testing.T, who *framework.Container, dev string, ip netip.Addr, bad net.HardwareAddr, what string, attack []byte) {
 				t.Helper()
 				mustSend(t, s, attack)
 				if tc.psec {
@@ -218,23 +218,23 @@ func TestAttackLinkLocal(t *testing.T) {
 			t.Run("source-arbitrary-link-local", func(t *testing.T) { echoFrom(t, netip.MustParseAddr("fe80::dead:beef:12"), 0x1202) })
 			t.Run("NA-other-containers-link-local", func(t *testing.T) {
 				fresh(t)
-				checkNeigh(t, c.container, "eth0", b.ll, a.mac, "C after an NA for B's link-local", ethFrame(c.mac, a.mac, etherIPv6, icmp6Packet(a.ll, c.ll, icmp6NA, 0, naBody(b.ll, a.mac))))
+				checkNeigh(t, c.Container, "eth0", b.ll, a.mac, "C after an NA for B's link-local", ethFrame(c.mac, a.mac, etherIPv6, icmp6Packet(a.ll, c.ll, icmp6NA, 0, naBody(b.ll, a.mac))))
 			})
 			t.Run("NA-node-link-local", func(t *testing.T) {
 				fresh(t)
-				checkNeigh(t, c.container, "eth0", nodeLL, a.mac, "C after an NA for the node's link-local", ethFrame(c.mac, a.mac, etherIPv6, icmp6Packet(a.ll, c.ll, icmp6NA, 0, naBody(nodeLL, a.mac))))
+				checkNeigh(t, c.Container, "eth0", nodeLL, a.mac, "C after an NA for the node's link-local", ethFrame(c.mac, a.mac, etherIPv6, icmp6Packet(a.ll, c.ll, icmp6NA, 0, naBody(nodeLL, a.mac))))
 			})
 			t.Run("NS-forged-link-local-source", func(t *testing.T) {
 				fresh(t)
 				sn := solicitedNode(c.ll)
-				checkNeigh(t, c.container, "eth0", b.ll, a.mac, "C after an NS from B's link-local", ethFrame(multicastMAC(sn), a.mac, etherIPv6, icmp6Packet(b.ll, sn, icmp6NS, 0, nsBody(c.ll, a.mac))))
+				checkNeigh(t, c.Container, "eth0", b.ll, a.mac, "C after an NS from B's link-local", ethFrame(multicastMAC(sn), a.mac, etherIPv6, icmp6Packet(b.ll, sn, icmp6NS, 0, nsBody(c.ll, a.mac))))
 			})
 			t.Run("NA-own-global-with-victims-MAC", func(t *testing.T) {
 				// The node resolves A's global address, then A claims it is at B's MAC.
 				if _, err := run("ping", "-6", "-c", "1", "-W", "2", a.v6.String()); err != nil {
 					t.Fatalf("node -> A: %v", err)
 				}
-				checkNeigh(t, nil, l.bridge, a.v6, b.mac, "the node after an NA for A's address with B's MAC", ethFrame(l.bridgeMAC(t), a.mac, etherIPv6, icmp6Packet(a.v6, gw6, icmp6NA, 0, naBody(a.v6, b.mac))))
+				checkNeigh(t, nil, l.Bridge, a.v6, b.mac, "the node after an NA for A's address with B's MAC", ethFrame(l.bridgeMAC(t), a.mac, etherIPv6, icmp6Packet(a.v6, gw6, icmp6NA, 0, naBody(a.v6, b.mac))))
 			})
 			// ndFrom matches an NS or NA (typ) from the attacker's MAC with
 			// IPv6 source src and target.
@@ -272,15 +272,15 @@ func TestAttackLinkLocal(t *testing.T) {
 				}
 			})
 			t.Run("own-link-local-DAD-and-NA-still-pass", func(t *testing.T) {
-				a.pingLL(t, c.ll) // own link-local as source, NS source, NA target
+				pingLL(a.Container, t, c.ll) // own link-local as source, NS source, NA target
 				// Global addresses: A's NS and NA for its own, after a flush.
 				for _, m := range []*member{a, c} {
-					m.sh(t, "ip", "-6", "neigh", "flush", "dev", "eth0")
+					sh(m.Container, t, "ip", "-6", "neigh", "flush", "dev", "eth0")
 				}
-				if _, err := a.exec("ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", c.v6.String()); err != nil {
+				if _, err := a.Exec("ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", c.v6.String()); err != nil {
 					t.Errorf("A -> C %s after a neighbour flush: %v", c.v6, err)
 				}
-				if _, err := c.exec("ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", a.v6.String()); err != nil {
+				if _, err := c.Exec("ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", a.v6.String()); err != nil {
 					t.Errorf("C -> A %s after a neighbour flush: %v", a.v6, err)
 				}
 				for _, own := range []netip.Addr{a.v6, a.ll} {

@@ -41,12 +41,12 @@ type spoofer struct {
 	ended    string       // why it stopped; read after done
 }
 
-func startSpoofer(t *testing.T, c *container, claim netip.Addr) *spoofer {
+func startSpoofer(t *testing.T, c *framework.Container, claim netip.Addr) *spoofer {
 	t.Helper()
 	sp := &spoofer{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(sp.done)
-		sp.err = c.ns.Do(func(ns.NetNS) error { return sp.run(claim) })
+		sp.err = c.NS.Do(func(ns.NetNS) error { return sp.run(claim) })
 	}()
 	t.Cleanup(sp.halt)
 	return sp
@@ -168,19 +168,19 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 			if _, err := run("ping", "-c", "1", "-W", "2", v.v4.String()); err != nil {
 				t.Fatalf("node -> victim: %v", err)
 			}
-			snOut := sniff(t, l.outside.ns, "eth0", "outside")
-			snNode := sniff(t, nil, l.bridge, "node")
-			c := newContainer(t)
+			snOut := sniff(t, l.Outside.NS, "eth0", "outside")
+			snNode := sniff(t, nil, l.Bridge, "node")
+			c := framework.NewContainer(t)
 			l.watch(c, "attacker")
 			sp := startSpoofer(t, c, v.v4)
 
 			addStart := time.Now()
-			r, err := n.add(c, "eth0", nil)
+			r, err := n.Add(c, "eth0", nil)
 			addEnd := time.Now()
 			if err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
-			t.Cleanup(func() { n.del(c, "eth0", nil) })
+			t.Cleanup(func() { n.Del(c, "eth0", nil) })
 			drops := watchDrops(t, c)
 			mac, _ := net.ParseMAC(r.Interfaces[1].Mac)
 			// The spoofer goes on past ADD: frames of its are sent while the
@@ -202,11 +202,11 @@ func TestAttackSpoofDuringAddDel(t *testing.T) {
 			if tc.psec {
 				window = 300 * time.Millisecond
 			}
-			poisoned := framework.Until(window, func() bool { return neighMAC(t, nil, l.bridge, v.v4) == mac.String() })
+			poisoned := framework.Until(window, func() bool { return neighMAC(t, nil, l.Bridge, v.v4) == mac.String() })
 
 			drops.check(t, tc.psec, flows.ReasonSpoofed)
 			delStart := time.Now()
-			if err := n.del(c, "eth0", nil); err != nil {
+			if err := n.Del(c, "eth0", nil); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
 			delEnd := time.Now()
@@ -292,14 +292,14 @@ func appctl(t *testing.T, args ...string) string {
 func (l *lab) restoreNode(t *testing.T) {
 	t.Helper()
 	for _, args := range [][]string{
-		{"addr", "replace", nodeV4 + "/24", "dev", l.bridge},
-		{"addr", "replace", nodeV4b + "/24", "dev", l.bridge},
-		{"addr", "replace", nodeV6 + "/64", "dev", l.bridge, "nodad"},
-		{"link", "set", l.bridge, "up"},
+		{"addr", "replace", nodeV4 + "/24", "dev", l.Bridge},
+		{"addr", "replace", nodeV4b + "/24", "dev", l.Bridge},
+		{"addr", "replace", nodeV6 + "/64", "dev", l.Bridge, "nodad"},
+		{"link", "set", l.Bridge, "up"},
 	} {
 		framework.Until(2*time.Second, func() bool { _, err := run("ip", args...); return err == nil })
 	}
-	run("ethtool", "-K", l.bridge, "tx", "off")
+	run("ethtool", "-K", l.Bridge, "tx", "off")
 }
 
 // The restart window. A continuous spoofer in an attached container, `kill
@@ -316,7 +316,7 @@ func TestAttackRestartWindow(t *testing.T) {
 	}{{"protected-fail-mode-secure", "secure", true}, {"control-fail-mode-standalone", "standalone", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(t)
-			vsctl(t, "set-fail-mode", l.bridge, tc.mode)
+			framework.Vsctl(t, "set-fail-mode", l.Bridge, tc.mode)
 			n := l.network("restart-window", nil, map[string]any{})
 			v := l.join(n, "victim", nil)
 			a := l.join(n, "attacker", nil)
@@ -325,7 +325,7 @@ func TestAttackRestartWindow(t *testing.T) {
 				t.FailNow()
 			}
 			if tc.blocked {
-				out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.ofTarget(), "table=0,"+flows.SuiteDelete().String())
+				out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", l.OFTarget(), "table=0,"+flows.SuiteDelete().String())
 				base := false
 				for _, line := range strings.Split(out, "\n") {
 					base = base || strings.Contains(line, " priority=0 ") && strings.HasSuffix(strings.TrimSpace(line), "actions=NORMAL")
@@ -345,8 +345,8 @@ func TestAttackRestartWindow(t *testing.T) {
 				startReconcileWatch(t)
 			}
 
-			snOut := sniff(t, l.outside.ns, "eth0", "outside")
-			sp := startSpoofer(t, a.container, v.v4)
+			snOut := sniff(t, l.Outside.NS, "eth0", "outside")
+			sp := startSpoofer(t, a.Container, v.v4)
 			framework.Until(5*time.Second, func() bool { return sp.sent.Load() > 0 })
 			killed := time.Now()
 			restartVswitchd(t, nil)
@@ -360,17 +360,17 @@ func TestAttackRestartWindow(t *testing.T) {
 			var answer string
 			var err error
 			if !framework.Until(10*time.Second, func() bool {
-				answer, err = dial(l.outside.ns, "tcp", hp(nodeV4, normalHostPort))
-				return err == nil && strings.HasPrefix(answer, "hello from "+l.np.p1.id)
+				answer, err = framework.Dial(l.Outside.NS, "tcp", hp(nodeV4, normalHostPort))
+				return err == nil && strings.HasPrefix(answer, "hello from "+l.np.p1.ID)
 			}) {
 				t.Fatalf("host port did not answer within %v of the restart: %q, %v", framework.Scaled(10*time.Second), answer, err)
 			}
 			back := time.Since(killed)
 			// Reconcile has put the attacker's port security back on
 			// either bridge: from then on its drop counter moves.
-			drops := watchDrops(t, a.container)
+			drops := watchDrops(t, a.Container)
 			framework.Until(5*time.Second, func() bool {
-				return dropCounts(t, a.container)[flows.ReasonSpoofed] > drops.before[flows.ReasonSpoofed]
+				return dropCounts(t, a.Container)[flows.ReasonSpoofed] > drops.before[flows.ReasonSpoofed]
 			})
 			drops.check(t, true, flows.ReasonSpoofed)
 			sp.halt()
@@ -457,10 +457,10 @@ func TestAttackConntrackFlood(t *testing.T) {
 			}
 			n := l.network("ct-flood", nil, tc.pmExtra)
 			srv := l.join(n, "server", mappings(pm(5360, 53, "udp", ""), pm(8096, 80, "tcp", "")))
-			srv.serveUDP(t, 53)
-			srv.serveTCP(t, 80)
+			srv.ServeUDP(t, 53)
+			srv.ServeTCP(t, 80)
 			a := l.join(n, "attacker", nil)
-			s := sender(t, a.ns, "eth0")
+			s := sender(t, a.NS, "eth0")
 			gw := l.bridgeMAC(t)
 			node := netip.MustParseAddr(nodeV4)
 			start := time.Now()
@@ -513,9 +513,9 @@ func TestAttackConntrackFlood(t *testing.T) {
 			} else if total := got[64000] + got[64001] + got[64002]; total <= 300 {
 				t.Errorf("control: the flood left %d entries in the pipeline's zones, want more than 300", total)
 			}
-			expect(t, l.outside.ns, "udp", hp(nodeV4, 5360), srv.container, outsideV4)
-			expect(t, l.outside.ns, "tcp", hp(nodeV4, 8096), srv.container, outsideV4)
-			expect(t, l.outside.ns, "tcp", hp(nodeV6, 8096), srv.container, outsideV6)
+			expect(t, l.Outside.NS, "udp", hp(nodeV4, 5360), srv.Container, outsideV4)
+			expect(t, l.Outside.NS, "tcp", hp(nodeV4, 8096), srv.Container, outsideV4)
+			expect(t, l.Outside.NS, "tcp", hp(nodeV6, 8096), srv.Container, outsideV6)
 			if _, limited := tc.pmExtra["containerConntrackLimit"]; limited {
 				l.normal(t)
 			}

@@ -49,22 +49,6 @@ var (
 	bwWindow = min(framework.Scaled(8*time.Second), 16*time.Second)
 )
 
-// bandwidthList is ovs-bridge (gateway on the bridge) and ovs-bandwidth with
-// the bandwidth capability; extra keys go into the ovs-bandwidth entry.
-func (h *ovsHost) bandwidthList(t *testing.T, name string, extra map[string]any) *cni {
-	bw := map[string]any{"type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"bandwidth": true}}
-	for k, v := range extra {
-		bw[k] = v
-	}
-	return newCNI(t, conflist("1.1.0", name, bridgeConf(h.bridge, t.TempDir(), map[string]any{"isGateway": true}), bw))
-}
-
-// limits is the bandwidth capability argument.
-func limits(ingressRate, ingressBurst, egressRate, egressBurst int) map[string]any {
-	return map[string]any{"bandwidth": map[string]any{"ingressRate": ingressRate, "ingressBurst": ingressBurst,
-		"egressRate": egressRate, "egressBurst": egressBurst}}
-}
-
 // doIn runs f in netns n, or where the test runs (the node) when n is nil.
 func doIn(n ns.NetNS, f func() error) error {
 	if n == nil {
@@ -230,29 +214,29 @@ type bwState struct {
 	meter       string   // its meter, as dump-meters prints it ("" none)
 }
 
-func (h *ovsHost) bwStateOf(t *testing.T, c *container, ifname string) bwState {
+func bwStateOf(h *framework.OVSHost, t *testing.T, c *framework.Container, ifname string) bwState {
 	t.Helper()
 	var s bwState
-	sel := []string{"external_ids:ovsflow.io/owner=ovsflow-cni", "external_ids:ovsflow.io/container-id=" + c.id, "external_ids:ovsflow.io/ifname=" + ifname}
+	sel := []string{"external_ids:ovsflow.io/owner=ovsflow-cni", "external_ids:ovsflow.io/container-id=" + c.ID, "external_ids:ovsflow.io/ifname=" + ifname}
 	for _, tbl := range []struct {
 		name string
 		to   *[]string
 	}{{"QoS", &s.qos}, {"Queue", &s.queues}} {
-		out := vsctl(t, append([]string{"--no-headings", "-f", "csv", "--columns=other_config", "find", tbl.name}, sel...)...)
+		out := framework.Vsctl(t, append([]string{"--no-headings", "-f", "csv", "--columns=other_config", "find", tbl.name}, sel...)...)
 		if out != "" {
 			*tbl.to = strings.Split(out, "\n")
 		}
 	}
-	if out, err := run("ovs-vsctl", "--db="+ovsdbAddr, "--timeout=10", "get", "Port", hostVeth(c, ifname), "qos"); err == nil {
+	if out, err := run("ovs-vsctl", "--db="+ovsdbAddr, "--timeout=10", "get", "Port", c.HostVeth(ifname), "qos"); err == nil {
 		s.portQoS = strings.TrimSpace(out)
 	}
-	s.flows = h.flowsOf(t, flows.AttachmentCookie(c.id, ifname).WithKind(flows.CookieKindBandwidth))
-	if of, err := run("ovs-vsctl", "--db="+ovsdbAddr, "--timeout=10", "get", "Interface", hostVeth(c, ifname), "ofport"); err == nil {
+	s.flows = h.FlowsOf(t, flows.AttachmentCookie(c.ID, ifname).WithKind(flows.CookieKindBandwidth))
+	if of, err := run("ovs-vsctl", "--db="+ovsdbAddr, "--timeout=10", "get", "Interface", c.HostVeth(ifname), "ofport"); err == nil {
 		port, err := strconv.ParseUint(strings.TrimSpace(of), 10, 32)
 		if err != nil {
 			t.Fatalf("ofport %q: %v", of, err)
 		}
-		out, err := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.ofTarget(), fmt.Sprintf("meter=%d", flows.MeterOf(uint32(port))))
+		out, err := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.OFTarget(), fmt.Sprintf("meter=%d", flows.MeterOf(uint32(port))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,48 +249,48 @@ func (h *ovsHost) bwStateOf(t *testing.T, c *container, ifname string) bwState {
 }
 
 // wantLimits checks that both limits of c are in Open vSwitch.
-func (h *ovsHost) wantLimits(t *testing.T, c *container, ifname string) {
+func wantLimits(h *framework.OVSHost, t *testing.T, c *framework.Container, ifname string) {
 	t.Helper()
-	s := h.bwStateOf(t, c, ifname)
+	s := bwStateOf(h, t, c, ifname)
 	wantQoS := fmt.Sprintf(`"{max-rate=""%d""}"`, bwRate)
 	if len(s.qos) != 1 || s.qos[0] != wantQoS || len(s.queues) != 1 || !strings.Contains(s.queues[0], fmt.Sprintf(`burst=""%d""`, bwBurst)) ||
 		s.portQoS == "[]" || s.portQoS == "" {
-		t.Errorf("QoS of %s: got %+v, want one QoS %s used by the port, one queue with the burst", c.id, s, wantQoS)
+		t.Errorf("QoS of %s: got %+v, want one QoS %s used by the port, one queue with the burst", c.ID, s, wantQoS)
 	}
 	if len(s.flows) != 1 || !strings.Contains(s.flows[0], "priority=430") || !strings.Contains(s.flows[0], "actions=meter:") {
-		t.Errorf("egress flows of %s: got %q, want the meter flow", c.id, s.flows)
+		t.Errorf("egress flows of %s: got %q, want the meter flow", c.ID, s.flows)
 	}
 	if want := fmt.Sprintf("type=drop rate=%d burst_size=%d", bwRate/1000, bwBurst/1000); !strings.Contains(s.meter, want) {
-		t.Errorf("meter of %s: got %q, want %q", c.id, s.meter, want)
+		t.Errorf("meter of %s: got %q, want %q", c.ID, s.meter, want)
 	}
 }
 
 // wantNoLimits checks that nothing of ours is left for c, nor meter
 // meterID ("": none named).
-func (h *ovsHost) wantNoLimits(t *testing.T, c *container, ifname string, meterID string) {
+func wantNoLimits(h *framework.OVSHost, t *testing.T, c *framework.Container, ifname string, meterID string) {
 	t.Helper()
-	s := h.bwStateOf(t, c, ifname)
+	s := bwStateOf(h, t, c, ifname)
 	if len(s.qos)+len(s.queues)+len(s.flows) > 0 || s.meter != "" || (s.portQoS != "" && s.portQoS != "[]") {
-		t.Errorf("limits of %s left: %+v", c.id, s)
+		t.Errorf("limits of %s left: %+v", c.ID, s)
 	}
 	if meterID != "" {
-		out, _ := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.ofTarget(), "meter="+meterID)
+		out, _ := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.OFTarget(), "meter="+meterID)
 		if strings.Contains(out, "bands=") {
-			t.Errorf("meter %s of %s left: %s", meterID, c.id, out)
+			t.Errorf("meter %s of %s left: %s", meterID, c.ID, out)
 		}
 	}
 }
 
 // execPlugin runs a plugin binary as a runtime would, with the config conf
 // on stdin, and returns its stdout and error (its stderr and exit status).
-func execPlugin(t *testing.T, plugin, command string, c *container, ifname string, conf map[string]any) (string, error) {
+func execPlugin(t *testing.T, plugin, command string, c *framework.Container, ifname string, conf map[string]any) (string, error) {
 	t.Helper()
 	b, err := json.Marshal(conf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(filepath.Join(binDir, plugin))
-	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+c.id, "CNI_NETNS="+c.ns.Path(),
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+c.ID, "CNI_NETNS="+c.NS.Path(),
 		"CNI_IFNAME="+ifname, "CNI_PATH="+binDir)
 	cmd.Stdin = bytes.NewReader(b)
 	var out, errb bytes.Buffer
@@ -322,32 +306,32 @@ func execPlugin(t *testing.T, plugin, command string, c *container, ifname strin
 // far above it. Then CHECK, and DEL without prevResult.
 func TestBandwidthShapes(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.bandwidthList(t, "bw", nil)
-	shaped, free := newContainer(t), newContainer(t)
-	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
-	r := n.mustAdd(t, shaped, "eth0", bw)
-	rf := n.mustAdd(t, free, "eth0", nil)
-	t.Cleanup(func() { n.del(shaped, "eth0", bw); n.del(free, "eth0", nil) })
-	if len(r.Interfaces) == 0 || r.Interfaces[0].Name != hostVeth(shaped, "eth0") {
+	h := framework.NewOVSHost(t)
+	n := h.BandwidthList(t, "bw", nil)
+	shaped, free := framework.NewContainer(t), framework.NewContainer(t)
+	bw := framework.Limits(bwRate, bwBurst, bwRate, bwBurst)
+	r := n.MustAdd(t, shaped, "eth0", bw)
+	rf := n.MustAdd(t, free, "eth0", nil)
+	t.Cleanup(func() { n.Del(shaped, "eth0", bw); n.Del(free, "eth0", nil) })
+	if len(r.Interfaces) == 0 || r.Interfaces[0].Name != shaped.HostVeth("eth0") {
 		t.Errorf("result: got interfaces %v, want ovs-bridge's passed through", r.Interfaces)
 	}
-	h.wantLimits(t, shaped, "eth0")
-	h.wantNoLimits(t, free, "eth0", "")
+	wantLimits(h, t, shaped, "eth0")
+	wantNoLimits(h, t, free, "eth0", "")
 	const gw = "192.0.2.1"
-	ip, ipf := addrOf(t, r, false), addrOf(t, rf, false)
+	ip, ipf := framework.AddrOf(t, r, false), framework.AddrOf(t, rf, false)
 	for _, network := range []string{"tcp", "udp"} {
 		// ingress: the node sends to the container; egress: the container
 		// sends to the node.
-		wantRate(t, network+" ingress", func() float64 { return rate(t, network, nil, shaped.ns, ip, bwWarm, bwWindow) })
-		wantUnshaped(t, network+" ingress", func() float64 { return rate(t, network, nil, free.ns, ipf, time.Second, 3*time.Second) })
-		wantRate(t, network+" egress", func() float64 { return rate(t, network, shaped.ns, nil, gw, bwWarm, bwWindow) })
-		wantUnshaped(t, network+" egress", func() float64 { return rate(t, network, free.ns, nil, gw, time.Second, 3*time.Second) })
+		wantRate(t, network+" ingress", func() float64 { return rate(t, network, nil, shaped.NS, ip, bwWarm, bwWindow) })
+		wantUnshaped(t, network+" ingress", func() float64 { return rate(t, network, nil, free.NS, ipf, time.Second, 3*time.Second) })
+		wantRate(t, network+" egress", func() float64 { return rate(t, network, shaped.NS, nil, gw, bwWarm, bwWindow) })
+		wantUnshaped(t, network+" egress", func() float64 { return rate(t, network, free.NS, nil, gw, time.Second, 3*time.Second) })
 	}
-	if err := n.check(shaped, "eth0", bw); err != nil {
+	if err := n.Check(shaped, "eth0", bw); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
-	if err := n.check(free, "eth0", nil); err != nil {
+	if err := n.Check(free, "eth0", nil); err != nil {
 		t.Errorf("CHECK without limits: %v", err)
 	}
 	meter := fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, shaped))))
@@ -359,8 +343,8 @@ func TestBandwidthShapes(t *testing.T) {
 			t.Fatalf("DEL without prevResult (%d): %v", i+1, err)
 		}
 	}
-	h.wantNoLimits(t, shaped, "eth0", meter)
-	if got := rate(t, "tcp", shaped.ns, nil, gw, time.Second, 3*time.Second); got < bwControl*bwRate {
+	wantNoLimits(h, t, shaped, "eth0", meter)
+	if got := rate(t, "tcp", shaped.NS, nil, gw, time.Second, 3*time.Second); got < bwControl*bwRate {
 		t.Errorf("egress after DEL: %.2f Mbit/s, want unshaped", got/1e6)
 	}
 }
@@ -370,53 +354,53 @@ func TestBandwidthShapes(t *testing.T) {
 // flow alone.
 func TestBandwidthCheckDetectsRemoval(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.bandwidthList(t, "bwchk", nil)
-	c := newContainer(t)
-	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
-	t.Cleanup(func() { n.del(c, "eth0", bw) })
+	h := framework.NewOVSHost(t)
+	n := h.BandwidthList(t, "bwchk", nil)
+	c := framework.NewContainer(t)
+	bw := framework.Limits(bwRate, bwBurst, bwRate, bwBurst)
+	t.Cleanup(func() { n.Del(c, "eth0", bw) })
 	for _, tc := range []struct {
 		name   string
 		remove func()
 	}{
-		{"port QoS cleared", func() { vsctl(t, "clear", "Port", hostVeth(c, "eth0"), "qos") }},
+		{"port QoS cleared", func() { framework.Vsctl(t, "clear", "Port", c.HostVeth("eth0"), "qos") }},
 		{"meter deleted", func() {
-			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-meter", h.ofTarget(), "meter="+fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, c))))); err != nil {
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-meter", h.OFTarget(), "meter="+fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, c))))); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"meter band changed", func() {
-			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "mod-meter", h.ofTarget(),
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "mod-meter", h.OFTarget(),
 				fmt.Sprintf("meter=%d,kbps,burst,band=type=drop,rate=%d,burst_size=%d", flows.MeterOf(uint32(ofportOf(t, c))), bwRate/2000, bwBurst/1000)); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"flow deleted", func() {
-			c := flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindBandwidth)
-			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), c.Delete().String()); err != nil {
+			c := flows.AttachmentCookie(c.ID, "eth0").WithKind(flows.CookieKindBandwidth)
+			if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.OFTarget(), c.Delete().String()); err != nil {
 				t.Fatal(err)
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n.mustAdd(t, c, "eth0", bw)
-			if err := n.check(c, "eth0", bw); err != nil {
+			n.MustAdd(t, c, "eth0", bw)
+			if err := n.Check(c, "eth0", bw); err != nil {
 				t.Fatalf("CHECK before: %v", err)
 			}
 			tc.remove()
-			if err := n.check(c, "eth0", bw); err == nil {
-				t.Errorf("CHECK passed with the limit removed: %+v", h.bwStateOf(t, c, "eth0"))
+			if err := n.Check(c, "eth0", bw); err == nil {
+				t.Errorf("CHECK passed with the limit removed: %+v", bwStateOf(h, t, c, "eth0"))
 			} else {
 				t.Logf("CHECK: %v", err)
 			}
-			if err := n.del(c, "eth0", bw); err != nil {
+			if err := n.Del(c, "eth0", bw); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
 	// Other limits than the config's fail CHECK too.
-	n.mustAdd(t, c, "eth0", bw)
-	if err := n.check(c, "eth0", limits(bwRate/2, bwBurst, bwRate, bwBurst)); err == nil {
+	n.MustAdd(t, c, "eth0", bw)
+	if err := n.Check(c, "eth0", framework.Limits(bwRate/2, bwBurst, bwRate, bwBurst)); err == nil {
 		t.Errorf("CHECK passed with another ingress rate than ADD's")
 	}
 }
@@ -426,19 +410,19 @@ func TestBandwidthCheckDetectsRemoval(t *testing.T) {
 // in OVSDB), and both limits hold again.
 func TestBandwidthAfterVswitchdRestart(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.bandwidthList(t, "bwrec", nil)
-	c := newContainer(t)
-	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
-	r := n.mustAdd(t, c, "eth0", bw)
-	t.Cleanup(func() { n.del(c, "eth0", bw) })
+	h := framework.NewOVSHost(t)
+	n := h.BandwidthList(t, "bwrec", nil)
+	c := framework.NewContainer(t)
+	bw := framework.Limits(bwRate, bwBurst, bwRate, bwBurst)
+	r := n.MustAdd(t, c, "eth0", bw)
+	t.Cleanup(func() { n.Del(c, "eth0", bw) })
 	restartVswitchd(t, nil)
 	if framework.Userspace() {
 		// The internal interface comes back without the node's addresses
 		// (see TestReconcileAfterVswitchdRestart); the gateway is reconcile's.
-		framework.Until(time.Second, func() bool { _, err := run("ip", "link", "set", h.bridge, "up"); return err == nil })
+		framework.Until(time.Second, func() bool { _, err := run("ip", "link", "set", h.Bridge, "up"); return err == nil })
 	}
-	if s := h.bwStateOf(t, c, "eth0"); len(s.flows) != 0 || s.meter != "" {
+	if s := bwStateOf(h, t, c, "eth0"); len(s.flows) != 0 || s.meter != "" {
 		t.Fatalf("after the restart, before reconcile: got %+v, want neither flow nor meter (else the test proves nothing)", s)
 	}
 	var out string
@@ -450,15 +434,15 @@ func TestBandwidthAfterVswitchdRestart(t *testing.T) {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}
 	if framework.Userspace() {
-		run("ethtool", "-K", h.bridge, "tx", "off")
+		run("ethtool", "-K", h.Bridge, "tx", "off")
 	}
-	h.wantLimits(t, c, "eth0")
-	if err := n.check(c, "eth0", bw); err != nil {
+	wantLimits(h, t, c, "eth0")
+	if err := n.Check(c, "eth0", bw); err != nil {
 		t.Errorf("CHECK after reconcile: %v", err)
 	}
-	ip := addrOf(t, r, false)
-	wantRate(t, "tcp egress after restart", func() float64 { return rate(t, "tcp", c.ns, nil, "192.0.2.1", bwWarm, bwWindow) })
-	wantRate(t, "tcp ingress after restart", func() float64 { return rate(t, "tcp", nil, c.ns, ip, bwWarm, bwWindow) })
+	ip := framework.AddrOf(t, r, false)
+	wantRate(t, "tcp egress after restart", func() float64 { return rate(t, "tcp", c.NS, nil, "192.0.2.1", bwWarm, bwWindow) })
+	wantRate(t, "tcp ingress after restart", func() float64 { return rate(t, "tcp", nil, c.NS, ip, bwWarm, bwWindow) })
 }
 
 // GC removes the limits of attachments that are not valid: of one whose
@@ -466,34 +450,34 @@ func TestBandwidthAfterVswitchdRestart(t *testing.T) {
 // orphan whose port is gone; the valid one keeps its limits.
 func TestBandwidthGC(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.bandwidthList(t, "bwgc", nil)
-	keep, stale, orphan := newContainer(t), newContainer(t), newContainer(t)
-	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
-	for _, c := range []*container{keep, stale, orphan} {
-		n.mustAdd(t, c, "eth0", bw)
+	h := framework.NewOVSHost(t)
+	n := h.BandwidthList(t, "bwgc", nil)
+	keep, stale, orphan := framework.NewContainer(t), framework.NewContainer(t), framework.NewContainer(t)
+	bw := framework.Limits(bwRate, bwBurst, bwRate, bwBurst)
+	for _, c := range []*framework.Container{keep, stale, orphan} {
+		n.MustAdd(t, c, "eth0", bw)
 	}
 	t.Cleanup(func() {
-		for _, c := range []*container{keep, stale, orphan} {
-			n.del(c, "eth0", bw)
+		for _, c := range []*framework.Container{keep, stale, orphan} {
+			n.Del(c, "eth0", bw)
 		}
 	})
 	staleMeter, orphanMeter := fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, stale)))), fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, orphan))))
 	// The orphan's port goes behind the plugins' back; its rows stay (QoS
 	// and Queue are root tables).
-	vsctl(t, "del-port", h.bridge, hostVeth(orphan, "eth0"))
-	if s := h.bwStateOf(t, orphan, "eth0"); len(s.qos) != 1 || len(s.queues) != 1 || len(s.flows) != 1 {
+	framework.Vsctl(t, "del-port", h.Bridge, orphan.HostVeth("eth0"))
+	if s := bwStateOf(h, t, orphan, "eth0"); len(s.qos) != 1 || len(s.queues) != 1 || len(s.flows) != 1 {
 		t.Fatalf("orphan: got %+v, want its QoS and Queue rows and its egress flow left (else the test proves nothing)", s)
 	}
 	gc := map[string]any{"cniVersion": "1.1.0", "name": "bwgc", "type": "ovs-bandwidth", "ovsdb": ovsdbAddr,
-		"cni.dev/valid-attachments": []any{map[string]any{"containerID": keep.id, "ifname": "eth0"}}}
+		"cni.dev/valid-attachments": []any{map[string]any{"containerID": keep.ID, "ifname": "eth0"}}}
 	if _, err := execPlugin(t, "ovs-bandwidth", "GC", keep, "eth0", gc); err != nil {
 		t.Fatal(err)
 	}
-	h.wantLimits(t, keep, "eth0")
-	h.wantNoLimits(t, stale, "eth0", staleMeter)
-	h.wantNoLimits(t, orphan, "eth0", orphanMeter)
-	if err := n.check(keep, "eth0", bw); err != nil {
+	wantLimits(h, t, keep, "eth0")
+	wantNoLimits(h, t, stale, "eth0", staleMeter)
+	wantNoLimits(h, t, orphan, "eth0", orphanMeter)
+	if err := n.Check(keep, "eth0", bw); err != nil {
 		t.Errorf("CHECK of the valid attachment after GC: %v", err)
 	}
 }
@@ -503,7 +487,7 @@ func TestBandwidthGC(t *testing.T) {
 // prevResult fails ADD too.
 func TestBandwidthBadInput(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	for _, tc := range []struct {
 		name    string
 		extra   map[string]any
@@ -514,28 +498,28 @@ func TestBandwidthBadInput(t *testing.T) {
 		{"rate without burst", nil, map[string]any{"bandwidth": map[string]any{"ingressRate": 1000}}, 7, `"runtimeConfig.bandwidth.ingressBurst" 0: if rate is set, burst must also be set`},
 		{"burst without rate", map[string]any{"egressBurst": 1000}, nil, 7, `"egressRate" 0 with "egressBurst" 1000: if burst is set, rate must also be set`},
 		{"burst above 4GB", map[string]any{"ingressRate": 1000, "ingressBurst": int64(40e9)}, nil, 7, "burst cannot be more than 4GB"},
-		{"unshapedSubnets", map[string]any{"unshapedSubnets": []string{"198.51.100.0/24"}}, limits(bwRate, bwBurst, 0, 0), 7, `"unshapedSubnets" is not supported`},
-		{"shapedSubnets", map[string]any{"shapedSubnets": []string{"198.51.100.0/24"}}, limits(bwRate, bwBurst, 0, 0), 7, `"shapedSubnets" is not supported`},
+		{"unshapedSubnets", map[string]any{"unshapedSubnets": []string{"198.51.100.0/24"}}, framework.Limits(bwRate, bwBurst, 0, 0), 7, `"unshapedSubnets" is not supported`},
+		{"shapedSubnets", map[string]any{"shapedSubnets": []string{"198.51.100.0/24"}}, framework.Limits(bwRate, bwBurst, 0, 0), 7, `"shapedSubnets" is not supported`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := h.bandwidthList(t, uniq("bwbad"), tc.extra)
-			c := newContainer(t)
-			_, err := n.add(c, "eth0", tc.capArgs)
+			n := h.BandwidthList(t, uniq("bwbad"), tc.extra)
+			c := framework.NewContainer(t)
+			_, err := n.Add(c, "eth0", tc.capArgs)
 			if got := cniCode(err); got != tc.code || err == nil || !strings.Contains(err.Error(), tc.msg) {
 				t.Errorf("ADD: got %v (code %d), want code %d saying %q", err, got, tc.code, tc.msg)
 			}
-			h.wantNoLimits(t, c, "eth0", "")
+			wantNoLimits(h, t, c, "eth0", "")
 			// DEL looks at no limit: the bad ones do not keep the chain's
 			// DEL from removing ovs-bridge's port.
-			if err := n.del(c, "eth0", tc.capArgs); err != nil {
+			if err := n.Del(c, "eth0", tc.capArgs); err != nil {
 				t.Errorf("DEL: %v", err)
 			}
-			if ps := portsOf(t, "ovsflow.io/container-id", c.id); len(ps) != 0 {
+			if ps := framework.PortsOf(t, "ovsflow.io/container-id", c.ID); len(ps) != 0 {
 				t.Errorf("ports left after DEL: %v", ps)
 			}
 		})
 	}
-	c := newContainer(t)
+	c := framework.NewContainer(t)
 	conf := map[string]any{"cniVersion": "1.1.0", "name": "bwbad", "type": "ovs-bandwidth", "ovsdb": ovsdbAddr,
 		"ingressRate": bwRate, "ingressBurst": bwBurst}
 	if _, err := execPlugin(t, "ovs-bandwidth", "ADD", c, "eth0", conf); err == nil || !strings.Contains(err.Error(), "must be called as chained plugin") {
@@ -547,22 +531,22 @@ func TestBandwidthBadInput(t *testing.T) {
 // rows, meter and flow; concurrent DELs leave nothing.
 func TestBandwidthParallel(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.bandwidthList(t, "bwpar", nil)
+	h := framework.NewOVSHost(t)
+	n := h.BandwidthList(t, "bwpar", nil)
 	const N = 8
-	cs := make([]*container, N)
+	cs := make([]*framework.Container, N)
 	for i := range cs {
-		cs[i] = newContainer(t)
+		cs[i] = framework.NewContainer(t)
 	}
-	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
+	bw := framework.Limits(bwRate, bwBurst, bwRate, bwBurst)
 	t.Cleanup(func() {
 		for _, c := range cs {
-			n.del(c, "eth0", bw)
+			n.Del(c, "eth0", bw)
 		}
 	})
 	var valid []any
 	for _, c := range cs {
-		valid = append(valid, map[string]any{"containerID": c.id, "ifname": "eth0"})
+		valid = append(valid, map[string]any{"containerID": c.ID, "ifname": "eth0"})
 	}
 	gc := map[string]any{"cniVersion": "1.1.0", "name": "bwpar", "type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "cni.dev/valid-attachments": valid}
 	stop := make(chan struct{})
@@ -581,7 +565,7 @@ func TestBandwidthParallel(t *testing.T) {
 			}
 		}
 	}()
-	errs := parallel(N, func(i int) error { _, err := n.add(cs[i], "eth0", bw); return err })
+	errs := parallel(N, func(i int) error { _, err := n.Add(cs[i], "eth0", bw); return err })
 	close(stop)
 	if err := <-gcDone; err != nil {
 		t.Errorf("GC during the ADDs: %v", err)
@@ -593,29 +577,29 @@ func TestBandwidthParallel(t *testing.T) {
 	}
 	meters := map[string]bool{}
 	for _, c := range cs {
-		h.wantLimits(t, c, "eth0")
-		m := h.bwStateOf(t, c, "eth0").meter
+		wantLimits(h, t, c, "eth0")
+		m := bwStateOf(h, t, c, "eth0").meter
 		if meters[m] {
 			t.Errorf("meter %q shared", m)
 		}
 		meters[m] = true
-		if err := n.check(c, "eth0", bw); err != nil {
-			t.Errorf("CHECK %s: %v", c.id, err)
+		if err := n.Check(c, "eth0", bw); err != nil {
+			t.Errorf("CHECK %s: %v", c.ID, err)
 		}
 	}
 	ids := make([]string, N)
 	for i, c := range cs {
 		ids[i] = fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, c))))
 	}
-	for i, err := range parallel(N, func(i int) error { return n.del(cs[i], "eth0", bw) }) {
+	for i, err := range parallel(N, func(i int) error { return n.Del(cs[i], "eth0", bw) }) {
 		if err != nil {
 			t.Errorf("DEL %d: %v", i, err)
 		}
 	}
 	for i, c := range cs {
-		h.wantNoLimits(t, c, "eth0", ids[i])
+		wantNoLimits(h, t, c, "eth0", ids[i])
 	}
-	if out := vsctl(t, "--no-headings", "--columns=_uuid", "find", "QoS", "external_ids:ovsflow.io/network=bwpar"); out != "" {
+	if out := framework.Vsctl(t, "--no-headings", "--columns=_uuid", "find", "QoS", "external_ids:ovsflow.io/network=bwpar"); out != "" {
 		t.Errorf("QoS rows of the network left: %s", out)
 	}
 }

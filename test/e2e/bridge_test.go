@@ -23,31 +23,31 @@ import (
 // Two containers ping each other and the gateway; TCP works.
 func TestBridgeConnectivity(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", "conn", bridgeConf(br, t.TempDir(), map[string]any{"isGateway": true})))
-	a, b := newContainer(t), newContainer(t)
-	ra := n.mustAdd(t, a, "eth0", nil)
-	rb := n.mustAdd(t, b, "eth0", nil)
-	t.Cleanup(func() { n.del(a, "eth0", nil); n.del(b, "eth0", nil) })
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", "conn", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), map[string]any{"isGateway": true})), nil)
+	a, b := framework.NewContainer(t), framework.NewContainer(t)
+	ra := n.MustAdd(t, a, "eth0", nil)
+	rb := n.MustAdd(t, b, "eth0", nil)
+	t.Cleanup(func() { n.Del(a, "eth0", nil); n.Del(b, "eth0", nil) })
 
 	for _, v6 := range []bool{false, true} {
-		bAddr := addrOf(t, rb, v6)
+		bAddr := framework.AddrOf(t, rb, v6)
 		gw := "192.0.2.1"
 		if v6 {
 			gw = "2001:db8:c::1"
 		}
-		if err := a.ping(bAddr); err != nil {
+		if err := a.Ping(bAddr); err != nil {
 			t.Errorf("ping A -> B %s: %v", bAddr, err)
 		}
-		if err := b.ping(gw); err != nil {
+		if err := b.Ping(gw); err != nil {
 			t.Errorf("ping B -> gateway %s: %v", gw, err)
 		}
-		b.serveTCP(t, 8000+len(bAddr))
-		got, err := dial(a.ns, "tcp", net.JoinHostPort(bAddr, fmt.Sprint(8000+len(bAddr))))
-		if err != nil || !strings.HasPrefix(got, "hello from "+b.id) {
+		b.ServeTCP(t, 8000+len(bAddr))
+		got, err := framework.Dial(a.NS, "tcp", net.JoinHostPort(bAddr, fmt.Sprint(8000+len(bAddr))))
+		if err != nil || !strings.HasPrefix(got, "hello from "+b.ID) {
 			t.Errorf("TCP A -> B %s: got %q, %v", bAddr, got, err)
 		}
-		if aAddr := addrOf(t, ra, v6); !strings.Contains(got, aAddr) {
+		if aAddr := framework.AddrOf(t, ra, v6); !strings.Contains(got, aAddr) {
 			t.Errorf("TCP A -> B: B saw %q, want source %s", got, aAddr)
 		}
 	}
@@ -56,38 +56,38 @@ func TestBridgeConnectivity(t *testing.T) {
 // Rows carry our external_ids, ofport is set, MTU and MAC match.
 func TestBridgePortRecord(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	bc := bridgeConf(br, t.TempDir(), map[string]any{"mtu": 1400, "capabilities": map[string]bool{"mac": true}})
-	n := newCNI(t, conflist("1.0.0", "rec", bc))
-	c := newContainer(t)
+	br := framework.NewBridge(t, "e2ebr")
+	bc := framework.BridgeConf(br, ovsdbAddr, t.TempDir(), map[string]any{"mtu": 1400, "capabilities": map[string]bool{"mac": true}})
+	n := framework.NewCNI(t, conflist("1.0.0", "rec", bc), nil)
+	c := framework.NewContainer(t)
 	const mac = "02:00:00:00:aa:01"
-	r := n.mustAdd(t, c, "eth0", map[string]any{"mac": mac})
-	t.Cleanup(func() { n.del(c, "eth0", nil) })
+	r := n.MustAdd(t, c, "eth0", map[string]any{"mac": mac})
+	t.Cleanup(func() { n.Del(c, "eth0", nil) })
 
-	host := hostVeth(c, "eth0")
+	host := c.HostVeth("eth0")
 	for _, col := range []string{
 		"external_ids:" + ovsdb.KeyOwner + "=" + ovsdb.OwnerValue,
-		"external_ids:" + ovsdb.KeyContainerID + "=" + c.id,
+		"external_ids:" + ovsdb.KeyContainerID + "=" + c.ID,
 		"external_ids:" + ovsdb.KeyIfName + "=eth0",
-		"external_ids:" + ovsdb.KeyNetNS + "=" + c.ns.Path(),
+		"external_ids:" + ovsdb.KeyNetNS + "=" + c.NS.Path(),
 		"external_ids:" + ovsdb.KeyNetwork + "=rec",
 		"external_ids:" + ovsdb.KeyBridge + "=" + br,
 	} {
 		for _, table := range []string{"Port", "Interface"} {
-			got := vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", table, col)
+			got := framework.Vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", table, col)
 			if got != host {
 				t.Errorf("%s with %s: got %q, want %q", table, col, got, host)
 			}
 		}
 	}
-	if of := vsctl(t, "get", "Interface", host, "ofport"); of == "[]" || strings.HasPrefix(of, "-") {
+	if of := framework.Vsctl(t, "get", "Interface", host, "ofport"); of == "[]" || strings.HasPrefix(of, "-") {
 		t.Errorf("ofport of %s: got %s", host, of)
 	}
-	if ports := vsctl(t, "list-ports", br); ports != host {
+	if ports := framework.Vsctl(t, "list-ports", br); ports != host {
 		t.Errorf("ports of %s: got %q, want %q", br, ports, host)
 	}
 	var cont *netlink.LinkAttrs
-	c.ns.Do(func(ns.NetNS) error {
+	c.NS.Do(func(ns.NetNS) error {
 		l, err := netlink.LinkByName("eth0")
 		if err == nil {
 			cont = l.Attrs()
@@ -97,7 +97,7 @@ func TestBridgePortRecord(t *testing.T) {
 	if cont == nil || cont.HardwareAddr.String() != mac || cont.MTU != 1400 {
 		t.Errorf("container eth0: got %+v, want MAC %s MTU 1400", cont, mac)
 	}
-	if r.Interfaces[1].Mac != mac || r.Interfaces[1].Sandbox != c.ns.Path() {
+	if r.Interfaces[1].Mac != mac || r.Interfaces[1].Sandbox != c.NS.Path() {
 		t.Errorf("result container interface: got %+v", r.Interfaces[1])
 	}
 	hl, err := netlink.LinkByName(host)
@@ -109,38 +109,40 @@ func TestBridgePortRecord(t *testing.T) {
 // VLAN 10 and 20 are isolated on one bridge.
 func TestBridgeVLAN(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	dir := t.TempDir()
-	l2 := func(name, ip string, vlan int) *cni {
-		return newCNI(t, conflist("1.0.0", name, bridgeConf(br, dir, map[string]any{"vlan": vlan,
-			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": ip}}}})))
+	l2 := func(name, ip string, vlan int) *framework.CNI {
+		return framework.NewCNI(t, conflist("1.0.0", name, framework.BridgeConf(br, ovsdbAddr, dir, map[string]any{"vlan": vlan,
+			"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": ip}}}})), nil)
+
 	}
-	a, b, c := newContainer(t), newContainer(t), newContainer(t)
+	a, b, c := framework.NewContainer(t), framework.NewContainer(t), framework.NewContainer(t)
 	na, nb, nc := l2("v10a", "192.0.2.21/24", 10), l2("v10b", "192.0.2.22/24", 10), l2("v20", "192.0.2.23/24", 20)
-	na.mustAdd(t, a, "eth0", nil)
-	nb.mustAdd(t, b, "eth0", nil)
-	nc.mustAdd(t, c, "eth0", nil)
-	t.Cleanup(func() { na.del(a, "eth0", nil); nb.del(b, "eth0", nil); nc.del(c, "eth0", nil) })
-	if tag := vsctl(t, "get", "Port", hostVeth(c, "eth0"), "tag"); tag != "20" {
+	na.MustAdd(t, a, "eth0", nil)
+	nb.MustAdd(t, b, "eth0", nil)
+	nc.MustAdd(t, c, "eth0", nil)
+	t.Cleanup(func() { na.Del(a, "eth0", nil); nb.Del(b, "eth0", nil); nc.Del(c, "eth0", nil) })
+	if tag := framework.Vsctl(t, "get", "Port", c.HostVeth("eth0"), "tag"); tag != "20" {
 		t.Errorf("tag of C's port: got %s, want 20", tag)
 	}
-	if err := a.ping("192.0.2.22"); err != nil {
+	if err := a.Ping("192.0.2.22"); err != nil {
 		t.Errorf("VLAN 10 -> VLAN 10: %v", err)
 	}
-	if err := a.ping("192.0.2.23"); err == nil {
+	if err := a.Ping("192.0.2.23"); err == nil {
 		t.Errorf("VLAN 10 -> VLAN 20: ping succeeded, want isolation")
 	}
 
 	// Trunks.
-	nt := newCNI(t, conflist("1.0.0", "trunk", bridgeConf(br, dir, map[string]any{"ipam": nil,
-		"trunk": []any{map[string]any{"id": 10}, map[string]any{"minID": 20, "maxID": 22}}})))
-	d := newContainer(t)
-	nt.mustAdd(t, d, "eth0", nil)
-	t.Cleanup(func() { nt.del(d, "eth0", nil) })
-	if got := vsctl(t, "get", "Port", hostVeth(d, "eth0"), "trunks"); got != "[10, 20, 21, 22]" {
+	nt := framework.NewCNI(t, conflist("1.0.0", "trunk", framework.BridgeConf(br, ovsdbAddr, dir, map[string]any{"ipam": nil,
+		"trunk": []any{map[string]any{"id": 10}, map[string]any{"minID": 20, "maxID": 22}}})), nil)
+
+	d := framework.NewContainer(t)
+	nt.MustAdd(t, d, "eth0", nil)
+	t.Cleanup(func() { nt.Del(d, "eth0", nil) })
+	if got := framework.Vsctl(t, "get", "Port", d.HostVeth("eth0"), "trunks"); got != "[10, 20, 21, 22]" {
 		t.Errorf("trunks: got %s, want [10, 20, 21, 22]", got)
 	}
-	if err := nt.check(d, "eth0", nil); err != nil {
+	if err := nt.Check(d, "eth0", nil); err != nil {
 		t.Errorf("CHECK of the trunk port: %v", err)
 	}
 }
@@ -148,27 +150,27 @@ func TestBridgeVLAN(t *testing.T) {
 // CHECK passes, then names what drifted.
 func TestBridgeCheck(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", "chk", bridgeConf(br, t.TempDir(), nil)))
-	c := newContainer(t)
-	r := n.mustAdd(t, c, "eth0", nil)
-	t.Cleanup(func() { n.del(c, "eth0", nil) })
-	if err := n.check(c, "eth0", nil); err != nil {
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", "chk", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
+	c := framework.NewContainer(t)
+	r := n.MustAdd(t, c, "eth0", nil)
+	t.Cleanup(func() { n.Del(c, "eth0", nil) })
+	if err := n.Check(c, "eth0", nil); err != nil {
 		t.Fatalf("CHECK after ADD: %v", err)
 	}
-	vsctl(t, "del-port", br, hostVeth(c, "eth0"))
-	if err := n.check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), "port") {
+	framework.Vsctl(t, "del-port", br, c.HostVeth("eth0"))
+	if err := n.Check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), "port") {
 		t.Errorf("CHECK after the port was removed: got %v, want an error about the port", err)
 	}
-	r = n.mustAdd(t, c, "eth0", nil) // repair
-	if err := n.check(c, "eth0", nil); err != nil {
+	r = n.MustAdd(t, c, "eth0", nil) // repair
+	if err := n.Check(c, "eth0", nil); err != nil {
 		t.Fatalf("CHECK after repair: %v", err)
 	}
-	addr := addrOf(t, r, false)
-	if _, err := c.exec("ip", "addr", "del", addr+"/24", "dev", "eth0"); err != nil {
+	addr := framework.AddrOf(t, r, false)
+	if _, err := c.Exec("ip", "addr", "del", addr+"/24", "dev", "eth0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), addr) {
+	if err := n.Check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), addr) {
 		t.Errorf("CHECK after the address was removed: got %v, want an error naming %s", err, addr)
 	}
 }
@@ -177,26 +179,26 @@ func TestBridgeCheck(t *testing.T) {
 // gone; a retried ADD leaves one port.
 func TestBridgeDel(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	dir := t.TempDir()
-	n := newCNI(t, conflist("1.0.0", "del", bridgeConf(br, dir, nil)))
-	c := newContainer(t)
-	n.mustAdd(t, c, "eth0", nil)
-	n.mustAdd(t, c, "eth0", nil) // retried ADD
-	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 1 {
+	n := framework.NewCNI(t, conflist("1.0.0", "del", framework.BridgeConf(br, ovsdbAddr, dir, nil)), nil)
+	c := framework.NewContainer(t)
+	n.MustAdd(t, c, "eth0", nil)
+	n.MustAdd(t, c, "eth0", nil) // retried ADD
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 1 {
 		t.Errorf("after a retried ADD: ports %v, want one", ports)
 	}
 	if got := allocations(t, dir, "del"); len(got) != 2 {
 		t.Errorf("after a retried ADD: allocations %v, want one IPv4 and one IPv6", got)
 	}
 	for i := 0; i < 2; i++ {
-		if err := n.del(c, "eth0", nil); err != nil {
+		if err := n.Del(c, "eth0", nil); err != nil {
 			t.Fatalf("DEL #%d: %v", i+1, err)
 		}
-		if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+		if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
 			t.Errorf("DEL #%d: ports %v left", i+1, ports)
 		}
-		if veths := ourVeths(t); len(veths) != 0 {
+		if veths := framework.OurVeths(t); len(veths) != 0 {
 			t.Errorf("DEL #%d: veths %v left", i+1, veths)
 		}
 		if got := allocations(t, dir, "del"); len(got) != 0 {
@@ -205,25 +207,25 @@ func TestBridgeDel(t *testing.T) {
 	}
 
 	// DEL after the runtime already deleted the netns.
-	d := newContainer(t)
-	n.mustAdd(t, d, "eth0", nil)
-	d.ns.Close()
-	if _, err := run("ip", "netns", "del", d.name); err != nil {
+	d := framework.NewContainer(t)
+	n.MustAdd(t, d, "eth0", nil)
+	d.NS.Close()
+	if _, err := run("ip", "netns", "del", d.Name); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.del(d, "eth0", nil); err != nil {
+	if err := n.Del(d, "eth0", nil); err != nil {
 		t.Fatalf("DEL after the netns was deleted: %v", err)
 	}
-	if ports := portsOf(t, ovsdb.KeyContainerID, d.id); len(ports) != 0 {
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, d.ID); len(ports) != 0 {
 		t.Errorf("DEL after netns deletion: ports %v left", ports)
 	}
 	if got := allocations(t, dir, "del"); len(got) != 0 {
 		t.Errorf("DEL after netns deletion: allocations %v left", got)
 	}
 	// The runtime's second DEL has no netns at all.
-	rt := d.rt("eth0", nil)
+	rt := d.RT("eth0", nil)
 	rt.NetNS = ""
-	if err := n.cfg.DelNetworkList(context.Background(), n.list, rt); err != nil {
+	if err := n.Cfg.DelNetworkList(context.Background(), n.List, rt); err != nil {
 		t.Errorf("DEL with an empty netns: %v", err)
 	}
 }
@@ -231,7 +233,7 @@ func TestBridgeDel(t *testing.T) {
 // Bad input gets the right code and leaves nothing behind.
 func TestBridgeBadConfig(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	dir := t.TempDir()
 	cases := []struct {
 		name     string
@@ -249,16 +251,16 @@ func TestBridgeBadConfig(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newCNI(t, conflist("1.0.0", "bad", bridgeConf(br, dir, tc.extra)))
-			c := newContainer(t)
-			_, err := n.add(c, "eth0", nil)
+			n := framework.NewCNI(t, conflist("1.0.0", "bad", framework.BridgeConf(br, ovsdbAddr, dir, tc.extra)), nil)
+			c := framework.NewContainer(t)
+			_, err := n.Add(c, "eth0", nil)
 			if cniCode(err) != tc.wantCode || err == nil || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Fatalf("ADD: got %v (code %d), want code %d with %q", err, cniCode(err), tc.wantCode, tc.wantMsg)
 			}
-			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
 				t.Errorf("ports %v left", ports)
 			}
-			if veths := ourVeths(t); len(veths) != 0 {
+			if veths := framework.OurVeths(t); len(veths) != 0 {
 				t.Errorf("veths %v left", veths)
 			}
 			if got := allocations(t, dir, "bad"); len(got) != 0 {
@@ -271,23 +273,23 @@ func TestBridgeBadConfig(t *testing.T) {
 // GC removes exactly the ports not in valid-attachments.
 func TestBridgeGC(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.1.0", "gc", bridgeConf(br, t.TempDir(), nil)))
-	cs := []*container{newContainer(t), newContainer(t), newContainer(t)}
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.1.0", "gc", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
+	cs := []*framework.Container{framework.NewContainer(t), framework.NewContainer(t), framework.NewContainer(t)}
 	for _, c := range cs {
-		n.mustAdd(t, c, "eth0", nil)
+		n.MustAdd(t, c, "eth0", nil)
 	}
 	t.Cleanup(func() {
 		for _, c := range cs {
-			n.del(c, "eth0", nil)
+			n.Del(c, "eth0", nil)
 		}
 	})
-	valid := []types.GCAttachment{{ContainerID: cs[0].id, IfName: "eth0"}, {ContainerID: cs[2].id, IfName: "eth0"}}
-	if err := n.cfg.GCNetworkList(context.Background(), n.list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+	valid := []types.GCAttachment{{ContainerID: cs[0].ID, IfName: "eth0"}, {ContainerID: cs[2].ID, IfName: "eth0"}}
+	if err := n.Cfg.GCNetworkList(context.Background(), n.List, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	for i, c := range cs {
-		got := len(portsOf(t, ovsdb.KeyContainerID, c.id))
+		got := len(framework.PortsOf(t, ovsdb.KeyContainerID, c.ID))
 		want := 1
 		if i == 1 {
 			want = 0
@@ -296,7 +298,7 @@ func TestBridgeGC(t *testing.T) {
 			t.Errorf("container %d after GC: %d ports, want %d", i, got, want)
 		}
 	}
-	if _, err := netlink.LinkByName(hostVeth(cs[1], "eth0")); err == nil {
+	if _, err := netlink.LinkByName(cs[1].HostVeth("eth0")); err == nil {
 		t.Errorf("GC left the veth of the stale attachment")
 	}
 }
@@ -321,37 +323,38 @@ func TestBridgeStatus(t *testing.T) {
 	if _, err := run("ovs-vsctl", "--db="+endpoint, "add-br", "stbr", "--", "set", "bridge", "stbr", "datapath_type="+datapath); err != nil {
 		t.Fatal(err)
 	}
-	n := newCNI(t, conflist("1.1.0", "status", bridgeConf("stbr", t.TempDir(), map[string]any{"ovsdb": endpoint})))
-	if err := n.cfg.GetStatusNetworkList(context.Background(), n.list); err != nil {
+	n := framework.NewCNI(t, conflist("1.1.0", "status", framework.BridgeConf("stbr", ovsdbAddr, t.TempDir(), map[string]any{"ovsdb": endpoint})), nil)
+	if err := n.Cfg.GetStatusNetworkList(context.Background(), n.List); err != nil {
 		t.Fatalf("STATUS with OVS up: %v", err)
 	}
-	missing := newCNI(t, conflist("1.1.0", "status", bridgeConf("nosuchbr", t.TempDir(), map[string]any{"ovsdb": endpoint})))
-	if err := missing.cfg.GetStatusNetworkList(context.Background(), missing.list); cniCode(err) != types.ErrPluginNotAvailable {
+	missing := framework.NewCNI(t, conflist("1.1.0", "status", framework.BridgeConf("nosuchbr", ovsdbAddr, t.TempDir(), map[string]any{"ovsdb": endpoint})), nil)
+	if err := missing.Cfg.GetStatusNetworkList(context.Background(), missing.List); cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS with the bridge missing: got %v, want code 50", err)
 	}
 	// OVSDB answers and has the bridge's row, but no ovs-vswitchd serves it.
 	if out, err := exec.Command(script, "stop-vswitchd", sb).CombinedOutput(); err != nil {
 		t.Fatalf("stopping ovs-vswitchd: %v: %s", err, out)
 	}
-	if err := n.cfg.GetStatusNetworkList(context.Background(), n.list); cniCode(err) != types.ErrPluginNotAvailable {
+	if err := n.Cfg.GetStatusNetworkList(context.Background(), n.List); cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS with ovs-vswitchd stopped: got %v, want code 50", err)
 	}
 	if out, err := exec.Command(script, "start-vswitchd", sb).CombinedOutput(); err != nil {
 		t.Fatalf("starting ovs-vswitchd: %v: %s", err, out)
 	}
-	if err := n.cfg.GetStatusNetworkList(context.Background(), n.list); err != nil {
+	if err := n.Cfg.GetStatusNetworkList(context.Background(), n.List); err != nil {
 		t.Errorf("STATUS with ovs-vswitchd started again: %v", err)
 	}
 	if err := exec.Command(script, "stop", sb).Run(); err != nil {
 		t.Fatal(err)
 	}
-	err = n.cfg.GetStatusNetworkList(context.Background(), n.list)
+	err = n.Cfg.GetStatusNetworkList(context.Background(), n.List)
 	if cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("STATUS with OVS stopped: got %v (code %d), want code 50", err, cniCode(err))
 	}
-	pmOnly := newCNI(t, conflist("1.1.0", "status", map[string]any{"type": "ovs-portmap", "ovsdb": endpoint,
-		"capabilities": map[string]bool{"portMappings": true}}))
-	if err := pmOnly.cfg.GetStatusNetworkList(context.Background(), pmOnly.list); cniCode(err) != types.ErrPluginNotAvailable {
+	pmOnly := framework.NewCNI(t, conflist("1.1.0", "status", map[string]any{"type": "ovs-portmap", "ovsdb": endpoint,
+		"capabilities": map[string]bool{"portMappings": true}}), nil)
+
+	if err := pmOnly.Cfg.GetStatusNetworkList(context.Background(), pmOnly.List); cniCode(err) != types.ErrPluginNotAvailable {
 		t.Errorf("ovs-portmap STATUS with OVS stopped: got %v, want code 50", err)
 	}
 }
@@ -360,30 +363,30 @@ func TestBridgeStatus(t *testing.T) {
 // machine: framework.Load).
 func TestBridgeParallel(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	N := framework.Load(50, 6)
-	n := newCNI(t, conflist("1.0.0", "par", bridgeConf(br, t.TempDir(), map[string]any{"createBridge": true})))
-	cs := make([]*container, N)
+	n := framework.NewCNI(t, conflist("1.0.0", "par", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), map[string]any{"createBridge": true})), nil)
+	cs := make([]*framework.Container, N)
 	for i := range cs {
-		cs[i] = newContainer(t)
+		cs[i] = framework.NewContainer(t)
 	}
-	for i, err := range parallel(N, func(i int) error { _, err := n.add(cs[i], "eth0", nil); return err }) {
+	for i, err := range parallel(N, func(i int) error { _, err := n.Add(cs[i], "eth0", nil); return err }) {
 		if err != nil {
 			t.Errorf("ADD %d: %v", i, err)
 		}
 	}
-	if got := len(portsOf(t, ovsdb.KeyBridge, br)); got != N {
+	if got := len(framework.PortsOf(t, ovsdb.KeyBridge, br)); got != N {
 		t.Errorf("after %d ADDs: %d ports", N, got)
 	}
-	for i, err := range parallel(N, func(i int) error { return n.del(cs[i], "eth0", nil) }) {
+	for i, err := range parallel(N, func(i int) error { return n.Del(cs[i], "eth0", nil) }) {
 		if err != nil {
 			t.Errorf("DEL %d: %v", i, err)
 		}
 	}
-	if got := portsOf(t, ovsdb.KeyBridge, br); len(got) != 0 {
+	if got := framework.PortsOf(t, ovsdb.KeyBridge, br); len(got) != 0 {
 		t.Errorf("after %d DELs: ports %v", N, got)
 	}
-	if veths := ourVeths(t); len(veths) != 0 {
+	if veths := framework.OurVeths(t); len(veths) != 0 {
 		t.Errorf("after %d DELs: veths %v", N, veths)
 	}
 }
@@ -392,27 +395,28 @@ func TestBridgeParallel(t *testing.T) {
 func TestBridgeCreateBridge(t *testing.T) {
 	requireSandbox(t)
 	br := uniq("e2ecr")
-	t.Cleanup(func() { delBridge(br) })
-	n := newCNI(t, conflist("1.0.0", "create", bridgeConf(br, t.TempDir(),
-		map[string]any{"createBridge": true, "datapathType": datapath, "isGateway": true})))
-	cs := []*container{newContainer(t), newContainer(t), newContainer(t), newContainer(t)}
-	for i, err := range parallel(len(cs), func(i int) error { _, err := n.add(cs[i], "eth0", nil); return err }) {
+	t.Cleanup(func() { framework.DelBridge(br) })
+	n := framework.NewCNI(t, conflist("1.0.0", "create", framework.BridgeConf(br, ovsdbAddr, t.TempDir(),
+		map[string]any{"createBridge": true, "datapathType": datapath, "isGateway": true})), nil)
+
+	cs := []*framework.Container{framework.NewContainer(t), framework.NewContainer(t), framework.NewContainer(t), framework.NewContainer(t)}
+	for i, err := range parallel(len(cs), func(i int) error { _, err := n.Add(cs[i], "eth0", nil); return err }) {
 		if err != nil {
 			t.Errorf("ADD %d: %v", i, err)
 		}
 	}
 	t.Cleanup(func() {
 		for _, c := range cs {
-			n.del(c, "eth0", nil)
+			n.Del(c, "eth0", nil)
 		}
 	})
-	if got := vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", "Bridge", "name="+br); got != br {
+	if got := framework.Vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", "Bridge", "name="+br); got != br {
 		t.Fatalf("bridges named %s: %q", br, got)
 	}
-	if got := vsctl(t, "get", "Bridge", br, "datapath_type"); got != datapath {
+	if got := framework.Vsctl(t, "get", "Bridge", br, "datapath_type"); got != datapath {
 		t.Errorf("datapath_type: got %s, want %s", got, datapath)
 	}
-	if err := cs[0].ping("192.0.2.1"); err != nil {
+	if err := cs[0].Ping("192.0.2.1"); err != nil {
 		t.Errorf("ping gateway on the created bridge: %v", err)
 	}
 }
@@ -420,12 +424,12 @@ func TestBridgeCreateBridge(t *testing.T) {
 // Every cniVersion from 0.3.1 to 1.1.0, and a single 0.2.0 config.
 func TestBridgeVersions(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	for _, v := range []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
-			n := newCNI(t, conflist(v, "ver", bridgeConf(br, t.TempDir(), nil)))
-			c := newContainer(t)
-			r, err := n.cfg.AddNetworkList(context.Background(), n.list, c.rt("eth0", nil))
+			n := framework.NewCNI(t, conflist(v, "ver", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
+			c := framework.NewContainer(t)
+			r, err := n.Cfg.AddNetworkList(context.Background(), n.List, c.RT("eth0", nil))
 			if err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
@@ -433,20 +437,20 @@ func TestBridgeVersions(t *testing.T) {
 				t.Errorf("result version %s, want %s", r.Version(), v)
 			}
 			if v != "0.3.1" {
-				if err := n.check(c, "eth0", nil); err != nil {
+				if err := n.Check(c, "eth0", nil); err != nil {
 					t.Errorf("CHECK: %v", err)
 				}
 			}
-			if err := n.del(c, "eth0", nil); err != nil {
+			if err := n.Del(c, "eth0", nil); err != nil {
 				t.Errorf("DEL: %v", err)
 			}
-			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
 				t.Errorf("ports %v left", ports)
 			}
 		})
 	}
 	t.Run("0.2.0 single config", func(t *testing.T) {
-		conf := bridgeConf(br, t.TempDir(), nil)
+		conf := framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)
 		conf["cniVersion"], conf["name"] = "0.2.0", "v020"
 		conf["ipam"].(map[string]any)["ranges"] = []any{[]any{map[string]any{"subnet": "192.0.2.0/24"}}}
 		b, _ := json.Marshal(conf)
@@ -455,8 +459,8 @@ func TestBridgeVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
-		c := newContainer(t)
-		r, err := cfg.AddNetwork(context.Background(), nc, c.rt("eth0", nil))
+		c := framework.NewContainer(t)
+		r, err := cfg.AddNetwork(context.Background(), nc, c.RT("eth0", nil))
 		if err != nil {
 			t.Fatalf("ADD: %v", err)
 		}
@@ -467,10 +471,10 @@ func TestBridgeVersions(t *testing.T) {
 		if err != nil || r020.IP4 == nil || !strings.HasPrefix(r020.IP4.IP.IP.String(), "192.0.2.") {
 			t.Errorf("0.2.0 result has no IPv4: %v", r)
 		}
-		if err := cfg.DelNetwork(context.Background(), nc, c.rt("eth0", nil)); err != nil {
+		if err := cfg.DelNetwork(context.Background(), nc, c.RT("eth0", nil)); err != nil {
 			t.Errorf("DEL: %v", err)
 		}
-		if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+		if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
 			t.Errorf("ports %v left", ports)
 		}
 	})

@@ -46,21 +46,21 @@ func collidingPair(prefix string) (string, string) {
 }
 
 // ofportOf is the ofport ovs-vswitchd gave the host end of c's eth0.
-func ofportOf(t *testing.T, c *container) int {
+func ofportOf(t *testing.T, c *framework.Container) int {
 	t.Helper()
-	n, err := strconv.Atoi(vsctl(t, "get", "Interface", hostVeth(c, "eth0"), "ofport"))
+	n, err := strconv.Atoi(framework.Vsctl(t, "get", "Interface", c.HostVeth("eth0"), "ofport"))
 	if err != nil || n <= 0 {
-		t.Fatalf("ofport of %s: %d, %v", hostVeth(c, "eth0"), n, err)
+		t.Fatalf("ofport of %s: %d, %v", c.HostVeth("eth0"), n, err)
 	}
 	return n
 }
 
 // ownFlowsOnly checks that table 0's flows on each container's ofport are
 // all of that container's attachment, port security among them.
-func ownFlowsOnly(t *testing.T, br string, cs []*container) {
+func ownFlowsOnly(t *testing.T, br string, cs []*framework.Container) {
 	t.Helper()
 	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows",
-		(&ovsHost{bridge: br}).ofTarget(), "table=0,"+flows.SuiteDelete().String())
+		(&framework.OVSHost{Bridge: br}).OFTarget(), "table=0,"+flows.SuiteDelete().String())
 	if err != nil {
 		t.Fatalf("dump-flows: %v", err)
 	}
@@ -73,7 +73,7 @@ func ownFlowsOnly(t *testing.T, br string, cs []*container) {
 	}
 	for _, c := range cs {
 		p := strconv.Itoa(ofportOf(t, c))
-		ac := flows.AttachmentCookie(c.id, "eth0")
+		ac := flows.AttachmentCookie(c.ID, "eth0")
 		own, _ := ac.AnyKind()
 		sec := 0
 		for _, s := range byPort[p] {
@@ -83,14 +83,14 @@ func ownFlowsOnly(t *testing.T, br string, cs []*container) {
 			}
 			fc := flows.Cookie(v)
 			if got, _ := fc.AnyKind(); got != own && fc.Kind() != flows.CookieKindShared {
-				t.Errorf("%s (ofport %s): a flow of cookie %s, not of its own attachment %s", c.id, p, fc, ac)
+				t.Errorf("%s (ofport %s): a flow of cookie %s, not of its own attachment %s", c.ID, p, fc, ac)
 			}
 			if fc == ac.WithKind(flows.CookieKindPortSecurity) {
 				sec++
 			}
 		}
 		if sec == 0 {
-			t.Errorf("%s (ofport %s): no port security flow of its own; flows there: %v", c.id, p, byPort[p])
+			t.Errorf("%s (ofport %s): no port security flow of its own; flows there: %v", c.ID, p, byPort[p])
 		}
 	}
 }
@@ -111,7 +111,7 @@ func field(line, key string) string {
 // spoofBlocked sends from each container a broadcast ARP with a forged
 // sender MAC and IP, and one with its own (the control): at the node's
 // bridge interface, every own one must arrive and no forged one.
-func spoofBlocked(t *testing.T, br string, cs []*container, own map[*container][2]string) {
+func spoofBlocked(t *testing.T, br string, cs []*framework.Container, own map[*framework.Container][2]string) {
 	t.Helper()
 	if _, err := run("ip", "link", "set", br, "up"); err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func spoofBlocked(t *testing.T, br string, cs []*container, own map[*container][
 	for _, c := range cs {
 		mac, _ := net.ParseMAC(own[c][0])
 		ip := netip.MustParseAddr(own[c][1])
-		s := sender(t, c.ns, "eth0")
+		s := sender(t, c.NS, "eth0")
 		mustSend(t, s,
 			ethFrame(bcast, forged, 0x0806, arpPacket(1, forged, victim, make(net.HardwareAddr, 6), victim)),
 			ethFrame(bcast, mac, 0x0806, arpPacket(1, mac, victim, make(net.HardwareAddr, 6), victim)))
@@ -139,13 +139,13 @@ func spoofBlocked(t *testing.T, br string, cs []*container, own map[*container][
 			})
 		}
 		if !arrived {
-			t.Errorf("control: %s's own ARP did not reach the node", c.id)
+			t.Errorf("control: %s's own ARP did not reach the node", c.ID)
 		}
 		if n := sn.count(func(f frame) bool {
 			_, sha, spa, _, ok := f.arp()
 			return ok && sha.String() == mac.String() && spa == victim
 		}); n > 0 {
-			t.Errorf("%s: %d ARPs for another address passed", c.id, n)
+			t.Errorf("%s: %d ARPs for another address passed", c.ID, n)
 		}
 	}
 	// A negative check: nothing from the forged MAC for 200 ms after the
@@ -163,26 +163,26 @@ func spoofBlocked(t *testing.T, br string, cs []*container, own map[*container][
 // passes for both, and neither can spoof.
 func TestBusyOFPortCollision(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", uniq("busy"), framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
 	rounds := 50
 	if framework.Slowdown > 1 {
 		rounds = 20 // software emulation (hack/ovs-vm.sh): behaviour, not load
 	}
 	for r := 0; r < rounds; r++ {
 		idA, idB := collidingPair(uniq("hm"))
-		a, b := newContainer(t), newContainer(t)
-		a.id, b.id = idA, idB
-		cs := []*container{a, b}
-		own := map[*container][2]string{}
+		a, b := framework.NewContainer(t), framework.NewContainer(t)
+		a.ID, b.ID = idA, idB
+		cs := []*framework.Container{a, b}
+		own := map[*framework.Container][2]string{}
 		var mu sync.Mutex
 		errs := parallel(2, func(i int) error {
-			res, err := n.add(cs[i], "eth0", nil)
+			res, err := n.Add(cs[i], "eth0", nil)
 			if err != nil {
-				return fmt.Errorf("ADD %s: %w", cs[i].id, err)
+				return fmt.Errorf("ADD %s: %w", cs[i].ID, err)
 			}
 			mu.Lock()
-			own[cs[i]] = [2]string{res.Interfaces[1].Mac, addrOf(t, res, false)}
+			own[cs[i]] = [2]string{res.Interfaces[1].Mac, framework.AddrOf(t, res, false)}
 			mu.Unlock()
 			return nil
 		})
@@ -194,14 +194,14 @@ func TestBusyOFPortCollision(t *testing.T) {
 		}
 		ownFlowsOnly(t, br, cs)
 		for _, c := range cs {
-			if err := n.check(c, "eth0", nil); err != nil {
-				t.Errorf("round %d: CHECK %s: %v", r, c.id, err)
+			if err := n.Check(c, "eth0", nil); err != nil {
+				t.Errorf("round %d: CHECK %s: %v", r, c.ID, err)
 			}
 		}
 		if r == rounds-1 {
 			spoofBlocked(t, br, cs, own)
 		}
-		if err := errors.Join(parallel(2, func(i int) error { return n.del(cs[i], "eth0", nil) })...); err != nil {
+		if err := errors.Join(parallel(2, func(i int) error { return n.Del(cs[i], "eth0", nil) })...); err != nil {
 			t.Fatalf("round %d: DEL: %v", r, err)
 		}
 		if t.Failed() {
@@ -209,7 +209,7 @@ func TestBusyOFPortCollision(t *testing.T) {
 		}
 	}
 	// Nothing of the attachments is left in flight.
-	if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/ofport.") || strings.Contains(ids, "ovsflow.io/deleting.") {
+	if ids := framework.Vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/ofport.") || strings.Contains(ids, "ovsflow.io/deleting.") {
 		t.Errorf("in-flight records left after every DEL: %s", ids)
 	}
 }
@@ -221,19 +221,19 @@ func TestBusyOFPortCollision(t *testing.T) {
 // spoof.
 func TestBusyNode(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	vsctl(t, "set-fail-mode", br, "secure")
-	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
+	br := framework.NewBridge(t, "e2ebr")
+	framework.Vsctl(t, "set-fail-mode", br, "secure")
+	n := framework.NewCNI(t, conflist("1.0.0", uniq("busy"), framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
 	total, callers := 200, 16
 	if framework.Slowdown > 1 {
 		total = 64 // software emulation (hack/ovs-vm.sh): behaviour, not load
 	}
 	// In pairs that meet on their home ofport, the two of a pair started
 	// at the same moment (by callers k and k+1).
-	cs := make([]*container, total)
+	cs := make([]*framework.Container, total)
 	for i := 0; i < total; i += 2 {
-		cs[i], cs[i+1] = newContainer(t), newContainer(t)
-		cs[i].id, cs[i+1].id = collidingPair(uniq("bn"))
+		cs[i], cs[i+1] = framework.NewContainer(t), framework.NewContainer(t)
+		cs[i].ID, cs[i+1].ID = collidingPair(uniq("bn"))
 	}
 	t.Cleanup(func() { parallel(callers, func(k int) error { return delAll(n, cs, k, callers) }) })
 
@@ -278,17 +278,17 @@ func TestBusyNode(t *testing.T) {
 			}
 			var err error
 			for try := 0; try < 5; try++ {
-				res, aerr := n.add(cs[i], "eth0", nil)
+				res, aerr := n.Add(cs[i], "eth0", nil)
 				if err = aerr; err == nil {
-					own[i] = [2]string{res.Interfaces[1].Mac, addrOf(t, res, false)}
+					own[i] = [2]string{res.Interfaces[1].Mac, framework.AddrOf(t, res, false)}
 					break
 				}
 				retries[i]++
-				_ = n.del(cs[i], "eth0", nil)
+				_ = n.Del(cs[i], "eth0", nil)
 				time.Sleep(200 * time.Millisecond) // time is the subject: a runtime's backoff between tries, which are counted
 			}
 			if err != nil {
-				return fmt.Errorf("ADD %d (%s) after %d tries: %w", i, cs[i].id, retries[i], err)
+				return fmt.Errorf("ADD %d (%s) after %d tries: %w", i, cs[i].ID, retries[i], err)
 			}
 		}
 		return nil
@@ -310,11 +310,11 @@ func TestBusyNode(t *testing.T) {
 	}
 	ownFlowsOnly(t, br, cs)
 	for _, c := range cs {
-		if err := n.check(c, "eth0", nil); err != nil {
-			t.Errorf("CHECK %s: %v", c.id, err)
+		if err := n.Check(c, "eth0", nil); err != nil {
+			t.Errorf("CHECK %s: %v", c.ID, err)
 		}
 	}
-	m := map[*container][2]string{}
+	m := map[*framework.Container][2]string{}
 	for i, c := range cs {
 		m[c] = own[i]
 	}
@@ -322,9 +322,9 @@ func TestBusyNode(t *testing.T) {
 }
 
 // delAll DELs every callers-th container from k on.
-func delAll(n *cni, cs []*container, k, callers int) error {
+func delAll(n *framework.CNI, cs []*framework.Container, k, callers int) error {
 	for i := k; i < len(cs); i += callers {
-		_ = n.del(cs[i], "eth0", nil)
+		_ = n.Del(cs[i], "eth0", nil)
 	}
 	return nil
 }
@@ -362,27 +362,27 @@ func TestBusyCookieCollision(t *testing.T) {
 	if ca != cb {
 		t.Fatalf("cookies %s and %s differ: the pair no longer collides", ca, cb)
 	}
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
-	a, b := newContainer(t), newContainer(t)
-	a.id, b.id = idA, idB
-	n.mustAdd(t, a, "eth0", nil)
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	_, err := n.add(b, "eth0", nil)
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", uniq("busy"), framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
+	a, b := framework.NewContainer(t), framework.NewContainer(t)
+	a.ID, b.ID = idA, idB
+	n.MustAdd(t, a, "eth0", nil)
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	_, err := n.Add(b, "eth0", nil)
 	if code := cniCode(err); code != 4 || !strings.Contains(err.Error(), idA) || !strings.Contains(err.Error(), "cookie") {
 		t.Fatalf("second ADD: got code %d, %v; want code 4 naming %s and the cookie", code, err, idA)
 	}
-	if veths := ourVeths(t); slices.Contains(veths, hostVeth(b, "eth0")) {
-		t.Errorf("the refused ADD left its veth %s", hostVeth(b, "eth0"))
+	if veths := framework.OurVeths(t); slices.Contains(veths, b.HostVeth("eth0")) {
+		t.Errorf("the refused ADD left its veth %s", b.HostVeth("eth0"))
 	}
-	if ports := portsOf(t, ovsdb.KeyContainerID, idB); len(ports) > 0 {
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, idB); len(ports) > 0 {
 		t.Errorf("the refused ADD left ports %v", ports)
 	}
-	if err := n.del(b, "eth0", nil); err != nil {
+	if err := n.Del(b, "eth0", nil); err != nil {
 		t.Fatalf("DEL of the refused attachment: %v", err)
 	}
-	ownFlowsOnly(t, br, []*container{a})
-	if err := n.check(a, "eth0", nil); err != nil {
+	ownFlowsOnly(t, br, []*framework.Container{a})
+	if err := n.Check(a, "eth0", nil); err != nil {
 		t.Errorf("CHECK of the first after the second's ADD and DEL: %v", err)
 	}
 }
@@ -394,8 +394,8 @@ func TestBusyCookieCollision(t *testing.T) {
 // sweep is under way, and an insert after a sweep fails with ErrSweeping.
 func TestBusyInFlight(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", uniq("busy"), bridgeConf(br, t.TempDir(), nil)))
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", uniq("busy"), framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cli, err := ovsdb.Dial(ctx, ovsdbEP)
@@ -403,7 +403,7 @@ func TestBusyInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	h := &ovsHost{bridge: br}
+	h := &framework.OVSHost{Bridge: br}
 	reconcile := func() {
 		t.Helper()
 		if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
@@ -418,44 +418,44 @@ func TestBusyInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.ofTarget(),
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.OFTarget(),
 		fmt.Sprintf("cookie=%s,table=0,priority=400,in_port=%d,actions=drop", c, res.OFPort)); err != nil {
 		t.Fatal(err)
 	}
 	reconcile()
-	if got := h.flowsOf(t, c); len(got) != 1 {
+	if got := h.FlowsOf(t, c); len(got) != 1 {
 		t.Errorf("the flow of an ADD in flight after reconcile: %v, want it kept", got)
 	}
 	if err := cli.Release(ctx, res); err != nil {
 		t.Fatal(err)
 	}
 	reconcile()
-	if got := h.flowsOf(t, c); len(got) != 0 {
+	if got := h.FlowsOf(t, c); len(got) != 0 {
 		t.Errorf("the flow of an ADD that gave up its claim after reconcile: %v, want it removed", got)
 	}
 
 	// A DEL under way (its mark set, its flows cut off): not restored.
 	// Without the mark (the control): restored.
-	x := newContainer(t)
-	n.mustAdd(t, x, "eth0", nil)
-	t.Cleanup(func() { n.del(x, "eth0", nil) })
-	xc := flows.AttachmentCookie(x.id, "eth0")
-	del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: x.id, IfName: "eth0"})
+	x := framework.NewContainer(t)
+	n.MustAdd(t, x, "eth0", nil)
+	t.Cleanup(func() { n.Del(x, "eth0", nil) })
+	xc := flows.AttachmentCookie(x.ID, "eth0")
+	del, err := cli.BeginDelete(ctx, ovsdb.Attachment{ContainerID: x.ID, IfName: "eth0"})
 	if err != nil || len(del.Ports) != 1 {
 		t.Fatalf("BeginDelete: %d ports, %v", len(del.Ports), err)
 	}
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), xc.AttachmentDelete().String()); err != nil {
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.OFTarget(), xc.AttachmentDelete().String()); err != nil {
 		t.Fatal(err)
 	}
 	reconcile()
-	if got := h.flowsOf(t, xc.WithKind(flows.CookieKindPortSecurity)); len(got) != 0 {
+	if got := h.FlowsOf(t, xc.WithKind(flows.CookieKindPortSecurity)); len(got) != 0 {
 		t.Errorf("reconcile restored the flows of a DEL under way: %v", got)
 	}
-	if _, err := run("ovs-vsctl", "--db="+ovsdbAddr, "remove", "Open_vSwitch", ".", "external_ids", "ovsflow.io/deleting."+x.id+"/eth0"); err != nil {
+	if _, err := run("ovs-vsctl", "--db="+ovsdbAddr, "remove", "Open_vSwitch", ".", "external_ids", "ovsflow.io/deleting."+x.ID+"/eth0"); err != nil {
 		t.Fatal(err)
 	}
 	reconcile()
-	if got := h.flowsOf(t, xc.WithKind(flows.CookieKindPortSecurity)); len(got) == 0 {
+	if got := h.FlowsOf(t, xc.WithKind(flows.CookieKindPortSecurity)); len(got) == 0 {
 		t.Errorf("control: reconcile did not restore the flows of a port with no DEL under way")
 	}
 
@@ -510,7 +510,7 @@ func TestBusyInFlight(t *testing.T) {
 	if _, err := cli.AttachPort(ctx, b.UUID, spec); err != nil {
 		t.Fatalf("insert after AfterSweep: %v", err)
 	}
-	if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/ofport."+strconv.Itoa(res2.OFPort)) {
+	if ids := framework.Vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/ofport."+strconv.Itoa(res2.OFPort)) {
 		t.Errorf("the insert left its claim: %s", ids)
 	}
 
@@ -520,7 +520,7 @@ func TestBusyInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vsctl(t, "remove", "Open_vSwitch", ".", "external_ids", "ovsflow.io/ofport."+strconv.Itoa(res3.OFPort))
+	framework.Vsctl(t, "remove", "Open_vSwitch", ".", "external_ids", "ovsflow.io/ofport."+strconv.Itoa(res3.OFPort))
 	spec = ovsdb.PortSpec{Name: uniq("bi"), OFPort: res3.OFPort, Reservation: &res3, ExternalIDs: map[string]string{}}
 	if _, err := cli.AttachPort(ctx, b.UUID, spec); !errors.Is(err, ovsdb.ErrClaimLost) {
 		t.Fatalf("insert with its claim gone: got %v, want ErrClaimLost", err)
@@ -532,12 +532,12 @@ func TestBusyInFlight(t *testing.T) {
 // names it; after reconcile CHECK passes again.
 func TestBridgeCheckFlows(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", uniq("chk"), bridgeConf(br, t.TempDir(), nil)))
-	c := newContainer(t)
-	n.mustAdd(t, c, "eth0", nil)
-	t.Cleanup(func() { n.del(c, "eth0", nil) })
-	h := &ovsHost{bridge: br}
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", uniq("chk"), framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
+	c := framework.NewContainer(t)
+	n.MustAdd(t, c, "eth0", nil)
+	t.Cleanup(func() { n.Del(c, "eth0", nil) })
+	h := &framework.OVSHost{Bridge: br}
 	p := ofportOf(t, c)
 	reconcile := func() {
 		t.Helper()
@@ -545,31 +545,31 @@ func TestBridgeCheckFlows(t *testing.T) {
 			t.Fatalf("reconcile: %v: %s", err, out)
 		}
 	}
-	if err := n.check(c, "eth0", nil); err != nil {
+	if err := n.Check(c, "eth0", nil); err != nil {
 		t.Fatalf("CHECK after ADD: %v", err)
 	}
 	// The catch-all drop of the port goes.
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "--strict", "del-flows", h.ofTarget(), fmt.Sprintf("table=0,priority=390,in_port=%d,reg1=0/0x1", p)); err != nil {
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "--strict", "del-flows", h.OFTarget(), fmt.Sprintf("table=0,priority=390,in_port=%d,reg1=0/0x1", p)); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), "priority=390") {
+	if err := n.Check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), "priority=390") {
 		t.Errorf("CHECK with the port's drop flow gone: %v, want an error naming it", err)
 	}
 	reconcile()
-	if err := n.check(c, "eth0", nil); err != nil {
+	if err := n.Check(c, "eth0", nil); err != nil {
 		t.Errorf("CHECK after reconcile: %v", err)
 	}
 	// A flow of another attachment on its ofport.
 	other := flows.AttachmentCookie(uniq("ctr-"), "eth0").WithKind(flows.CookieKindPortSecurity)
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.ofTarget(),
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.OFTarget(),
 		fmt.Sprintf("cookie=%s,table=0,priority=400,in_port=%d,ip,actions=NORMAL", other, p)); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), "another attachment") {
+	if err := n.Check(c, "eth0", nil); err == nil || !strings.Contains(err.Error(), "another attachment") {
 		t.Errorf("CHECK with another attachment's flow on its ofport: %v, want an error saying so", err)
 	}
 	reconcile()
-	if err := n.check(c, "eth0", nil); err != nil {
+	if err := n.Check(c, "eth0", nil); err != nil {
 		t.Errorf("CHECK after reconcile removed the stale flow: %v", err)
 	}
 }
@@ -578,22 +578,22 @@ func TestBridgeCheckFlows(t *testing.T) {
 // the other bridge's flows are rebuilt, and the pass reports the one.
 func TestReconcilePastDeadEndpoint(t *testing.T) {
 	requireSandbox(t)
-	var cs []*container
-	var hs []*ovsHost
+	var cs []*framework.Container
+	var hs []*framework.OVSHost
 	for i := 0; i < 2; i++ {
-		br := newBridge(t)
-		n := newCNI(t, conflist("1.0.0", uniq("dead"), bridgeConf(br, t.TempDir(), nil)))
-		c := newContainer(t)
-		n.mustAdd(t, c, "eth0", nil)
-		t.Cleanup(func() { n.del(c, "eth0", nil) })
-		cs, hs = append(cs, c), append(hs, &ovsHost{bridge: br})
+		br := framework.NewBridge(t, "e2ebr")
+		n := framework.NewCNI(t, conflist("1.0.0", uniq("dead"), framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
+		c := framework.NewContainer(t)
+		n.MustAdd(t, c, "eth0", nil)
+		t.Cleanup(func() { n.Del(c, "eth0", nil) })
+		cs, hs = append(cs, c), append(hs, &framework.OVSHost{Bridge: br})
 	}
 	for i, h := range hs {
-		if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), flows.AttachmentCookie(cs[i].id, "eth0").AttachmentDelete().String()); err != nil {
+		if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.OFTarget(), flows.AttachmentCookie(cs[i].ID, "eth0").AttachmentDelete().String()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dead := strings.TrimPrefix(hs[1].ofTarget(), "unix:")
+	dead := strings.TrimPrefix(hs[1].OFTarget(), "unix:")
 	if err := os.Rename(dead, dead+".away"); err != nil {
 		t.Fatal(err)
 	}
@@ -601,13 +601,13 @@ func TestReconcilePastDeadEndpoint(t *testing.T) {
 	if rerr := os.Rename(dead+".away", dead); rerr != nil {
 		t.Fatal(rerr)
 	}
-	if err == nil || !strings.Contains(out, hs[1].bridge) {
-		t.Errorf("reconcile with %s not answering: %v, %q; want a failure naming it", hs[1].bridge, err, out)
+	if err == nil || !strings.Contains(out, hs[1].Bridge) {
+		t.Errorf("reconcile with %s not answering: %v, %q; want a failure naming it", hs[1].Bridge, err, out)
 	}
-	if got := hs[0].flowsOf(t, flows.AttachmentCookie(cs[0].id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(got) == 0 {
-		t.Errorf("reconcile gave up before the bridge that answers: %s has no port security flows", hs[0].bridge)
+	if got := hs[0].FlowsOf(t, flows.AttachmentCookie(cs[0].ID, "eth0").WithKind(flows.CookieKindPortSecurity)); len(got) == 0 {
+		t.Errorf("reconcile gave up before the bridge that answers: %s has no port security flows", hs[0].Bridge)
 	}
-	if got := hs[1].flowsOf(t, flows.AttachmentCookie(cs[1].id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(got) != 0 {
+	if got := hs[1].FlowsOf(t, flows.AttachmentCookie(cs[1].ID, "eth0").WithKind(flows.CookieKindPortSecurity)); len(got) != 0 {
 		t.Errorf("flows on the bridge that did not answer: %v", got)
 	}
 }
@@ -618,16 +618,16 @@ func TestReconcilePastDeadEndpoint(t *testing.T) {
 // home), with its own flows alone, and CHECK passes for both.
 func TestBusyDHCPOFPort(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", uniq("busydhcp"), dhcpConf(br, dhcpServer(t, br))))
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", uniq("busydhcp"), dhcpConf(br, dhcpServer(t, br))), nil)
 	for r := 0; r < 3; r++ {
 		idA, idB := collidingPair(uniq("dh"))
-		a, b := newContainer(t), newContainer(t)
-		a.id, b.id = idA, idB
-		cs := []*container{a, b}
+		a, b := framework.NewContainer(t), framework.NewContainer(t)
+		a.ID, b.ID = idA, idB
+		cs := []*framework.Container{a, b}
 		if err := errors.Join(parallel(2, func(i int) error {
-			if _, err := n.add(cs[i], "eth0", nil); err != nil {
-				return fmt.Errorf("ADD %s: %w", cs[i].id, err)
+			if _, err := n.Add(cs[i], "eth0", nil); err != nil {
+				return fmt.Errorf("ADD %s: %w", cs[i].ID, err)
 			}
 			return nil
 		})...); err != nil {
@@ -640,11 +640,11 @@ func TestBusyDHCPOFPort(t *testing.T) {
 		}
 		ownFlowsOnly(t, br, cs)
 		for _, c := range cs {
-			if err := n.check(c, "eth0", nil); err != nil {
-				t.Errorf("round %d: CHECK %s: %v", r, c.id, err)
+			if err := n.Check(c, "eth0", nil); err != nil {
+				t.Errorf("round %d: CHECK %s: %v", r, c.ID, err)
 			}
 		}
-		if err := errors.Join(parallel(2, func(i int) error { return n.del(cs[i], "eth0", nil) })...); err != nil {
+		if err := errors.Join(parallel(2, func(i int) error { return n.Del(cs[i], "eth0", nil) })...); err != nil {
 			t.Fatalf("round %d: DEL: %v", r, err)
 		}
 		if t.Failed() {
@@ -658,34 +658,34 @@ func TestBusyDHCPOFPort(t *testing.T) {
 // holder's flows as they were, through its DEL too.
 func TestBusyDHCPCookie(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", uniq("busydhcp"), dhcpConf(br, dhcpServer(t, br))))
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", uniq("busydhcp"), dhcpConf(br, dhcpServer(t, br))), nil)
 	const idA, idB = "cookie-14922038", "cookie-20154016" // see TestBusyCookieCollision
-	a, b := newContainer(t), newContainer(t)
-	a.id, b.id = idA, idB
-	n.mustAdd(t, a, "eth0", nil)
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	h := &ovsHost{bridge: br}
+	a, b := framework.NewContainer(t), framework.NewContainer(t)
+	a.ID, b.ID = idA, idB
+	n.MustAdd(t, a, "eth0", nil)
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	h := &framework.OVSHost{Bridge: br}
 	sec := flows.AttachmentCookie(idA, "eth0").WithKind(flows.CookieKindPortSecurity)
-	before := h.flowsOf(t, sec)
+	before := h.FlowsOf(t, sec)
 	if len(before) == 0 {
 		t.Fatalf("the holder %s has no port security flows", idA)
 	}
-	_, err := n.add(b, "eth0", nil)
+	_, err := n.Add(b, "eth0", nil)
 	if code := cniCode(err); code != 4 || !strings.Contains(err.Error(), idA) {
 		t.Errorf("dhcp ADD whose cookie is %s's: got code %d, %v; want code 4 naming it", idA, code, err)
 	}
-	if got := h.flowsOf(t, sec); !slices.Equal(got, before) {
+	if got := h.FlowsOf(t, sec); !slices.Equal(got, before) {
 		t.Errorf("the holder's flows after the refused ADD: %v, want %v", got, before)
 	}
-	if err := n.del(b, "eth0", nil); err != nil {
+	if err := n.Del(b, "eth0", nil); err != nil {
 		t.Fatalf("DEL of the refused attachment: %v", err)
 	}
-	if got := h.flowsOf(t, sec); !slices.Equal(got, before) {
+	if got := h.FlowsOf(t, sec); !slices.Equal(got, before) {
 		t.Errorf("the holder's flows after the refused attachment's DEL: %v, want %v", got, before)
 	}
-	ownFlowsOnly(t, br, []*container{a})
-	if err := n.check(a, "eth0", nil); err != nil {
+	ownFlowsOnly(t, br, []*framework.Container{a})
+	if err := n.Check(a, "eth0", nil); err != nil {
 		t.Errorf("CHECK of the holder: %v", err)
 	}
 }
@@ -694,7 +694,7 @@ func TestBusyDHCPCookie(t *testing.T) {
 func attachmentFlows(t *testing.T, br, id string) []string {
 	t.Helper()
 	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows",
-		(&ovsHost{bridge: br}).ofTarget(), flows.AttachmentCookie(id, "eth0").AttachmentDelete().String())
+		(&framework.OVSHost{Bridge: br}).OFTarget(), flows.AttachmentCookie(id, "eth0").AttachmentDelete().String())
 	if err != nil {
 		t.Fatalf("dump-flows: %v", err)
 	}
@@ -717,29 +717,29 @@ func attachmentFlows(t *testing.T, br, id string) []string {
 // CHECK.
 func TestBusyGC(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	br := h.bridge
-	n := h.portmapList(t, "1.1.0", uniq("busygc"), nil)
+	h := framework.NewOVSHost(t)
+	br := h.Bridge
+	n := h.PortmapList(t, "1.1.0", uniq("busygc"), nil)
 	rounds := 15
 	if framework.Slowdown > 1 {
 		rounds = 5 // software emulation (hack/ovs-vm.sh): behaviour, not load
 	}
 	var passes atomic.Int64
 	for r := 0; r < rounds; r++ {
-		old := make([]*container, 12) // even: kept, odd: GC'd
-		caps := map[*container]map[string]any{}
+		old := make([]*framework.Container, 12) // even: kept, odd: GC'd
+		caps := map[*framework.Container]map[string]any{}
 		for i := range old {
-			old[i] = newContainer(t)
+			old[i] = framework.NewContainer(t)
 			caps[old[i]] = mappings(pm(20000+100*r+2*i, 80, "tcp", ""), pm(20001+100*r+2*i, 53, "udp", ""))
 		}
 		if err := errors.Join(parallel(len(old), func(i int) error {
-			_, err := n.add(old[i], "eth0", caps[old[i]])
+			_, err := n.Add(old[i], "eth0", caps[old[i]])
 			return err
 		})...); err != nil {
 			t.Fatalf("round %d: ADD: %v", r, err)
 		}
-		racing := []*container{newContainer(t), newContainer(t)}
-		var kept, gone []*container
+		racing := []*framework.Container{framework.NewContainer(t), framework.NewContainer(t)}
+		var kept, gone []*framework.Container
 		var valid []types.GCAttachment
 		for i, c := range append(old, racing...) {
 			if i < len(old) && i%2 == 1 {
@@ -747,11 +747,11 @@ func TestBusyGC(t *testing.T) {
 				continue
 			}
 			kept = append(kept, c)
-			valid = append(valid, types.GCAttachment{ContainerID: c.id, IfName: "eth0"})
+			valid = append(valid, types.GCAttachment{ContainerID: c.ID, IfName: "eth0"})
 		}
 		t.Cleanup(func() {
 			for _, c := range kept {
-				n.del(c, "eth0", caps[c])
+				n.Del(c, "eth0", caps[c])
 			}
 		})
 
@@ -776,7 +776,7 @@ func TestBusyGC(t *testing.T) {
 				// With a cache of its own, libcni DELs nothing first: the
 				// plugins' GC does all the work.
 				gcCfg := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
-				err := gcCfg.GCNetworkList(context.Background(), n.list, &libcni.GCArgs{ValidAttachments: valid})
+				err := gcCfg.GCNetworkList(context.Background(), n.List, &libcni.GCArgs{ValidAttachments: valid})
 				// No pass begins after the GC: a pass would remove what
 				// an earlier one wrote back.
 				close(stop)
@@ -785,8 +785,8 @@ func TestBusyGC(t *testing.T) {
 				}
 				return nil
 			}
-			if _, err := n.add(racing[i-1], "eth0", nil); err != nil {
-				return fmt.Errorf("ADD %s during the GC: %w", racing[i-1].id, err)
+			if _, err := n.Add(racing[i-1], "eth0", nil); err != nil {
+				return fmt.Errorf("ADD %s during the GC: %w", racing[i-1].ID, err)
 			}
 			return nil
 		})
@@ -796,33 +796,33 @@ func TestBusyGC(t *testing.T) {
 		}
 
 		for _, c := range gone {
-			if fl := attachmentFlows(t, br, c.id); len(fl) > 0 {
-				t.Errorf("round %d: flows of the GC'd attachment %s: %v", r, c.id, fl)
+			if fl := attachmentFlows(t, br, c.ID); len(fl) > 0 {
+				t.Errorf("round %d: flows of the GC'd attachment %s: %v", r, c.ID, fl)
 			}
-			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) > 0 {
-				t.Errorf("round %d: ports of the GC'd attachment %s: %v", r, c.id, ports)
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) > 0 {
+				t.Errorf("round %d: ports of the GC'd attachment %s: %v", r, c.ID, ports)
 			}
-			if slices.Contains(ourVeths(t), hostVeth(c, "eth0")) {
-				t.Errorf("round %d: the veth of the GC'd attachment %s is left", r, c.id)
+			if slices.Contains(framework.OurVeths(t), c.HostVeth("eth0")) {
+				t.Errorf("round %d: the veth of the GC'd attachment %s is left", r, c.ID)
 			}
 		}
-		if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/deleting.") ||
+		if ids := framework.Vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, "ovsflow.io/deleting.") ||
 			strings.Contains(ids, "ovsflow.io/ofport.") {
 			t.Errorf("round %d: in-flight records left: %s", r, ids)
 		}
 		ownFlowsOnly(t, br, kept)
 		for _, c := range kept {
-			if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 1 {
-				t.Errorf("round %d: the kept attachment %s has ports %v, want one", r, c.id, ports)
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 1 {
+				t.Errorf("round %d: the kept attachment %s has ports %v, want one", r, c.ID, ports)
 			}
-			if err := n.check(c, "eth0", caps[c]); err != nil {
-				t.Errorf("round %d: CHECK of the kept attachment %s: %v", r, c.id, err)
+			if err := n.Check(c, "eth0", caps[c]); err != nil {
+				t.Errorf("round %d: CHECK of the kept attachment %s: %v", r, c.ID, err)
 			}
 		}
 		if t.Failed() {
 			t.FailNow()
 		}
-		if err := errors.Join(parallel(len(kept), func(i int) error { return n.del(kept[i], "eth0", caps[kept[i]]) })...); err != nil {
+		if err := errors.Join(parallel(len(kept), func(i int) error { return n.Del(kept[i], "eth0", caps[kept[i]]) })...); err != nil {
 			t.Fatalf("round %d: DEL: %v", r, err)
 		}
 	}
@@ -839,11 +839,11 @@ func TestBusyGC(t *testing.T) {
 // removes the veth: the control.
 func TestBusyGCLeavesADDInFlight(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.1.0", uniq("busygcadd"), bridgeConf(br, t.TempDir(), nil)))
-	x := newContainer(t)
-	n.mustAdd(t, x, "eth0", nil)
-	t.Cleanup(func() { n.del(x, "eth0", nil) })
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.1.0", uniq("busygcadd"), framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
+	x := framework.NewContainer(t)
+	n.MustAdd(t, x, "eth0", nil)
+	t.Cleanup(func() { n.Del(x, "eth0", nil) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cli, err := ovsdb.Dial(ctx, ovsdbEP)
@@ -851,31 +851,31 @@ func TestBusyGCLeavesADDInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	vsctl(t, "del-port", br, hostVeth(x, "eth0"))
-	att := ovsdb.Attachment{ContainerID: x.id, IfName: "eth0"}
-	res, err := cli.Reserve(ctx, att, ovsdb.HomeOFPort(att), flows.AttachmentCookie(x.id, "eth0").String())
+	framework.Vsctl(t, "del-port", br, x.HostVeth("eth0"))
+	att := ovsdb.Attachment{ContainerID: x.ID, IfName: "eth0"}
+	res, err := cli.Reserve(ctx, att, ovsdb.HomeOFPort(att), flows.AttachmentCookie(x.ID, "eth0").String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	gc := func() {
 		t.Helper()
 		gcCfg := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
-		if err := gcCfg.GCNetworkList(ctx, n.list, &libcni.GCArgs{}); err != nil {
+		if err := gcCfg.GCNetworkList(ctx, n.List, &libcni.GCArgs{}); err != nil {
 			t.Fatalf("GC: %v", err)
 		}
 	}
 	gc()
-	if !slices.Contains(ourVeths(t), hostVeth(x, "eth0")) {
+	if !slices.Contains(framework.OurVeths(t), x.HostVeth("eth0")) {
 		t.Errorf("GC removed the veth of an ADD in flight")
 	}
-	if ids := vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); !strings.Contains(ids, "ovsflow.io/ofport."+strconv.Itoa(res.OFPort)) {
+	if ids := framework.Vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); !strings.Contains(ids, "ovsflow.io/ofport."+strconv.Itoa(res.OFPort)) {
 		t.Errorf("GC removed the claims of an ADD in flight: %s", ids)
 	}
 	if err := cli.Release(ctx, res); err != nil {
 		t.Fatal(err)
 	}
 	gc()
-	if slices.Contains(ourVeths(t), hostVeth(x, "eth0")) {
+	if slices.Contains(framework.OurVeths(t), x.HostVeth("eth0")) {
 		t.Errorf("control: GC left the veth of an attachment with no port and no ADD in flight")
 	}
 }
@@ -887,21 +887,22 @@ func TestBusyGCLeavesADDInFlight(t *testing.T) {
 // attachment is left, and its port security flows are there.
 func TestBusyPortmapDel(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	network := uniq("busypm")
-	n := h.portmapList(t, "1.1.0", network, nil)
-	pmOnly := newCNI(t, conflist("1.1.0", network,
-		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}))
+	n := h.PortmapList(t, "1.1.0", network, nil)
+	pmOnly := framework.NewCNI(t, conflist("1.1.0", network,
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}), nil)
+
 	rounds := 20
 	if framework.Slowdown > 1 {
 		rounds = 5 // software emulation (hack/ovs-vm.sh): behaviour, not load
 	}
 	var passes atomic.Int64
 	for r := 0; r < rounds; r++ {
-		c := newContainer(t)
+		c := framework.NewContainer(t)
 		caps := mappings(pm(21000+2*r, 80, "tcp", ""), pm(21001+2*r, 53, "udp", ""))
-		n.mustAdd(t, c, "eth0", caps)
-		t.Cleanup(func() { n.del(c, "eth0", caps) })
+		n.MustAdd(t, c, "eth0", caps)
+		t.Cleanup(func() { n.Del(c, "eth0", caps) })
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -919,22 +920,22 @@ func TestBusyPortmapDel(t *testing.T) {
 			}
 		}()
 		time.Sleep(time.Duration(r%4) * 20 * time.Millisecond) // time is the subject: DEL meets the sweeper at a different point each round
-		err := pmOnly.del(c, "eth0", caps)
+		err := pmOnly.Del(c, "eth0", caps)
 		close(stop)
 		wg.Wait()
 		if err != nil {
 			t.Fatalf("round %d: ovs-portmap DEL: %v", r, err)
 		}
-		if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0")); len(fl) > 0 {
-			t.Errorf("round %d: host port flows of %s after ovs-portmap's DEL: %v", r, c.id, fl)
+		if fl := h.FlowsOf(t, flows.AttachmentCookie(c.ID, "eth0")); len(fl) > 0 {
+			t.Errorf("round %d: host port flows of %s after ovs-portmap's DEL: %v", r, c.ID, fl)
 		}
-		if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0").WithKind(flows.CookieKindPortSecurity)); len(fl) == 0 {
-			t.Errorf("round %d: %s lost its port security flows to ovs-portmap's DEL", r, c.id)
+		if fl := h.FlowsOf(t, flows.AttachmentCookie(c.ID, "eth0").WithKind(flows.CookieKindPortSecurity)); len(fl) == 0 {
+			t.Errorf("round %d: %s lost its port security flows to ovs-portmap's DEL", r, c.ID)
 		}
 		if t.Failed() {
 			t.FailNow()
 		}
-		if err := n.del(c, "eth0", caps); err != nil {
+		if err := n.Del(c, "eth0", caps); err != nil {
 			t.Fatalf("round %d: DEL: %v", r, err)
 		}
 	}

@@ -39,30 +39,30 @@ func sandboxOVSDB(t *testing.T, up bool) {
 // nft elements, address; and a new sandbox takes the same host port.
 func TestDelOVSDBUnreachable(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	dataDir := t.TempDir()
 	const network = "delna"
-	bridge := bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true})
+	bridge := framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true})
 	portmap := map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}
 	bandwidth := map[string]any{"type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"bandwidth": true}}
-	n := newCNI(t, conflist("1.1.0", network, bridge, portmap, bandwidth))
+	n := framework.NewCNI(t, conflist("1.1.0", network, bridge, portmap, bandwidth), nil)
 
-	c := newContainer(t)
+	c := framework.NewContainer(t)
 	caps := mappings(pm(8195, 80, "tcp", ""))
-	maps.Copy(caps, limits(bwRate, bwBurst, bwRate, bwBurst))
-	r := n.mustAdd(t, c, "eth0", caps)
-	v4 := addrOf(t, r, false)
-	cookie := flows.AttachmentCookie(c.id, "eth0")
+	maps.Copy(caps, framework.Limits(bwRate, bwBurst, bwRate, bwBurst))
+	r := n.MustAdd(t, c, "eth0", caps)
+	v4 := framework.AddrOf(t, r, false)
+	cookie := flows.AttachmentCookie(c.ID, "eth0")
 	nftHolds := func() bool {
 		out, _ := run("nft", "list", "map", "ip", "ovsflow_hostport", "hostports")
 		return strings.Contains(out, v4)
 	}
-	if len(portsOf(t, ovsdb.KeyContainerID, c.id)) != 1 || len(h.flowsOf(t, cookie)) == 0 || !nftHolds() ||
+	if len(framework.PortsOf(t, ovsdb.KeyContainerID, c.ID)) != 1 || len(h.FlowsOf(t, cookie)) == 0 || !nftHolds() ||
 		!slices.Contains(allocations(t, dataDir, network), v4) {
 		t.Fatalf("after ADD: ports %v, flows %v, nft element %v, allocations %v: the test proves nothing",
-			portsOf(t, ovsdb.KeyContainerID, c.id), h.flowsOf(t, cookie), nftHolds(), allocations(t, dataDir, network))
+			framework.PortsOf(t, ovsdb.KeyContainerID, c.ID), h.FlowsOf(t, cookie), nftHolds(), allocations(t, dataDir, network))
 	}
-	h.wantLimits(t, c, "eth0")
+	wantLimits(h, t, c, "eth0")
 
 	sandboxOVSDB(t, false)
 	down := true
@@ -72,23 +72,23 @@ func TestDelOVSDBUnreachable(t *testing.T) {
 		}
 	})
 	// The sandbox's netns goes, and with it the veth pair.
-	c.ns.Close()
-	if err := testutils.UnmountNS(c.ns); err != nil {
+	c.NS.Close()
+	if err := testutils.UnmountNS(c.NS); err != nil {
 		t.Fatal(err)
 	}
-	veth := hostVeth(c, "eth0")
+	veth := c.HostVeth("eth0")
 	if !framework.Until(30*time.Second, func() bool { return !link.Exists(veth) }) {
 		t.Fatalf("host veth %s still there after its netns was deleted", veth)
 	}
 
 	for _, p := range []map[string]any{bandwidth, portmap, bridge} {
-		one := newCNI(t, conflist("1.1.0", network, p))
-		err := one.del(c, "eth0", caps)
-		if cniCode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), "ovsdb unreachable") || !strings.Contains(err.Error(), c.id) {
-			t.Errorf("%s DEL with ovsdb-server stopped: got %v (code %d), want code 11 naming ovsdb and %s", p["type"], err, cniCode(err), c.id)
+		one := framework.NewCNI(t, conflist("1.1.0", network, p), nil)
+		err := one.Del(c, "eth0", caps)
+		if cniCode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), "ovsdb unreachable") || !strings.Contains(err.Error(), c.ID) {
+			t.Errorf("%s DEL with ovsdb-server stopped: got %v (code %d), want code 11 naming ovsdb and %s", p["type"], err, cniCode(err), c.ID)
 		}
 	}
-	if err := n.del(c, "eth0", caps); cniCode(err) != types.ErrTryAgainLater {
+	if err := n.Del(c, "eth0", caps); cniCode(err) != types.ErrTryAgainLater {
 		t.Errorf("DEL of the chain with ovsdb-server stopped: got %v (code %d), want code 11", err, cniCode(err))
 	}
 	if !slices.Contains(allocations(t, dataDir, network), v4) {
@@ -100,16 +100,16 @@ func TestDelOVSDBUnreachable(t *testing.T) {
 
 	sandboxOVSDB(t, true)
 	down = false
-	if err := n.del(c, "eth0", caps); err != nil {
+	if err := n.Del(c, "eth0", caps); err != nil {
 		t.Fatalf("DEL retried with ovsdb-server back: %v", err)
 	}
-	if ps := portsOf(t, ovsdb.KeyContainerID, c.id); len(ps) != 0 {
+	if ps := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ps) != 0 {
 		t.Errorf("ports left: %v", ps)
 	}
-	if fl := h.flowsOf(t, cookie); len(fl) != 0 {
+	if fl := h.FlowsOf(t, cookie); len(fl) != 0 {
 		t.Errorf("flows left: %v", fl)
 	}
-	h.wantNoLimits(t, c, "eth0", "")
+	wantNoLimits(h, t, c, "eth0", "")
 	if nftHolds() {
 		t.Errorf("nft element of %s left", v4)
 	}
@@ -117,15 +117,15 @@ func TestDelOVSDBUnreachable(t *testing.T) {
 		t.Errorf("address %s still allocated: %v", v4, got)
 	}
 	// A DEL once everything is gone still succeeds.
-	if err := n.del(c, "eth0", caps); err != nil {
+	if err := n.Del(c, "eth0", caps); err != nil {
 		t.Errorf("DEL again: %v", err)
 	}
 
 	// The host port is free: a new sandbox takes it and answers.
-	next := newContainer(t)
+	next := framework.NewContainer(t)
 	nextCaps := mappings(pm(8195, 80, "tcp", ""))
-	n.mustAdd(t, next, "eth0", nextCaps)
-	t.Cleanup(func() { n.del(next, "eth0", nextCaps) })
-	next.serveTCP(t, 80)
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8195), next, outsideV4)
+	n.MustAdd(t, next, "eth0", nextCaps)
+	t.Cleanup(func() { n.Del(next, "eth0", nextCaps) })
+	next.ServeTCP(t, 80)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8195), next, outsideV4)
 }

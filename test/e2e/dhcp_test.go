@@ -18,24 +18,24 @@ import (
 // a DHCP server on the bridge (dnsmasq in a netns of its own).
 func TestBridgeDHCP(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", "dhcp", dhcpConf(br, dhcpServer(t, br))))
-	c := newContainer(t)
-	r, err := n.add(c, "eth0", nil)
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", "dhcp", dhcpConf(br, dhcpServer(t, br))), nil)
+	c := framework.NewContainer(t)
+	r, err := n.Add(c, "eth0", nil)
 	if err != nil {
 		t.Fatalf("ADD with dhcp: %v", err)
 	}
-	got := addrOf(t, r, false)
+	got := framework.AddrOf(t, r, false)
 	if !strings.HasPrefix(got, "192.0.2.1") {
 		t.Errorf("leased %s, want one of 192.0.2.100-150", got)
 	}
-	if err := c.ping("192.0.2.254"); err != nil {
+	if err := c.Ping("192.0.2.254"); err != nil {
 		t.Errorf("ping the DHCP server from the leased address: %v", err)
 	}
-	if err := n.del(c, "eth0", nil); err != nil {
+	if err := n.Del(c, "eth0", nil); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
 		t.Errorf("ports %v left", ports)
 	}
 }
@@ -43,7 +43,7 @@ func TestBridgeDHCP(t *testing.T) {
 // dhcpConf is the ovs-bridge config of a network on br whose addresses the
 // CNI dhcp daemon at sock leases.
 func dhcpConf(br, sock string) map[string]any {
-	return bridgeConf(br, "", map[string]any{"ipam": map[string]any{"type": "dhcp", "daemonSocketPath": sock}})
+	return framework.BridgeConf(br, ovsdbAddr, "", map[string]any{"ipam": map[string]any{"type": "dhcp", "daemonSocketPath": sock}})
 }
 
 // dhcpServer puts a DHCP server (dnsmasq, 192.0.2.254, leases
@@ -51,9 +51,9 @@ func dhcpConf(br, sock string) map[string]any {
 // CNI dhcp daemon, and returns the daemon's socket.
 func dhcpServer(t *testing.T, br string) string {
 	t.Helper()
-	srv := newContainer(t)
+	srv := framework.NewContainer(t)
 	upl := uniq("dhs")
-	if _, err := run("ip", "link", "add", upl, "type", "veth", "peer", "name", "eth0", "netns", srv.name); err != nil {
+	if _, err := run("ip", "link", "add", upl, "type", "veth", "peer", "name", "eth0", "netns", srv.Name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { run("ip", "link", "del", upl) })
@@ -65,7 +65,7 @@ func dhcpServer(t *testing.T, br string) string {
 		}
 	}
 	run("ip", "link", "set", upl, "up")
-	vsctl(t, "add-port", br, upl)
+	framework.Vsctl(t, "add-port", br, upl)
 	setup := [][]string{
 		{"ip", "addr", "add", "192.0.2.254/24", "dev", "eth0"},
 		{"ip", "link", "set", "eth0", "up"},
@@ -77,12 +77,12 @@ func dhcpServer(t *testing.T, br string) string {
 		setup = append(setup, []string{"ethtool", "-K", "eth0", "tx", "off"})
 	}
 	for _, args := range setup {
-		if _, err := srv.exec(args...); err != nil {
+		if _, err := srv.Exec(args...); err != nil {
 			t.Fatal(err)
 		}
 	}
 	dir := t.TempDir()
-	dnsmasq := exec.Command("ip", "netns", "exec", srv.name, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
+	dnsmasq := exec.Command("ip", "netns", "exec", srv.Name, "dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null",
 		"--port=0", "--interface=eth0", "--bind-interfaces", "--dhcp-range=192.0.2.100,192.0.2.150,255.255.255.0,1h",
 		"--dhcp-leasefile="+filepath.Join(dir, "leases"), "--pid-file="+filepath.Join(dir, "dnsmasq.pid"))
 	if err := dnsmasq.Start(); err != nil {

@@ -9,11 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ovsflow/ovs-cni/pkg/metrics"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // dropCounts reads the port-security drop counters of container c's eth0
 // by reason, through pkg/metrics in process, as Prometheus scrapes them.
-func dropCounts(t *testing.T, c *container) map[string]float64 {
+func dropCounts(t *testing.T, c *framework.Container) map[string]float64 {
 	t.Helper()
 	// The flows' counters follow the datapath's once a revalidation round
 	// has pushed its statistics: wait for one, instead of for a while.
@@ -34,7 +35,7 @@ func dropCounts(t *testing.T, c *container) map[string]float64 {
 			for _, p := range m.GetLabel() {
 				l[p.GetName()] = p.GetValue()
 			}
-			if l["container"] == c.id && l["ifname"] == "eth0" {
+			if l["container"] == c.ID && l["ifname"] == "eth0" {
 				out[l["reason"]] = m.GetCounter().GetValue()
 			}
 		}
@@ -72,11 +73,11 @@ func zoneMetrics(t *testing.T, zone int) (entries, limit float64) {
 
 // dropWatch is the drop counters of one attachment when an attack starts.
 type dropWatch struct {
-	c      *container
+	c      *framework.Container
 	before map[string]float64
 }
 
-func watchDrops(t *testing.T, c *container) *dropWatch {
+func watchDrops(t *testing.T, c *framework.Container) *dropWatch {
 	t.Helper()
 	return &dropWatch{c, dropCounts(t, c)}
 }
@@ -92,7 +93,7 @@ func (w *dropWatch) check(t *testing.T, blocked bool, reasons ...string) {
 	if blocked {
 		for _, r := range reasons {
 			if now[r] <= w.before[r] {
-				t.Errorf("drop counter %s of %s: got %v, was %v, want it to move (counters now: %v)", r, w.c.id, now[r], w.before[r], now)
+				t.Errorf("drop counter %s of %s: got %v, was %v, want it to move (counters now: %v)", r, w.c.ID, now[r], w.before[r], now)
 			}
 		}
 		return
@@ -102,7 +103,7 @@ func (w *dropWatch) check(t *testing.T, blocked bool, reasons ...string) {
 	}
 	for _, r := range reasons {
 		if now[r] != w.before[r] {
-			t.Errorf("control: drop counter %s of %s moved from %v to %v", r, w.c.id, w.before[r], now[r])
+			t.Errorf("control: drop counter %s of %s moved from %v to %v", r, w.c.ID, w.before[r], now[r])
 		}
 	}
 }
@@ -114,12 +115,12 @@ func (w *dropWatch) expect(t *testing.T, moved, unmoved []string) {
 	now := dropCounts(t, w.c)
 	for _, r := range moved {
 		if now[r] <= w.before[r] {
-			t.Errorf("drop counter %s of %s: got %v, was %v, want it to move (counters now: %v)", r, w.c.id, now[r], w.before[r], now)
+			t.Errorf("drop counter %s of %s: got %v, was %v, want it to move (counters now: %v)", r, w.c.ID, now[r], w.before[r], now)
 		}
 	}
 	for _, r := range unmoved {
 		if now[r] != w.before[r] {
-			t.Errorf("drop counter %s of %s moved from %v to %v, want it still", r, w.c.id, w.before[r], now[r])
+			t.Errorf("drop counter %s of %s moved from %v to %v, want it still", r, w.c.ID, w.before[r], now[r])
 		}
 	}
 }

@@ -29,20 +29,20 @@ func TestGatewayWithdrawnWithItsRange(t *testing.T) {
 	const gwA, gwB, gwOld = "10.10.0.1", "10.20.0.1", "10.30.0.1"
 	nA := l.network("range-a", map[string]any{"ipam": ipamOf("10.10.0.0/24", gwA)}, nil)
 	nB := l.network("range-b", map[string]any{"ipam": ipamOf("10.20.0.0/24", gwB)}, nil)
-	onBridge := func(gw string) bool { return slices.Contains(bridgeAddrs(t, l.bridge), gw) }
+	onBridge := func(gw string) bool { return slices.Contains(bridgeAddrs(t, l.Bridge), gw) }
 	recorded := func(gw string) bool {
-		return strings.Contains(vsctl(t, "get", "Bridge", l.bridge, "external_ids"), record.KeyGatewayPrefix+gw+"/24")
+		return strings.Contains(framework.Vsctl(t, "get", "Bridge", l.Bridge, "external_ids"), record.KeyGatewayPrefix+gw+"/24")
 	}
 	state := func(gw string) string {
 		return "on the bridge " + boolStr(onBridge(gw)) + ", recorded " + boolStr(recorded(gw))
 	}
 
-	a := newContainer(t)
-	nA.mustAdd(t, a, "eth0", nil)
+	a := framework.NewContainer(t)
+	nA.MustAdd(t, a, "eth0", nil)
 	if !onBridge(gwA) || !recorded(gwA) {
 		t.Fatalf("gateway %s after ADD: %s: the test proves nothing", gwA, state(gwA))
 	}
-	if err := nA.del(a, "eth0", nil); err != nil {
+	if err := nA.Del(a, "eth0", nil); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
 	b := l.join(nB, "b", nil)
@@ -54,8 +54,8 @@ func TestGatewayWithdrawnWithItsRange(t *testing.T) {
 	}
 
 	// A record left by a version that did not withdraw them.
-	vsctl(t, "set", "Bridge", l.bridge, `external_ids:"`+record.KeyGatewayPrefix+gwOld+`/24"=1`)
-	if _, err := run("ip", "addr", "add", gwOld+"/24", "dev", l.bridge); err != nil {
+	framework.Vsctl(t, "set", "Bridge", l.Bridge, `external_ids:"`+record.KeyGatewayPrefix+gwOld+`/24"=1`)
+	if _, err := run("ip", "addr", "add", gwOld+"/24", "dev", l.Bridge); err != nil {
 		t.Fatal(err)
 	}
 
@@ -70,7 +70,7 @@ func TestGatewayWithdrawnWithItsRange(t *testing.T) {
 	if !onBridge(gwB) || !recorded(gwB) {
 		t.Errorf("gateway %s after an ovs-vswitchd restart and reconcile: %s; want both", gwB, state(gwB))
 	}
-	pollUntil(t, "container b pings its gateway "+gwB, func() bool { return b.ping(gwB) == nil })
+	pollUntil(t, "container b pings its gateway "+gwB, func() bool { return b.Ping(gwB) == nil })
 }
 
 // reconcileOnce runs `ovs-portmap reconcile` until a pass succeeds (it
@@ -104,31 +104,31 @@ func TestGatewayKeptForConcurrentAdd(t *testing.T) {
 	const gw = "10.40.0.1"
 	n := l.network("range-c", map[string]any{"ipam": map[string]any{"type": "host-local", "dataDir": l.dir,
 		"ranges": []any{[]any{map[string]any{"subnet": "10.40.0.0/24", "gateway": gw}}}}}, nil)
-	prev := newContainer(t)
-	n.mustAdd(t, prev, "eth0", nil)
+	prev := framework.NewContainer(t)
+	n.MustAdd(t, prev, "eth0", nil)
 	for round := 0; round < 8; round++ {
-		next := newContainer(t)
+		next := framework.NewContainer(t)
 		var wg sync.WaitGroup
 		var delErr, addErr, recErr error
 		var recOut string
 		wg.Add(3)
-		go func() { defer wg.Done(); delErr = n.del(prev, "eth0", nil) }()
-		go func() { defer wg.Done(); _, addErr = n.add(next, "eth0", nil) }()
+		go func() { defer wg.Done(); delErr = n.Del(prev, "eth0", nil) }()
+		go func() { defer wg.Done(); _, addErr = n.Add(next, "eth0", nil) }()
 		go func() {
 			defer wg.Done()
 			recOut, recErr = run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
 		}()
 		wg.Wait()
-		t.Cleanup(func() { n.del(next, "eth0", nil) })
+		t.Cleanup(func() { n.Del(next, "eth0", nil) })
 		if delErr != nil || addErr != nil || recErr != nil {
 			t.Fatalf("round %d: DEL %v, ADD %v, reconcile %v: %s", round, delErr, addErr, recErr, recOut)
 		}
-		ids := vsctl(t, "get", "Bridge", l.bridge, "external_ids")
-		if !slices.Contains(bridgeAddrs(t, l.bridge), gw) || !strings.Contains(ids, record.KeyGatewayPrefix+gw+"/24") {
+		ids := framework.Vsctl(t, "get", "Bridge", l.Bridge, "external_ids")
+		if !slices.Contains(bridgeAddrs(t, l.Bridge), gw) || !strings.Contains(ids, record.KeyGatewayPrefix+gw+"/24") {
 			t.Fatalf("round %d: gateway %s of the container just added: addresses %v, bridge external_ids %s",
-				round, gw, bridgeAddrs(t, l.bridge), ids)
+				round, gw, bridgeAddrs(t, l.Bridge), ids)
 		}
-		if err := next.ping(gw); err != nil {
+		if err := next.Ping(gw); err != nil {
 			t.Fatalf("round %d: the container just added does not reach its gateway: %v", round, err)
 		}
 		prev = next

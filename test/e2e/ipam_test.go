@@ -14,6 +14,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // An IPAM plugin that never answers ADD does not hang ovs-bridge's ADD: the
@@ -24,7 +25,7 @@ import (
 // CNI_PATH). Control: the same plugin answering, the same ADD succeeds.
 func TestBridgeIPAMHangs(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	for _, name := range []string{"hung", "dhcp"} {
 		t.Run(name, func(t *testing.T) {
 			fake := t.TempDir()
@@ -50,34 +51,34 @@ exit 0
 					}
 				}
 			})
-			conf := bridgeConf(br, "", map[string]any{"ipam": map[string]any{"type": name}})
-			n := newCNI(t, conflist("1.0.0", "ipamhang"+name, conf), fake)
+			conf := framework.BridgeConf(br, ovsdbAddr, "", map[string]any{"ipam": map[string]any{"type": name}})
+			n := framework.NewCNI(t, conflist("1.0.0", "ipamhang"+name, conf), nil, fake)
 
-			control := newContainer(t)
-			if _, err := n.add(control, "eth0", nil); err != nil {
+			control := framework.NewContainer(t)
+			if _, err := n.Add(control, "eth0", nil); err != nil {
 				t.Fatalf("control: ADD with the plugin answering: %v", err)
 			}
-			if err := n.del(control, "eth0", nil); err != nil {
+			if err := n.Del(control, "eth0", nil); err != nil {
 				t.Fatalf("control: DEL: %v", err)
 			}
 
 			if err := os.WriteFile(filepath.Join(fake, "hang"), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			c := newContainer(t)
+			c := framework.NewContainer(t)
 			// The runtime's own bound, far beyond ovs-bridge's (its command
 			// timeout, then its rollback's): past it, the ADD hangs, and
 			// libcni kills it.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*cnicmd.Timeout+time.Minute)
 			defer cancel()
-			_, err := n.cfg.AddNetworkList(ctx, n.list, c.rt("eth0", nil))
-			t.Cleanup(func() { n.del(c, "eth0", nil) })
+			_, err := n.Cfg.AddNetworkList(ctx, n.List, c.RT("eth0", nil))
+			t.Cleanup(func() { n.Del(c, "eth0", nil) })
 			if err == nil || !strings.Contains(err.Error(), `ipam "`+name+`"`) || !strings.Contains(err.Error(), "context deadline exceeded") {
 				t.Fatalf("ADD with IPAM hung: got %v, want ovs-bridge's error naming the IPAM plugin and the deadline", err)
 			}
-			assertNothingLeft(t, c.id, t.TempDir(), "")
+			assertNothingLeft(t, c.ID, t.TempDir(), "")
 			out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows",
-				(&ovsHost{bridge: br}).ofTarget(), flows.AttachmentCookie(c.id, "eth0").AttachmentDelete().String())
+				(&framework.OVSHost{Bridge: br}).OFTarget(), flows.AttachmentCookie(c.ID, "eth0").AttachmentDelete().String())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,10 +98,10 @@ exit 0
 // container gets that IPv4 address, and an IPv6 one of host-local's choice).
 func TestBridgeIPsRequestedTwiceAsMultusDoes(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	dataDir := t.TempDir()
-	conf := bridgeConf(br, dataDir, map[string]any{"capabilities": map[string]any{"ips": true}})
-	n := newCNI(t, conflist("1.0.0", "ipstwice", conf))
+	conf := framework.BridgeConf(br, ovsdbAddr, dataDir, map[string]any{"capabilities": map[string]any{"ips": true}})
+	n := framework.NewCNI(t, conflist("1.0.0", "ipstwice", conf), nil)
 	for _, c := range []struct {
 		name    string
 		ips     []string // runtimeConfig.ips
@@ -111,14 +112,14 @@ func TestBridgeIPsRequestedTwiceAsMultusDoes(t *testing.T) {
 		{"control: CNI_ARGS IP alone", nil, "192.0.2.78", []string{"192.0.2.78"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ct := newContainer(t)
+			ct := framework.NewContainer(t)
 			var capArgs map[string]any
 			if c.ips != nil {
 				capArgs = map[string]any{"ips": c.ips}
 			}
-			rt := ct.rt("eth0", capArgs)
+			rt := ct.RT("eth0", capArgs)
 			rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"IP", c.cniArgs}}
-			res, err := n.cfg.AddNetworkList(context.Background(), n.list, rt)
+			res, err := n.Cfg.AddNetworkList(context.Background(), n.List, rt)
 			if err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
@@ -137,10 +138,10 @@ func TestBridgeIPsRequestedTwiceAsMultusDoes(t *testing.T) {
 					t.Errorf("ADD: addresses %v, want one of each family, %v among them", got, c.want)
 				}
 			}
-			if err := n.cfg.DelNetworkList(context.Background(), n.list, rt); err != nil {
+			if err := n.Cfg.DelNetworkList(context.Background(), n.List, rt); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
-			assertNothingLeft(t, ct.id, dataDir, "ipstwice")
+			assertNothingLeft(t, ct.ID, dataDir, "ipstwice")
 		})
 	}
 }

@@ -11,14 +11,15 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 var meterLine = regexp.MustCompile(`(?m)^meter=(\d+) `)
 
 // meterIDs lists the OpenFlow meters of the host's bridge, sorted.
-func (h *ovsHost) meterIDs(t *testing.T) []string {
+func meterIDs(h *framework.OVSHost, t *testing.T) []string {
 	t.Helper()
-	out, err := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.ofTarget())
+	out, err := run("ovs-ofctl", "-O", "OpenFlow14", "dump-meters", h.OFTarget())
 	if err != nil {
 		t.Fatalf("dump-meters: %v: %s", err, out)
 	}
@@ -34,7 +35,7 @@ func (h *ovsHost) meterIDs(t *testing.T) []string {
 // owner.
 func ourRows(t *testing.T, table string) []string {
 	t.Helper()
-	out := vsctl(t, "--no-headings", "-f", "csv", "--columns=_uuid", "find", table, "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
+	out := framework.Vsctl(t, "--no-headings", "-f", "csv", "--columns=_uuid", "find", table, "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
 	if out == "" {
 		return nil
 	}
@@ -49,37 +50,38 @@ func ourRows(t *testing.T, table string) []string {
 // meter on the same bridge alone.
 func TestAgentUninstallShaped(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	vsctl(t, "set", "bridge", h.bridge, "fail_mode=secure", "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
+	h := framework.NewOVSHost(t)
+	framework.Vsctl(t, "set", "bridge", h.Bridge, "fail_mode=secure", "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
 	if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
 		t.Fatalf("reconcile (the base flow): %v: %s", err, out)
 	}
-	n := newCNI(t, conflist("1.1.0", "uninstbw", bridgeConf(h.bridge, t.TempDir(), map[string]any{"isGateway": true}),
+	n := framework.NewCNI(t, conflist("1.1.0", "uninstbw", framework.BridgeConf(h.Bridge, ovsdbAddr, t.TempDir(), map[string]any{"isGateway": true}),
 		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true},
 			"newConnectionRate": 20, "newConnectionBurst": 10},
-		map[string]any{"type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"bandwidth": true}}))
-	c := newContainer(t)
+		map[string]any{"type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"bandwidth": true}}), nil)
+
+	c := framework.NewContainer(t)
 	args := mappings(pm(31082, 80, "tcp", ""))
-	maps.Copy(args, limits(bwRate, bwBurst, bwRate, bwBurst))
-	n.mustAdd(t, c, "eth0", args)
-	t.Cleanup(func() { n.del(c, "eth0", args) })
+	maps.Copy(args, framework.Limits(bwRate, bwBurst, bwRate, bwBurst))
+	n.MustAdd(t, c, "eth0", args)
+	t.Cleanup(func() { n.Del(c, "eth0", args) })
 
 	// Someone else's QoS, Queue and meter.
-	foreignQoS := vsctl(t, "create", "QoS", "type=linux-htb", "external_ids:owner=someone-else")
-	foreignQueue := vsctl(t, "create", "Queue", "other_config:max-rate=1000", "external_ids:owner=someone-else")
+	foreignQoS := framework.Vsctl(t, "create", "QoS", "type=linux-htb", "external_ids:owner=someone-else")
+	foreignQueue := framework.Vsctl(t, "create", "Queue", "other_config:max-rate=1000", "external_ids:owner=someone-else")
 	t.Cleanup(func() {
 		run("ovs-vsctl", "--db="+ovsdbAddr, "--timeout=10", "destroy", "QoS", foreignQoS)
 		run("ovs-vsctl", "--db="+ovsdbAddr, "--timeout=10", "destroy", "Queue", foreignQueue)
 	})
 	const foreignMeter = "4242"
-	if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-meter", h.ofTarget(), "meter="+foreignMeter+",kbps,burst,band=type=drop,rate=1000,burst_size=100"); err != nil {
+	if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-meter", h.OFTarget(), "meter="+foreignMeter+",kbps,burst,band=type=drop,rate=1000,burst_size=100"); err != nil {
 		t.Fatalf("add-meter: %v: %s", err, out)
 	}
 
 	ofport := uint32(ofportOf(t, c))
 	wantBefore := []string{foreignMeter, fmt.Sprint(flows.MeterOf(ofport)), fmt.Sprint(flows.ConnMeterOf(ofport, 0))}
 	slices.Sort(wantBefore)
-	if got := h.meterIDs(t); !slices.Equal(got, wantBefore) || len(ourRows(t, "QoS")) == 0 || len(ourRows(t, "Queue")) == 0 {
+	if got := meterIDs(h, t); !slices.Equal(got, wantBefore) || len(ourRows(t, "QoS")) == 0 || len(ourRows(t, "Queue")) == 0 {
 		t.Fatalf("before: meters %v (want %v), QoS rows %v, Queue rows %v of the suite: the test proves nothing",
 			got, wantBefore, ourRows(t, "QoS"), ourRows(t, "Queue"))
 	}
@@ -97,7 +99,7 @@ func TestAgentUninstallShaped(t *testing.T) {
 			t.Errorf("%s rows of the suite left: %v", table, left)
 		}
 	}
-	if got := h.meterIDs(t); !slices.Equal(got, []string{foreignMeter}) {
+	if got := meterIDs(h, t); !slices.Equal(got, []string{foreignMeter}) {
 		t.Errorf("meters after uninstall: got %v, want the foreign one only [%s]", got, foreignMeter)
 	}
 	for table, uuid := range map[string]string{"QoS": foreignQoS, "Queue": foreignQueue} {
@@ -105,7 +107,7 @@ func TestAgentUninstallShaped(t *testing.T) {
 			t.Errorf("the foreign %s row %s went: %v", table, uuid, err)
 		}
 	}
-	if err := n.del(c, "eth0", args); err != nil {
+	if err := n.Del(c, "eth0", args); err != nil {
 		t.Errorf("DEL after uninstall: %v", err)
 	}
 }
@@ -119,23 +121,23 @@ func TestAgentUninstallShaped(t *testing.T) {
 // have its home ofport), and DEL.
 func TestBandwidthMetersFollowAttachment(t *testing.T) {
 	requireSandbox(t)
-	bw := limits(bwRate, bwBurst, bwRate, bwBurst)
-	network := func(t *testing.T) (*ovsHost, *cni, []map[string]any) {
-		h := newOVSHost(t)
-		entries := []map[string]any{bridgeConf(h.bridge, t.TempDir(), map[string]any{"isGateway": true}),
+	bw := framework.Limits(bwRate, bwBurst, bwRate, bwBurst)
+	network := func(t *testing.T) (*framework.OVSHost, *framework.CNI, []map[string]any) {
+		h := framework.NewOVSHost(t)
+		entries := []map[string]any{framework.BridgeConf(h.Bridge, ovsdbAddr, t.TempDir(), map[string]any{"isGateway": true}),
 			{"type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"bandwidth": true}}}
-		return h, newCNI(t, conflist("1.1.0", "bwmeters", entries...)), entries
+		return h, framework.NewCNI(t, conflist("1.1.0", "bwmeters", entries...), nil), entries
 	}
-	meterOf := func(t *testing.T, c *container) []string {
+	meterOf := func(t *testing.T, c *framework.Container) []string {
 		return []string{fmt.Sprint(flows.MeterOf(uint32(ofportOf(t, c))))}
 	}
 
 	t.Run("GC", func(t *testing.T) {
 		h, n, entries := network(t)
-		c := newContainer(t)
-		n.mustAdd(t, c, "eth0", bw)
-		t.Cleanup(func() { n.del(c, "eth0", bw) })
-		if got, want := h.meterIDs(t), meterOf(t, c); !slices.Equal(got, want) {
+		c := framework.NewContainer(t)
+		n.MustAdd(t, c, "eth0", bw)
+		t.Cleanup(func() { n.Del(c, "eth0", bw) })
+		if got, want := meterIDs(h, t), meterOf(t, c); !slices.Equal(got, want) {
 			t.Fatalf("meters after ADD: got %v, want %v", got, want)
 		}
 		for _, entry := range entries {
@@ -145,7 +147,7 @@ func TestBandwidthMetersFollowAttachment(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got := h.meterIDs(t); len(got) != 0 {
+		if got := meterIDs(h, t); len(got) != 0 {
 			t.Errorf("meters after GC: got %v, want none", got)
 		}
 		for _, table := range []string{"QoS", "Queue"} {
@@ -161,35 +163,35 @@ func TestBandwidthMetersFollowAttachment(t *testing.T) {
 	// meter of a live port and a foreign meter stay.
 	t.Run("sweep", func(t *testing.T) {
 		h, n, entries := network(t)
-		live, gone := newContainer(t), newContainer(t)
-		for _, c := range []*container{live, gone} {
-			n.mustAdd(t, c, "eth0", bw)
-			t.Cleanup(func() { n.del(c, "eth0", bw) })
+		live, gone := framework.NewContainer(t), framework.NewContainer(t)
+		for _, c := range []*framework.Container{live, gone} {
+			n.MustAdd(t, c, "eth0", bw)
+			t.Cleanup(func() { n.Del(c, "eth0", bw) })
 		}
 		const foreign = "4242"
-		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-meter", h.ofTarget(), "meter="+foreign+",kbps,burst,band=type=drop,rate=1000,burst_size=100"); err != nil {
+		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-meter", h.OFTarget(), "meter="+foreign+",kbps,burst,band=type=drop,rate=1000,burst_size=100"); err != nil {
 			t.Fatalf("add-meter: %v: %s", err, out)
 		}
 		want := append(meterOf(t, live), foreign)
 		slices.Sort(want)
-		cookie := flows.AttachmentCookie(gone.id, "eth0").WithKind(flows.CookieKindBandwidth)
-		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), fmt.Sprintf("cookie=%s/-1", cookie)); err != nil {
+		cookie := flows.AttachmentCookie(gone.ID, "eth0").WithKind(flows.CookieKindBandwidth)
+		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.OFTarget(), fmt.Sprintf("cookie=%s/-1", cookie)); err != nil {
 			t.Fatalf("del-flows: %v: %s", err, out)
 		}
-		vsctl(t, "del-port", h.bridge, hostVeth(gone, "eth0"))
-		if got := h.meterIDs(t); len(got) != 3 {
+		framework.Vsctl(t, "del-port", h.Bridge, gone.HostVeth("eth0"))
+		if got := meterIDs(h, t); len(got) != 3 {
 			t.Fatalf("meters before GC: got %v, want the live port's, the gone one's and the foreign one (else the test proves nothing)", got)
 		}
 		gc := maps.Clone(entries[1])
 		gc["cniVersion"], gc["name"] = "1.1.0", "bwmeters"
-		gc["cni.dev/valid-attachments"] = []any{map[string]any{"containerID": live.id, "ifname": "eth0"}}
+		gc["cni.dev/valid-attachments"] = []any{map[string]any{"containerID": live.ID, "ifname": "eth0"}}
 		if _, err := execPlugin(t, "ovs-bandwidth", "GC", live, "eth0", gc); err != nil {
 			t.Fatal(err)
 		}
-		if got := h.meterIDs(t); !slices.Equal(got, want) {
+		if got := meterIDs(h, t); !slices.Equal(got, want) {
 			t.Errorf("meters after GC: got %v, want %v", got, want)
 		}
-		if err := n.check(live, "eth0", bw); err != nil {
+		if err := n.Check(live, "eth0", bw); err != nil {
 			t.Errorf("CHECK of the live attachment after GC: %v", err)
 		}
 	})
@@ -197,34 +199,34 @@ func TestBandwidthMetersFollowAttachment(t *testing.T) {
 	for _, second := range []map[string]any{bw, nil} {
 		t.Run(fmt.Sprintf("replacement with limits %v, then DEL", second != nil), func(t *testing.T) {
 			h, n, _ := network(t)
-			c := newContainer(t)
+			c := framework.NewContainer(t)
 			// The first port cannot have its home ofport: another
 			// interface asks for it.
-			home := ovsdb.HomeOFPort(ovsdb.Attachment{ContainerID: c.id, IfName: "eth0"})
+			home := ovsdb.HomeOFPort(ovsdb.Attachment{ContainerID: c.ID, IfName: "eth0"})
 			blocker := uniq("blk")
-			vsctl(t, "add-port", h.bridge, blocker, "--", "set", "Interface", blocker, "type=internal", fmt.Sprintf("ofport_request=%d", home))
-			n.mustAdd(t, c, "eth0", bw)
-			t.Cleanup(func() { n.del(c, "eth0", second) })
+			framework.Vsctl(t, "add-port", h.Bridge, blocker, "--", "set", "Interface", blocker, "type=internal", fmt.Sprintf("ofport_request=%d", home))
+			n.MustAdd(t, c, "eth0", bw)
+			t.Cleanup(func() { n.Del(c, "eth0", second) })
 			first := meterOf(t, c)
-			if got := h.meterIDs(t); !slices.Equal(got, first) || first[0] == fmt.Sprint(flows.MeterOf(uint32(home))) {
+			if got := meterIDs(h, t); !slices.Equal(got, first) || first[0] == fmt.Sprint(flows.MeterOf(uint32(home))) {
 				t.Fatalf("meters after the first ADD: got %v, want %v, not the home ofport %d's", got, first, home)
 			}
-			vsctl(t, "del-port", h.bridge, blocker)
-			n.mustAdd(t, c, "eth0", second)
+			framework.Vsctl(t, "del-port", h.Bridge, blocker)
+			n.MustAdd(t, c, "eth0", second)
 			var want []string
 			if second != nil {
 				want = meterOf(t, c)
 			}
-			if got := h.meterIDs(t); !slices.Equal(got, want) {
+			if got := meterIDs(h, t); !slices.Equal(got, want) {
 				t.Errorf("meters after the second ADD: got %v (after the first %v), want the new port's only %v", got, first, want)
 			}
-			if err := n.check(c, "eth0", second); err != nil {
+			if err := n.Check(c, "eth0", second); err != nil {
 				t.Errorf("CHECK after the second ADD: %v", err)
 			}
-			if err := n.del(c, "eth0", second); err != nil {
+			if err := n.Del(c, "eth0", second); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
-			if got := h.meterIDs(t); len(got) != 0 {
+			if got := meterIDs(h, t); len(got) != 0 {
 				t.Errorf("meters after DEL: got %v, want none", got)
 			}
 		})

@@ -22,6 +22,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/metrics"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // sample is one line of Prometheus's text exposition format.
@@ -95,7 +96,7 @@ func TestMetricsScrape(t *testing.T) {
 	n := l.network("metrics", nil, map[string]any{})
 	p := l.joinPod(n, "attacker pod", "shop/api-0", mappings(pm(8091, 80, "tcp", ""), pm(8092, 53, "udp", "")))
 	ctl := l.joinPod(n, "control pod", "shop/api-1", nil)
-	p.serveTCP(t, 80)
+	p.ServeTCP(t, 80)
 	var mu sync.Mutex
 	var events []metrics.Drops
 	// Fresh < 0: the scrape after the attack reads OVS again, however soon.
@@ -109,7 +110,7 @@ func TestMetricsScrape(t *testing.T) {
 	appctl(t, "revalidator/wait")
 	before := scrape(t, srv.URL)
 	pod := func(m *member, name, reason string) map[string]string {
-		return map[string]string{"container": m.id, "ifname": "eth0", "namespace": "shop", "pod": name, "reason": reason}
+		return map[string]string{"container": m.ID, "ifname": "eth0", "namespace": "shop", "pod": name, "reason": reason}
 	}
 	for _, who := range []struct {
 		m    *member
@@ -122,18 +123,18 @@ func TestMetricsScrape(t *testing.T) {
 		}
 	}
 
-	s := sender(t, p.ns, "eth0")
+	s := sender(t, p.NS, "eth0")
 	allNodes := netip.MustParseAddr("ff02::1")
 	ra := ethFrame(multicastMAC(allNodes), p.mac, etherIPv6, icmp6Packet(p.ll, allNodes, icmp6RA, 0, raBody(1, 1800, p.mac, attackerPrefix)))
 	spoofed := ethFrame(l.bridgeMAC(t), p.mac, etherIPv4, udp4(netip.MustParseAddr("192.0.2.250"), netip.MustParseAddr(outsideV4), 40000, 53, []byte("x")))
 	for range 3 {
 		mustSend(t, s, ra, spoofed)
 	}
-	expect(t, l.outside.ns, "tcp", hp(nodeV4, 8091), p.container, outsideV4)
+	expect(t, l.Outside.NS, "tcp", hp(nodeV4, 8091), p.Container, outsideV4)
 	// A UDP datagram to the UDP host port: its DNAT entry stays for the
 	// scrape (the kernel's per-zone count leaves out a TCP connection that
 	// has closed, as the one above has).
-	if err := l.outside.ns.Do(func(ns.NetNS) error {
+	if err := l.Outside.NS.Do(func(ns.NetNS) error {
 		conn, err := net.Dial("udp", hp(nodeV4, 8092))
 		if err != nil {
 			return err
@@ -151,7 +152,7 @@ func TestMetricsScrape(t *testing.T) {
 	after := scrape(t, srv.URL)
 	var shown []string
 	for _, x := range after {
-		if c := x.labels["container"]; c == "" || c == p.id {
+		if c := x.labels["container"]; c == "" || c == p.ID {
 			shown = append(shown, fmt.Sprintf("%s%v %v", x.name, x.labels, x.value))
 		}
 	}
@@ -168,13 +169,13 @@ func TestMetricsScrape(t *testing.T) {
 		{"pod's spoofed frames dropped", metrics.NameDropped, pod(p, "api-0", flows.ReasonSpoofed), 3, false},
 		{"control's router advertisements dropped", metrics.NameDropped, pod(ctl, "api-1", flows.ReasonRouterAdvertisement), 0, false},
 		{"control's spoofed frames dropped", metrics.NameDropped, pod(ctl, "api-1", flows.ReasonSpoofed), 0, false},
-		{"host ports of the pod", metrics.NameHostPorts, map[string]string{"container": p.id, "pod": "api-0"}, 0, true},
+		{"host ports of the pod", metrics.NameHostPorts, map[string]string{"container": p.ID, "pod": "api-0"}, 0, true},
 		{"conntrack entries of the DNAT zone", metrics.NameConntrackEntries, map[string]string{"zone": "64000"}, 1, true},
 		{"limit of the DNAT zone", metrics.NameConntrackLimit, map[string]string{"zone": "64000"}, float64(flows.DefaultLimit), false},
 		{"limit of the container zone", metrics.NameConntrackLimit, map[string]string{"zone": "64002"}, float64(flows.DefaultContainerLimit), false},
-		{"port security flows", metrics.NameFlows, map[string]string{"bridge": l.bridge, "group": "port security"}, 1, true},
-		{"host port flows", metrics.NameFlows, map[string]string{"bridge": l.bridge, "group": "host ports"}, 1, true},
-		{"bandwidth flows (none: no ovs-bandwidth here)", metrics.NameFlows, map[string]string{"bridge": l.bridge, "group": "bandwidth"}, 0, false},
+		{"port security flows", metrics.NameFlows, map[string]string{"bridge": l.Bridge, "group": "port security"}, 1, true},
+		{"host port flows", metrics.NameFlows, map[string]string{"bridge": l.Bridge, "group": "host ports"}, 1, true},
+		{"bandwidth flows (none: no ovs-bandwidth here)", metrics.NameFlows, map[string]string{"bridge": l.Bridge, "group": "bandwidth"}, 0, false},
 		{"reconciles ok", metrics.NameReconciles, map[string]string{"result": "ok"}, 1, false},
 		{"reconciles failed", metrics.NameReconciles, map[string]string{"result": "error"}, 1, false},
 		{"reconcile durations", metrics.NameReconcileSeconds + "_count", nil, 2, false},
@@ -187,8 +188,8 @@ func TestMetricsScrape(t *testing.T) {
 		}
 	}
 	// The host ports: tcp and udp on every node address of both families.
-	hpWant := float64(len(hostPortRecord(t, p.container).Rules))
-	if got, _ := value(after, metrics.NameHostPorts, map[string]string{"container": p.id}); got != hpWant || hpWant < 2 {
+	hpWant := float64(len(hostPortRecord(t, p.Container).Rules))
+	if got, _ := value(after, metrics.NameHostPorts, map[string]string{"container": p.ID}); got != hpWant || hpWant < 2 {
 		t.Errorf("%s of the pod: got %v, want %v (its record's rules)", metrics.NameHostPorts, got, hpWant)
 	}
 	mu.Lock()
@@ -252,13 +253,14 @@ func countingProxy(t *testing.T) (endpoint.Endpoint, *atomic.Int64) {
 // of the burst, not once per scrape.
 func TestMetricsScrapesDuringADDs(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", uniq("scraped"), bridgeConf(br, t.TempDir(), nil),
-		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}))
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", uniq("scraped"), framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}), nil)
+
 	const pods, scrapers = 50, 50
-	cs := make([]*container, pods)
+	cs := make([]*framework.Container, pods)
 	for i := range cs {
-		cs[i] = newContainer(t)
+		cs[i] = framework.NewContainer(t)
 	}
 	caps := func(i int) map[string]any { return mappings(pm(9100+i, 80, "tcp", "")) }
 	t.Cleanup(func() { parallel(8, func(k int) error { return delAll(n, cs, k, 8) }) })
@@ -299,7 +301,7 @@ func TestMetricsScrapesDuringADDs(t *testing.T) {
 	}
 	begun := time.Now()
 	addErrs := parallel(pods, func(i int) error {
-		if _, err := n.add(cs[i], "eth0", caps(i)); err != nil {
+		if _, err := n.Add(cs[i], "eth0", caps(i)); err != nil {
 			return fmt.Errorf("ADD %d: %w", i, err)
 		}
 		return nil

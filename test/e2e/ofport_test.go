@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Requested ofports against the real ovsdb-server: ChooseOFPort skips the
@@ -16,7 +17,7 @@ import (
 // nothing behind.
 func TestRequestedOFPort(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli, err := ovsdb.Dial(ctx, ovsdbEP)
@@ -30,8 +31,8 @@ func TestRequestedOFPort(t *testing.T) {
 	}
 	// An internal port holding 40000 (requested) and one requesting 40001.
 	held, requested := uniq("rq"), uniq("rq")
-	vsctl(t, "add-port", br, held, "--", "set", "Interface", held, "type=internal", "ofport_request=40000")
-	vsctl(t, "--no-wait", "add-port", br, requested, "--", "set", "Interface", requested, "type=internal", "ofport_request=40001")
+	framework.Vsctl(t, "add-port", br, held, "--", "set", "Interface", held, "type=internal", "ofport_request=40000")
+	framework.Vsctl(t, "--no-wait", "add-port", br, requested, "--", "set", "Interface", requested, "type=internal", "ofport_request=40001")
 	if got, err := cli.ChooseOFPort(ctx, 40000); err != nil || got != 40002 {
 		t.Fatalf("ChooseOFPort(40000): got %d, %v; want 40002", got, err)
 	}
@@ -52,7 +53,7 @@ func TestRequestedOFPort(t *testing.T) {
 	if out, err := run("ovs-vsctl", "--db="+ovsdbAddr, "--bare", "--columns=name", "find", "Interface", "name="+second); err != nil || out != "" {
 		t.Errorf("the losing insert left interface %q: %q, %v", second, out, err)
 	}
-	if req := vsctl(t, "get", "Interface", first, "ofport_request"); req != strconv.Itoa(40002) {
+	if req := framework.Vsctl(t, "get", "Interface", first, "ofport_request"); req != strconv.Itoa(40002) {
 		t.Errorf("ofport_request of %s: got %s, want 40002", first, req)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // What an operator meets first: errors that name the cause and the key.
@@ -29,10 +30,10 @@ func TestOperatorUnopenableBridge(t *testing.T) {
 		t.Skip("SKIPPED: this kernel has the openvswitch module: every bridge on the kernel datapath opens (TestOperatorUnknownDatapath covers a bridge that does not)")
 	}
 	br := uniq("e2enomod")
-	t.Cleanup(func() { delBridge(br) })
-	c := newContainer(t)
-	broken := newCNI(t, conflist("1.0.0", "nomod", bridgeConf(br, t.TempDir(), map[string]any{"createBridge": true})))
-	_, err := broken.add(c, "eth0", nil)
+	t.Cleanup(func() { framework.DelBridge(br) })
+	c := framework.NewContainer(t)
+	broken := framework.NewCNI(t, conflist("1.0.0", "nomod", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), map[string]any{"createBridge": true})), nil)
+	_, err := broken.Add(c, "eth0", nil)
 	if got := cniCode(err); got != 7 {
 		t.Fatalf("ADD on the kernel datapath without the module: code %d (%v), want 7", got, err)
 	}
@@ -40,12 +41,12 @@ func TestOperatorUnopenableBridge(t *testing.T) {
 	if got := err.Error(); !strings.Contains(got, want) {
 		t.Fatalf("ADD error:\n got %s\nwant %s", got, want)
 	}
-	if out := vsctl(t, "--no-headings", "--columns=name", "find", "Bridge", "name="+br); out != "" {
+	if out := framework.Vsctl(t, "--no-headings", "--columns=name", "find", "Bridge", "name="+br); out != "" {
 		t.Fatalf("bridge %s left after the failed ADD: %q", br, out)
 	}
-	fixed := newCNI(t, conflist("1.0.0", "nomod", bridgeConf(br, t.TempDir(), map[string]any{"createBridge": true, "datapathType": "netdev"})))
-	fixed.mustAdd(t, c, "eth0", nil)
-	if err := fixed.del(c, "eth0", nil); err != nil {
+	fixed := framework.NewCNI(t, conflist("1.0.0", "nomod", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), map[string]any{"createBridge": true, "datapathType": "netdev"})), nil)
+	fixed.MustAdd(t, c, "eth0", nil)
+	if err := fixed.Del(c, "eth0", nil); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
 }
@@ -55,11 +56,11 @@ func TestOperatorUnopenableBridge(t *testing.T) {
 func TestOperatorUnknownDatapath(t *testing.T) {
 	requireSandbox(t)
 	br := uniq("e2ebaddp")
-	vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=nosuch")
-	t.Cleanup(func() { delBridge(br) })
-	c := newContainer(t)
-	n := newCNI(t, conflist("1.0.0", "baddp", bridgeConf(br, t.TempDir(), nil)))
-	_, err := n.add(c, "eth0", nil)
+	framework.Vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=nosuch")
+	t.Cleanup(func() { framework.DelBridge(br) })
+	c := framework.NewContainer(t)
+	n := framework.NewCNI(t, conflist("1.0.0", "baddp", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil)), nil)
+	_, err := n.Add(c, "eth0", nil)
 	if got := cniCode(err); got != 7 {
 		t.Fatalf("ADD on a bridge of datapath type nosuch: code %d (%v), want 7", got, err)
 	}
@@ -67,7 +68,7 @@ func TestOperatorUnknownDatapath(t *testing.T) {
 	if got := err.Error(); !strings.Contains(got, want) {
 		t.Fatalf("ADD error:\n got %s\nwant %s", got, want)
 	}
-	if out := vsctl(t, "--no-headings", "--columns=name", "find", "Bridge", "name="+br); out != br {
+	if out := framework.Vsctl(t, "--no-headings", "--columns=name", "find", "Bridge", "name="+br); out != br {
 		t.Fatalf("bridge %s, not ours, is gone after the failed ADD: %q", br, out)
 	}
 }
@@ -82,12 +83,13 @@ func TestOperatorPortmapWithoutOVSDB(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(strings.TrimPrefix(endpoint.DefaultOVSDB, "unix:"))); err == nil {
 		t.Skipf("SKIPPED: %s exists on this node: a DEL through it cannot tell that nothing was done", endpoint.DefaultOVSDB)
 	}
-	br := newBridge(t)
-	c := newContainer(t)
-	n := newCNI(t, conflist("1.0.0", "nokey", bridgeConf(br, t.TempDir(), nil),
-		map[string]any{"type": "ovs-portmap", "capabilities": map[string]any{"portMappings": true}}))
+	br := framework.NewBridge(t, "e2ebr")
+	c := framework.NewContainer(t)
+	n := framework.NewCNI(t, conflist("1.0.0", "nokey", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "capabilities": map[string]any{"portMappings": true}}), nil)
+
 	maps := mappings(pm(18080, 80, "tcp", ""))
-	_, err := n.add(c, "eth0", maps)
+	_, err := n.Add(c, "eth0", maps)
 	if got := cniCode(err); got != 11 {
 		t.Fatalf("ADD: code %d (%v), want 11", got, err)
 	}
@@ -95,26 +97,27 @@ func TestOperatorPortmapWithoutOVSDB(t *testing.T) {
 	if got := err.Error(); !strings.HasPrefix(got, want) {
 		t.Fatalf("ADD error:\n got %s\nwant %s...", got, want)
 	}
-	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 1 {
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 1 {
 		t.Fatalf("ovs-bridge's ports after its ADD: %v, want 1", ports)
 	}
-	if err := n.del(c, "eth0", maps); err != nil {
+	if err := n.Del(c, "eth0", maps); err != nil {
 		t.Fatalf("DEL: %v, want success", err)
 	}
-	if left := portsOf(t, ovsdb.KeyContainerID, c.id); len(left) != 0 {
+	if left := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(left) != 0 {
 		t.Fatalf("ports left after DEL: %v", left)
 	}
 
 	// An endpoint whose directory exists: OVS may be restarting there.
 	sock := "unix:" + filepath.Join(t.TempDir(), "db.sock")
-	m := newCNI(t, conflist("1.0.0", "nokey", bridgeConf(br, t.TempDir(), nil),
-		map[string]any{"type": "ovs-portmap", "ovsdb": sock, "capabilities": map[string]any{"portMappings": true}}))
-	c2 := newContainer(t)
-	err = m.del(c2, "eth0", maps)
+	m := framework.NewCNI(t, conflist("1.0.0", "nokey", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": sock, "capabilities": map[string]any{"portMappings": true}}), nil)
+
+	c2 := framework.NewContainer(t)
+	err = m.Del(c2, "eth0", maps)
 	if got := cniCode(err); got != 11 {
 		t.Fatalf("DEL through %s: code %d (%v), want 11", sock, got, err)
 	}
-	want = `plugin type="ovs-portmap" failed (delete): ovsdb unreachable: cannot tell what is left of attachment ` + c2.id + `/eth0; connecting to ` + sock + `: `
+	want = `plugin type="ovs-portmap" failed (delete): ovsdb unreachable: cannot tell what is left of attachment ` + c2.ID + `/eth0; connecting to ` + sock + `: `
 	if got := err.Error(); !strings.HasPrefix(got, want) {
 		t.Fatalf("DEL error:\n got %s\nwant %s...", got, want)
 	}
@@ -156,12 +159,12 @@ func TestOperatorSandboxForeignNetNS(t *testing.T) {
 // ovs-vswitchd cannot see it: the error says so, and what to do.
 func TestOperatorOtherNetNS(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	elsewhere := newContainer(t) // plays a host namespace other than the node's
-	c := newContainer(t)
-	conf := conflistConf(t, bridgeConf(br, t.TempDir(), nil))
-	cmd := exec.Command("ip", "netns", "exec", elsewhere.name, filepath.Join(binDir, "ovs-bridge"))
-	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID="+c.id, "CNI_NETNS="+c.ns.Path(),
+	br := framework.NewBridge(t, "e2ebr")
+	elsewhere := framework.NewContainer(t) // plays a host namespace other than the node's
+	c := framework.NewContainer(t)
+	conf := conflistConf(t, framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil))
+	cmd := exec.Command("ip", "netns", "exec", elsewhere.Name, filepath.Join(binDir, "ovs-bridge"))
+	cmd.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID="+c.ID, "CNI_NETNS="+c.NS.Path(),
 		"CNI_IFNAME=eth0", "CNI_PATH="+binDir)
 	cmd.Stdin = strings.NewReader(conf)
 	out, err := cmd.Output()
@@ -181,7 +184,7 @@ func TestOperatorOtherNetNS(t *testing.T) {
 			t.Errorf("ADD's error %q: want it to say %q", e.Msg, want)
 		}
 	}
-	if left := portsOf(t, ovsdb.KeyContainerID, c.id); len(left) != 0 {
+	if left := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(left) != 0 {
 		t.Errorf("ports left after the failed ADD: %v", left)
 	}
 }
@@ -202,9 +205,9 @@ func conflistConf(t *testing.T, plugin map[string]any) string {
 // code 7 naming "ipam.type" and the value.
 func TestOperatorTypos(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	c := newContainer(t)
-	conf := bridgeConf(br, t.TempDir(), map[string]any{"bridge": nil, "brige": br, "portSecurty": false})
+	br := framework.NewBridge(t, "e2ebr")
+	c := framework.NewContainer(t)
+	conf := framework.BridgeConf(br, ovsdbAddr, t.TempDir(), map[string]any{"bridge": nil, "brige": br, "portSecurty": false})
 	stdout, stderr, err := runPlugin(t, "ovs-bridge", "ADD", c, conflistConf(t, conf))
 	e := cniError(t, stdout, err)
 	if e.Code != 7 || e.Msg != `"bridge" is required` {
@@ -221,14 +224,14 @@ func TestOperatorTypos(t *testing.T) {
 
 	ipam := conf["ipam"].(map[string]any)
 	ipam["type"] = "host-locl"
-	conf = bridgeConf(br, t.TempDir(), map[string]any{"ipam": ipam})
+	conf = framework.BridgeConf(br, ovsdbAddr, t.TempDir(), map[string]any{"ipam": ipam})
 	stdout, _, err = runPlugin(t, "ovs-bridge", "ADD", c, conflistConf(t, conf))
 	e = cniError(t, stdout, err)
 	want := `"ipam.type" "host-locl": no plugin of that name in CNI_PATH "` + binDir + `"`
 	if e.Code != 7 || e.Msg != want {
 		t.Errorf("ADD with IPAM type host-locl: code %d %q, want 7 %q", e.Code, e.Msg, want)
 	}
-	if left := portsOf(t, ovsdb.KeyContainerID, c.id); len(left) != 0 {
+	if left := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(left) != 0 {
 		t.Errorf("ports left after the failed ADD: %v", left)
 	}
 
@@ -246,10 +249,10 @@ func TestOperatorTypos(t *testing.T) {
 
 // runPlugin runs plugin's command for container c, as a runtime does,
 // with the network config conf on stdin.
-func runPlugin(t *testing.T, plugin, command string, c *container, conf string) (stdout, stderr string, err error) {
+func runPlugin(t *testing.T, plugin, command string, c *framework.Container, conf string) (stdout, stderr string, err error) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, plugin))
-	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+c.id, "CNI_NETNS="+c.ns.Path(),
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+c.ID, "CNI_NETNS="+c.NS.Path(),
 		"CNI_IFNAME=eth0", "CNI_PATH="+binDir)
 	cmd.Stdin = strings.NewReader(conf)
 	var o, e strings.Builder
@@ -327,18 +330,19 @@ func TestOperatorNodeTools(t *testing.T) {
 	}
 
 	// A real attachment with one TCP host port.
-	br := newBridge(t)
-	c := newContainer(t)
-	n := newCNI(t, conflist("1.0.0", "tools", bridgeConf(br, t.TempDir(), nil),
-		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]any{"portMappings": true}}))
+	br := framework.NewBridge(t, "e2ebr")
+	c := framework.NewContainer(t)
+	n := framework.NewCNI(t, conflist("1.0.0", "tools", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]any{"portMappings": true}}), nil)
+
 	maps := mappings(pm(18091, 80, "tcp", ""))
-	n.mustAdd(t, c, "eth0", maps)
-	t.Cleanup(func() { n.del(c, "eth0", maps) })
-	_, stderr, code = tool("trace", "-ovsdb", ovsdbAddr, "-container", c.id, "-in-port", "999")
+	n.MustAdd(t, c, "eth0", maps)
+	t.Cleanup(func() { n.Del(c, "eth0", maps) })
+	_, stderr, code = tool("trace", "-ovsdb", ovsdbAddr, "-container", c.ID, "-in-port", "999")
 	if want := "-in-port \"999\": no such port on bridge \"" + br + "\""; code != 1 || !strings.Contains(stderr, want) || strings.Count(stderr, "\n") != 1 {
 		t.Errorf("trace -in-port 999: exit %d, stderr %q; want 1, one line with %q", code, stderr, want)
 	}
-	_, stderr, code = tool("trace", "-ovsdb", ovsdbAddr, "-container", c.id, "-q", "udp")
+	_, stderr, code = tool("trace", "-ovsdb", ovsdbAddr, "-container", c.ID, "-q", "udp")
 	if want := "no host port of the attachment fits the question (protocol udp, host IP any, host port any; "; code != 1 || !strings.Contains(stderr, want) {
 		t.Errorf("trace -q udp of a TCP host port: exit %d, stderr %q; want 1, %q", code, stderr, want)
 	}
@@ -359,19 +363,20 @@ func slicesWithout(env []string, prefix string) []string {
 // not only those with host ports.
 func TestOperatorReconcileCount(t *testing.T) {
 	requireSandbox(t)
-	br := newBridge(t)
-	n := newCNI(t, conflist("1.0.0", "count", bridgeConf(br, t.TempDir(), nil),
-		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]any{"portMappings": true}}))
+	br := framework.NewBridge(t, "e2ebr")
+	n := framework.NewCNI(t, conflist("1.0.0", "count", framework.BridgeConf(br, ovsdbAddr, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]any{"portMappings": true}}), nil)
+
 	for i := range 3 {
-		c := newContainer(t)
+		c := framework.NewContainer(t)
 		var caps map[string]any
 		if i == 0 {
 			caps = mappings(pm(18092, 80, "tcp", ""))
 		}
-		n.mustAdd(t, c, "eth0", caps)
-		t.Cleanup(func() { n.del(c, "eth0", caps) })
+		n.MustAdd(t, c, "eth0", caps)
+		t.Cleanup(func() { n.Del(c, "eth0", caps) })
 	}
-	ours := len(portsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue))
+	ours := len(framework.PortsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue))
 	out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr)
 	if err != nil {
 		t.Fatalf("reconcile: %v\n%s", err, out)

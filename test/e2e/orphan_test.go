@@ -30,13 +30,13 @@ import (
 // the claim or the mark goes.
 func TestOrphanDelReplayed(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	dataDir := t.TempDir()
 	const network = "orph"
 	list := conflist("1.0.0", network,
-		bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true}),
+		framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}),
 		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}})
-	n := newCNI(t, list)
+	n := framework.NewCNI(t, list, nil)
 	b, err := json.Marshal(list)
 	if err != nil {
 		t.Fatal(err)
@@ -60,24 +60,24 @@ func TestOrphanDelReplayed(t *testing.T) {
 		return res
 	}
 
-	lost, keep, adding, dying := newContainer(t), newContainer(t), newContainer(t), newContainer(t)
+	lost, keep, adding, dying := framework.NewContainer(t), framework.NewContainer(t), framework.NewContainer(t), framework.NewContainer(t)
 	capLost, capKeep, capAdding := mappings(pm(8191, 80, "tcp", "")), mappings(pm(8192, 80, "tcp", "")), mappings(pm(8193, 80, "tcp", ""))
-	rLost := n.mustAdd(t, lost, "eth0", capLost)
-	n.mustAdd(t, keep, "eth0", capKeep)
-	rAdding := n.mustAdd(t, adding, "eth0", capAdding)
-	n.mustAdd(t, dying, "eth0", nil)
+	rLost := n.MustAdd(t, lost, "eth0", capLost)
+	n.MustAdd(t, keep, "eth0", capKeep)
+	rAdding := n.MustAdd(t, adding, "eth0", capAdding)
+	n.MustAdd(t, dying, "eth0", nil)
 	t.Cleanup(func() {
-		for _, c := range []*container{lost, keep, adding, dying} {
-			n.del(c, "eth0", nil)
+		for _, c := range []*framework.Container{lost, keep, adding, dying} {
+			n.Del(c, "eth0", nil)
 		}
 	})
-	for _, c := range []*container{lost, keep, adding} {
-		c.serveTCP(t, 80)
+	for _, c := range []*framework.Container{lost, keep, adding} {
+		c.ServeTCP(t, 80)
 	}
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8191), lost, outsideV4)
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8192), keep, outsideV4)
-	keepCookie := flows.AttachmentCookie(keep.id, "eth0")
-	keepFlows := h.flowsOf(t, keepCookie)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8191), lost, outsideV4)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8192), keep, outsideV4)
+	keepCookie := flows.AttachmentCookie(keep.ID, "eth0")
+	keepFlows := h.FlowsOf(t, keepCookie)
 	if len(keepFlows) == 0 {
 		t.Fatal("no flows for the kept attachment")
 	}
@@ -91,8 +91,8 @@ func TestOrphanDelReplayed(t *testing.T) {
 	// here, since the servers' sockets keep the namespaces themselves
 	// alive; their netns unmounted); adding's ADD is retried and in flight
 	// (its claim), dying's DEL is under way (its deleting mark).
-	for _, c := range []*container{lost, adding, dying} {
-		if _, err := run("ip", "link", "del", hostVeth(c, "eth0")); err != nil {
+	for _, c := range []*framework.Container{lost, adding, dying} {
+		if _, err := run("ip", "link", "del", c.HostVeth("eth0")); err != nil {
 			t.Fatal(err)
 		}
 		dropNetNS(t, c)
@@ -102,23 +102,23 @@ func TestOrphanDelReplayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	addingAtt := ovsdb.Attachment{ContainerID: adding.id, IfName: "eth0"}
+	addingAtt := ovsdb.Attachment{ContainerID: adding.ID, IfName: "eth0"}
 	claim, err := cli.Reserve(context.Background(), addingAtt, ovsdb.HomeOFPort(addingAtt), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyingAtt := ovsdb.Attachment{ContainerID: dying.id, IfName: "eth0"}
+	dyingAtt := ovsdb.Attachment{ContainerID: dying.ID, IfName: "eth0"}
 	mark, err := cli.BeginDelete(context.Background(), dyingAtt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Control: while it is held, the lost host port is refused to a new
 	// sandbox, naming the lost attachment.
-	next := newContainer(t)
-	if _, err := n.add(next, "eth0", capLost); err == nil || !strings.Contains(err.Error(), lost.id) {
-		t.Fatalf("ADD of a new sandbox with the lost host port: got %v, want a conflict naming %s", err, lost.id)
+	next := framework.NewContainer(t)
+	if _, err := n.Add(next, "eth0", capLost); err == nil || !strings.Contains(err.Error(), lost.ID) {
+		t.Fatalf("ADD of a new sandbox with the lost host port: got %v, want a conflict naming %s", err, lost.ID)
 	}
-	n.del(next, "eth0", nil)
+	n.Del(next, "eth0", nil)
 
 	// A sweeper with a long interval suspects, and deletes nothing until
 	// that interval has passed since its first sighting.
@@ -131,21 +131,21 @@ func TestOrphanDelReplayed(t *testing.T) {
 	}
 
 	// First pass: suspects only.
-	if res := pass("first pass"); len(res.Deleted) != 0 || !slices.Equal(res.Suspects, []ovsdb.Attachment{{ContainerID: lost.id, IfName: "eth0"}}) {
-		t.Fatalf("first pass: suspects %v, deleted %v; want only %s/eth0 suspected", res.Suspects, res.Deleted, lost.id)
+	if res := pass("first pass"); len(res.Deleted) != 0 || !slices.Equal(res.Suspects, []ovsdb.Attachment{{ContainerID: lost.ID, IfName: "eth0"}}) {
+		t.Fatalf("first pass: suspects %v, deleted %v; want only %s/eth0 suspected", res.Suspects, res.Deleted, lost.ID)
 	}
-	if len(portsOf(t, ovsdb.KeyContainerID, lost.id)) != 1 {
+	if len(framework.PortsOf(t, ovsdb.KeyContainerID, lost.ID)) != 1 {
 		t.Fatal("the first pass removed the orphan's port")
 	}
 	// Second pass: lost's DEL is replayed; adding's claim keeps it.
-	if res := pass("second pass"); !slices.Equal(res.Deleted, []ovsdb.Attachment{{ContainerID: lost.id, IfName: "eth0"}}) {
-		t.Fatalf("second pass: deleted %v, want %s/eth0", res.Deleted, lost.id)
+	if res := pass("second pass"); !slices.Equal(res.Deleted, []ovsdb.Attachment{{ContainerID: lost.ID, IfName: "eth0"}}) {
+		t.Fatalf("second pass: deleted %v, want %s/eth0", res.Deleted, lost.ID)
 	}
-	lostV4 := addrOf(t, rLost, false)
-	if ps := portsOf(t, ovsdb.KeyContainerID, lost.id); len(ps) != 0 {
+	lostV4 := framework.AddrOf(t, rLost, false)
+	if ps := framework.PortsOf(t, ovsdb.KeyContainerID, lost.ID); len(ps) != 0 {
 		t.Errorf("orphan's ports left: %v", ps)
 	}
-	if fl := h.flowsOf(t, flows.AttachmentCookie(lost.id, "eth0")); len(fl) != 0 {
+	if fl := h.FlowsOf(t, flows.AttachmentCookie(lost.ID, "eth0")); len(fl) != 0 {
 		t.Errorf("orphan's flows left: %v", fl)
 	}
 	if slices.Contains(allocations(t, dataDir, network), lostV4) {
@@ -155,29 +155,29 @@ func TestOrphanDelReplayed(t *testing.T) {
 		t.Errorf("orphan's node-local nft elements left:\n%s", out)
 	}
 	// The host port is free again: a new sandbox takes it and answers.
-	n.mustAdd(t, next, "eth0", capLost)
-	t.Cleanup(func() { n.del(next, "eth0", nil) })
-	next.serveTCP(t, 80)
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8191), next, outsideV4)
+	n.MustAdd(t, next, "eth0", capLost)
+	t.Cleanup(func() { n.Del(next, "eth0", nil) })
+	next.ServeTCP(t, 80)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8191), next, outsideV4)
 
 	// The kept attachment is untouched.
-	if len(portsOf(t, ovsdb.KeyContainerID, keep.id)) != 1 {
+	if len(framework.PortsOf(t, ovsdb.KeyContainerID, keep.ID)) != 1 {
 		t.Error("the kept attachment's port is gone")
 	}
-	if got := h.flowsOf(t, keepCookie); !slices.Equal(got, keepFlows) {
+	if got := h.FlowsOf(t, keepCookie); !slices.Equal(got, keepFlows) {
 		t.Errorf("the kept attachment's flows changed:\n got %q\nwant %q", got, keepFlows)
 	}
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8192), keep, outsideV4)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8192), keep, outsideV4)
 
 	// The attachment with an ADD in flight is untouched, its address kept.
-	addingV4 := addrOf(t, rAdding, false)
-	if len(portsOf(t, ovsdb.KeyContainerID, adding.id)) != 1 || len(h.flowsOf(t, flows.AttachmentCookie(adding.id, "eth0"))) == 0 {
+	addingV4 := framework.AddrOf(t, rAdding, false)
+	if len(framework.PortsOf(t, ovsdb.KeyContainerID, adding.ID)) != 1 || len(h.FlowsOf(t, flows.AttachmentCookie(adding.ID, "eth0"))) == 0 {
 		t.Error("the attachment with an ADD in flight lost its port or flows")
 	}
 	if !slices.Contains(allocations(t, dataDir, network), addingV4) {
 		t.Errorf("the attachment with an ADD in flight lost its address %s", addingV4)
 	}
-	if len(portsOf(t, ovsdb.KeyContainerID, dying.id)) != 1 {
+	if len(framework.PortsOf(t, ovsdb.KeyContainerID, dying.ID)) != 1 {
 		t.Error("the attachment with a DEL in flight lost its port to the sweep")
 	}
 	// Once its ADD is over (the claim gone) and the other's DEL given up
@@ -194,22 +194,22 @@ func TestOrphanDelReplayed(t *testing.T) {
 	if res := pass("claim and mark gone, second pass"); !slices.Equal(res.Deleted, want) {
 		t.Fatalf("after the claim and the mark: deleted %v, want %v", res.Deleted, want)
 	}
-	for _, c := range []*container{adding, dying} {
-		if ps := portsOf(t, ovsdb.KeyContainerID, c.id); len(ps) != 0 {
-			t.Errorf("ports of %s left: %v", c.id, ps)
+	for _, c := range []*framework.Container{adding, dying} {
+		if ps := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ps) != 0 {
+			t.Errorf("ports of %s left: %v", c.ID, ps)
 		}
 	}
-	if got := h.flowsOf(t, keepCookie); !slices.Equal(got, keepFlows) {
+	if got := h.FlowsOf(t, keepCookie); !slices.Equal(got, keepFlows) {
 		t.Errorf("the kept attachment's flows changed:\n got %q\nwant %q", got, keepFlows)
 	}
 }
 
 // dropNetNS removes the netns of c as a runtime does when its sandbox goes:
 // its bind mount is gone (the namespace itself goes with its last user).
-func dropNetNS(t *testing.T, c *container) {
+func dropNetNS(t *testing.T, c *framework.Container) {
 	t.Helper()
-	c.ns.Close()
-	if err := testutils.UnmountNS(c.ns); err != nil {
+	c.NS.Close()
+	if err := testutils.UnmountNS(c.NS); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -220,11 +220,11 @@ func dropNetNS(t *testing.T, c *container) {
 // container whose netns goes is swept.
 func TestOrphanKeepsLiveSandbox(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	dataDir := t.TempDir()
 	const network = "orphlive"
-	list := conflist("1.0.0", network, bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true}))
-	n := newCNI(t, list)
+	list := conflist("1.0.0", network, framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}))
+	n := framework.NewCNI(t, list, nil)
 	b, err := json.Marshal(list)
 	if err != nil {
 		t.Fatal(err)
@@ -236,21 +236,21 @@ func TestOrphanKeepsLiveSandbox(t *testing.T) {
 	sw := orphan.New(orphan.Config{OVSDB: ovsdbEP, Conflist: confPath, CNIPath: []string{binDir},
 		CacheDir: t.TempDir(), Interval: 0, Log: testLog{t}})
 
-	self, gone := newContainer(t), newContainer(t)
-	selfV4 := addrOf(t, n.mustAdd(t, self, "eth0", nil), false)
-	goneV4 := addrOf(t, n.mustAdd(t, gone, "eth0", nil), false)
-	t.Cleanup(func() { n.del(self, "eth0", nil); n.del(gone, "eth0", nil) })
+	self, gone := framework.NewContainer(t), framework.NewContainer(t)
+	selfV4 := framework.AddrOf(t, n.MustAdd(t, self, "eth0", nil), false)
+	goneV4 := framework.AddrOf(t, n.MustAdd(t, gone, "eth0", nil), false)
+	t.Cleanup(func() { n.Del(self, "eth0", nil); n.Del(gone, "eth0", nil) })
 
-	if out, err := self.exec("ip", "link", "del", "eth0"); err != nil {
+	if out, err := self.Exec("ip", "link", "del", "eth0"); err != nil {
 		t.Fatalf("deleting eth0 inside the container: %v: %s", err, out)
 	}
 	dropNetNS(t, gone)
-	for _, c := range []*container{self, gone} {
-		if !framework.Until(30*time.Second, func() bool { return !link.Exists(hostVeth(c, "eth0")) }) {
-			t.Fatalf("host veth of %s still there", c.id)
+	for _, c := range []*framework.Container{self, gone} {
+		if !framework.Until(30*time.Second, func() bool { return !link.Exists(c.HostVeth("eth0")) }) {
+			t.Fatalf("host veth of %s still there", c.ID)
 		}
 	}
-	selfAtt, goneAtt := ovsdb.Attachment{ContainerID: self.id, IfName: "eth0"}, ovsdb.Attachment{ContainerID: gone.id, IfName: "eth0"}
+	selfAtt, goneAtt := ovsdb.Attachment{ContainerID: self.ID, IfName: "eth0"}, ovsdb.Attachment{ContainerID: gone.ID, IfName: "eth0"}
 	for i := 1; i <= 3; i++ {
 		res, err := sw.Pass(context.Background())
 		if err != nil {
@@ -264,23 +264,23 @@ func TestOrphanKeepsLiveSandbox(t *testing.T) {
 			t.Errorf("pass 2: deleted %v, want %s (its netns is gone)", res.Deleted, goneAtt)
 		}
 	}
-	if len(portsOf(t, ovsdb.KeyContainerID, self.id)) != 1 {
+	if len(framework.PortsOf(t, ovsdb.KeyContainerID, self.ID)) != 1 {
 		t.Error("the running container's port was removed")
 	}
 	got := allocations(t, dataDir, network)
 	if !slices.Contains(got, selfV4) {
 		t.Errorf("the running container's address %s was released: %v", selfV4, got)
 	}
-	if ps := portsOf(t, ovsdb.KeyContainerID, gone.id); len(ps) != 0 {
+	if ps := framework.PortsOf(t, ovsdb.KeyContainerID, gone.ID); len(ps) != 0 {
 		t.Errorf("ports of the container whose netns went left: %v", ps)
 	}
 	if slices.Contains(got, goneV4) {
 		t.Errorf("address %s of the container whose netns went still allocated: %v", goneV4, got)
 	}
 	// The next pod does not get the running container's address.
-	next := newContainer(t)
-	nextV4 := addrOf(t, n.mustAdd(t, next, "eth0", nil), false)
-	t.Cleanup(func() { n.del(next, "eth0", nil) })
+	next := framework.NewContainer(t)
+	nextV4 := framework.AddrOf(t, n.MustAdd(t, next, "eth0", nil), false)
+	t.Cleanup(func() { n.Del(next, "eth0", nil) })
 	if nextV4 == selfV4 {
 		t.Errorf("a new container got %s, the address of the running container", nextV4)
 	}
@@ -293,7 +293,7 @@ func TestOrphanKeepsLiveSandbox(t *testing.T) {
 // section its ADD recorded on the port).
 func TestOrphanIPAMChanged(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	dataDir := t.TempDir()
 	const network = "orphipam"
 	confPath := filepath.Join(t.TempDir(), "10-orphipam.conflist")
@@ -307,25 +307,25 @@ func TestOrphanIPAMChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := conflist("1.0.0", network, bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true}))
+	before := conflist("1.0.0", network, framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}))
 	write(before)
-	n := newCNI(t, before)
-	c := newContainer(t)
-	v4 := addrOf(t, n.mustAdd(t, c, "eth0", nil), false)
-	t.Cleanup(func() { n.del(c, "eth0", nil) })
+	n := framework.NewCNI(t, before, nil)
+	c := framework.NewContainer(t)
+	v4 := framework.AddrOf(t, n.MustAdd(t, c, "eth0", nil), false)
+	t.Cleanup(func() { n.Del(c, "eth0", nil) })
 	if !slices.Contains(allocations(t, dataDir, network), v4) {
 		t.Fatalf("address %s not in host-local's store: the test proves nothing", v4)
 	}
-	write(conflist("1.0.0", network, bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true,
+	write(conflist("1.0.0", network, framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true,
 		"ipam": map[string]any{"type": "static", "addresses": []any{map[string]any{"address": "192.0.2.200/24"}}}})))
 
-	if _, err := run("ip", "link", "del", hostVeth(c, "eth0")); err != nil {
+	if _, err := run("ip", "link", "del", c.HostVeth("eth0")); err != nil {
 		t.Fatal(err)
 	}
 	dropNetNS(t, c)
 	sw := orphan.New(orphan.Config{OVSDB: ovsdbEP, Conflist: confPath, CNIPath: []string{binDir},
 		CacheDir: t.TempDir(), Interval: 0, Log: testLog{t}})
-	att := ovsdb.Attachment{ContainerID: c.id, IfName: "eth0"}
+	att := ovsdb.Attachment{ContainerID: c.ID, IfName: "eth0"}
 	var res orphan.Result
 	for i := 1; i <= 2; i++ {
 		var err error
@@ -336,7 +336,7 @@ func TestOrphanIPAMChanged(t *testing.T) {
 	if !slices.Equal(res.Deleted, []ovsdb.Attachment{att}) {
 		t.Fatalf("second pass: %+v, want %s deleted", res, att)
 	}
-	if ps := portsOf(t, ovsdb.KeyContainerID, c.id); len(ps) != 0 {
+	if ps := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ps) != 0 {
 		t.Errorf("ports left: %v", ps)
 	}
 	if got := allocations(t, dataDir, network); slices.Contains(got, v4) {
@@ -354,15 +354,15 @@ func TestOrphanIPAMChanged(t *testing.T) {
 // reported once and the attachment is not tried again.
 func TestOrphanForeignPluginFails(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	dataDir := t.TempDir()
 	const network = "orphsbr"
 	list := conflist("1.0.0", network,
-		bridgeConf(h.bridge, dataDir, map[string]any{"isGateway": true}),
+		framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}),
 		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}},
 		map[string]any{"type": "ovs-bandwidth", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"bandwidth": true}},
 		map[string]any{"type": "sbr"})
-	n := newCNI(t, list)
+	n := framework.NewCNI(t, list, nil)
 	b, err := json.Marshal(list)
 	if err != nil {
 		t.Fatal(err)
@@ -390,17 +390,17 @@ func TestOrphanForeignPluginFails(t *testing.T) {
 		cniPath []string
 	}{{"sbr fails without a netns", []string{binDir}}, {"sbr missing", []string{noSBR}}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newContainer(t)
+			c := framework.NewContainer(t)
 			hostPort := 8291 + i
 			capArgs := mappings(pm(hostPort, 80, "tcp", ""))
-			maps.Copy(capArgs, limits(bwRate, bwBurst, bwRate, bwBurst))
-			metersBefore := h.meterIDs(t)
-			v4 := addrOf(t, n.mustAdd(t, c, "eth0", capArgs), false)
-			t.Cleanup(func() { n.del(c, "eth0", capArgs) })
-			if got := h.meterIDs(t); len(got) != len(metersBefore)+1 {
+			maps.Copy(capArgs, framework.Limits(bwRate, bwBurst, bwRate, bwBurst))
+			metersBefore := meterIDs(h, t)
+			v4 := framework.AddrOf(t, n.MustAdd(t, c, "eth0", capArgs), false)
+			t.Cleanup(func() { n.Del(c, "eth0", capArgs) })
+			if got := meterIDs(h, t); len(got) != len(metersBefore)+1 {
 				t.Fatalf("meters after ADD: %v, want those before (%v) and the attachment's one (else the test proves nothing)", got, metersBefore)
 			}
-			if _, err := run("ip", "link", "del", hostVeth(c, "eth0")); err != nil {
+			if _, err := run("ip", "link", "del", c.HostVeth("eth0")); err != nil {
 				t.Fatal(err)
 			}
 			dropNetNS(t, c)
@@ -410,7 +410,7 @@ func TestOrphanForeignPluginFails(t *testing.T) {
 			sw := orphan.New(orphan.Config{OVSDB: ovsdbEP, Conflist: confPath, CNIPath: tc.cniPath,
 				CacheDir: t.TempDir(), Interval: 0, Log: io.MultiWriter(testLog{t}, &lines),
 				PluginFailed: func(plugin string) { failed[plugin]++ }})
-			att := ovsdb.Attachment{ContainerID: c.id, IfName: "eth0"}
+			att := ovsdb.Attachment{ContainerID: c.ID, IfName: "eth0"}
 			var res orphan.Result
 			for i := 1; i <= 2; i++ {
 				if res, err = sw.Pass(context.Background()); err != nil {
@@ -424,10 +424,10 @@ func TestOrphanForeignPluginFails(t *testing.T) {
 			if len(res.Foreign) != 1 || res.Foreign[0].Plugin != "sbr" || res.Foreign[0].Attachment != att {
 				t.Errorf("second pass: foreign failures %v, want sbr's DEL of %s", res.Foreign, att)
 			}
-			if ps := portsOf(t, ovsdb.KeyContainerID, c.id); len(ps) != 0 {
+			if ps := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ps) != 0 {
 				t.Errorf("ports left: %v", ps)
 			}
-			if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0")); len(fl) != 0 {
+			if fl := h.FlowsOf(t, flows.AttachmentCookie(c.ID, "eth0")); len(fl) != 0 {
 				t.Errorf("flows left: %v", fl)
 			}
 			if got := allocations(t, dataDir, network); slices.Contains(got, v4) {
@@ -436,7 +436,7 @@ func TestOrphanForeignPluginFails(t *testing.T) {
 			if out, _ := run("nft", "list", "map", "ip", "ovsflow_hostport", "hostports"); strings.Contains(out, v4) {
 				t.Errorf("node-local nft elements left:\n%s", out)
 			}
-			if got := h.meterIDs(t); !slices.Equal(got, metersBefore) {
+			if got := meterIDs(h, t); !slices.Equal(got, metersBefore) {
 				// On the kernel datapath the Interface of a veth gone has
 				// ofport -1, and ovs-bandwidth's DEL finds the egress meter
 				// by the ofport: the meter stays, whoever runs the DEL (an
@@ -462,9 +462,9 @@ func TestOrphanForeignPluginFails(t *testing.T) {
 				t.Errorf("sbr's failure logged %d times, counted %v; want once", got, failed)
 			}
 			// The host port is free: a new sandbox takes it.
-			next := newContainer(t)
-			n.mustAdd(t, next, "eth0", mappings(pm(hostPort, 80, "tcp", "")))
-			t.Cleanup(func() { n.del(next, "eth0", nil) })
+			next := framework.NewContainer(t)
+			n.MustAdd(t, next, "eth0", mappings(pm(hostPort, 80, "tcp", "")))
+			t.Cleanup(func() { n.Del(next, "eth0", nil) })
 		})
 	}
 }

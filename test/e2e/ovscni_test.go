@@ -10,12 +10,13 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // ovsCNIConf is a network config of k8snetworkplumbingwg/ovs-cni (a single
 // plugin, not a list), with "type" changed to ovs-bridge and the sandbox's
 // database given the way ovs-cni takes it: a bare socket path.
-func ovsCNIConf(t *testing.T, br string, extra map[string]any) *cni {
+func ovsCNIConf(t *testing.T, br string, extra map[string]any) *framework.CNI {
 	t.Helper()
 	c := map[string]any{"cniVersion": "0.4.0", "name": uniq("ovscni"), "type": "ovs-bridge", "bridge": br, "vlan": 100,
 		"socket_file": strings.TrimPrefix(ovsdbAddr, "unix:")}
@@ -38,7 +39,7 @@ func ovsCNIConf(t *testing.T, br string, extra map[string]any) *cni {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cni{cfg: libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil), list: list}
+	return &framework.CNI{Cfg: libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil), List: list}
 }
 
 // An ovs-cni network config runs unchanged through ADD, CHECK and DEL: the
@@ -48,28 +49,28 @@ func TestOVSCNIConfig(t *testing.T) {
 	if !strings.HasPrefix(ovsdbAddr, "unix:") {
 		t.Skipf("sandbox OVSDB %s is not a unix socket", ovsdbAddr)
 	}
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	n := ovsCNIConf(t, br, map[string]any{"link_state_check_interval": 1000, "link_state_check_retries": 5})
-	c := newContainer(t)
-	r := n.mustAdd(t, c, "eth0", nil)
-	t.Cleanup(func() { n.del(c, "eth0", nil) })
-	host := hostVeth(c, "eth0")
-	if tag := vsctl(t, "get", "Port", host, "tag"); tag != "100" {
+	c := framework.NewContainer(t)
+	r := n.MustAdd(t, c, "eth0", nil)
+	t.Cleanup(func() { n.Del(c, "eth0", nil) })
+	host := c.HostVeth("eth0")
+	if tag := framework.Vsctl(t, "get", "Port", host, "tag"); tag != "100" {
 		t.Errorf("tag: got %s, want 100", tag)
 	}
 	if len(r.Interfaces) != 2 || r.Interfaces[1].Sandbox == "" {
 		t.Errorf("result interfaces: got %+v, want the host end and the container end", r.Interfaces)
 	}
-	if err := n.check(c, "eth0", nil); err != nil {
+	if err := n.Check(c, "eth0", nil); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
-	if err := n.del(c, "eth0", nil); err != nil {
+	if err := n.Del(c, "eth0", nil); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
 		t.Errorf("ports %v left after DEL", ports)
 	}
-	if veths := ourVeths(t); len(veths) != 0 {
+	if veths := framework.OurVeths(t); len(veths) != 0 {
 		t.Errorf("veths %v left after DEL", veths)
 	}
 }
@@ -82,30 +83,30 @@ func TestOVSCNIKeys(t *testing.T) {
 	if !strings.HasPrefix(ovsdbAddr, "unix:") {
 		t.Skipf("sandbox OVSDB %s is not a unix socket", ovsdbAddr)
 	}
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	const want = 4242
 	n := ovsCNIConf(t, br, map[string]any{"ofport_request": want, "ovnPort": "lsp-a", "interface_type": "system"})
-	a := newContainer(t)
-	n.mustAdd(t, a, "eth0", nil)
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	host := hostVeth(a, "eth0")
-	if got := vsctl(t, "get", "Interface", host, "ofport"); got != strconv.Itoa(want) {
+	a := framework.NewContainer(t)
+	n.MustAdd(t, a, "eth0", nil)
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	host := a.HostVeth("eth0")
+	if got := framework.Vsctl(t, "get", "Interface", host, "ofport"); got != strconv.Itoa(want) {
 		t.Errorf("ofport: got %s, want %d", got, want)
 	}
-	if got := vsctl(t, "get", "Interface", host, "external_ids:iface-id"); got != `"lsp-a"` && got != "lsp-a" {
+	if got := framework.Vsctl(t, "get", "Interface", host, "external_ids:iface-id"); got != `"lsp-a"` && got != "lsp-a" {
 		t.Errorf("iface-id: got %s, want lsp-a", got)
 	}
-	if err := n.check(a, "eth0", nil); err != nil {
+	if err := n.Check(a, "eth0", nil); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
-	vsctl(t, "set", "Interface", host, "external_ids:iface-id=lsp-other")
-	if err := n.check(a, "eth0", nil); err == nil || !strings.Contains(err.Error(), "ovnPort") {
+	framework.Vsctl(t, "set", "Interface", host, "external_ids:iface-id=lsp-other")
+	if err := n.Check(a, "eth0", nil); err == nil || !strings.Contains(err.Error(), "ovnPort") {
 		t.Errorf("CHECK with another iface-id: got %v, want an error naming ovnPort", err)
 	}
-	vsctl(t, "set", "Interface", host, "external_ids:iface-id=lsp-a")
+	framework.Vsctl(t, "set", "Interface", host, "external_ids:iface-id=lsp-a")
 	// A retried ADD of the same attachment gets its number back.
-	n.mustAdd(t, a, "eth0", nil)
-	if got := vsctl(t, "get", "Interface", host, "ofport"); got != strconv.Itoa(want) {
+	n.MustAdd(t, a, "eth0", nil)
+	if got := framework.Vsctl(t, "get", "Interface", host, "ofport"); got != strconv.Itoa(want) {
 		t.Errorf("ofport after a retried ADD: got %s, want %d", got, want)
 	}
 
@@ -121,20 +122,20 @@ func TestOVSCNIKeys(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			m := ovsCNIConf(t, br, tc.extra)
-			b := newContainer(t)
-			_, err := m.add(b, "eth0", nil)
+			b := framework.NewContainer(t)
+			_, err := m.Add(b, "eth0", nil)
 			if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Fatalf("ADD: got %v (code %d), want code 7 with %q", err, cniCode(err), tc.wantMsg)
 			}
-			if ports := portsOf(t, ovsdb.KeyContainerID, b.id); len(ports) != 0 {
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, b.ID); len(ports) != 0 {
 				t.Errorf("ports %v left", ports)
 			}
-			if err := m.del(b, "eth0", nil); err != nil && tc.name == "ofport held" {
+			if err := m.Del(b, "eth0", nil); err != nil && tc.name == "ofport held" {
 				t.Errorf("DEL after the refused ADD: %v", err)
 			}
 		})
 	}
-	if got := vsctl(t, "get", "Interface", host, "ofport"); got != strconv.Itoa(want) {
+	if got := framework.Vsctl(t, "get", "Interface", host, "ofport"); got != strconv.Itoa(want) {
 		t.Errorf("ofport of the first port after the refused ADD: got %s, want %d", got, want)
 	}
 }

@@ -29,7 +29,7 @@ func sslRemote(t *testing.T, f certtest.Files) string {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	vsctl(t, "set-ssl", f.ServerKey, f.ServerCert, f.CA)
+	framework.Vsctl(t, "set-ssl", f.ServerKey, f.ServerCert, f.CA)
 	t.Cleanup(func() { run("ovs-vsctl", "--db="+ovsdbAddr, "del-ssl") })
 	remote := "pssl:" + strconv.Itoa(port) + ":127.0.0.1"
 	if out, err := run("ovs-appctl", "-t", ctl, "ovsdb-server/add-remote", remote); err != nil {
@@ -61,27 +61,28 @@ func TestOVSDBTLS(t *testing.T) {
 	dir := t.TempDir()
 	good, wrong := certtest.Generate(t, dir, "ovsdb"), certtest.Generate(t, dir, "wrong")
 	ep := sslRemote(t, good)
-	br := newBridge(t)
+	br := framework.NewBridge(t, "e2ebr")
 	rundir := filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:"))
 	conf := func(key, cert, ca string) map[string]any {
-		return bridgeConf(br, dir, map[string]any{"ovsdb": ep, "ovsdbKey": key, "ovsdbCert": cert, "ovsdbCA": ca,
-			// Over ssl: the OpenFlow socket is not next to a database socket.
+		return framework.BridgeConf(br, ovsdbAddr, dir, map[string]any{"ovsdb": ep, "ovsdbKey": key, "ovsdbCert": cert, "ovsdbCA": ca,
+
 			"openflow": "unix:" + filepath.Join(rundir, br+".mgmt")})
+
 	}
-	n := newCNI(t, conflist("1.0.0", "tls", conf(good.ClientKey, good.ClientCert, good.CA)))
-	c := newContainer(t)
-	n.mustAdd(t, c, "eth0", nil)
-	t.Cleanup(func() { n.del(c, "eth0", nil) })
-	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 1 {
+	n := framework.NewCNI(t, conflist("1.0.0", "tls", conf(good.ClientKey, good.ClientCert, good.CA)), nil)
+	c := framework.NewContainer(t)
+	n.MustAdd(t, c, "eth0", nil)
+	t.Cleanup(func() { n.Del(c, "eth0", nil) })
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 1 {
 		t.Fatalf("ports of the container: got %v, want one", ports)
 	}
-	if err := n.check(c, "eth0", nil); err != nil {
+	if err := n.Check(c, "eth0", nil); err != nil {
 		t.Errorf("CHECK over ssl: %v", err)
 	}
-	if err := n.del(c, "eth0", nil); err != nil {
+	if err := n.Del(c, "eth0", nil); err != nil {
 		t.Fatalf("DEL over ssl: %v", err)
 	}
-	if ports := portsOf(t, ovsdb.KeyContainerID, c.id); len(ports) != 0 {
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
 		t.Errorf("ports %v left after DEL", ports)
 	}
 
@@ -96,16 +97,16 @@ func TestOVSDBTLS(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newCNI(t, conflist("1.0.0", "tlsbad", conf(tc.key, tc.cert, tc.ca)))
-			b := newContainer(t)
-			_, err := m.add(b, "eth0", nil)
+			m := framework.NewCNI(t, conflist("1.0.0", "tlsbad", conf(tc.key, tc.cert, tc.ca)), nil)
+			b := framework.NewContainer(t)
+			_, err := m.Add(b, "eth0", nil)
 			if cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Fatalf("ADD: got %v (code %d), want code 7 naming %s", err, cniCode(err), tc.wantMsg)
 			}
-			if ports := portsOf(t, ovsdb.KeyContainerID, b.id); len(ports) != 0 {
+			if ports := framework.PortsOf(t, ovsdb.KeyContainerID, b.ID); len(ports) != 0 {
 				t.Errorf("ports %v left", ports)
 			}
-			if veths := ourVeths(t); len(veths) != 0 {
+			if veths := framework.OurVeths(t); len(veths) != 0 {
 				t.Errorf("veths %v left", veths)
 			}
 		})

@@ -21,11 +21,11 @@ import (
 
 // serveUDPEcho answers every datagram with one of the same size, starting
 // with "echo from <id>", so that both directions can exceed the MTU.
-func (c *container) serveUDPEcho(t *testing.T, port int) {
+func serveUDPEcho(c *framework.Container, t *testing.T, port int) {
 	t.Helper()
-	c.serveUDPWith(t, port, func(k int, _ net.Addr) []byte {
+	c.ServeUDPWith(t, port, func(k int, _ net.Addr) []byte {
 		out := bytes.Repeat([]byte{'r'}, k)
-		copy(out, "echo from "+c.id)
+		copy(out, "echo from "+c.ID)
 		return out
 	})
 }
@@ -40,7 +40,7 @@ func (c *container) serveUDPEcho(t *testing.T, port int) {
 // counts what a flow of its own matching ct_tp_dst=port sees besides first
 // fragments; its flows go on as PriorityFragmentMiss does, so that the
 // reassembly completes.
-func laterFragmentsHaveCTPorts(t *testing.T, h *ovsHost, node string, port int) bool {
+func laterFragmentsHaveCTPorts(t *testing.T, h *framework.OVSHost, node string, port int) bool {
 	t.Helper()
 	eth := "ip"
 	if strings.Contains(node, ":") {
@@ -49,12 +49,12 @@ func laterFragmentsHaveCTPorts(t *testing.T, h *ovsHost, node string, port int) 
 	probe := fmt.Sprintf("table=40,ct_state=+trk+new,%s,ct_nw_proto=17,ct_tp_dst=%d", eth, port)
 	firsts, rest := "priority=252,"+probe+",nw_frag=first", "priority=251,"+probe
 	for _, f := range []string{firsts, rest} {
-		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.ofTarget(), f+",actions=ct(zone=64000,table=44)"); err != nil {
+		if out, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.OFTarget(), f+",actions=ct(zone=64000,table=44)"); err != nil {
 			t.Fatalf("probe flow: %v: %s", err, out)
 		}
-		defer run("ovs-ofctl", "-O", "OpenFlow14", "--strict", "del-flows", h.ofTarget(), f)
+		defer run("ovs-ofctl", "-O", "OpenFlow14", "--strict", "del-flows", h.OFTarget(), f)
 	}
-	err := h.outside.ns.Do(func(ns.NetNS) error {
+	err := h.Outside.NS.Do(func(ns.NetNS) error {
 		conn, err := net.Dial("udp", hp(node, port))
 		if err != nil {
 			return err
@@ -67,7 +67,7 @@ func laterFragmentsHaveCTPorts(t *testing.T, h *ovsHost, node string, port int) 
 		t.Fatal(err)
 	}
 	packets := func(prio string) int {
-		out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", h.ofTarget(), "table=40")
+		out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", h.OFTarget(), "table=40")
 		if err != nil {
 			t.Fatalf("dump-flows: %v", err)
 		}
@@ -102,12 +102,12 @@ func laterFragmentsHaveCTPorts(t *testing.T, h *ovsHost, node string, port int) 
 // of it (dpctl/ipf-get-status).
 func TestPortmapUDPFragments(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmfrag", nil)
-	a := newContainer(t)
-	n.mustAdd(t, a, "eth0", mappings(pm(5390, 53, "udp", "")))
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	a.serveUDPEcho(t, 53)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmfrag", nil)
+	a := framework.NewContainer(t)
+	n.MustAdd(t, a, "eth0", mappings(pm(5390, 53, "udp", "")))
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	serveUDPEcho(a, t, 53)
 	// The node's own socket on the host port: nothing of the host port's
 	// traffic may reach it.
 	local, err := net.ListenPacket("udp", ":5390")
@@ -132,7 +132,7 @@ func TestPortmapUDPFragments(t *testing.T) {
 		if !first {
 			t.Logf("%s: this datapath shows later fragments without ct_tp_dst: the first fragmented datagram is not required to pass", node)
 		}
-		err := h.outside.ns.Do(func(ns.NetNS) error {
+		err := h.Outside.NS.Do(func(ns.NetNS) error {
 			conn, err := net.Dial("udp", hp(node, 5390))
 			if err != nil {
 				return err
@@ -150,10 +150,10 @@ func TestPortmapUDPFragments(t *testing.T) {
 				buf := make([]byte, 65536)
 				k, err := conn.Read(buf)
 				got := buf[:k]
-				ok := err == nil && k == size && bytes.HasPrefix(got, []byte("echo from "+a.id))
+				ok := err == nil && k == size && bytes.HasPrefix(got, []byte("echo from "+a.ID))
 				switch {
 				case !ok && (i > 0 || first):
-					t.Errorf("udp %s, datagram %d of %d bytes: got %d bytes %.30q, %v; want %d from %s", hp(node, 5390), i, size, k, got, err, size, a.id)
+					t.Errorf("udp %s, datagram %d of %d bytes: got %d bytes %.30q, %v; want %d from %s", hp(node, 5390), i, size, k, got, err, size, a.ID)
 				case !ok:
 					t.Logf("udp %s, the first datagram (%d bytes, fragmented): lost (%v)", hp(node, 5390), size, err)
 				}
@@ -211,9 +211,9 @@ func nodeTCPSegments(t *testing.T) int {
 // received (both families): a fragmented segment counts once reassembled,
 // however the kernel reassembled it (the IPv6 defragmentation of a netns
 // with conntrack counts no ReasmOKs).
-func containerTCPSegments(t *testing.T, c *container) int {
+func containerTCPSegments(t *testing.T, c *framework.Container) int {
 	t.Helper()
-	return tcpInSegs(c.sh(t, "cat", "/proc/net/snmp"))
+	return tcpInSegs(sh(c, t, "cat", "/proc/net/snmp"))
 }
 
 // tcpInSegs reads Tcp InSegs from the text of /proc/net/snmp.
@@ -250,24 +250,24 @@ func tcpInSegs(snmp string) int {
 // node's own socket on the port answered the SYN).
 func TestPortmapTCPFragments(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmtcpfrag", nil)
-	a := newContainer(t)
-	n.mustAdd(t, a, "eth0", mappings(pm(8390, 80, "tcp", "")))
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	a.serveTCP(t, 80)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmtcpfrag", nil)
+	a := framework.NewContainer(t)
+	n.MustAdd(t, a, "eth0", mappings(pm(8390, 80, "tcp", "")))
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	a.ServeTCP(t, 80)
 	local, err := net.Listen("tcp", ":8390")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { local.Close() })
-	br, err := netlink.LinkByName(h.bridge)
+	br, err := netlink.LinkByName(h.Bridge)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nodeMAC := br.Attrs().HardwareAddr
 	var outMAC net.HardwareAddr
-	if err := h.outside.ns.Do(func(ns.NetNS) error {
+	if err := h.Outside.NS.Do(func(ns.NetNS) error {
 		l, err := netlink.LinkByName("eth0")
 		if err == nil {
 			outMAC = l.Attrs().HardwareAddr
@@ -276,7 +276,7 @@ func TestPortmapTCPFragments(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	s := sender(t, h.outside.ns, "eth0")
+	s := sender(t, h.Outside.NS, "eth0")
 	data := bytes.Repeat([]byte{'s'}, 2000)
 	send := func(v6 bool, dport uint16, id uint16) {
 		t.Helper()

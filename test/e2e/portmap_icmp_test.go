@@ -21,10 +21,10 @@ import (
 )
 
 // serveBulk answers every TCP connection with size bytes, then closes it.
-func (c *container) serveBulk(t *testing.T, port, size int) {
+func serveBulk(c *framework.Container, t *testing.T, port, size int) {
 	t.Helper()
 	payload := bytes.Repeat([]byte{'b'}, size)
-	framework.Serve(t, c.ns, port, func(conn net.Conn) {
+	framework.Serve(t, c.NS, port, func(conn net.Conn) {
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(20 * time.Second))
 		conn.Write(payload)
@@ -41,17 +41,17 @@ func (c *container) serveBulk(t *testing.T, port, size int) {
 // untranslated, the node drops them and the transfer stalls.
 func TestPortmapPathMTU(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmpmtu", nil)
-	a := newContainer(t)
-	n.mustAdd(t, a, "eth0", mappings(pm(8100, 80, "tcp", "")))
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmpmtu", nil)
+	a := framework.NewContainer(t)
+	n.MustAdd(t, a, "eth0", mappings(pm(8100, 80, "tcp", "")))
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
 	const size = 200 << 10
-	a.serveBulk(t, 80, size)
+	serveBulk(a, t, 80, size)
 
-	client := newContainer(t)
-	router := h.outside
-	if _, err := run("ip", "-n", router.name, "link", "add", "cl0", "mtu", "1280", "type", "veth", "peer", "name", "eth0", "netns", client.name); err != nil {
+	client := framework.NewContainer(t)
+	router := h.Outside
+	if _, err := run("ip", "-n", router.Name, "link", "add", "cl0", "mtu", "1280", "type", "veth", "peer", "name", "eth0", "netns", client.Name); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{
@@ -61,7 +61,7 @@ func TestPortmapPathMTU(t *testing.T) {
 		{"ethtool", "-K", "cl0", "tx", "off"},
 		{"sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"},
 	} {
-		if _, err := router.exec(args...); err != nil {
+		if _, err := router.Exec(args...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -74,13 +74,13 @@ func TestPortmapPathMTU(t *testing.T) {
 		{"ip", "-6", "route", "add", "default", "via", "2001:db8:203::1"},
 		{"ethtool", "-K", "eth0", "tx", "off"},
 	} {
-		if _, err := client.exec(args...); err != nil {
+		if _, err := client.Exec(args...); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, node := range []string{nodeV4, nodeV6} {
 		var got int64
-		err := client.ns.Do(func(ns.NetNS) error {
+		err := client.NS.Do(func(ns.NetNS) error {
 			conn, err := net.DialTimeout("tcp", hp(node, 8100), 3*time.Second)
 			if err != nil {
 				return err
@@ -104,15 +104,15 @@ func TestPortmapPathMTU(t *testing.T) {
 // The control: the listening port answers.
 func TestPortmapICMPFromContainer(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmicmp", nil)
-	a := newContainer(t)
-	n.mustAdd(t, a, "eth0", mappings(pm(5396, 53, "udp", ""), pm(5397, 54, "udp", "")))
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	a.serveUDP(t, 53)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmicmp", nil)
+	a := framework.NewContainer(t)
+	n.MustAdd(t, a, "eth0", mappings(pm(5396, 53, "udp", ""), pm(5397, 54, "udp", "")))
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	a.ServeUDP(t, 53)
 	for _, node := range []string{nodeV4, nodeV6} {
-		expect(t, h.outside.ns, "udp", hp(node, 5396), a, "")
-		_, err := dial(h.outside.ns, "udp", hp(node, 5397))
+		expect(t, h.Outside.NS, "udp", hp(node, 5396), a, "")
+		_, err := framework.Dial(h.Outside.NS, "udp", hp(node, 5397))
 		if !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("udp %s, no listener in the container: got %v, want connection refused", hp(node, 5397), err)
 		}
@@ -121,9 +121,9 @@ func TestPortmapICMPFromContainer(t *testing.T) {
 
 // serveHold accepts TCP connections and keeps each open until the client
 // closes it.
-func (c *container) serveHold(t *testing.T, port int) {
+func serveHold(c *framework.Container, t *testing.T, port int) {
 	t.Helper()
-	framework.Serve(t, c.ns, port, func(conn net.Conn) {
+	framework.Serve(t, c.NS, port, func(conn net.Conn) {
 		defer conn.Close()
 		io.Copy(io.Discard, conn)
 	})
@@ -142,22 +142,22 @@ func (c *container) serveHold(t *testing.T, port int) {
 // IPv6 on the kernel datapath only (see there).
 func TestPortmapPathMTUToClient(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmpmtuc", nil)
-	a := newContainer(t)
-	res := n.mustAdd(t, a, "eth0", mappings(pm(8102, 80, "tcp", "")))
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	a.serveHold(t, 80)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmpmtuc", nil)
+	a := framework.NewContainer(t)
+	res := n.MustAdd(t, a, "eth0", mappings(pm(8102, 80, "tcp", "")))
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	serveHold(a, t, 80)
 	contMAC, _ := net.ParseMAC(res.Interfaces[len(res.Interfaces)-1].Mac)
-	br, err := netlink.LinkByName(h.bridge)
+	br, err := netlink.LinkByName(h.Bridge)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sender(t, a.ns, "eth0")
+	s := sender(t, a.NS, "eth0")
 	for _, tc := range []struct {
 		node, client, cont string
 		mtu                int
-	}{{nodeV4, outsideV4, addrOf(t, res, false), 1300}, {nodeV6, outsideV6, addrOf(t, res, true), 1400}} {
+	}{{nodeV4, outsideV4, framework.AddrOf(t, res, false), 1300}, {nodeV6, outsideV6, framework.AddrOf(t, res, true), 1400}} {
 		v6 := strings.Contains(tc.node, ":")
 		if v6 && framework.Userspace() {
 			// Userspace conntrack (OVS 3.1 and later; nat_packet_ipv6)
@@ -173,15 +173,15 @@ func TestPortmapPathMTUToClient(t *testing.T) {
 		client, cont := netip.MustParseAddr(tc.client), netip.MustParseAddr(tc.cont)
 		routeMTU := func() string {
 			t.Helper()
-			out, err := run("ip", "-n", h.outside.name, "route", "get", tc.node)
+			out, err := run("ip", "-n", h.Outside.Name, "route", "get", tc.node)
 			if err != nil {
 				t.Fatalf("ip route get %s: %v: %s", tc.node, err, out)
 			}
 			return field(out, " mtu ")
 		}
-		sn := sniff(t, a.ns, "eth0", "container")
+		sn := sniff(t, a.NS, "eth0", "container")
 		var conn net.Conn
-		if err := h.outside.ns.Do(func(ns.NetNS) error {
+		if err := h.Outside.NS.Do(func(ns.NetNS) error {
 			var err error
 			conn, err = net.DialTimeout("tcp", hp(tc.node, 8102), 3*time.Second)
 			return err

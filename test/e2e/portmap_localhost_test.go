@@ -69,11 +69,11 @@ func dialFrom(src, network, addr string) (string, error) {
 // elements are gone.
 func TestPortmapLocalhost(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmlo", nil)
-	lo, node, nodeUDP, all := newContainer(t), newContainer(t), newContainer(t), newContainer(t)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmlo", nil)
+	lo, node, nodeUDP, all := framework.NewContainer(t), framework.NewContainer(t), framework.NewContainer(t), framework.NewContainer(t)
 	for _, c := range []struct {
-		c    *container
+		c    *framework.Container
 		caps map[string]any
 	}{
 		{lo, mappings(pm(54323, 8080, "tcp", "127.0.0.1"), pm(54324, 53, "udp", "127.0.0.1"))},
@@ -81,18 +81,18 @@ func TestPortmapLocalhost(t *testing.T) {
 		{nodeUDP, mappings(pm(54323, 8080, "udp", nodeV4))},
 		{all, mappings(pm(54325, 80, "tcp", ""), pm(54325, 53, "udp", ""))},
 	} {
-		n.mustAdd(t, c.c, "eth0", c.caps)
-		t.Cleanup(func() { n.del(c.c, "eth0", nil) })
+		n.MustAdd(t, c.c, "eth0", c.caps)
+		t.Cleanup(func() { n.Del(c.c, "eth0", nil) })
 	}
-	lo.serveTCP(t, 8080)
-	lo.serveUDP(t, 53)
-	node.serveTCP(t, 8080)
-	nodeUDP.serveUDP(t, 8080)
-	all.serveTCP(t, 80)
-	all.serveUDP(t, 53)
+	lo.ServeTCP(t, 8080)
+	lo.ServeUDP(t, 53)
+	node.ServeTCP(t, 8080)
+	nodeUDP.ServeUDP(t, 8080)
+	all.ServeTCP(t, 80)
+	all.ServeUDP(t, 53)
 
-	if got := routeLocalnetOf(t, h.bridge); got != "1" {
-		t.Errorf("route_localnet of %s: got %s, want 1", h.bridge, got)
+	if got := routeLocalnetOf(t, h.Bridge); got != "1" {
+		t.Errorf("route_localnet of %s: got %s, want 1", h.Bridge, got)
 	}
 	if got := routeLocalnetOf(t, "all"); got != "0" {
 		t.Errorf("route_localnet of all: got %s, want 0 (only the bridge interface's)", got)
@@ -103,32 +103,32 @@ func TestPortmapLocalhost(t *testing.T) {
 	expect(t, nil, "tcp", hp("127.0.0.1", 54325), all, gatewayV4+":")
 	expect(t, nil, "udp", hp("127.0.0.1", 54325), all, gatewayV4+":")
 	// The conformance test's client: bound to the node's address.
-	if got, err := dialFrom(nodeV4, "tcp", hp("127.0.0.1", 54323)); err != nil || !strings.HasPrefix(got, "hello from "+lo.id+" to "+nodeV4+":") {
-		t.Errorf("tcp 127.0.0.1:54323 from %s: got %q, %v; want an answer from %s that saw %s", nodeV4, got, err, lo.id, nodeV4)
+	if got, err := dialFrom(nodeV4, "tcp", hp("127.0.0.1", 54323)); err != nil || !strings.HasPrefix(got, "hello from "+lo.ID+" to "+nodeV4+":") {
+		t.Errorf("tcp 127.0.0.1:54323 from %s: got %q, %v; want an answer from %s that saw %s", nodeV4, got, err, lo.ID, nodeV4)
 	}
 	// The same host port on the node's address, TCP and UDP: the other two.
 	expect(t, nil, "tcp", hp(nodeV4, 54323), node, "")
 	expect(t, nil, "udp", hp(nodeV4, 54323), nodeUDP, "")
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 54323), node, outsideV4)
-	expect(t, h.outside.ns, "udp", hp(nodeV4, 54323), nodeUDP, outsideV4)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 54323), node, outsideV4)
+	expect(t, h.Outside.NS, "udp", hp(nodeV4, 54323), nodeUDP, outsideV4)
 	// A mapping without a hostIP is on every node address as before.
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 54325), all, outsideV4)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 54325), all, outsideV4)
 	// ::1 is not served: IPv6 drops ::1 off lo, so no reply could come back.
-	if got, err := dial(nil, "tcp", hp("::1", 54325)); err == nil {
+	if got, err := framework.Dial(nil, "tcp", hp("::1", 54325)); err == nil {
 		t.Errorf("tcp [::1]:54325: got %q, want no answer (::1 is not served)", got)
 	}
 	// 127.0.0.1:54323/tcp is held: a second holder is refused.
-	other := newContainer(t)
-	_, err := n.add(other, "eth0", mappings(pm(54323, 8080, "tcp", "127.0.0.1")))
-	t.Cleanup(func() { n.del(other, "eth0", nil) })
-	if err == nil || !strings.Contains(err.Error(), lo.id) || cniCode(err) != types.ErrInvalidNetworkConfig {
-		t.Errorf("a second 127.0.0.1:54323/tcp: got %v (code %d), want code 7 naming %s", err, cniCode(err), lo.id)
+	other := framework.NewContainer(t)
+	_, err := n.Add(other, "eth0", mappings(pm(54323, 8080, "tcp", "127.0.0.1")))
+	t.Cleanup(func() { n.Del(other, "eth0", nil) })
+	if err == nil || !strings.Contains(err.Error(), lo.ID) || cniCode(err) != types.ErrInvalidNetworkConfig {
+		t.Errorf("a second 127.0.0.1:54323/tcp: got %v (code %d), want code 7 naming %s", err, cniCode(err), lo.ID)
 	}
 	expect(t, nil, "tcp", hp("127.0.0.1", 54323), lo, gatewayV4+":")
 
 	// DEL: nothing answers at 127.0.0.1, and the elements are gone.
-	for _, c := range []*container{lo, all} {
-		if err := n.del(c, "eth0", nil); err != nil {
+	for _, c := range []*framework.Container{lo, all} {
+		if err := n.Del(c, "eth0", nil); err != nil {
 			t.Fatalf("DEL: %v", err)
 		}
 	}
@@ -136,7 +136,7 @@ func TestPortmapLocalhost(t *testing.T) {
 		{"tcp", hp("127.0.0.1", 54323)}, {"udp", hp("127.0.0.1", 54324)},
 		{"tcp", hp("127.0.0.1", 54325)}, {"udp", hp("127.0.0.1", 54325)},
 	} {
-		if got, err := dial(nil, a.network, a.addr); err == nil {
+		if got, err := framework.Dial(nil, a.network, a.addr); err == nil {
 			t.Errorf("after DEL: %s %s answered %q", a.network, a.addr, got)
 		}
 	}
@@ -214,23 +214,23 @@ func received(got <-chan string, payload string, d time.Duration) bool {
 // the service, so the guard is what stops it (reconcile puts it back).
 func TestAttackHostPortLoopback(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmloatk", nil)
-	pub, peer := newContainer(t), newContainer(t)
-	n.mustAdd(t, pub, "eth0", mappings(pm(54330, 53, "udp", "")))
-	t.Cleanup(func() { n.del(pub, "eth0", nil) })
-	rp := n.mustAdd(t, peer, "eth0", nil)
-	t.Cleanup(func() { n.del(peer, "eth0", nil) })
-	if got := routeLocalnetOf(t, h.bridge); got != "1" {
-		t.Fatalf("route_localnet of %s: got %s, want 1: the test proves nothing", h.bridge, got)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmloatk", nil)
+	pub, peer := framework.NewContainer(t), framework.NewContainer(t)
+	n.MustAdd(t, pub, "eth0", mappings(pm(54330, 53, "udp", "")))
+	t.Cleanup(func() { n.Del(pub, "eth0", nil) })
+	rp := n.MustAdd(t, peer, "eth0", nil)
+	t.Cleanup(func() { n.Del(peer, "eth0", nil) })
+	if got := routeLocalnetOf(t, h.Bridge); got != "1" {
+		t.Fatalf("route_localnet of %s: got %s, want 1: the test proves nothing", h.Bridge, got)
 	}
 	service := udpCatcher(t, nil, ":54331")
-	hostPort := udpCatcher(t, pub.ns, ":53")
+	hostPort := udpCatcher(t, pub.NS, ":53")
 	// The loopback host port answers the node itself.
-	if got, err := dial(nil, "udp", hp("127.0.0.1", 54330)); err != nil || got != "answer" {
+	if got, err := framework.Dial(nil, "udp", hp("127.0.0.1", 54330)); err != nil || got != "answer" {
 		t.Fatalf("udp 127.0.0.1:54330 from the node: got %q, %v; want the container's answer", got, err)
 	}
-	ifi, err := net.InterfaceByName(h.bridge)
+	ifi, err := net.InterfaceByName(h.Bridge)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,8 +254,8 @@ func TestAttackHostPortLoopback(t *testing.T) {
 		n    ns.NetNS
 		src  netip.Addr
 	}{
-		{"neighbour", h.outside.ns, netip.MustParseAddr(outsideV4)},
-		{"container", peer.ns, netip.MustParseAddr(addrOf(t, rp, false))},
+		{"neighbour", h.Outside.NS, netip.MustParseAddr(outsideV4)},
+		{"container", peer.NS, netip.MustParseAddr(framework.AddrOf(t, rp, false))},
 	}
 	seq := 0
 	send := func(t *testing.T, from ns.NetNS, src, dst netip.Addr, dport uint16) string {
@@ -288,13 +288,13 @@ func TestAttackHostPortLoopback(t *testing.T) {
 	if _, err := run("nft", "flush", "chain", "ip", "ovsflow_hostport", "localnet_in"); err != nil {
 		t.Fatal(err)
 	}
-	if p := send(t, h.outside.ns, senders[0].src, loopback, 54331); !received(service, p, framework.Scaled(5*time.Second)) {
+	if p := send(t, h.Outside.NS, senders[0].src, loopback, 54331); !received(service, p, framework.Scaled(5*time.Second)) {
 		t.Errorf("without the guard: the node's service did not receive the neighbour's datagram to 127.0.0.1:54331; the attack is not real")
 	}
 	if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}
-	if p := send(t, h.outside.ns, senders[0].src, loopback, 54331); received(service, p, within) {
+	if p := send(t, h.Outside.NS, senders[0].src, loopback, 54331); received(service, p, within) {
 		t.Errorf("after reconcile: the node's service received the neighbour's datagram to 127.0.0.1:54331")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // ctFlushRefuser stands for an ovs-vswitchd older than 3.1 in front of the
@@ -90,30 +91,30 @@ func readOpenFlow(r io.Reader) ([]byte, error) {
 // flushes were sent and refused.
 func TestPortmapWithoutConntrackFlush(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	target, refused := ctFlushRefuser(t, h.ofTarget())
-	n := h.portmapList(t, "1.0.0", "pmold", map[string]any{"openflow": target, "vswitchdControl": vswitchdCtl(t)})
-	a := newContainer(t)
+	h := framework.NewOVSHost(t)
+	target, refused := ctFlushRefuser(t, h.OFTarget())
+	n := h.PortmapList(t, "1.0.0", "pmold", map[string]any{"openflow": target, "vswitchdControl": vswitchdCtl(t)})
+	a := framework.NewContainer(t)
 	caps := mappings(pm(5360, 53, "udp", ""), pm(5361, 54, "sctp", ""))
-	n.mustAdd(t, a, "eth0", caps)
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
+	n.MustAdd(t, a, "eth0", caps)
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
 	if refused.Load() == 0 {
 		t.Fatalf("ADD sent no conntrack flush to refuse")
 	}
-	a.serveUDP(t, 53)
-	expect(t, h.outside.ns, "udp", hp(nodeV4, 5360), a, outsideV4)
-	expect(t, h.outside.ns, "udp", hp(nodeV6, 5360), a, outsideV6)
-	if err := n.check(a, "eth0", caps); err != nil {
+	a.ServeUDP(t, 53)
+	expect(t, h.Outside.NS, "udp", hp(nodeV4, 5360), a, outsideV4)
+	expect(t, h.Outside.NS, "udp", hp(nodeV6, 5360), a, outsideV6)
+	if err := n.Check(a, "eth0", caps); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
 	before := refused.Load()
-	if err := n.del(a, "eth0", nil); err != nil {
+	if err := n.Del(a, "eth0", nil); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
 	if refused.Load() == before {
 		t.Errorf("DEL sent no conntrack flush to refuse")
 	}
-	if fl := h.flowsOf(t, flows.AttachmentCookie(a.id, "eth0")); len(fl) != 0 {
+	if fl := h.FlowsOf(t, flows.AttachmentCookie(a.ID, "eth0")); len(fl) != 0 {
 		t.Errorf("after DEL: flows %v", fl)
 	}
 }

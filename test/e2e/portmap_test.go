@@ -30,69 +30,16 @@ const (
 	outsideV6 = framework.OutsideV6
 )
 
-type ovsHost struct {
-	bridge  string
-	outside *container
-}
-
-func newOVSHost(t *testing.T) *ovsHost {
-	t.Helper()
-	br := newBridge(t)
-	h := &ovsHost{bridge: br, outside: newContainer(t)}
-	t.Cleanup(func() {
-		if t.Failed() {
-			ports, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--columns=name,ofport", "list", "Interface")
-			t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, br, h.dumpAll(t))
-		}
-	})
-	framework.WireOVSHost(t, br, h.outside.name, "upl")
-	return h
-}
-
-func (h *ovsHost) ofTarget() string {
-	return "unix:" + filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), h.bridge+".mgmt")
-}
-
-// flowsOf dumps the flows with a cookie.
-func (h *ovsHost) flowsOf(t *testing.T, c flows.Cookie) []string {
-	t.Helper()
-	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", h.ofTarget(), c.Delete().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fl []string
-	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "cookie=") {
-			fl = append(fl, strings.TrimSpace(l))
-		}
-	}
-	return fl
-}
-
-func (h *ovsHost) dumpAll(t *testing.T) string {
-	out, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", h.ofTarget())
-	return out
-}
-
-func (h *ovsHost) portmapList(t *testing.T, version, name string, pmExtra map[string]any) *cni {
-	pm := map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}
-	for k, v := range pmExtra {
-		pm[k] = v
-	}
-	return newCNI(t, conflist(version, name,
-		bridgeConf(h.bridge, t.TempDir(), map[string]any{"isGateway": true}), pm))
-}
-
 // expect dials and checks that the container `to` answered and saw `src`.
-func expect(t *testing.T, from ns.NetNS, network, addr string, to *container, src string) {
+func expect(t *testing.T, from ns.NetNS, network, addr string, to *framework.Container, src string) {
 	t.Helper()
-	got, err := dial(from, network, addr)
-	if err != nil || !strings.HasPrefix(got, "hello from "+to.id+" ") {
-		t.Errorf("%s %s: got %q, %v; want an answer from %s", network, addr, got, err, to.id)
+	got, err := framework.Dial(from, network, addr)
+	if err != nil || !strings.HasPrefix(got, "hello from "+to.ID+" ") {
+		t.Errorf("%s %s: got %q, %v; want an answer from %s", network, addr, got, err, to.ID)
 		return
 	}
 	if src != "" && !strings.Contains(got, src) {
-		t.Errorf("%s %s: %s saw %q, want client address %s", network, addr, to.id, got, src)
+		t.Errorf("%s %s: %s saw %q, want client address %s", network, addr, to.ID, got, src)
 	}
 }
 
@@ -100,85 +47,85 @@ func expect(t *testing.T, from ns.NetNS, network, addr string, to *container, sr
 // IPv4 and IPv6; CHECK; DEL without runtimeConfig.
 func TestPortmapDatapath(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmdp", nil)
-	a, b := newContainer(t), newContainer(t)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmdp", nil)
+	a, b := framework.NewContainer(t), framework.NewContainer(t)
 	capA := mappings(pm(8080, 80, "tcp", ""), pm(5353, 53, "UDP", ""), pm(9090, 90, "tcp", nodeV4))
-	ra := n.mustAdd(t, a, "eth0", capA)
-	rb := n.mustAdd(t, b, "eth0", nil)
-	t.Cleanup(func() { n.del(a, "eth0", nil); n.del(b, "eth0", nil) })
+	ra := n.MustAdd(t, a, "eth0", capA)
+	rb := n.MustAdd(t, b, "eth0", nil)
+	t.Cleanup(func() { n.Del(a, "eth0", nil); n.Del(b, "eth0", nil) })
 	for _, port := range []int{80, 90} {
-		a.serveTCP(t, port)
+		a.ServeTCP(t, port)
 	}
-	a.serveUDP(t, 53)
-	b.serveTCP(t, 80)
-	aV4, aV6, bV4 := addrOf(t, ra, false), addrOf(t, ra, true), addrOf(t, rb, false)
+	a.ServeUDP(t, 53)
+	b.ServeTCP(t, 80)
+	aV4, aV6, bV4 := framework.AddrOf(t, ra, false), framework.AddrOf(t, ra, true), framework.AddrOf(t, rb, false)
 	t.Logf("A=%s,%s B=%s", aV4, aV6, bV4)
 
 	// A: outside → node:hostPort, real source address.
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8080), a, outsideV4)
-	expect(t, h.outside.ns, "tcp", hp(nodeV6, 8080), a, outsideV6)
-	expect(t, h.outside.ns, "udp", hp(nodeV4, 5353), a, outsideV4)
-	expect(t, h.outside.ns, "udp", hp(nodeV6, 5353), a, outsideV6)
-	expect(t, h.outside.ns, "tcp", hp(nodeV4b, 8080), a, outsideV4) // hostIP "" = every node address
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 9090), a, outsideV4)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8080), a, outsideV4)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV6, 8080), a, outsideV6)
+	expect(t, h.Outside.NS, "udp", hp(nodeV4, 5353), a, outsideV4)
+	expect(t, h.Outside.NS, "udp", hp(nodeV6, 5353), a, outsideV6)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4b, 8080), a, outsideV4) // hostIP "" = every node address
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 9090), a, outsideV4)
 	// B: another container → node:hostPort.
-	expect(t, b.ns, "tcp", hp(nodeV4, 8080), a, "")
-	expect(t, b.ns, "tcp", hp(nodeV6, 8080), a, "")
-	expect(t, b.ns, "udp", hp(nodeV4, 5353), a, "")
+	expect(t, b.NS, "tcp", hp(nodeV4, 8080), a, "")
+	expect(t, b.NS, "tcp", hp(nodeV6, 8080), a, "")
+	expect(t, b.NS, "udp", hp(nodeV4, 5353), a, "")
 	// C: hairpin.
-	expect(t, a.ns, "tcp", hp(nodeV4, 8080), a, "")
-	expect(t, a.ns, "tcp", hp(nodeV6, 8080), a, "")
-	expect(t, a.ns, "udp", hp(nodeV4, 5353), a, "")
+	expect(t, a.NS, "tcp", hp(nodeV4, 8080), a, "")
+	expect(t, a.NS, "tcp", hp(nodeV6, 8080), a, "")
+	expect(t, a.NS, "udp", hp(nodeV4, 5353), a, "")
 	// D: a process on the node itself (this test runs in the node's netns).
 	expect(t, nil, "tcp", hp(nodeV4, 8080), a, "")
 	expect(t, nil, "tcp", hp(nodeV6, 8080), a, "")
 	expect(t, nil, "udp", hp(nodeV4, 5353), a, "")
 	// E: a hostIP-specific mapping is not translated on another node address.
-	if got, err := dial(h.outside.ns, "tcp", hp(nodeV4b, 9090)); err == nil {
+	if got, err := framework.Dial(h.Outside.NS, "tcp", hp(nodeV4b, 9090)); err == nil {
 		t.Errorf("row E: %s answered %q, want no translation", hp(nodeV4b, 9090), got)
 	}
 	// F: a mapped port on a non-node address is routed as normal.
-	h.outside.serveTCP(t, 8080)
-	expect(t, b.ns, "tcp", hp(outsideV4, 8080), h.outside, bV4)
+	h.Outside.ServeTCP(t, 8080)
+	expect(t, b.NS, "tcp", hp(outsideV4, 8080), h.Outside, bV4)
 	// H: unmapped traffic is unaffected.
-	expect(t, a.ns, "tcp", hp(bV4, 80), b, aV4)
-	if err := b.ping(aV4); err != nil {
+	expect(t, a.NS, "tcp", hp(bV4, 80), b, aV4)
+	if err := b.Ping(aV4); err != nil {
 		t.Errorf("row H: ping B -> A: %v", err)
 	}
-	if err := a.ping(outsideV4); err != nil {
+	if err := a.Ping(outsideV4); err != nil {
 		t.Errorf("row H: ping A -> outside: %v", err)
 	}
 
 	// CHECK passes, then fails once a flow is deleted behind the plugin's back.
-	if err := n.check(a, "eth0", capA); err != nil {
+	if err := n.Check(a, "eth0", capA); err != nil {
 		t.Fatalf("CHECK after ADD: %v", err)
 	}
-	cookie := flows.AttachmentCookie(a.id, "eth0")
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), fmt.Sprintf("table=41,%s", cookie.Delete().String())); err != nil {
+	cookie := flows.AttachmentCookie(a.ID, "eth0")
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.OFTarget(), fmt.Sprintf("table=41,%s", cookie.Delete().String())); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.check(a, "eth0", capA); err == nil || !strings.Contains(err.Error(), "differ") {
+	if err := n.Check(a, "eth0", capA); err == nil || !strings.Contains(err.Error(), "differ") {
 		t.Errorf("CHECK after a flow was deleted: got %v, want a difference", err)
 	}
 
 	// DEL without runtimeConfig removes every flow of the attachment.
-	if err := n.del(a, "eth0", nil); err != nil {
+	if err := n.Del(a, "eth0", nil); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if fl := h.flowsOf(t, cookie); len(fl) != 0 {
+	if fl := h.FlowsOf(t, cookie); len(fl) != 0 {
 		t.Errorf("after DEL: flows %v", fl)
 	}
-	if _, err := dial(h.outside.ns, "tcp", hp(nodeV4, 8080)); err == nil {
+	if _, err := framework.Dial(h.Outside.NS, "tcp", hp(nodeV4, 8080)); err == nil {
 		t.Errorf("after DEL: host port still answers")
 	}
-	if err := n.del(a, "eth0", nil); err != nil {
+	if err := n.Del(a, "eth0", nil); err != nil {
 		t.Errorf("second DEL: %v", err)
 	}
 	if out, _ := run("nft", "list", "map", "ip", "ovsflow_hostport", "hostports"); strings.Contains(out, aV4) {
 		t.Errorf("after DEL: node-local nft elements left:\n%s", out)
 	}
-	if _, err := dial(nil, "tcp", hp(nodeV4, 8080)); err == nil {
+	if _, err := framework.Dial(nil, "tcp", hp(nodeV4, 8080)); err == nil {
 		t.Errorf("after DEL: node-local host port still answers")
 	}
 }
@@ -187,15 +134,15 @@ func TestPortmapDatapath(t *testing.T) {
 // new container reaches it at once, even from the same client socket.
 func TestPortmapStaleConntrack(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmct", nil)
-	old, nw := newContainer(t), newContainer(t)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmct", nil)
+	old, nw := framework.NewContainer(t), framework.NewContainer(t)
 	capA := mappings(pm(5354, 53, "udp", ""))
-	n.mustAdd(t, old, "eth0", capA)
-	old.serveUDP(t, 53)
+	n.MustAdd(t, old, "eth0", capA)
+	old.ServeUDP(t, 53)
 
 	var conn *net.UDPConn
-	err := h.outside.ns.Do(func(ns.NetNS) error {
+	err := h.Outside.NS.Do(func(ns.NetNS) error {
 		var err error
 		conn, err = net.DialUDP("udp", &net.UDPAddr{Port: 40000}, &net.UDPAddr{IP: net.ParseIP(nodeV4), Port: 5354})
 		return err
@@ -211,16 +158,16 @@ func TestPortmapStaleConntrack(t *testing.T) {
 		k, _ := conn.Read(buf)
 		return string(buf[:k])
 	}
-	if got := ask(); !strings.HasPrefix(got, "hello from "+old.id) {
+	if got := ask(); !strings.HasPrefix(got, "hello from "+old.ID) {
 		t.Fatalf("before the move: got %q", got)
 	}
-	if err := n.del(old, "eth0", nil); err != nil {
+	if err := n.Del(old, "eth0", nil); err != nil {
 		t.Fatal(err)
 	}
-	n.mustAdd(t, nw, "eth0", capA)
-	t.Cleanup(func() { n.del(nw, "eth0", nil) })
-	nw.serveUDP(t, 53)
-	if got := ask(); !strings.HasPrefix(got, "hello from "+nw.id) {
+	n.MustAdd(t, nw, "eth0", capA)
+	t.Cleanup(func() { n.Del(nw, "eth0", nil) })
+	nw.ServeUDP(t, 53)
+	if got := ask(); !strings.HasPrefix(got, "hello from "+nw.ID) {
 		t.Errorf("after the move, same client socket: got %q, want an answer from the new container", got)
 	}
 }
@@ -228,34 +175,34 @@ func TestPortmapStaleConntrack(t *testing.T) {
 // Conflicts, many mappings, masqAll, versions.
 func TestPortmapConflict(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmcf", nil)
-	a, b := newContainer(t), newContainer(t)
-	n.mustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	_, err := n.add(b, "eth0", mappings(pm(8081, 80, "tcp", nodeV4)))
-	if err == nil || !strings.Contains(err.Error(), a.id) || cniCode(err) != types.ErrInvalidNetworkConfig {
-		t.Errorf("conflicting ADD: got %v, want code 7 naming %s", err, a.id)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmcf", nil)
+	a, b := framework.NewContainer(t), framework.NewContainer(t)
+	n.MustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	_, err := n.Add(b, "eth0", mappings(pm(8081, 80, "tcp", nodeV4)))
+	if err == nil || !strings.Contains(err.Error(), a.ID) || cniCode(err) != types.ErrInvalidNetworkConfig {
+		t.Errorf("conflicting ADD: got %v, want code 7 naming %s", err, a.ID)
 	}
-	if fl := h.flowsOf(t, flows.AttachmentCookie(b.id, "eth0")); len(fl) != 0 {
+	if fl := h.FlowsOf(t, flows.AttachmentCookie(b.ID, "eth0")); len(fl) != 0 {
 		t.Errorf("conflicting ADD installed flows: %v", fl)
 	}
-	if err := n.del(b, "eth0", nil); err != nil {
+	if err := n.Del(b, "eth0", nil); err != nil {
 		t.Errorf("DEL after the failed ADD: %v", err)
 	}
 	// A retried ADD of the same attachment replaces its own flows.
-	a.serveTCP(t, 80)
-	n.mustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8081), a, outsideV4)
+	a.ServeTCP(t, 80)
+	n.MustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8081), a, outsideV4)
 	// DEL then ADD at once (podman's network reload): the same host veth name
 	// comes back, and the mapping must work for the very next connection,
 	// although the datapath cached megaflows while the port was unmapped.
 	// (Repeated: without the revalidation wait, one reload in ten refused.)
 	for i := 0; i < 5 && !t.Failed(); i++ {
-		if err := n.del(a, "eth0", nil); err != nil {
+		if err := n.Del(a, "eth0", nil); err != nil {
 			t.Fatal(err)
 		}
-		n.mustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
+		n.MustAdd(t, a, "eth0", mappings(pm(8081, 80, "tcp", "")))
 		if framework.Slowdown > 1 {
 			// ovs-portmap waits for the datapath's flow cache for at most
 			// 50 ms (pkg/hostport revalidationCap); on a machine many times
@@ -263,81 +210,81 @@ func TestPortmapConflict(t *testing.T) {
 			// can outlast that, and the first connection meet the megaflow
 			// cached while the port was unmapped. There, and only there, it
 			// is retried for the stretched cap, and said so.
-			if _, err := dial(h.outside.ns, "tcp", hp(nodeV4, 8081)); err != nil {
+			if _, err := framework.Dial(h.Outside.NS, "tcp", hp(nodeV4, 8081)); err != nil {
 				t.Logf("reload %d: the first connection after ADD failed (%v); retrying for %v (Slowdown %d)",
 					i, err, framework.Scaled(50*time.Millisecond), framework.Slowdown)
-				framework.Until(50*time.Millisecond, func() bool { _, err := dial(h.outside.ns, "tcp", hp(nodeV4, 8081)); return err == nil })
+				framework.Until(50*time.Millisecond, func() bool { _, err := framework.Dial(h.Outside.NS, "tcp", hp(nodeV4, 8081)); return err == nil })
 			}
 		}
-		expect(t, h.outside.ns, "tcp", hp(nodeV4, 8081), a, outsideV4)
+		expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8081), a, outsideV4)
 	}
 	// A different protocol on the same port is no conflict.
-	n.mustAdd(t, b, "eth0", mappings(pm(8081, 80, "udp", "")))
-	t.Cleanup(func() { n.del(b, "eth0", nil) })
+	n.MustAdd(t, b, "eth0", mappings(pm(8081, 80, "udp", "")))
+	t.Cleanup(func() { n.Del(b, "eth0", nil) })
 }
 
 func TestPortmapManyMappings(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.1.0", "pmmany", map[string]any{"masqAll": true})
-	c := newContainer(t)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.1.0", "pmmany", map[string]any{"masqAll": true})
+	c := framework.NewContainer(t)
 	var ms []map[string]any
 	for i := 0; i < 20; i++ {
 		ms = append(ms, pm(10000+i, 80, "tcp", ""))
 	}
-	n.mustAdd(t, c, "eth0", mappings(ms...))
-	t.Cleanup(func() { n.del(c, "eth0", nil) })
-	c.serveTCP(t, 80)
+	n.MustAdd(t, c, "eth0", mappings(ms...))
+	t.Cleanup(func() { n.Del(c, "eth0", nil) })
+	c.ServeTCP(t, 80)
 	for i := 0; i < 20; i++ {
 		// masqAll: the container sees a node address, not the client's.
-		got, err := dial(h.outside.ns, "tcp", hp(nodeV4, 10000+i))
-		if err != nil || !strings.HasPrefix(got, "hello from "+c.id) || strings.Contains(got, outsideV4) {
+		got, err := framework.Dial(h.Outside.NS, "tcp", hp(nodeV4, 10000+i))
+		if err != nil || !strings.HasPrefix(got, "hello from "+c.ID) || strings.Contains(got, outsideV4) {
 			t.Errorf("masqAll tcp %s: got %q, %v; want an answer that does not show the client's address", hp(nodeV4, 10000+i), got, err)
 		}
 	}
-	if got, err := dial(h.outside.ns, "tcp", hp(nodeV6, 10019)); err != nil || strings.Contains(got, outsideV6) {
+	if got, err := framework.Dial(h.Outside.NS, "tcp", hp(nodeV6, 10019)); err != nil || strings.Contains(got, outsideV6) {
 		t.Errorf("masqAll tcp6: got %q, %v", got, err)
 	}
-	if err := n.check(c, "eth0", mappings(ms...)); err != nil {
+	if err := n.Check(c, "eth0", mappings(ms...)); err != nil {
 		t.Errorf("CHECK: %v", err)
 	}
-	if err := n.cfg.GCNetworkList(context.Background(), n.list, &libcni.GCArgs{}); err != nil {
+	if err := n.Cfg.GCNetworkList(context.Background(), n.List, &libcni.GCArgs{}); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
-	if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0")); len(fl) != 0 {
+	if fl := h.FlowsOf(t, flows.AttachmentCookie(c.ID, "eth0")); len(fl) != 0 {
 		t.Errorf("GC with no valid attachment left flows: %v", fl)
 	}
 }
 
 func TestPortmapParallel(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmpar", nil)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmpar", nil)
 	N := framework.Load(30, 6) // fewer on a slow machine
-	cs := make([]*container, N)
+	cs := make([]*framework.Container, N)
 	for i := range cs {
-		cs[i] = newContainer(t)
+		cs[i] = framework.NewContainer(t)
 	}
 	caps := func(i int) map[string]any {
 		return mappings(pm(20000+2*i, 80, "tcp", ""), pm(20001+2*i, 81, "udp", ""))
 	}
-	for i, err := range parallel(N, func(i int) error { _, err := n.add(cs[i], "eth0", caps(i)); return err }) {
+	for i, err := range parallel(N, func(i int) error { _, err := n.Add(cs[i], "eth0", caps(i)); return err }) {
 		if err != nil {
 			t.Errorf("ADD %d: %v", i, err)
 		}
 	}
 	for i, c := range cs {
-		c.serveTCP(t, 80)
-		c.serveUDP(t, 81)
-		expect(t, h.outside.ns, "tcp", hp(nodeV4, 20000+2*i), c, outsideV4)
-		expect(t, h.outside.ns, "udp", hp(nodeV6, 20001+2*i), c, outsideV6)
+		c.ServeTCP(t, 80)
+		c.ServeUDP(t, 81)
+		expect(t, h.Outside.NS, "tcp", hp(nodeV4, 20000+2*i), c, outsideV4)
+		expect(t, h.Outside.NS, "udp", hp(nodeV6, 20001+2*i), c, outsideV6)
 	}
-	for i, err := range parallel(N, func(i int) error { return n.del(cs[i], "eth0", nil) }) {
+	for i, err := range parallel(N, func(i int) error { return n.Del(cs[i], "eth0", nil) }) {
 		if err != nil {
 			t.Errorf("DEL %d: %v", i, err)
 		}
 	}
-	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", h.ofTarget(),
+	out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", h.OFTarget(),
 		fmt.Sprintf("cookie=0x%016x/0x%016x", uint64(flows.CookieSuite|flows.Cookie(flows.CookieKindAttachment)<<flows.CookieKindShift), uint64(flows.SuiteMask|0xff<<flows.CookieKindShift)))
 	if err != nil {
 		t.Fatal(err)
@@ -345,29 +292,29 @@ func TestPortmapParallel(t *testing.T) {
 	if strings.Contains(out, "cookie=") {
 		t.Errorf("attachment flows left after parallel DELs:\n%s", out)
 	}
-	if veths := ourVeths(t); len(veths) != 0 {
+	if veths := framework.OurVeths(t); len(veths) != 0 {
 		t.Errorf("veths left: %v", veths)
 	}
 }
 
 func TestPortmapVersions(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	for i, v := range []string{"0.4.0", "1.1.0"} {
 		t.Run(v, func(t *testing.T) {
-			n := h.portmapList(t, v, "pmv", nil)
-			c := newContainer(t)
+			n := h.PortmapList(t, v, "pmv", nil)
+			c := framework.NewContainer(t)
 			caps := mappings(map[string]any{"HostPort": 8090 + i, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""})
-			n.mustAdd(t, c, "eth0", caps)
-			c.serveTCP(t, 80)
-			expect(t, h.outside.ns, "tcp", hp(nodeV4, 8090+i), c, outsideV4)
-			if err := n.check(c, "eth0", caps); err != nil {
+			n.MustAdd(t, c, "eth0", caps)
+			c.ServeTCP(t, 80)
+			expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8090+i), c, outsideV4)
+			if err := n.Check(c, "eth0", caps); err != nil {
 				t.Errorf("CHECK: %v", err)
 			}
-			if err := n.del(c, "eth0", nil); err != nil {
+			if err := n.Del(c, "eth0", nil); err != nil {
 				t.Errorf("DEL: %v", err)
 			}
-			if fl := h.flowsOf(t, flows.AttachmentCookie(c.id, "eth0")); len(fl) != 0 {
+			if fl := h.FlowsOf(t, flows.AttachmentCookie(c.ID, "eth0")); len(fl) != 0 {
 				t.Errorf("after DEL: %v", fl)
 			}
 		})
@@ -389,24 +336,24 @@ func TestPortmapVswitchdControl(t *testing.T) {
 	restartVswitchd(t, nil, "--pidfile="+pidFile, "--unixctl="+ctl)
 	t.Cleanup(func() { restartVswitchdFrom(t, pidFile) })
 
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmctl", nil)
-	a := newContainer(t)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmctl", nil)
+	a := framework.NewContainer(t)
 	caps := mappings(pm(8070, 80, "udp", ""))
-	_, err := n.add(a, "eth0", caps)
+	_, err := n.Add(a, "eth0", caps)
 	if err == nil || cniCode(err) != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), `"vswitchdControl"`) {
 		t.Fatalf("ADD without vswitchdControl: got %v (code %d), want code 7 naming \"vswitchdControl\"", err, cniCode(err))
 	}
-	if fl := h.flowsOf(t, flows.AttachmentCookie(a.id, "eth0")); len(fl) != 0 {
+	if fl := h.FlowsOf(t, flows.AttachmentCookie(a.ID, "eth0")); len(fl) != 0 {
 		t.Errorf("failed ADD left flows: %v", fl)
 	}
-	n.del(a, "eth0", nil)
+	n.Del(a, "eth0", nil)
 
-	n = h.portmapList(t, "1.0.0", "pmctl", map[string]any{"vswitchdControl": ctl, "conntrackLimit": 4321})
-	n.mustAdd(t, a, "eth0", caps)
-	t.Cleanup(func() { n.del(a, "eth0", nil) })
-	a.serveUDP(t, 80)
-	expect(t, h.outside.ns, "udp", hp(nodeV4, 8070), a, outsideV4)
+	n = h.PortmapList(t, "1.0.0", "pmctl", map[string]any{"vswitchdControl": ctl, "conntrackLimit": 4321})
+	n.MustAdd(t, a, "eth0", caps)
+	t.Cleanup(func() { n.Del(a, "eth0", nil) })
+	a.ServeUDP(t, 80)
+	expect(t, h.Outside.NS, "udp", hp(nodeV4, 8070), a, outsideV4)
 	out, err := run("ovs-appctl", "-t", ctl, "dpctl/ct-get-limits", "zone=64000")
 	if err != nil || !strings.Contains(out, "zone=64000,limit=4321,") {
 		t.Errorf("zone limits through %s: got %q, %v; want zone 64000 limited to 4321", ctl, out, err)
@@ -418,20 +365,20 @@ func TestPortmapVswitchdControl(t *testing.T) {
 // (SNAT zone). Before DEL they are there, so the check after it can fail.
 func TestPortmapDelFlushesConntrack(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.0.0", "pmdelct", nil)
-	a, b := newContainer(t), newContainer(t)
-	ra := n.mustAdd(t, a, "eth0", mappings(pm(8085, 80, "tcp", ""), pm(5385, 53, "udp", "")))
-	n.mustAdd(t, b, "eth0", nil)
-	t.Cleanup(func() { n.del(a, "eth0", nil); n.del(b, "eth0", nil) })
-	a.serveTCP(t, 80)
-	a.serveUDP(t, 53)
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 8085), a, outsideV4)
-	expect(t, h.outside.ns, "tcp", hp(nodeV6, 8085), a, outsideV6)
-	expect(t, b.ns, "tcp", hp(nodeV4, 8085), a, "")
-	expect(t, a.ns, "tcp", hp(nodeV4, 8085), a, "")
-	expect(t, h.outside.ns, "udp", hp(nodeV4, 5385), a, outsideV4)
-	aV4, aV6 := addrOf(t, ra, false), addrOf(t, ra, true)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.0.0", "pmdelct", nil)
+	a, b := framework.NewContainer(t), framework.NewContainer(t)
+	ra := n.MustAdd(t, a, "eth0", mappings(pm(8085, 80, "tcp", ""), pm(5385, 53, "udp", "")))
+	n.MustAdd(t, b, "eth0", nil)
+	t.Cleanup(func() { n.Del(a, "eth0", nil); n.Del(b, "eth0", nil) })
+	a.ServeTCP(t, 80)
+	a.ServeUDP(t, 53)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8085), a, outsideV4)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV6, 8085), a, outsideV6)
+	expect(t, b.NS, "tcp", hp(nodeV4, 8085), a, "")
+	expect(t, a.NS, "tcp", hp(nodeV4, 8085), a, "")
+	expect(t, h.Outside.NS, "udp", hp(nodeV4, 5385), a, outsideV4)
+	aV4, aV6 := framework.AddrOf(t, ra, false), framework.AddrOf(t, ra, true)
 	// The attachment's connections: its address and one of its ports, as
 	// the original direction's destination port (host port, or container
 	// port after DNAT). Another test's attachment may have had the same
@@ -460,7 +407,7 @@ func TestPortmapDelFlushesConntrack(t *testing.T) {
 			t.Errorf("before DEL: no entry %q of the attachment among\n%s", want, strings.Join(before, "\n"))
 		}
 	}
-	if err := n.del(a, "eth0", nil); err != nil {
+	if err := n.Del(a, "eth0", nil); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
 	if left := entries(); len(left) != 0 {

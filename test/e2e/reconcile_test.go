@@ -101,22 +101,22 @@ func killVswitchd(t *testing.T, pidFile string) {
 // `ovs-portmap reconcile -watch` rebuilds every host port from OVSDB alone.
 func TestReconcileAfterVswitchdRestart(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
-	n := h.portmapList(t, "1.1.0", "rec", nil)
+	h := framework.NewOVSHost(t)
+	n := h.PortmapList(t, "1.1.0", "rec", nil)
 	const N = 10
-	cs := make([]*container, N)
+	cs := make([]*framework.Container, N)
 	for i := range cs {
-		cs[i] = newContainer(t)
-		n.mustAdd(t, cs[i], "eth0", mappings(pm(30000+i, 80, "tcp", "")))
-		cs[i].serveTCP(t, 80)
+		cs[i] = framework.NewContainer(t)
+		n.MustAdd(t, cs[i], "eth0", mappings(pm(30000+i, 80, "tcp", "")))
+		cs[i].ServeTCP(t, 80)
 	}
 	t.Cleanup(func() {
 		for _, c := range cs {
-			n.del(c, "eth0", nil)
+			n.Del(c, "eth0", nil)
 		}
 	})
 	for i, c := range cs {
-		expect(t, h.outside.ns, "tcp", hp(nodeV4, 30000+i), c, outsideV4)
+		expect(t, h.Outside.NS, "tcp", hp(nodeV4, 30000+i), c, outsideV4)
 	}
 
 	startReconcileWatch(t)
@@ -132,29 +132,29 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 			return
 		}
 		out, err := run("ovs-dpctl", "show")
-		for _, want := range []string{h.bridge, hostVeth(cs[0], "eth0"), hostVeth(cs[N-1], "eth0")} {
+		for _, want := range []string{h.Bridge, cs[0].HostVeth("eth0"), cs[N-1].HostVeth("eth0")} {
 			if err != nil || !strings.Contains(out, "port ") || !strings.Contains(out, want) {
 				t.Errorf("kernel datapath with ovs-vswitchd dead: want port %s kept; %v\n%s", want, err, out)
 			}
 		}
-		kept = bridgeAddrs(t, h.bridge)
+		kept = bridgeAddrs(t, h.Bridge)
 	})
 	back := time.Now()
 	if framework.Userspace() {
 		// The node's own addresses are the operator's (its network configuration
 		// puts them back); the gateway addresses are restored by reconcile.
 		for _, args := range [][]string{
-			{"addr", "replace", nodeV4 + "/24", "dev", h.bridge},
-			{"addr", "replace", nodeV6 + "/64", "dev", h.bridge, "nodad"},
-			{"link", "set", h.bridge, "up"},
+			{"addr", "replace", nodeV4 + "/24", "dev", h.Bridge},
+			{"addr", "replace", nodeV6 + "/64", "dev", h.Bridge, "nodad"},
+			{"link", "set", h.Bridge, "up"},
 		} {
 			framework.Until(time.Second, func() bool { _, err := run("ip", args...); return err == nil })
 		}
-		run("ethtool", "-K", h.bridge, "tx", "off") // see framework.WireOVSHost
+		run("ethtool", "-K", h.Bridge, "tx", "off") // see framework.WireOVSHost
 	} else {
 		for _, a := range []string{nodeV4, nodeV6, "192.0.2.1"} {
 			if !slices.Contains(kept, a) {
-				t.Errorf("kernel datapath: %s lost from %s while ovs-vswitchd was dead (has %v)", a, h.bridge, kept)
+				t.Errorf("kernel datapath: %s lost from %s while ovs-vswitchd was dead (has %v)", a, h.Bridge, kept)
 			}
 		}
 	}
@@ -163,8 +163,8 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 		var got string
 		var err error
 		if !framework.Until(5*time.Second, func() bool { // a hang guard: how soon is the figure logged below
-			got, err = dial(h.outside.ns, "tcp", hp(nodeV4, 30000+i))
-			return err == nil && strings.HasPrefix(got, "hello from "+c.id)
+			got, err = framework.Dial(h.Outside.NS, "tcp", hp(nodeV4, 30000+i))
+			return err == nil && strings.HasPrefix(got, "hello from "+c.ID)
 		}) {
 			t.Fatalf("host port %d did not answer within %v: %q, %v", 30000+i, framework.Scaled(5*time.Second), got, err)
 		}
@@ -175,28 +175,28 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 	// what they do not cover (the gateway, not pinged before) waits for the
 	// pipeline, after which the watch clears the flag.
 	waitRestoreWaitCleared(t)
-	if err := cs[0].ping("192.0.2.1"); err != nil {
+	if err := cs[0].Ping("192.0.2.1"); err != nil {
 		t.Errorf("gateway address not restored: %v", err)
 	}
 
 	// CHECK and GC agree with what was rebuilt.
 	for i, c := range cs {
-		if err := n.check(c, "eth0", mappings(pm(30000+i, 80, "tcp", ""))); err != nil {
+		if err := n.Check(c, "eth0", mappings(pm(30000+i, 80, "tcp", ""))); err != nil {
 			t.Errorf("CHECK %d after reconcile: %v", i, err)
 		}
 	}
 	var valid []types.GCAttachment
 	for _, c := range cs {
-		valid = append(valid, types.GCAttachment{ContainerID: c.id, IfName: "eth0"})
+		valid = append(valid, types.GCAttachment{ContainerID: c.ID, IfName: "eth0"})
 	}
-	if err := n.cfg.GCNetworkList(context.Background(), n.list, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
+	if err := n.Cfg.GCNetworkList(context.Background(), n.List, &libcni.GCArgs{ValidAttachments: valid}); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
-	expect(t, h.outside.ns, "tcp", hp(nodeV6, 30000), cs[0], outsideV6)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV6, 30000), cs[0], outsideV6)
 
 	// A one-shot reconcile is idempotent and removes flows nobody owns.
 	orphan := "cookie=0x0fc501deadbeef01,table=41,priority=100,ip,nw_dst=192.0.2.250,actions=drop"
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.ofTarget(), orphan); err != nil {
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "add-flow", h.OFTarget(), orphan); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
@@ -210,8 +210,8 @@ func TestReconcileAfterVswitchdRestart(t *testing.T) {
 			t.Errorf("reconcile %d said %q, want %q", i+1, out, want)
 		}
 	}
-	if out, _ := run("ovs-ofctl", "-O", "OpenFlow14", "dump-flows", h.ofTarget(), "cookie=0x0fc501deadbeef01/-1"); strings.Contains(out, "cookie=") {
+	if out, _ := run("ovs-ofctl", "-O", "OpenFlow14", "dump-flows", h.OFTarget(), "cookie=0x0fc501deadbeef01/-1"); strings.Contains(out, "cookie=") {
 		t.Errorf("reconcile left a flow of no live attachment:\n%s", out)
 	}
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 30009), cs[9], outsideV4)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 30009), cs[9], outsideV4)
 }

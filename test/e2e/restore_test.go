@@ -38,7 +38,7 @@ func TestRestartKeepsTraffic(t *testing.T) {
 	}{{"crash-sigkill", syscall.SIGKILL}, {"graceful-sigterm", syscall.SIGTERM}} {
 		t.Run(mode.name, func(t *testing.T) {
 			l := newLab(t)
-			vsctl(t, "set-fail-mode", l.bridge, "secure")
+			framework.Vsctl(t, "set-fail-mode", l.Bridge, "secure")
 			const hpUDP, hpTCP = 8097, 8098
 			n := l.network("restart", nil, map[string]any{})
 			srv := l.join(n, "server", mappings(pm(hpUDP, 9000, "udp", ""), pm(hpTCP, 9002, "tcp", "")))
@@ -48,10 +48,10 @@ func TestRestartKeepsTraffic(t *testing.T) {
 
 			interval := 2 * time.Millisecond
 			streams := []*udpStream{
-				startUDPStream(t, "host port (UDP)", l.outside.ns, srv.container, hp(nodeV4, hpUDP), 9000, interval),
-				startUDPStream(t, "pod to pod (UDP)", cli.ns, srv.container, hp(srv.v4.String(), 9001), 9001, interval),
+				startUDPStream(t, "host port (UDP)", l.Outside.NS, srv.Container, hp(nodeV4, hpUDP), 9000, interval),
+				startUDPStream(t, "pod to pod (UDP)", cli.NS, srv.Container, hp(srv.v4.String(), 9001), 9001, interval),
 			}
-			tcp := startTCPStream(t, l.outside.ns, srv.container, hp(nodeV4, hpTCP), 9002, interval)
+			tcp := startTCPStream(t, l.Outside.NS, srv.Container, hp(nodeV4, hpTCP), 9002, interval)
 			framework.Eventually(t, 5*time.Second, "before any restart", func() error {
 				for _, s := range streams {
 					if s.received() == 0 {
@@ -60,7 +60,7 @@ func TestRestartKeepsTraffic(t *testing.T) {
 				}
 				return nil
 			})
-			cli0, srv0 := tcpCounters(t, l.outside.ns), tcpCounters(t, srv.ns)
+			cli0, srv0 := tcpCounters(t, l.Outside.NS), tcpCounters(t, srv.NS)
 
 			const restarts = 5
 			began := time.Now()
@@ -94,12 +94,12 @@ func TestRestartKeepsTraffic(t *testing.T) {
 				ev(fmt.Sprintf("traffic again: %v", again))
 			}
 			t.Logf("restarts: %v", events)
-			cli1, srv1 := tcpCounters(t, l.outside.ns), tcpCounters(t, srv.ns)
+			cli1, srv1 := tcpCounters(t, l.Outside.NS), tcpCounters(t, srv.NS)
 			cliD, srvD := counterDelta(cli0, cli1), counterDelta(srv0, srv1)
 			// The baseline: as long again with no restart (time is the
 			// subject: the same span as the restarts took).
 			time.Sleep(time.Since(began))
-			cliB, srvB := counterDelta(cli1, tcpCounters(t, l.outside.ns)), counterDelta(srv1, tcpCounters(t, srv.ns))
+			cliB, srvB := counterDelta(cli1, tcpCounters(t, l.Outside.NS)), counterDelta(srv1, tcpCounters(t, srv.NS))
 			for _, s := range streams {
 				s.stop()
 			}
@@ -139,7 +139,7 @@ func TestRestartKeepsTraffic(t *testing.T) {
 			if keep && !strings.Contains(wlog.String(), "flow-restore-wait cleared") {
 				t.Errorf("the watch never cleared a flow-restore-wait it set:\n%s", wlog.String())
 			}
-			if on := vsctl(t, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait"); strings.TrimSpace(on) != "" {
+			if on := framework.Vsctl(t, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait"); strings.TrimSpace(on) != "" {
 				t.Errorf("flow-restore-wait is %q after the restarts, want it cleared", on)
 			}
 			l.normal(t)
@@ -199,10 +199,10 @@ type udpStream struct {
 	at   []time.Time // when each was sent
 }
 
-func startUDPStream(t *testing.T, name string, from ns.NetNS, to *container, addr string, port int, interval time.Duration) *udpStream {
+func startUDPStream(t *testing.T, name string, from ns.NetNS, to *framework.Container, addr string, port int, interval time.Duration) *udpStream {
 	t.Helper()
 	s := &udpStream{name: name, quit: make(chan struct{}), got: map[uint64]bool{}}
-	if err := to.ns.Do(func(ns.NetNS) error {
+	if err := to.NS.Do(func(ns.NetNS) error {
 		var err error
 		s.rx, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
 		if err != nil {
@@ -321,10 +321,10 @@ type tcpStream struct {
 	ln         net.Listener
 }
 
-func startTCPStream(t *testing.T, from ns.NetNS, to *container, addr string, port int, interval time.Duration) *tcpStream {
+func startTCPStream(t *testing.T, from ns.NetNS, to *framework.Container, addr string, port int, interval time.Duration) *tcpStream {
 	t.Helper()
 	s := &tcpStream{quit: make(chan struct{}), written: make(chan struct{})}
-	if err := to.ns.Do(func(ns.NetNS) error {
+	if err := to.NS.Do(func(ns.NetNS) error {
 		var err error
 		s.ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
 		return err

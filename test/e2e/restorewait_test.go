@@ -18,8 +18,8 @@ import (
 // whether the suite's mark is on the root row.
 func restoreWait(t *testing.T) (flag string, marked bool) {
 	t.Helper()
-	flag = strings.Trim(strings.TrimSpace(vsctl(t, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait")), `"`)
-	return flag, strings.Contains(vsctl(t, "get", "Open_vSwitch", ".", "external_ids"), ovsdb.KeyRestoreWaitSet)
+	flag = strings.Trim(strings.TrimSpace(framework.Vsctl(t, "--if-exists", "get", "Open_vSwitch", ".", "other_config:flow-restore-wait")), `"`)
+	return flag, strings.Contains(framework.Vsctl(t, "get", "Open_vSwitch", ".", "external_ids"), ovsdb.KeyRestoreWaitSet)
 }
 
 // clearRestoreWaitAfter removes any flow-restore-wait and the suite's mark
@@ -57,12 +57,12 @@ func setRestoreWaitOurs(t *testing.T) {
 // through the watch's own call.
 func TestOneShotReconcileClearsRestoreWait(t *testing.T) {
 	l := newLab(t)
-	vsctl(t, "set-fail-mode", l.bridge, "secure")
+	framework.Vsctl(t, "set-fail-mode", l.Bridge, "secure")
 	clearRestoreWaitAfter(t)
 	n := l.network("boot", nil, map[string]any{})
 	a := l.join(n, "a", nil)
 	b := l.join(n, "b", nil)
-	if err := a.ping(b.v4.String()); err != nil {
+	if err := a.Ping(b.v4.String()); err != nil {
 		t.Fatalf("before the restart: ping a -> b: %v", err)
 	}
 
@@ -101,7 +101,7 @@ func TestOneShotReconcileClearsRestoreWait(t *testing.T) {
 	if f, m := restoreWait(t); f != "" || m {
 		t.Errorf("after one reconcile: flow-restore-wait %q, mark %v; want both gone", f, m)
 	}
-	pollUntil(t, "ping a -> b through the bridge", func() bool { return a.ping(b.v4.String()) == nil })
+	pollUntil(t, "ping a -> b through the bridge", func() bool { return a.Ping(b.v4.String()) == nil })
 }
 
 // A flow-restore-wait that someone else set (ovs-ctl's restart, an
@@ -109,9 +109,9 @@ func TestOneShotReconcileClearsRestoreWait(t *testing.T) {
 // touches it.
 func TestRestoreWaitOfOthersStays(t *testing.T) {
 	requireSandbox(t)
-	newOVSHost(t)
+	framework.NewOVSHost(t)
 	clearRestoreWaitAfter(t)
-	vsctl(t, "set", "Open_vSwitch", ".", "other_config:flow-restore-wait=true")
+	framework.Vsctl(t, "set", "Open_vSwitch", ".", "other_config:flow-restore-wait=true")
 	if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
 		t.Fatalf("reconcile: %v: %s", err, out)
 	}
@@ -129,7 +129,7 @@ func TestRestoreWaitOfOthersStays(t *testing.T) {
 // ours is left to clear it, and the next ovs-vswitchd would forward nothing.
 func TestUninstallClearsRestoreWait(t *testing.T) {
 	requireSandbox(t)
-	newOVSHost(t)
+	framework.NewOVSHost(t)
 	clearRestoreWaitAfter(t)
 	setRestoreWaitOurs(t)
 	if f, m := restoreWait(t); f != "true" || !m {

@@ -14,6 +14,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 	"github.com/ovsflow/ovs-cni/pkg/trace"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // portmapTool runs `ovs-portmap SUBCOMMAND -ovsdb ... ARGS` and returns its
@@ -29,18 +30,18 @@ func portmapTool(t *testing.T, sub string, args ...string) string {
 
 // joinPod is lab.join with the pod's namespace and name in CNI_ARGS, as
 // the kubelet's runtime passes them.
-func (l *lab) joinPod(n *cni, role, pod string, capArgs map[string]any) *member {
+func (l *lab) joinPod(n *framework.CNI, role, pod string, capArgs map[string]any) *member {
 	l.t.Helper()
-	c := newContainer(l.t)
-	m := &member{container: c, role: role, n: n}
+	c := framework.NewContainer(l.t)
+	m := &member{Container: c, role: role, n: n}
 	ns, name, _ := strings.Cut(pod, "/")
-	rt := c.rt("eth0", capArgs)
+	rt := c.RT("eth0", capArgs)
 	rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", ns}, {"K8S_POD_NAME", name}}
-	r, err := n.cfg.AddNetworkList(context.Background(), n.list, rt)
+	r, err := n.Cfg.AddNetworkList(context.Background(), n.List, rt)
 	if err != nil {
 		l.t.Fatalf("ADD %s: %v", role, err)
 	}
-	l.t.Cleanup(func() { n.del(c, "eth0", nil) })
+	l.t.Cleanup(func() { n.Del(c, "eth0", nil) })
 	if m.r, err = current.NewResultFromResult(r); err != nil {
 		l.t.Fatal(err)
 	}
@@ -49,9 +50,9 @@ func (l *lab) joinPod(n *cni, role, pod string, capArgs map[string]any) *member 
 }
 
 // hostPortRecord reads the host port record of a container's port.
-func hostPortRecord(t *testing.T, c *container) record.HostPorts {
+func hostPortRecord(t *testing.T, c *framework.Container) record.HostPorts {
 	t.Helper()
-	raw := vsctl(t, "get", "Port", hostVeth(c, "eth0"), "external_ids:"+record.KeyHostPorts)
+	raw := framework.Vsctl(t, "get", "Port", c.HostVeth("eth0"), "external_ids:"+record.KeyHostPorts)
 	var s string
 	if err := json.Unmarshal([]byte(raw), &s); err != nil {
 		t.Fatalf("host port record %s: %v", raw, err)
@@ -76,10 +77,10 @@ func TestTraceVerdicts(t *testing.T) {
 	p := l.joinPod(n, "traced pod", "shop/web-0", mappings(pm(8093, 80, "tcp", ""), pm(8094, 53, "udp", ""), pm(8095, 81, "tcp", nodeV4b)))
 	l.join(n, "peer pod", nil)
 	open := l.join(l.network("trace-open", map[string]any{"portSecurity": false}, map[string]any{}), "unprotected pod", mappings(pm(8096, 80, "tcp", "")))
-	rec := hostPortRecord(t, p.container)
+	rec := hostPortRecord(t, p.Container)
 	ofport := fmt.Sprint(rec.OFPort)
-	uplink := vsctl(t, "get", "Interface", l.uplink(t), "ofport")
-	if got := vsctl(t, "get", "Port", hostVeth(p.container, "eth0"), "external_ids:"+record.KeyPod); got != `"shop/web-0"` {
+	uplink := framework.Vsctl(t, "get", "Interface", l.uplink(t), "ofport")
+	if got := framework.Vsctl(t, "get", "Port", p.Container.HostVeth("eth0"), "external_ids:"+record.KeyPod); got != `"shop/web-0"` {
 		t.Errorf("pod recorded: got %s, want \"shop/web-0\"", got)
 	}
 	v4, v6 := p.v4.String(), p.v6.String()
@@ -147,7 +148,7 @@ func TestTraceVerdicts(t *testing.T) {
 
 	// The unprotected control: nothing drops its forbidden frames.
 	for _, q := range []string{"ra", "dhcp4", "dhcp6", "arp", "nd", "spoof4", "spoof6"} {
-		got := strings.TrimSpace(portmapTool(t, "trace", "-container", open.id, "-q", q))
+		got := strings.TrimSpace(portmapTool(t, "trace", "-container", open.ID, "-q", q))
 		if strings.HasPrefix(got, "dropped") || !regexp.MustCompile(normal).MatchString(got) {
 			t.Errorf("trace -q %s of the pod without port security: got %q, want NORMAL", q, got)
 		}
@@ -157,7 +158,7 @@ func TestTraceVerdicts(t *testing.T) {
 	// (ofproto/trace sends nothing).
 	fl := portmapTool(t, "flows", "-pod", "shop/web-0")
 	t.Logf("ovs-portmap flows -pod shop/web-0\n%s", fl)
-	for _, want := range []string{"attachment " + p.id + "/eth0 (pod shop/web-0)", "port security: ", "host ports: ", "shared pipeline: ",
+	for _, want := range []string{"attachment " + p.ID + "/eth0 (pod shop/web-0)", "port security: ", "host ports: ", "shared pipeline: ",
 		"the port-security guard for router advertisements", "the host-port request classifier (DNAT zone)"} {
 		if !strings.Contains(fl, want) {
 			t.Errorf("flows: no %q in\n%s", want, fl)
@@ -174,12 +175,12 @@ func TestTraceVerdicts(t *testing.T) {
 	}
 
 	// Wiped: the host-port flows, then all of the attachment's.
-	c := flows.AttachmentCookie(p.id, "eth0")
-	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.ofTarget(), c.Delete().String())
+	c := flows.AttachmentCookie(p.ID, "eth0")
+	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.OFTarget(), c.Delete().String())
 	if got := strings.TrimSpace(portmapTool(t, "trace", "-pod", "shop/web-0", "-q", "outside")); got != "no host-port flow of this attachment on the bridge: run reconcile" {
 		t.Errorf("host-port flows wiped: got %q", got)
 	}
-	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.ofTarget(), c.AttachmentDelete().String())
+	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.OFTarget(), c.AttachmentDelete().String())
 	for _, q := range []string{"outside", "ra"} {
 		if got := strings.TrimSpace(portmapTool(t, "trace", "-pod", "shop/web-0", "-q", q)); got != "no flow of this attachment on the bridge: run reconcile" {
 			t.Errorf("every flow wiped, -q %s: got %q", q, got)

@@ -13,6 +13,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // TestAgentUninstall: `ovsflow-agent uninstall` on a node as
@@ -26,18 +27,18 @@ import (
 // suite): the suite's tests run one at a time.
 func TestAgentUninstall(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	// As node-prep.sh leaves a bridge: secure, tagged, with the base flow.
-	vsctl(t, "set", "bridge", h.bridge, "fail_mode=secure", "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
+	framework.Vsctl(t, "set", "bridge", h.Bridge, "fail_mode=secure", "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
 	if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
 		t.Fatalf("reconcile (the base flow): %v: %s", err, out)
 	}
-	n := h.portmapList(t, "1.1.0", "uninst", nil)
-	c := newContainer(t)
-	n.mustAdd(t, c, "eth0", mappings(pm(31081, 80, "tcp", "")))
-	t.Cleanup(func() { n.del(c, "eth0", nil) })
-	c.serveTCP(t, 80)
-	expect(t, h.outside.ns, "tcp", hp(nodeV4, 31081), c, outsideV4)
+	n := h.PortmapList(t, "1.1.0", "uninst", nil)
+	c := framework.NewContainer(t)
+	n.MustAdd(t, c, "eth0", mappings(pm(31081, 80, "tcp", "")))
+	t.Cleanup(func() { n.Del(c, "eth0", nil) })
+	c.ServeTCP(t, 80)
+	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 31081), c, outsideV4)
 
 	// The node's CNI dirs as the agent left them, and a node's own plugin.
 	src, bin, conf := t.TempDir(), t.TempDir(), t.TempDir()
@@ -49,7 +50,7 @@ func TestAgentUninstall(t *testing.T) {
 	os.WriteFile(filepath.Join(conf, "10-ovsflow.conflist"), []byte("{}"), 0o644)
 	os.WriteFile(filepath.Join(conf, "20-other.conflist"), []byte("{}"), 0o644)
 	// A route of the agent's and one of another protocol.
-	br, err := netlink.LinkByName(h.bridge)
+	br, err := netlink.LinkByName(h.Bridge)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestAgentUninstall(t *testing.T) {
 
 	suite := flows.SuiteDelete().String()
 	suiteFlows := func() []string {
-		out, err := run("ovs-ofctl", "--no-names", "--no-stats", "-O", "OpenFlow14", "dump-flows", h.ofTarget(), suite)
+		out, err := run("ovs-ofctl", "--no-names", "--no-stats", "-O", "OpenFlow14", "dump-flows", h.OFTarget(), suite)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,20 +85,20 @@ func TestAgentUninstall(t *testing.T) {
 		base = append(base, f.Line())
 	}
 	nft := func(fam string) error { _, err := run("nft", "list", "table", fam, "ovsflow_hostport"); return err }
-	gateway := func() bool { return slices.Contains(bridgeAddrs(t, h.bridge), "192.0.2.1") }
+	gateway := func() bool { return slices.Contains(bridgeAddrs(t, h.Bridge), "192.0.2.1") }
 	rootKeys := func() string {
-		return vsctl(t, "get", "Open_vSwitch", ".", "external_ids")
+		return framework.Vsctl(t, "get", "Open_vSwitch", ".", "external_ids")
 	}
 	before := suiteFlows()
-	if len(before) <= len(base) || len(portsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue)) != 1 || nft("ip") != nil || !gateway() {
+	if len(before) <= len(base) || len(framework.PortsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue)) != 1 || nft("ip") != nil || !gateway() {
 		t.Fatalf("before: %d flows of the suite, ports %v, nft ip table %v, gateway %v: the test proves nothing",
-			len(before), portsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue), nft("ip"), gateway())
+			len(before), framework.PortsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue), nft("ip"), gateway())
 	}
 	// The mapping has no hostIP: it is on 127.0.0.1 too, with
 	// route_localnet on for the bridge interface.
 	expect(t, nil, "tcp", hp("127.0.0.1", 31081), c, "")
-	if got := routeLocalnetOf(t, h.bridge); got != "1" {
-		t.Fatalf("before: route_localnet of %s is %s: the test proves nothing", h.bridge, got)
+	if got := routeLocalnetOf(t, h.Bridge); got != "1" {
+		t.Fatalf("before: route_localnet of %s is %s: the test proves nothing", h.Bridge, got)
 	}
 
 	out, err := run(filepath.Join(binDir, "ovsflow-agent"), "uninstall", "-ovsdb", ovsdbAddr, "-plugin-src", src,
@@ -110,16 +111,16 @@ func TestAgentUninstall(t *testing.T) {
 	if got := suiteFlows(); len(got) != len(base) || !strings.Contains(strings.Join(got, "\n"), "actions=NORMAL") {
 		t.Errorf("flows of the suite after uninstall:\n%s\nwant the base flow only: %q", strings.Join(got, "\n"), base)
 	}
-	if left := portsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue); len(left) > 0 {
+	if left := framework.PortsOf(t, ovsdb.KeyOwner, ovsdb.OwnerValue); len(left) > 0 {
 		t.Errorf("ports of the suite left: %v", left)
 	}
 	if k := rootKeys(); strings.Contains(k, ovsdb.KeyPrefix) {
 		t.Errorf("root external_ids of the suite left: %s", k)
 	}
-	if k := vsctl(t, "get", "Bridge", h.bridge, "external_ids"); k != `{"`+ovsdb.KeyOwner+`"=`+ovsdb.OwnerValue+`}` {
+	if k := framework.Vsctl(t, "get", "Bridge", h.Bridge, "external_ids"); k != `{"`+ovsdb.KeyOwner+`"=`+ovsdb.OwnerValue+`}` {
 		t.Errorf("bridge external_ids %s, want the owner tag only (as node-prep.sh set it)", k)
 	}
-	if vsctl(t, "get", "Bridge", h.bridge, "fail_mode") != "secure" {
+	if framework.Vsctl(t, "get", "Bridge", h.Bridge, "fail_mode") != "secure" {
 		t.Error("the bridge's fail_mode changed")
 	}
 	for _, fam := range []string{"ip", "ip6"} {
@@ -130,10 +131,10 @@ func TestAgentUninstall(t *testing.T) {
 	if gateway() {
 		t.Error("the gateway address 192.0.2.1 is still on the bridge")
 	}
-	if got := routeLocalnetOf(t, h.bridge); got != "0" {
-		t.Errorf("route_localnet of %s after uninstall: got %s, want 0 again", h.bridge, got)
+	if got := routeLocalnetOf(t, h.Bridge); got != "0" {
+		t.Errorf("route_localnet of %s after uninstall: got %s, want 0 again", h.Bridge, got)
 	}
-	if !slices.Contains(bridgeAddrs(t, h.bridge), nodeV4) {
+	if !slices.Contains(bridgeAddrs(t, h.Bridge), nodeV4) {
 		t.Errorf("the node's own address %s went", nodeV4)
 	}
 	for _, dst := range []*net.IPNet{ours, theirs} {
@@ -154,14 +155,14 @@ func TestAgentUninstall(t *testing.T) {
 	}
 	// The uplink still reaches the node through the base flow; the pod's
 	// host port is gone.
-	if _, err := run("ip", "netns", "exec", h.outside.name, "ping", "-c1", "-W2", nodeV4); err != nil {
+	if _, err := run("ip", "netns", "exec", h.Outside.Name, "ping", "-c1", "-W2", nodeV4); err != nil {
 		t.Errorf("the outside no longer reaches the node through the bridge: %v", err)
 	}
-	if got, err := dial(h.outside.ns, "tcp", hp(nodeV4, 31081)); err == nil {
+	if got, err := framework.Dial(h.Outside.NS, "tcp", hp(nodeV4, 31081)); err == nil {
 		t.Errorf("the host port still answers after uninstall: %q", got)
 	}
 	// DEL of the pod afterwards (its runtime tearing down) succeeds.
-	if err := n.del(c, "eth0", nil); err != nil {
+	if err := n.Del(c, "eth0", nil); err != nil {
 		t.Errorf("DEL after uninstall: %v", err)
 	}
 }

@@ -62,7 +62,7 @@ func Confine(bin string) (string, error) {
 			}
 			continue
 		}
-		script := "#!/bin/sh\n# " + e.Name() + " with an empty PATH (test/internal/framework.Confine)\n" +
+		script := "#!/bin/sh\n# " + e.Name() + " with an empty PATH (test/framework.Confine)\n" +
 			"PATH=" + shellQuote(empty) + "\nexport PATH\nexec " + shellQuote(real) + ` "$@"` + "\n"
 		if err := os.WriteFile(link, []byte(script), 0o755); err != nil {
 			return fail(err)

@@ -28,9 +28,19 @@ func Uniq(prefix string) string { return fmt.Sprintf("%s%d", prefix, seq.Add(1))
 func Run(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// MustRun executes a command and returns its combined output; an error fails the test.
+func MustRun(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := Run(name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // WireOVSHost turns bridge into the node of docs/design.md: the node addresses on
@@ -42,12 +52,7 @@ func Run(name string, args ...string) (string, error) {
 // neither, and the suites prove it by leaving both alone.
 func WireOVSHost(t testing.TB, bridge, outsideNS, uplinkPrefix string) {
 	t.Helper()
-	must := func(name string, args ...string) {
-		t.Helper()
-		if _, err := Run(name, args...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	must := func(name string, args ...string) { t.Helper(); MustRun(t, name, args...) }
 	must("ip", "addr", "add", NodeV4+"/24", "dev", bridge)
 	must("ip", "addr", "add", NodeV4b+"/24", "dev", bridge)
 	must("ip", "addr", "add", NodeV6+"/64", "dev", bridge, "nodad")
@@ -78,9 +83,9 @@ func WireOVSHost(t testing.TB, bridge, outsideNS, uplinkPrefix string) {
 	}
 	in("ip", "route", "add", "192.0.2.0/24", "via", NodeV4)
 	in("ip", "route", "add", "2001:db8:c::/64", "via", NodeV6)
-	Run("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	must("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 	if Userspace() {
 		// The node's own replies leave through the bridge's tap (see above).
-		Run("ethtool", "-K", bridge, "tx", "off")
+		must("ethtool", "-K", bridge, "tx", "off")
 	}
 }

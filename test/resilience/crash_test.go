@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 var testSubnets = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("2001:db8:c::/64")}
@@ -54,36 +55,36 @@ func addrsOf(t testing.TB, dataDir, network, id string) []netip.Addr {
 func TestCrashDuringAdd(t *testing.T) {
 	requireSandbox(t)
 	becomeSubreaper(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	dataDir := t.TempDir()
 	x := &pluginExec{}
 	const network = "crash"
 	n := newCNI(t, conflist("1.0.0", network,
-		bridgeConf(h.bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}), portmapConf(ovsdbAddr, nil)), x)
+		framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}), framework.PortmapConf(ovsdbAddr, nil)), x)
 	caps := mappings(pm(8080, 80, "tcp", ""), pm(5353, 53, "udp", ""))
-	au := audit{n: node{db: ovsdbAddr, bridge: h.bridge}, dataDir: dataDir, netw: network, subnets: testSubnets,
+	au := audit{n: node{db: ovsdbAddr, bridge: h.Bridge}, dataDir: dataDir, netw: network, subnets: testSubnets,
 		wantMappings: true, allVethsAreOurs: true}
 	ctx := context.Background()
 	used := map[string]attachment{}
 
-	trial := func(fn func(c *container)) {
+	trial := func(fn func(c *framework.Container)) {
 		nsh, err := testutils.NewNS()
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer func() { nsh.Close(); _ = testutils.UnmountNS(nsh) }()
-		c := &container{id: uniq("crash-"), ns: nsh}
-		used[c.id+"/eth0"] = attachment{id: c.id, ifname: "eth0"}
+		c := &framework.Container{ID: uniq("crash-"), NS: nsh}
+		used[c.ID+"/eth0"] = attachment{id: c.ID, ifname: "eth0"}
 		fn(c)
 	}
 	// Warm-up: the typical duration of each plugin's ADD, and a check that
 	// an undisturbed ADD/DEL leaves nothing.
 	for i := 0; i < 6; i++ {
-		trial(func(c *container) {
-			if _, err := n.add(ctx, c, caps); err != nil {
+		trial(func(c *framework.Container) {
+			if _, err := n.AddContext(ctx, c, "eth0", caps); err != nil {
 				t.Fatalf("warm-up ADD: %v", err)
 			}
-			if err := n.del(ctx, c, nil); err != nil {
+			if err := n.DelContext(ctx, c, "eth0", nil); err != nil {
 				t.Fatalf("warm-up DEL: %v", err)
 			}
 		})
@@ -106,12 +107,12 @@ func TestCrashDuringAdd(t *testing.T) {
 		target := []string{"ovs-bridge", "ovs-portmap"}[i%2]
 		mode := killMode((i / 2) % 2)
 		delay := time.Duration(rnd.Int64N(int64(typical[target]) + 1))
-		trial(func(c *container) {
+		trial(func(c *framework.Container) {
 			attempted++
 			x.kill = func(plugin, command string) (time.Duration, killMode, bool) {
 				return delay, mode, plugin == target && command == "ADD"
 			}
-			_, addErr := n.add(ctx, c, caps)
+			_, addErr := n.AddContext(ctx, c, "eth0", caps)
 			x.kill = nil
 			wasKilled := false
 			for _, inv := range x.takeLog() {
@@ -123,12 +124,12 @@ func TestCrashDuringAdd(t *testing.T) {
 			if addErr != nil && !wasKilled {
 				t.Errorf("trial %d (%s killed after %s, %s): ADD failed without a kill: %v", i, target, delay, mode, addErr)
 			}
-			a := attachment{id: c.id, ifname: "eth0", ips: addrsOf(t, dataDir, network, c.id)}
+			a := attachment{id: c.ID, ifname: "eth0", ips: addrsOf(t, dataDir, network, c.ID)}
 			used[a.key()] = a
 			// The runtime's DEL; containerd retries a failed DEL.
 			var delErr error
 			for try := 0; try < 3; try++ {
-				if delErr = n.del(ctx, c, caps); delErr == nil {
+				if delErr = n.DelContext(ctx, c, "eth0", caps); delErr == nil {
 					break
 				}
 			}
@@ -157,7 +158,7 @@ func TestCrashDuringAdd(t *testing.T) {
 	if r := au.run(t, used, nil); len(r.leaked) > 0 {
 		t.Errorf("after %d trials: %s", trials, r)
 	}
-	figure(t, "crash", "attempted", attempted, "killed", killed["ovs-bridge"]+killed["ovs-portmap"],
+	framework.Figure(t, "crash", "attempted", attempted, "killed", killed["ovs-bridge"]+killed["ovs-portmap"],
 		"survived", survived, "killed_bridge", killed["ovs-bridge"], "killed_portmap", killed["ovs-portmap"],
 		"leaked", leakedObjects, "leaked_trials", leakedTrials, "del_failures", delFailures, "hostlocal_torn", torn,
 		"typical_add_bridge_ms", ms(typical["ovs-bridge"]), "typical_add_portmap_ms", ms(typical["ovs-portmap"]),

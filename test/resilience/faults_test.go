@@ -124,17 +124,17 @@ func (s *sandbox) startVswitchd(t testing.TB) {
 func (s *sandbox) sync(t testing.TB) {
 	t.Helper()
 	s.syncs++
-	vsctlAt(t, s.db, "--timeout=30", "set", "Open_vSwitch", ".", fmt.Sprintf("external_ids:rs-sync=%d", s.syncs))
+	framework.VsctlAt(t, s.db, "--timeout=30", "set", "Open_vSwitch", ".", fmt.Sprintf("external_ids:rs-sync=%d", s.syncs))
 }
 
 // faultNet is a chain of both plugins against the second sandbox.
-func faultNet(t *testing.T, s *sandbox, br string, x *pluginExec) (*cni, audit) {
+func faultNet(t *testing.T, s *sandbox, br string, x *pluginExec) (*framework.CNI, audit) {
 	t.Helper()
 	dataDir := t.TempDir()
 	const network = "faults"
 	n := newCNI(t, conflist("1.0.0", network,
-		bridgeConf(br, s.db, dataDir, nil),
-		portmapConf(s.db, map[string]any{"hostIPs": []string{nodeV4, nodeV6}})), x)
+		framework.BridgeConf(br, s.db, dataDir, nil),
+		framework.PortmapConf(s.db, map[string]any{"hostIPs": []string{nodeV4, nodeV6}})), x)
 	au := audit{n: node{db: s.db, netns: s.name, bridge: br}, dataDir: dataDir, netw: network,
 		subnets: testSubnets, wantMappings: true, allVethsAreOurs: true}
 	return n, au
@@ -163,15 +163,15 @@ func TestOVSDBDown(t *testing.T) {
 	becomeSubreaper(t)
 	s := newSandbox(t)
 	const br = "rsfbr"
-	vsctlAt(t, s.db, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
+	framework.VsctlAt(t, s.db, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
 	x := &pluginExec{netns: s.name}
 	n, au := faultNet(t, s, br, x)
 	ctx := context.Background()
 	used := map[string]attachment{}
 	var fc faultCounts
-	newAtt := func() *container {
-		c := newContainer(t)
-		used[c.id+"/eth0"] = attachment{id: c.id, ifname: "eth0"}
+	newAtt := func() *framework.Container {
+		c := framework.NewContainer(t)
+		used[c.ID+"/eth0"] = attachment{id: c.ID, ifname: "eth0"}
 		return c
 	}
 	clean := func(t *testing.T, what string) bool {
@@ -190,17 +190,17 @@ func TestOVSDBDown(t *testing.T) {
 	t.Run("ADD with OVSDB down", func(t *testing.T) {
 		c := newAtt()
 		s.stop(t, "ovsdb-server", syscall.SIGKILL)
-		_, err := n.add(ctx, c, faultCaps)
+		_, err := n.AddContext(ctx, c, "eth0", faultCaps)
 		if cniCode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), "ovsdb") {
 			t.Errorf("ADD: got %v (code %d), want code 11 about ovsdb", err, cniCode(err))
 		}
 		// The runtime's DEL cannot know that nothing was created.
-		if err := n.del(ctx, c, faultCaps); cniCode(err) != types.ErrTryAgainLater {
+		if err := n.DelContext(ctx, c, "eth0", faultCaps); cniCode(err) != types.ErrTryAgainLater {
 			t.Errorf("DEL with OVSDB down after the failed ADD: got %v (code %d), want code 11", err, cniCode(err))
 		}
 		s.startOVSDB(t)
 		s.sync(t)
-		if err := n.del(ctx, c, faultCaps); err != nil { // the runtime retries
+		if err := n.DelContext(ctx, c, "eth0", faultCaps); err != nil { // the runtime retries
 			t.Errorf("DEL retried with OVSDB back: %v", err)
 		}
 		fc.result(t, clean(t, "after ADD with OVSDB down"))
@@ -209,12 +209,12 @@ func TestOVSDBDown(t *testing.T) {
 	t.Run("DEL with OVSDB down, nothing to delete", func(t *testing.T) {
 		c := newAtt()
 		s.stop(t, "ovsdb-server", syscall.SIGKILL)
-		if err := n.del(ctx, c, nil); cniCode(err) != types.ErrTryAgainLater {
+		if err := n.DelContext(ctx, c, "eth0", nil); cniCode(err) != types.ErrTryAgainLater {
 			t.Errorf("DEL: got %v (code %d), want code 11", err, cniCode(err))
 		}
 		s.startOVSDB(t)
 		s.sync(t)
-		if err := n.del(ctx, c, nil); err != nil { // the runtime retries
+		if err := n.DelContext(ctx, c, "eth0", nil); err != nil { // the runtime retries
 			t.Errorf("DEL retried with OVSDB back: %v", err)
 		}
 		fc.result(t, clean(t, "after DEL with nothing to delete"))
@@ -222,17 +222,17 @@ func TestOVSDBDown(t *testing.T) {
 
 	t.Run("DEL with OVSDB down, something to delete", func(t *testing.T) {
 		c := newAtt()
-		if _, err := n.add(ctx, c, faultCaps); err != nil {
+		if _, err := n.AddContext(ctx, c, "eth0", faultCaps); err != nil {
 			t.Fatalf("ADD: %v", err)
 		}
 		s.stop(t, "ovsdb-server", syscall.SIGKILL)
-		err := n.del(ctx, c, faultCaps)
+		err := n.DelContext(ctx, c, "eth0", faultCaps)
 		if cniCode(err) != types.ErrTryAgainLater {
 			t.Errorf("DEL with OVSDB down: got %v (code %d), want code 11", err, cniCode(err))
 		}
 		s.startOVSDB(t)
 		s.sync(t)
-		if err := n.del(ctx, c, faultCaps); err != nil {
+		if err := n.DelContext(ctx, c, "eth0", faultCaps); err != nil {
 			t.Errorf("DEL with OVSDB back: %v", err)
 		}
 		fc.result(t, clean(t, "after the later DEL"))
@@ -248,14 +248,14 @@ func TestOVSDBDown(t *testing.T) {
 				time.AfterFunc(time.Second, func() { s.stop(t, "ovsdb-server", syscall.SIGKILL) })
 			}
 		}
-		_, err := n.add(ctx, c, faultCaps)
+		_, err := n.AddContext(ctx, c, "eth0", faultCaps)
 		x.before = nil
 		if cniCode(err) != types.ErrTryAgainLater {
 			t.Errorf("ADD: got %v (code %d), want code 11", err, cniCode(err))
 		}
 		// The runtime's DEL right away, OVSDB still down: it must either
 		// remove everything or say code 11 (there is a port row to remove).
-		delErr := n.del(ctx, c, faultCaps)
+		delErr := n.DelContext(ctx, c, "eth0", faultCaps)
 		t.Logf("DEL with OVSDB still down: %v (code %d)", delErr, cniCode(delErr))
 		s.startOVSDB(t)
 		s.startVswitchd(t)
@@ -264,7 +264,7 @@ func TestOVSDBDown(t *testing.T) {
 			if cniCode(delErr) != types.ErrTryAgainLater {
 				t.Errorf("DEL with OVSDB down: got %v, want success or code 11", delErr)
 			}
-			if err := n.del(ctx, c, faultCaps); err != nil { // the runtime retries
+			if err := n.DelContext(ctx, c, "eth0", faultCaps); err != nil { // the runtime retries
 				t.Errorf("DEL retried with OVSDB back: %v", err)
 			}
 		}
@@ -277,10 +277,10 @@ func TestOVSDBDown(t *testing.T) {
 		// the typical chain ADD with nothing killed
 		for i := 0; i < 3; i++ {
 			c := newAtt()
-			if _, err := n.add(ctx, c, faultCaps); err != nil {
+			if _, err := n.AddContext(ctx, c, "eth0", faultCaps); err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
-			if err := n.del(ctx, c, nil); err != nil {
+			if err := n.DelContext(ctx, c, "eth0", nil); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
 		}
@@ -312,7 +312,7 @@ func TestOVSDBDown(t *testing.T) {
 				}
 			}
 			start := time.Now()
-			_, addErr := n.add(ctx, c, faultCaps)
+			_, addErr := n.AddContext(ctx, c, "eth0", faultCaps)
 			took := time.Since(start)
 			x.before = nil
 			down := timer != nil && !timer.Stop()
@@ -330,7 +330,7 @@ func TestOVSDBDown(t *testing.T) {
 			if addErr != nil && cniCode(addErr) != types.ErrTryAgainLater {
 				t.Errorf("%s: ADD after %s: got %v (code %d), want success or code 11", what, took.Round(time.Millisecond), addErr, cniCode(addErr))
 			}
-			delErr := n.del(ctx, c, faultCaps)
+			delErr := n.DelContext(ctx, c, "eth0", faultCaps)
 			if down {
 				s.startOVSDB(t)
 				// ovs-vswitchd reconnects with a backoff of up to 8 s:
@@ -343,7 +343,7 @@ func TestOVSDBDown(t *testing.T) {
 				if cniCode(delErr) != types.ErrTryAgainLater {
 					t.Errorf("%s: DEL with OVSDB down: got %v, want success or code 11", what, delErr)
 				}
-				if err := n.del(ctx, c, faultCaps); err != nil {
+				if err := n.DelContext(ctx, c, "eth0", faultCaps); err != nil {
 					t.Errorf("%s: DEL retried: %v", what, err)
 				}
 			}
@@ -354,7 +354,7 @@ func TestOVSDBDown(t *testing.T) {
 			}
 		}
 	})
-	figure(t, "ovsdb_down", "injected", fc.injected, "survived", fc.survived, "leaked", fc.leaked)
+	framework.Figure(t, "ovsdb_down", "injected", fc.injected, "survived", fc.survived, "leaked", fc.leaked)
 }
 
 // ovs-vswitchd down with OVSDB up: ovs-bridge's ADD waits a bounded time for
@@ -365,15 +365,15 @@ func TestVswitchdDown(t *testing.T) {
 	becomeSubreaper(t)
 	s := newSandbox(t)
 	const br = "rsvbr"
-	vsctlAt(t, s.db, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
+	framework.VsctlAt(t, s.db, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
 	x := &pluginExec{netns: s.name}
 	n, au := faultNet(t, s, br, x)
 	ctx := context.Background()
 	var fc faultCounts
 	used := map[string]attachment{}
-	newAtt := func() *container {
-		c := newContainer(t)
-		used[c.id+"/eth0"] = attachment{id: c.id, ifname: "eth0"}
+	newAtt := func() *framework.Container {
+		c := framework.NewContainer(t)
+		used[c.ID+"/eth0"] = attachment{id: c.ID, ifname: "eth0"}
 		return c
 	}
 	check := func(t *testing.T, what string) bool {
@@ -395,13 +395,13 @@ func TestVswitchdDown(t *testing.T) {
 			c := newAtt()
 			x.takeLog()
 			start := time.Now()
-			_, err := n.add(ctx, c, faultCaps)
+			_, err := n.AddContext(ctx, c, "eth0", faultCaps)
 			took := time.Since(start)
 			t.Logf("ADD #%d with ovs-vswitchd down: %s: %v (code %d)", i+1, took.Round(time.Millisecond), err, cniCode(err))
 			// How long the bounded wait took is a figure; that it ends, with
 			// the error naming its bound, is the behaviour (the harness's
 			// hang guard, hangAfter, says when it does not).
-			figure(t, "vswitchd_down_add", "add", i+1, "took_ms", took.Milliseconds())
+			framework.Figure(t, "vswitchd_down_add", "add", i+1, "took_ms", took.Milliseconds())
 			if err == nil || !strings.Contains(err.Error(), "ovs-vswitchd") || !strings.Contains(err.Error(), "10s") {
 				t.Errorf("ADD #%d: got %v, want an error naming ovs-vswitchd and the 10s bound", i+1, err)
 			}
@@ -414,7 +414,7 @@ func TestVswitchdDown(t *testing.T) {
 				fc.result(t, false)
 				continue
 			}
-			if err := n.del(ctx, c, faultCaps); err != nil {
+			if err := n.DelContext(ctx, c, "eth0", faultCaps); err != nil {
 				t.Errorf("DEL after the failed ADD: %v", err)
 			}
 			fc.result(t, check(t, "after DEL"))
@@ -422,10 +422,10 @@ func TestVswitchdDown(t *testing.T) {
 		s.startVswitchd(t)
 		s.sync(t)
 		c := newAtt()
-		if _, err := n.add(ctx, c, faultCaps); err != nil {
+		if _, err := n.AddContext(ctx, c, "eth0", faultCaps); err != nil {
 			t.Errorf("ADD with ovs-vswitchd back: %v", err)
 		}
-		if err := n.del(ctx, c, faultCaps); err != nil {
+		if err := n.DelContext(ctx, c, "eth0", faultCaps); err != nil {
 			t.Errorf("DEL: %v", err)
 		}
 		check(t, "ADD/DEL with ovs-vswitchd back")
@@ -442,7 +442,7 @@ func TestVswitchdDown(t *testing.T) {
 				s.stop(t, "ovs-vswitchd", syscall.SIGKILL)
 			}
 		}
-		_, err := n.add(ctx, c, faultCaps)
+		_, err := n.AddContext(ctx, c, "eth0", faultCaps)
 		x.before = nil
 		if err == nil || !strings.Contains(err.Error(), "ovs-portmap") {
 			t.Errorf("ADD: got %v, want ovs-portmap's error", err)
@@ -450,7 +450,7 @@ func TestVswitchdDown(t *testing.T) {
 		t.Logf("ADD: %v", err)
 		// ovs-portmap rolled back its record and claims.
 		for _, row := range au.n.rows(t, "Port") {
-			if row.ExternalIDs["ovsflow.io/container-id"] != c.id {
+			if row.ExternalIDs["ovsflow.io/container-id"] != c.ID {
 				continue
 			}
 			for k := range row.ExternalIDs {
@@ -462,18 +462,18 @@ func TestVswitchdDown(t *testing.T) {
 		// ovs-vswitchd is still down: the flows went with it, so DEL has
 		// nothing to do there and must succeed (a crashed ovs-vswitchd
 		// leaves its management socket file behind).
-		delErr := n.del(ctx, c, faultCaps)
+		delErr := n.DelContext(ctx, c, "eth0", faultCaps)
 		if delErr != nil {
 			t.Errorf("DEL with ovs-vswitchd down: got %v, want success (its flows are gone with it)", delErr)
 		}
 		s.startVswitchd(t)
 		s.sync(t)
 		if delErr != nil {
-			if err := n.del(ctx, c, faultCaps); err != nil { // the runtime retries
+			if err := n.DelContext(ctx, c, "eth0", faultCaps); err != nil { // the runtime retries
 				t.Errorf("DEL retried with ovs-vswitchd back: %v", err)
 			}
 		}
 		fc.result(t, check(t, "after DEL"))
 	})
-	figure(t, "vswitchd_down", "injected", fc.injected, "survived", fc.survived, "leaked", fc.leaked)
+	framework.Figure(t, "vswitchd_down", "injected", fc.injected, "survived", fc.survived, "leaked", fc.leaked)
 }

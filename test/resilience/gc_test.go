@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // GC cleans up after a DEL that was killed and never retried (the runtime
@@ -17,40 +18,40 @@ import (
 // here with ovs-vsctl, which is exactly what DEL's transaction does.
 func TestGCAfterInterruptedDel(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	dataDir := t.TempDir()
 	const network = "gcdel"
 	n := newCNI(t, conflist("1.1.0", network,
-		bridgeConf(h.bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}), portmapConf(ovsdbAddr, nil)), nil)
+		framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}), framework.PortmapConf(ovsdbAddr, nil)), nil)
 	ctx := context.Background()
-	c := newContainer(t)
+	c := framework.NewContainer(t)
 	caps := mappings(pm(8680, 80, "tcp", ""))
-	if _, err := n.add(ctx, c, caps); err != nil {
+	if _, err := n.AddContext(ctx, c, "eth0", caps); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
-	a := attachment{id: c.id, ifname: "eth0"}
-	t.Cleanup(func() { n.del(ctx, c, caps) })
+	a := attachment{id: c.ID, ifname: "eth0"}
+	t.Cleanup(func() { n.DelContext(ctx, c, "eth0", caps) })
 	// ovs-portmap's DEL ran; ovs-bridge's DEL was killed right after its
 	// port transaction.
 	pmConf := must(json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": network, "type": "ovs-portmap", "ovsdb": ovsdbAddr}))
 	if _, err := invokePlugin(&pluginExec{}, "ovs-portmap", "DEL", pmConf,
-		map[string]string{"CNI_CONTAINERID": c.id, "CNI_IFNAME": "eth0", "CNI_NETNS": c.ns.Path()}); err != nil {
+		map[string]string{"CNI_CONTAINERID": c.ID, "CNI_IFNAME": "eth0", "CNI_NETNS": c.NS.Path()}); err != nil {
 		t.Fatalf("ovs-portmap DEL: %v", err)
 	}
 	// ovs-bridge's DEL withdraws the attachment's flows, then detaches the
 	// port, then deletes the veth: it was killed after the second step.
-	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.ofTarget(), flows.AttachmentCookie(c.id, "eth0").AttachmentDelete().String()); err != nil {
+	if _, err := run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", h.OFTarget(), flows.AttachmentCookie(c.ID, "eth0").AttachmentDelete().String()); err != nil {
 		t.Fatal(err)
 	}
-	vsctl(t, "del-port", h.bridge, a.veth())
+	framework.Vsctl(t, "del-port", h.Bridge, a.veth())
 
-	if err := n.gc(ctx, t, nil); err != nil {
+	if err := n.GC(ctx, t, nil); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
-	au := audit{n: node{db: ovsdbAddr, bridge: h.bridge}, dataDir: dataDir, netw: network, subnets: testSubnets, allVethsAreOurs: true}
+	au := audit{n: node{db: ovsdbAddr, bridge: h.Bridge}, dataDir: dataDir, netw: network, subnets: testSubnets, allVethsAreOurs: true}
 	r := au.run(t, map[string]attachment{a.key(): a}, nil)
 	if len(r.leaked) > 0 {
 		t.Errorf("GC with no valid attachment, after a DEL interrupted between the port and the veth: %s", r)
 	}
-	figure(t, "gc_interrupted_del", "leaked", len(r.leaked))
+	framework.Figure(t, "gc_interrupted_del", "leaked", len(r.leaked))
 }

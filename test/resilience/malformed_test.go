@@ -13,6 +13,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Codes of the CNI spec (pkg/types): 4 invalid environment variables, 6
@@ -59,16 +60,16 @@ func hostileStrings(canary string) []string {
 // time, and leaves nothing behind; no input string ever reaches a shell.
 func TestMalformedInput(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	dataDir := t.TempDir()
 	const network = "mal"
 	canary := filepath.Join(t.TempDir(), "pwned")
 	x := &pluginExec{}
-	au := audit{n: node{db: ovsdbAddr, bridge: h.bridge}, dataDir: dataDir, netw: network, subnets: testSubnets,
+	au := audit{n: node{db: ovsdbAddr, bridge: h.Bridge}, dataDir: dataDir, netw: network, subnets: testSubnets,
 		allVethsAreOurs: true}
 
 	bridgeBase := func() map[string]any {
-		return map[string]any{"cniVersion": "1.0.0", "name": network, "type": "ovs-bridge", "bridge": h.bridge,
+		return map[string]any{"cniVersion": "1.0.0", "name": network, "type": "ovs-bridge", "bridge": h.Bridge,
 			"ovsdb": ovsdbAddr, "isGateway": true, "ipam": map[string]any{"type": "host-local", "dataDir": dataDir,
 				"ranges": []any{[]any{map[string]any{"subnet": "192.0.2.0/24", "gateway": "192.0.2.1"}},
 					[]any{map[string]any{"subnet": "2001:db8:c::/64", "gateway": "2001:db8:c::1"}}}}}
@@ -292,8 +293,8 @@ func TestMalformedInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tried++
-			ctr := newContainer(t)
-			env := map[string]string{"CNI_CONTAINERID": ctr.id, "CNI_NETNS": ctr.ns.Path(), "CNI_IFNAME": "eth0"}
+			ctr := framework.NewContainer(t)
+			env := map[string]string{"CNI_CONTAINERID": ctr.ID, "CNI_NETNS": ctr.NS.Path(), "CNI_IFNAME": "eth0"}
 			for k, v := range c.env {
 				env[k] = v
 			}
@@ -383,9 +384,9 @@ func TestMalformedInput(t *testing.T) {
 	// ovs-bridge's CHECK reads the prevResult's interfaces too.
 	t.Run("bridge CHECK: prevResult with a null interface", func(t *testing.T) {
 		tried++
-		ctr := newContainer(t)
-		env := map[string]string{"CNI_CONTAINERID": ctr.id, "CNI_NETNS": ctr.ns.Path(), "CNI_IFNAME": "eth0"}
-		a := attachment{id: ctr.id, ifname: "eth0"}
+		ctr := framework.NewContainer(t)
+		env := map[string]string{"CNI_CONTAINERID": ctr.ID, "CNI_NETNS": ctr.NS.Path(), "CNI_IFNAME": "eth0"}
+		a := attachment{id: ctr.ID, ifname: "eth0"}
 		used[a.key()] = a
 		conf := bridgeBase()
 		out, err := invokePlugin(x, B, "ADD", must(json.Marshal(conf)), env)
@@ -417,7 +418,7 @@ func TestMalformedInput(t *testing.T) {
 	if r := au.run(t, used, nil); len(r.leaked) > 0 {
 		t.Errorf("after all cases: %s", r)
 	}
-	figure(t, "malformed", "tried", tried, "rejected_as_expected", good, "valid_accepted", valid, "wrong", tried-good-valid, "leaked", leaked,
+	framework.Figure(t, "malformed", "tried", tried, "rejected_as_expected", good, "valid_accepted", valid, "wrong", tried-good-valid, "leaked", leaked,
 		"slowest_answer_ms", slowest.Milliseconds())
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // The plugins never modify or delete a port, flow or nft object they did not
@@ -22,30 +23,30 @@ import (
 // another network's attachment on the same bridge alone.
 func TestOwnership(t *testing.T) {
 	requireSandbox(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	ctx := context.Background()
-	a, b := newContainer(t), newContainer(t)
+	a, b := framework.NewContainer(t), framework.NewContainer(t)
 	capsA, capsB := mappings(pm(8480, 80, "tcp", ""), pm(8481, 81, "udp", "")), mappings(pm(8482, 80, "tcp", ""))
 	x := &pluginExec{}
 	dirA, dirB := t.TempDir(), t.TempDir()
-	own := newCNI(t, conflist("1.1.0", "own", bridgeConf(h.bridge, ovsdbAddr, dirA, map[string]any{"isGateway": true}), portmapConf(ovsdbAddr, nil)), x)
-	own2 := newCNI(t, conflist("1.1.0", "own2", bridgeConf(h.bridge, ovsdbAddr, dirB, map[string]any{"isGateway": true}), portmapConf(ovsdbAddr, nil)), x)
-	t.Cleanup(func() { own.del(ctx, a, capsA); own2.del(ctx, b, capsB) })
+	own := newCNI(t, conflist("1.1.0", "own", framework.BridgeConf(h.Bridge, ovsdbAddr, dirA, map[string]any{"isGateway": true}), framework.PortmapConf(ovsdbAddr, nil)), x)
+	own2 := newCNI(t, conflist("1.1.0", "own2", framework.BridgeConf(h.Bridge, ovsdbAddr, dirB, map[string]any{"isGateway": true}), framework.PortmapConf(ovsdbAddr, nil)), x)
+	t.Cleanup(func() { own.DelContext(ctx, a, "eth0", capsA); own2.DelContext(ctx, b, "eth0", capsB) })
 
 	// Foreign ports.
-	cookieA := flows.AttachmentCookie(a.id, "eth0")
+	cookieA := flows.AttachmentCookie(a.ID, "eth0")
 	foreignPorts := map[string]string{
 		"rsforeign0": "",
-		"rsforeign1": "external_ids:ovsflow.io/owner=someone-else external_ids:ovsflow.io/container-id=" + a.id + " external_ids:ovsflow.io/ifname=eth0",
-		"rsforeign2": fmt.Sprintf("external_ids:ovsflow.io/container-id=%s external_ids:ovsflow.io/ifname=eth0 external_ids:ovsflow.io/network=own external_ids:ovsflow.io/bridge=%s external_ids:ovsflow.io/portmap={}", a.id, h.bridge),
+		"rsforeign1": "external_ids:ovsflow.io/owner=someone-else external_ids:ovsflow.io/container-id=" + a.ID + " external_ids:ovsflow.io/ifname=eth0",
+		"rsforeign2": fmt.Sprintf("external_ids:ovsflow.io/container-id=%s external_ids:ovsflow.io/ifname=eth0 external_ids:ovsflow.io/network=own external_ids:ovsflow.io/bridge=%s external_ids:ovsflow.io/portmap={}", a.ID, h.Bridge),
 	}
 	for name, ids := range foreignPorts {
-		args := []string{"add-port", h.bridge, name, "--", "set", "Interface", name, "type=internal"}
+		args := []string{"add-port", h.Bridge, name, "--", "set", "Interface", name, "type=internal"}
 		if ids != "" {
 			args = append(args, "--", "set", "Port", name)
 			args = append(args, strings.Fields(ids)...)
 		}
-		vsctl(t, args...)
+		framework.Vsctl(t, args...)
 		t.Cleanup(func() { run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-port", name) })
 	}
 	// Foreign flows (TEST-NET-3 addresses: they never match our traffic).
@@ -56,7 +57,7 @@ func TestOwnership(t *testing.T) {
 			flowLines = append(flowLines, fmt.Sprintf("table=%d,cookie=%s,priority=%d,ip,nw_dst=203.0.113.%d,actions=drop", table, c, 100+100*(j%3), 10*i+j))
 		}
 	}
-	if out, err := run("sh", "-c", fmt.Sprintf("printf '%%s\\n' %s | ovs-ofctl -O OpenFlow14 add-flows %s -", shellQuote(flowLines), h.ofTarget())); err != nil {
+	if out, err := run("sh", "-c", fmt.Sprintf("printf '%%s\\n' %s | ovs-ofctl -O OpenFlow14 add-flows %s -", shellQuote(flowLines), h.OFTarget())); err != nil {
 		t.Fatalf("foreign flows: %v: %s", err, out)
 	}
 	// Foreign nft tables.
@@ -98,7 +99,7 @@ table inet ovsflow_hostport {
 		b.WriteString(strings.Join(rows, "\n") + "\n")
 		for _, c := range foreignCookies {
 			// (a dump by cookie=0/-1 finds nothing: list all, keep cookie c)
-			out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", h.ofTarget())
+			out, err := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", h.OFTarget())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,26 +148,26 @@ table inet ovsflow_hostport {
 		}
 		return k
 	}
-	step("ADD", func() error { _, err := own.add(ctx, a, capsA); return err }, false)
-	step("ADD retried", func() error { _, err := own.add(ctx, a, capsA); return err }, false)
-	step("CHECK", func() error { return own.check(ctx, a, capsA) }, false)
-	step("ADD of another network", func() error { _, err := own2.add(ctx, b, capsB); return err }, false)
-	step("STATUS", func() error { return own.status(ctx) }, false)
-	step("GC keeping A", func() error { return own.gc(ctx, t, []types.GCAttachment{{ContainerID: a.id, IfName: "eth0"}}) }, false)
-	if portsOf(a.id) != 1 || portsOf(b.id) != 1 {
-		t.Errorf("GC keeping A: ports of A %d, of B %d, want 1 and 1", portsOf(a.id), portsOf(b.id))
+	step("ADD", func() error { _, err := own.AddContext(ctx, a, "eth0", capsA); return err }, false)
+	step("ADD retried", func() error { _, err := own.AddContext(ctx, a, "eth0", capsA); return err }, false)
+	step("CHECK", func() error { return own.CheckContext(ctx, a, "eth0", capsA) }, false)
+	step("ADD of another network", func() error { _, err := own2.AddContext(ctx, b, "eth0", capsB); return err }, false)
+	step("STATUS", func() error { return own.Status(ctx) }, false)
+	step("GC keeping A", func() error { return own.GC(ctx, t, []types.GCAttachment{{ContainerID: a.ID, IfName: "eth0"}}) }, false)
+	if portsOf(a.ID) != 1 || portsOf(b.ID) != 1 {
+		t.Errorf("GC keeping A: ports of A %d, of B %d, want 1 and 1", portsOf(a.ID), portsOf(b.ID))
 	}
-	step("GC of network own with no valid attachment", func() error { return own.gc(ctx, t, nil) }, false)
-	if portsOf(a.id) != 0 || portsOf(b.id) != 1 {
-		t.Errorf("GC of own: ports of A %d (want 0), of B (network own2) %d (want 1)", portsOf(a.id), portsOf(b.id))
+	step("GC of network own with no valid attachment", func() error { return own.GC(ctx, t, nil) }, false)
+	if portsOf(a.ID) != 0 || portsOf(b.ID) != 1 {
+		t.Errorf("GC of own: ports of A %d (want 0), of B (network own2) %d (want 1)", portsOf(a.ID), portsOf(b.ID))
 	}
-	step("DEL after GC", func() error { return own.del(ctx, a, capsA) }, false)
-	step("CHECK of the other network", func() error { return own2.check(ctx, b, capsB) }, false)
-	step("DEL", func() error { return own2.del(ctx, b, capsB) }, false)
-	step("DEL again", func() error { return own2.del(ctx, b, capsB) }, false)
-	step("GC of network own2", func() error { return own2.gc(ctx, t, nil) }, false)
-	step("STATUS of network own2", func() error { return own2.status(ctx) }, false)
-	figure(t, "ownership", "commands", commands, "foreign_ports", len(foreignPorts), "foreign_flows", len(foreignCookies)*5+1,
+	step("DEL after GC", func() error { return own.DelContext(ctx, a, "eth0", capsA) }, false)
+	step("CHECK of the other network", func() error { return own2.CheckContext(ctx, b, "eth0", capsB) }, false)
+	step("DEL", func() error { return own2.DelContext(ctx, b, "eth0", capsB) }, false)
+	step("DEL again", func() error { return own2.DelContext(ctx, b, "eth0", capsB) }, false)
+	step("GC of network own2", func() error { return own2.GC(ctx, t, nil) }, false)
+	step("STATUS of network own2", func() error { return own2.Status(ctx) }, false)
+	framework.Figure(t, "ownership", "commands", commands, "foreign_ports", len(foreignPorts), "foreign_flows", len(foreignCookies)*5+1,
 		"foreign_nft_tables", 2, "foreign_changed", boolInt(t.Failed()))
 }
 

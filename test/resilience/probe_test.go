@@ -15,6 +15,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // The oracles below read the node with the tools an operator would use
@@ -36,7 +37,7 @@ func (n node) cmd(name string, args ...string) (string, error) {
 	return run(name, args...)
 }
 
-func (n node) ofTarget() string { return ofTargetOf(n.db, n.bridge) }
+func (n node) ofTarget() string { return framework.OFTarget(n.db, n.bridge) }
 
 // ovsRow is a Port or Interface row.
 type ovsRow struct {
@@ -47,7 +48,7 @@ type ovsRow struct {
 // rows lists every row of table (Port or Interface) with its external_ids.
 func (n node) rows(t testing.TB, table string) []ovsRow {
 	t.Helper()
-	out := vsctlAt(t, n.db, "-f", "json", "--columns=_uuid,name,external_ids", "list", table)
+	out := framework.VsctlAt(t, n.db, "-f", "json", "--columns=_uuid,name,external_ids", "list", table)
 	var doc struct {
 		Data [][]json.RawMessage `json:"data"`
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // stormStats counts the runtime operations of the storm.
@@ -34,13 +35,13 @@ func (s *stormStats) count(op string) {
 func TestStorm(t *testing.T) {
 	requireSandbox(t)
 	becomeSubreaper(t)
-	h := newOVSHost(t)
+	h := framework.NewOVSHost(t)
 	dataDir := t.TempDir()
 	const network = "storm"
 	x := &pluginExec{}
 	n := newCNI(t, conflist("1.1.0", network,
-		bridgeConf(h.bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}), portmapConf(ovsdbAddr, nil)), x)
-	au := audit{n: node{db: ovsdbAddr, bridge: h.bridge}, dataDir: dataDir, netw: network, subnets: testSubnets,
+		framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true}), framework.PortmapConf(ovsdbAddr, nil)), x)
+	au := audit{n: node{db: ovsdbAddr, bridge: h.Bridge}, dataDir: dataDir, netw: network, subnets: testSubnets,
 		wantMappings: true, allVethsAreOurs: true}
 	slots := envInt("OVSFLOW_RS_STORM_CONTAINERS", 60)
 	callers := envInt("OVSFLOW_RS_STORM_CALLERS", 8)
@@ -49,20 +50,20 @@ func TestStorm(t *testing.T) {
 
 	type slot struct {
 		mu   sync.Mutex
-		c    *container
+		c    *framework.Container
 		caps map[string]any
 		live bool
 		port int
 	}
 	ss := make([]*slot, slots)
 	for i := range ss {
-		c := newContainerID(t, fmt.Sprintf("storm-%02d", i))
-		c.serveTCP(t, 80)
+		c := framework.NewContainerID(t, fmt.Sprintf("storm-%02d", i))
+		c.ServeTCP(t, 80)
 		ss[i] = &slot{c: c, port: 31000 + i, caps: mappings(pm(31000+i, 80, "tcp", ""))}
 	}
 	t.Cleanup(func() {
 		for _, s := range ss {
-			n.del(noKill(context.Background()), s.c, s.caps)
+			n.DelContext(noKill(context.Background()), s.c, "eth0", s.caps)
 		}
 	})
 
@@ -90,7 +91,7 @@ func TestStorm(t *testing.T) {
 		err := f(ctx)
 		for _, inv := range rec.hung() {
 			hungMu.Lock()
-			hung = append(hung, fmt.Sprintf("%s %s of %s:\n%s", inv.Plugin, inv.Command, s.c.id, inv.Stderr))
+			hung = append(hung, fmt.Sprintf("%s %s of %s:\n%s", inv.Plugin, inv.Command, s.c.ID, inv.Stderr))
 			hungMu.Unlock()
 		}
 		switch {
@@ -100,7 +101,7 @@ func TestStorm(t *testing.T) {
 		case rec.killed():
 			st.failedKilled.Add(1)
 		default:
-			t.Errorf("%s of %s failed without a kill: %v", name, s.c.id, err)
+			t.Errorf("%s of %s failed without a kill: %v", name, s.c.ID, err)
 		}
 		return false
 	}
@@ -112,23 +113,23 @@ func TestStorm(t *testing.T) {
 			if try >= 3 {
 				c = noKill(ctx)
 			}
-			if op("DEL", s, c, func(ctx context.Context) error { return n.del(ctx, s.c, s.caps) }) {
+			if op("DEL", s, c, func(ctx context.Context) error { return n.DelContext(ctx, s.c, "eth0", s.caps) }) {
 				s.live = false
 				return
 			}
 		}
-		t.Errorf("DEL of %s: still failing after 6 tries", s.c.id)
+		t.Errorf("DEL of %s: still failing after 6 tries", s.c.ID)
 	}
 	cycle := func(s *slot, r *rand.Rand) {
 		if s.live {
 			del(s) // the container restarts: its old attachment goes first
 		}
-		if !op("ADD", s, ctx, func(ctx context.Context) error { _, err := n.add(ctx, s.c, s.caps); return err }) {
+		if !op("ADD", s, ctx, func(ctx context.Context) error { _, err := n.AddContext(ctx, s.c, "eth0", s.caps); return err }) {
 			del(s) // containerd's teardown after a failed ADD
 			return
 		}
 		s.live = true
-		op("CHECK", s, ctx, func(ctx context.Context) error { return n.check(ctx, s.c, s.caps) })
+		op("CHECK", s, ctx, func(ctx context.Context) error { return n.CheckContext(ctx, s.c, "eth0", s.caps) })
 		if r.Float64() < 0.6 {
 			del(s)
 		}
@@ -171,7 +172,7 @@ func TestStorm(t *testing.T) {
 	used := map[string]attachment{}
 	forgotten := 0
 	for _, s := range ss {
-		a := attachment{id: s.c.id, ifname: "eth0"}
+		a := attachment{id: s.c.ID, ifname: "eth0"}
 		used[a.key()] = a
 		if !s.live {
 			continue
@@ -181,11 +182,11 @@ func TestStorm(t *testing.T) {
 			s.live = false
 			continue
 		}
-		a.ips = addrsOf(t, dataDir, network, s.c.id)
+		a.ips = addrsOf(t, dataDir, network, s.c.ID)
 		live[a.key()] = a
-		valid = append(valid, types.GCAttachment{ContainerID: s.c.id, IfName: "eth0"})
+		valid = append(valid, types.GCAttachment{ContainerID: s.c.ID, IfName: "eth0"})
 	}
-	if err := n.gc(ctx, t, valid); err != nil {
+	if err := n.GC(ctx, t, valid); err != nil {
 		t.Errorf("GC: %v", err)
 	}
 	r := au.run(t, used, live)
@@ -202,15 +203,15 @@ func TestStorm(t *testing.T) {
 			continue
 		}
 		for _, node := range []string{nodeV4, nodeV6} {
-			got, err := dial(h.outside.ns, hp(node, s.port))
-			if err != nil || !strings.HasPrefix(got, "hello from "+s.c.id+" ") {
-				t.Errorf("live %s: TCP %s from outside: got %q, %v", s.c.id, hp(node, s.port), got, err)
+			got, err := framework.Dial(h.Outside.NS, "tcp", hp(node, s.port))
+			if err != nil || !strings.HasPrefix(got, "hello from "+s.c.ID+" ") {
+				t.Errorf("live %s: TCP %s from outside: got %q, %v", s.c.ID, hp(node, s.port), got, err)
 				continue
 			}
 			traffic++
 		}
-		if err := n.check(noKill(ctx), s.c, s.caps); err != nil {
-			t.Errorf("live %s: CHECK after GC: %v", s.c.id, err)
+		if err := n.CheckContext(noKill(ctx), s.c, "eth0", s.caps); err != nil {
+			t.Errorf("live %s: CHECK after GC: %v", s.c.ID, err)
 		}
 	}
 	survived := 0
@@ -223,7 +224,7 @@ func TestStorm(t *testing.T) {
 		}
 		return 0
 	}
-	figure(t, "storm", "callers", callers, "containers", slots, "cycles", cycles,
+	framework.Figure(t, "storm", "callers", callers, "containers", slots, "cycles", cycles,
 		"attempted", st.attempted.Load(), "succeeded", st.succeeded.Load(), "killed", killed, "survived", survived,
 		"failed_killed", st.failedKilled.Load(), "invocations", len(invs),
 		"add", count("ADD"), "check", count("CHECK"), "del", count("DEL"),

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // cnitool is libcni's command-line front end: the only caller that sends
@@ -114,19 +116,19 @@ func TestCnitool(t *testing.T) {
 	b.serve(t, "cnitool-b", ctrPortTCP, ctrPortUDP)
 
 	t.Run("host ports", func(t *testing.T) {
-		expect(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP), "cnitool-a", outsideV4)
-		expect(t, n.outside.path(), "tcp", hp(nodeV6, hostPortTCP), "cnitool-a", outsideV6)
-		expect(t, n.outside.path(), "udp", hp(nodeV4, hostPortUDP), "cnitool-a", outsideV4)
-		expect(t, n.outside.path(), "udp", hp(nodeV6, hostPortUDP), "cnitool-a", outsideV6)
-		expect(t, b.path(), "tcp", hp(nodeV4, hostPortTCP), "cnitool-a", "")
-		expect(t, a.path(), "tcp", hp(nodeV4, hostPortTCP), "cnitool-a", "") // hairpin
-		expect(t, "", "tcp", hp(nodeV4, hostPortTCP), "cnitool-a", nodeV4)   // from the node itself
-		expect(t, "", "udp", hp(nodeV6, hostPortUDP), "cnitool-a", nodeV6)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "cnitool-a", outsideV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV6, hostPortTCP), "cnitool-a", outsideV6)
+		expect(t, n.outside.path(), "udp", framework.HP(nodeV4, hostPortUDP), "cnitool-a", outsideV4)
+		expect(t, n.outside.path(), "udp", framework.HP(nodeV6, hostPortUDP), "cnitool-a", outsideV6)
+		expect(t, b.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "cnitool-a", "")
+		expect(t, a.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "cnitool-a", "") // hairpin
+		expect(t, "", "tcp", framework.HP(nodeV4, hostPortTCP), "cnitool-a", nodeV4)   // from the node itself
+		expect(t, "", "udp", framework.HP(nodeV6, hostPortUDP), "cnitool-a", nodeV6)
 	})
 	t.Run("container to container", func(t *testing.T) {
-		expect(t, b.path(), "tcp", hp(aV4, ctrPortTCP), "cnitool-a", bV4)
-		expect(t, a.path(), "udp", hp(bV4, ctrPortUDP), "cnitool-b", aV4)
-		expect(t, n.outside.path(), "tcp", hp(bV4, ctrPortTCP), "cnitool-b", outsideV4)
+		expect(t, b.path(), "tcp", framework.HP(aV4, ctrPortTCP), "cnitool-a", bV4)
+		expect(t, a.path(), "udp", framework.HP(bV4, ctrPortUDP), "cnitool-b", aV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(bV4, ctrPortTCP), "cnitool-b", outsideV4)
 	})
 	t.Run("check and status", func(t *testing.T) {
 		tool.must(t, capA, "IgnoreUnknown=true;K8S_POD_NAME=rt-a", "check", net, a.path())
@@ -144,9 +146,9 @@ func TestCnitool(t *testing.T) {
 	// DEL of a: its host ports, port, veth and address go; b is untouched.
 	tool.must(t, capA, "IgnoreUnknown=true;K8S_POD_NAME=rt-a", "del", net, a.path())
 	n.assertDetached(t, idA, "eth0")
-	expectNoAnswer(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP))
-	expectNoAnswer(t, "", "tcp", hp(nodeV4, hostPortTCP))
-	expect(t, n.outside.path(), "tcp", hp(bV4, ctrPortTCP), "cnitool-b", outsideV4)
+	expectNoAnswer(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP))
+	expectNoAnswer(t, "", "tcp", framework.HP(nodeV4, hostPortTCP))
+	expect(t, n.outside.path(), "tcp", framework.HP(bV4, ctrPortTCP), "cnitool-b", outsideV4)
 	for _, ip := range allocations(t, dataDir, net) {
 		if ip == aV4 || ip == aV6 {
 			t.Errorf("address %s of a still allocated after its DEL", ip)
@@ -176,7 +178,7 @@ func TestCnitool(t *testing.T) {
 	}
 	n.assertDetached(t, idB, "eth0")
 	n.assertDetached(t, idOrphan, "eth0")
-	expectNoAnswer(t, n.outside.path(), "tcp", hp(bV4, ctrPortTCP))
+	expectNoAnswer(t, n.outside.path(), "tcp", framework.HP(bV4, ctrPortTCP))
 	n.assertClean(t, dataDir, net)
 	if left, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", net+"-*")); len(left) > 0 {
 		t.Errorf("libcni cache entries left: %v", left)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // containerdConfig is the private configuration of containerd 1.6 (Debian)
@@ -188,7 +190,7 @@ func TestContainerd(t *testing.T) {
 
 	began := time.Now()
 	daemon := start(t, filepath.Join(dir, "containerd.log"), nil, "containerd", "--config", cfg)
-	if err := waitFor(30*time.Second, func() error {
+	if err := framework.Wait(30*time.Second, func() error {
 		if !daemon.running() {
 			return fmt.Errorf("containerd exited")
 		}
@@ -207,7 +209,7 @@ func TestContainerd(t *testing.T) {
 		}
 	})
 	for _, tar := range []string{inst["PAUSE_TAR"], inst["APP_TAR"]} {
-		mustRun(t, "ctr", "--address", sock, "-n", "k8s.io", "images", "import", tar)
+		framework.MustRun(t, "ctr", "--address", sock, "-n", "k8s.io", "images", "import", tar)
 	}
 	t.Logf("containerd up and images imported in %v", time.Since(began).Round(time.Millisecond))
 
@@ -220,18 +222,18 @@ func TestContainerd(t *testing.T) {
 	n.assertAttached(t, b.id, "eth0", false)
 
 	t.Run("host ports", func(t *testing.T) {
-		expect(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP), "ctrd-a", outsideV4)
-		expect(t, n.outside.path(), "tcp", hp(nodeV6, hostPortTCP), "ctrd-a", outsideV6)
-		expect(t, n.outside.path(), "udp", hp(nodeV4, hostPortUDP), "ctrd-a", outsideV4)
-		expect(t, n.outside.path(), "udp", hp(nodeV6, hostPortUDP), "ctrd-a", outsideV6)
-		expect(t, b.netns, "tcp", hp(nodeV4, hostPortTCP), "ctrd-a", "")
-		expect(t, a.netns, "tcp", hp(nodeV4, hostPortTCP), "ctrd-a", "") // hairpin
-		expect(t, "", "tcp", hp(nodeV4, hostPortTCP), "ctrd-a", nodeV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "ctrd-a", outsideV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV6, hostPortTCP), "ctrd-a", outsideV6)
+		expect(t, n.outside.path(), "udp", framework.HP(nodeV4, hostPortUDP), "ctrd-a", outsideV4)
+		expect(t, n.outside.path(), "udp", framework.HP(nodeV6, hostPortUDP), "ctrd-a", outsideV6)
+		expect(t, b.netns, "tcp", framework.HP(nodeV4, hostPortTCP), "ctrd-a", "")
+		expect(t, a.netns, "tcp", framework.HP(nodeV4, hostPortTCP), "ctrd-a", "") // hairpin
+		expect(t, "", "tcp", framework.HP(nodeV4, hostPortTCP), "ctrd-a", nodeV4)
 	})
 	t.Run("container to container", func(t *testing.T) {
-		expect(t, b.netns, "tcp", hp(a.ip, ctrPortTCP), "ctrd-a", b.ip)
-		expect(t, a.netns, "udp", hp(b.ip, ctrPortUDP), "ctrd-b", a.ip)
-		expect(t, n.outside.path(), "tcp", hp(b.ip, ctrPortTCP), "ctrd-b", outsideV4)
+		expect(t, b.netns, "tcp", framework.HP(a.ip, ctrPortTCP), "ctrd-a", b.ip)
+		expect(t, a.netns, "udp", framework.HP(b.ip, ctrPortUDP), "ctrd-b", a.ip)
+		expect(t, n.outside.path(), "tcp", framework.HP(b.ip, ctrPortTCP), "ctrd-b", outsideV4)
 	})
 	t.Run("what containerd sent", func(t *testing.T) {
 		cs := readCalls(t, calls)
@@ -280,16 +282,16 @@ func TestContainerd(t *testing.T) {
 		if dels := filterCalls(readCalls(t, calls), "ovs-bridge", "DEL"); len(dels) == 0 || dels[len(dels)-1].env["CNI_CONTAINERID"] != id {
 			t.Errorf("containerd did not DEL the failed sandbox %s", id)
 		}
-		expect(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP), "ctrd-a", outsideV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "ctrd-a", outsideV4)
 	})
 
 	// stopp: the first DEL (with the netns and the cached prevResult).
 	cri.must(t, "stopp", a.id)
 	n.assertDetached(t, a.id, "eth0")
-	expectNoAnswer(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP))
-	expectNoAnswer(t, n.outside.path(), "udp", hp(nodeV4, hostPortUDP))
-	expectNoAnswer(t, "", "tcp", hp(nodeV4, hostPortTCP))
-	expect(t, n.outside.path(), "tcp", hp(b.ip, ctrPortTCP), "ctrd-b", outsideV4)
+	expectNoAnswer(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP))
+	expectNoAnswer(t, n.outside.path(), "udp", framework.HP(nodeV4, hostPortUDP))
+	expectNoAnswer(t, "", "tcp", framework.HP(nodeV4, hostPortTCP))
+	expect(t, n.outside.path(), "tcp", framework.HP(b.ip, ctrPortTCP), "ctrd-b", outsideV4)
 	// rmp: the second DEL, with an empty netns and no prevResult.
 	cri.must(t, "rmp", a.id)
 	n.assertDetached(t, a.id, "eth0")
@@ -298,8 +300,8 @@ func TestContainerd(t *testing.T) {
 		{"protocol": 0, "container_port": ctrPortTCP, "host_port": hostPortTCP},
 		{"protocol": 1, "container_port": ctrPortUDP, "host_port": hostPortUDP},
 	})
-	expect(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP), "ctrd-c", outsideV4)
-	expect(t, n.outside.path(), "udp", hp(nodeV4, hostPortUDP), "ctrd-c", outsideV4)
+	expect(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "ctrd-c", outsideV4)
+	expect(t, n.outside.path(), "udp", framework.HP(nodeV4, hostPortUDP), "ctrd-c", outsideV4)
 	for _, p := range []*criPod{b, c} {
 		cri.must(t, "stopp", p.id)
 		cri.must(t, "rmp", p.id)

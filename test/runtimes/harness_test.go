@@ -14,12 +14,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 
@@ -28,19 +26,18 @@ import (
 	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
-// Shared with the other suites (test/internal/sandbox).
+// Shared with the other suites (test/framework).
 var allocations = framework.Allocations
 
-// The node of docs/design.md ("The node"): node addresses on the bridge's internal
-// interface, an uplink port wired to an "outside" netns, containers attached
-// by ovs-bridge with their gateways on the internal interface too.
+// The node of docs/design.md ("The node", framework.WireOVSHost): node
+// addresses on the bridge's internal interface, an uplink port wired to an
+// "outside" netns, containers attached by ovs-bridge with their gateways on
+// the internal interface too.
 const (
-	nodeV4    = "198.51.100.1"
-	nodeV6    = "2001:db8:100::1"
-	outsideV4 = "198.51.100.2"
-	outsideV6 = "2001:db8:100::2"
-	podNetV4  = "192.0.2.0/24" // the examples' IPAM ranges
-	podNetV6  = "2001:db8:c::/64"
+	nodeV4    = framework.NodeV4
+	nodeV6    = framework.NodeV6
+	outsideV4 = framework.OutsideV4
+	outsideV6 = framework.OutsideV6
 )
 
 // The host ports every suite publishes: TCP 8080 -> 80 and UDP 5353 -> 53.
@@ -50,33 +47,6 @@ const (
 	ctrPortTCP  = 80
 	ctrPortUDP  = 53
 )
-
-var seq atomic.Int64
-
-func uniq(prefix string) string { return fmt.Sprintf("%s%d", prefix, seq.Add(1)) }
-
-// run executes a command and returns its combined output.
-func run(name string, args ...string) (string, error) {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return string(out), nil
-}
-
-func mustRun(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := run(name, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func vsctl(t *testing.T, args ...string) string {
-	t.Helper()
-	return strings.TrimSpace(mustRun(t, "ovs-vsctl", append([]string{"--db=" + ovsdbAddr, "--timeout=10"}, args...)...))
-}
 
 // suiteDir is a scratch directory of one suite under the package's work dir
 // (removed by TestMain), kept readable for the runtimes (a t.TempDir is 0700
@@ -146,7 +116,7 @@ func (n *netNS) path() string { return n.ns.Path() }
 
 func (n *netNS) exec(t *testing.T, args ...string) string {
 	t.Helper()
-	return mustRun(t, "ip", append([]string{"netns", "exec", n.name}, args...)...)
+	return framework.MustRun(t, "ip", append([]string{"netns", "exec", n.name}, args...)...)
 }
 
 // serve answers on TCP port tcp and UDP port udp inside the netns, as rt-echo
@@ -255,8 +225,6 @@ func nsLabel(p string) string {
 	return filepath.Base(p)
 }
 
-func hp(ip string, port int) string { return net.JoinHostPort(ip, strconv.Itoa(port)) }
-
 // node is the sandbox netns set up as an OVS host for one suite: a netdev
 // bridge with the node addresses, and the outside netns on an uplink port.
 type node struct {
@@ -267,61 +235,20 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	t.Helper()
-	br := uniq("rtbr")
-	n := &node{bridge: br, nftBefore: nftRuleset(t)}
-	vsctl(t, "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev")
-	t.Cleanup(func() {
-		run("ovs-vsctl", "--db="+ovsdbAddr, "--if-exists", "del-br", br)
-		run("ip", "link", "del", br) // the netdev datapath's kernel tap
-	})
+	n := &node{bridge: framework.NewBridge(t, "rtbr"), nftBefore: nftRuleset(t)}
 	n.outside = newNetNS(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			ports, _ := run("ovs-vsctl", "--db="+ovsdbAddr, "--columns=name,ofport,external_ids", "list", "Interface")
-			fl, _ := run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", n.ofTarget())
-			t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, br, fl)
-		}
-	})
-	for _, args := range [][]string{
-		{"addr", "add", nodeV4 + "/24", "dev", br},
-		{"addr", "add", nodeV6 + "/64", "dev", br, "nodad"},
-		{"link", "set", br, "up"},
-	} {
-		mustRun(t, "ip", args...)
-	}
-	upl := uniq("rtupl")
-	mustRun(t, "ip", "link", "add", upl, "type", "veth", "peer", "name", "eth0", "netns", n.outside.name)
-	t.Cleanup(func() { run("ip", "link", "del", upl) })
-	mustRun(t, "ip", "link", "set", upl, "up")
-	if err := link.Isolate(upl); err != nil {
-		t.Fatal(err)
-	}
-	vsctl(t, "add-port", br, upl)
-	for _, args := range [][]string{
-		{"ip", "addr", "add", outsideV4 + "/24", "dev", "eth0"},
-		{"ip", "addr", "add", outsideV6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "link", "set", "eth0", "up"},
-		{"ip", "link", "set", "lo", "up"},
-		{"ethtool", "-K", "eth0", "tx", "off"},
-		{"ip", "route", "add", podNetV4, "via", nodeV4},
-		{"ip", "route", "add", podNetV6, "via", nodeV6},
-	} {
-		n.outside.exec(t, args...)
-	}
-	mustRun(t, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
-	mustRun(t, "ethtool", "-K", br, "tx", "off")
+	t.Cleanup(func() { framework.LogOnFailure(t, n.bridge) })
+	framework.WireOVSHost(t, n.bridge, n.outside.name, "rtupl")
 	return n
 }
 
-func (n *node) ofTarget() string {
-	return "unix:" + filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), n.bridge+".mgmt")
-}
+func (n *node) ofTarget() string { return framework.OFTarget(ovsdbAddr, n.bridge) }
 
 // ourFlows dumps the flows carrying the suite tag; attachment flows are
 // those whose cookie kind is CookieKindAttachment.
 func (n *node) ourFlows(t *testing.T) (attachment, shared []string) {
 	t.Helper()
-	out := mustRun(t, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", n.ofTarget(), flows.SuiteDelete().String())
+	out := framework.MustRun(t, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", n.ofTarget(), flows.SuiteDelete().String())
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimSpace(l)
 		_, rest, ok := strings.Cut(l, "cookie=0x")
@@ -345,7 +272,7 @@ func (n *node) ourFlows(t *testing.T) (attachment, shared []string) {
 // flowsOf lists the flows of one attachment.
 func (n *node) flowsOf(t *testing.T, containerID, ifname string) []string {
 	t.Helper()
-	out := mustRun(t, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", n.ofTarget(),
+	out := framework.MustRun(t, "ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", n.ofTarget(),
 		flows.AttachmentCookie(containerID, ifname).Delete().String())
 	var fl []string
 	for _, l := range strings.Split(out, "\n") {
@@ -356,38 +283,12 @@ func (n *node) flowsOf(t *testing.T, containerID, ifname string) []string {
 	return fl
 }
 
-// ourPorts lists the ports tagged with our owner key, on any bridge.
-func ourPorts(t *testing.T) []string {
-	t.Helper()
-	out := vsctl(t, "--no-headings", "-f", "csv", "--columns=name,external_ids", "find", "Port", "external_ids:ovsflow.io/owner=ovsflow-cni")
-	if out == "" {
-		return nil
-	}
-	return strings.Split(out, "\n")
-}
-
-// ourVeths lists host veths named like ovs-bridge names them.
-func ourVeths(t *testing.T) []string {
-	t.Helper()
-	links, err := netlinksafe.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, "ovf") {
-			out = append(out, l.Attrs().Name)
-		}
-	}
-	return out
-}
-
 func nftRuleset(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
 		return ""
 	}
-	return strings.TrimSpace(mustRun(t, "nft", "list", "ruleset"))
+	return strings.TrimSpace(framework.MustRun(t, "nft", "list", "ruleset"))
 }
 
 // nftTables splits a ruleset into its top-level table blocks, by header
@@ -445,7 +346,7 @@ func assertNFTClean(t *testing.T, before string) {
 // of network in dataDir, no nft rule or map element.
 func (n *node) assertClean(t *testing.T, dataDir, network string) {
 	t.Helper()
-	if p := ourPorts(t); len(p) > 0 {
+	if p := framework.OurPorts(t); len(p) > 0 {
 		t.Errorf("ports of ours left in OVSDB: %q", p)
 	}
 	att, shared := n.ourFlows(t)
@@ -455,7 +356,7 @@ func (n *node) assertClean(t *testing.T, dataDir, network string) {
 	if len(shared) > 0 {
 		t.Logf("shared flows (per bridge, not per attachment) on %s: %d", n.bridge, len(shared))
 	}
-	if v := ourVeths(t); len(v) > 0 {
+	if v := framework.OurVeths(t); len(v) > 0 {
 		t.Errorf("host veths left: %q", v)
 	}
 	if a := allocations(t, dataDir, network); len(a) > 0 {
@@ -471,7 +372,7 @@ func (n *node) assertAttached(t *testing.T, containerID, ifname string, wantFlow
 	if !link.Exists(veth) {
 		t.Errorf("attachment %s/%s: host veth %s missing", containerID, ifname, veth)
 	}
-	owner := vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", "Port",
+	owner := framework.Vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", "Port",
 		"external_ids:ovsflow.io/container-id="+containerID, "external_ids:ovsflow.io/ifname="+ifname,
 		"external_ids:ovsflow.io/owner=ovsflow-cni")
 	if owner != veth {
@@ -490,7 +391,7 @@ func (n *node) assertDetached(t *testing.T, containerID, ifname string) {
 	if veth := link.HostVethName(containerID, ifname); link.Exists(veth) {
 		t.Errorf("attachment %s/%s: host veth %s left", containerID, ifname, veth)
 	}
-	if p := vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", "Port",
+	if p := framework.Vsctl(t, "--no-headings", "-f", "csv", "--columns=name", "find", "Port",
 		"external_ids:ovsflow.io/container-id="+containerID, "external_ids:ovsflow.io/ifname="+ifname); p != "" {
 		t.Errorf("attachment %s/%s: port left: %q", containerID, ifname, p)
 	}
@@ -632,11 +533,6 @@ func (p *proc) running() bool {
 	default:
 		return true
 	}
-}
-
-// waitFor polls cond until it returns nil or the timeout passes.
-func waitFor(timeout time.Duration, cond func() error) error {
-	return framework.Wait(timeout, cond)
 }
 
 // sweep removes what a suite may have left, even after a crash: processes

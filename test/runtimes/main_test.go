@@ -67,6 +67,8 @@ var components = []string{"containerd", "podman", "cnitool"}
 
 func TestMain(m *testing.M) {
 	if sandboxNS != "" {
+		// The framework's helpers (Vsctl, WireOVSHost, NewBridge) find the sandbox in its Env.
+		framework.Env.NetNS, framework.Env.OVSDB, framework.Env.BinDir, framework.Env.Repo = sandboxNS, ovsdbAddr, binDir, repoRoot
 		// Go probes the IP stack once per process: do it here, where lo is up,
 		// not first inside a fresh container netns.
 		if l, err := net.Listen("tcp", "[::1]:0"); err == nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // Apache Mesos's network/cni isolator, emulated as it calls plugins (Mesos
@@ -336,19 +338,19 @@ func TestMesos(t *testing.T) {
 	client.netns.serve(t, "mesos-client", ctrPortTCP, ctrPortUDP)
 
 	t.Run("host ports", func(t *testing.T) {
-		expect(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP), "mesos-web", outsideV4)
-		expect(t, n.outside.path(), "tcp", hp(nodeV6, hostPortTCP), "mesos-web", outsideV6)
-		expect(t, n.outside.path(), "udp", hp(nodeV4, hostPortUDP), "mesos-web", outsideV4)
-		expect(t, n.outside.path(), "udp", hp(nodeV6, hostPortUDP), "mesos-web", outsideV6)
-		expect(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP+1), "mesos-web", outsideV4)
-		expect(t, client.netns.path(), "tcp", hp(nodeV4, hostPortTCP), "mesos-web", "")
-		expect(t, web.netns.path(), "tcp", hp(nodeV4, hostPortTCP), "mesos-web", "") // hairpin
-		expect(t, "", "tcp", hp(nodeV4, hostPortTCP), "mesos-web", nodeV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "mesos-web", outsideV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV6, hostPortTCP), "mesos-web", outsideV6)
+		expect(t, n.outside.path(), "udp", framework.HP(nodeV4, hostPortUDP), "mesos-web", outsideV4)
+		expect(t, n.outside.path(), "udp", framework.HP(nodeV6, hostPortUDP), "mesos-web", outsideV6)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP+1), "mesos-web", outsideV4)
+		expect(t, client.netns.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "mesos-web", "")
+		expect(t, web.netns.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "mesos-web", "") // hairpin
+		expect(t, "", "tcp", framework.HP(nodeV4, hostPortTCP), "mesos-web", nodeV4)
 	})
 	t.Run("container to container", func(t *testing.T) {
-		expect(t, client.netns.path(), "tcp", hp(webV4, ctrPortTCP), "mesos-web", clientV4)
-		expect(t, client.netns.path(), "tcp", hp(webV6, ctrPortTCP), "mesos-web", "")
-		expect(t, web.netns.path(), "udp", hp(clientV4, ctrPortUDP), "mesos-client", webV4)
+		expect(t, client.netns.path(), "tcp", framework.HP(webV4, ctrPortTCP), "mesos-web", clientV4)
+		expect(t, client.netns.path(), "tcp", framework.HP(webV6, ctrPortTCP), "mesos-web", "")
+		expect(t, web.netns.path(), "udp", framework.HP(clientV4, ctrPortUDP), "mesos-client", webV4)
 	})
 
 	// A second task asking for the same host port: ADD fails (code 7, naming
@@ -366,7 +368,7 @@ func TestMesos(t *testing.T) {
 		if got := allocations(t, dataDir, net); len(got) != 4 {
 			t.Errorf("allocations after the failed ADD: %v, want the 4 of web and client", got)
 		}
-		expect(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP), "mesos-web", outsideV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "mesos-web", outsideV4)
 	})
 
 	// DEL with the very same checkpointed config: nothing of web is left.
@@ -374,10 +376,10 @@ func TestMesos(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.assertDetached(t, web.id, "eth0")
-	expectNoAnswer(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP))
-	expectNoAnswer(t, n.outside.path(), "udp", hp(nodeV4, hostPortUDP))
-	expectNoAnswer(t, "", "tcp", hp(nodeV4, hostPortTCP))
-	expect(t, n.outside.path(), "tcp", hp(clientV4, ctrPortTCP), "mesos-client", outsideV4)
+	expectNoAnswer(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP))
+	expectNoAnswer(t, n.outside.path(), "udp", framework.HP(nodeV4, hostPortUDP))
+	expectNoAnswer(t, "", "tcp", framework.HP(nodeV4, hostPortTCP))
+	expect(t, n.outside.path(), "tcp", framework.HP(clientV4, ctrPortTCP), "mesos-client", outsideV4)
 	// An agent that restarts before it removed the container dir DELs again
 	// on recovery, with the same checkpoint: that must succeed too, even when
 	// the netns handle is no netns any more (a reboot with

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // podmanConfig is podman 4.3's private configuration: the CNI backend on
@@ -67,7 +69,7 @@ type podmanContainer struct {
 func (p *podman) runContainer(t *testing.T, dir, rootfsTemplate, name, net string, publish ...string) *podmanContainer {
 	t.Helper()
 	rootfs := filepath.Join(dir, "rootfs-"+name)
-	mustRun(t, "cp", "-a", rootfsTemplate, rootfs)
+	framework.MustRun(t, "cp", "-a", rootfsTemplate, rootfs)
 	args := []string{"run", "-d", "--name", name, "--network", net, "--cgroup-parent", cgroupParent("podman"),
 		"--env", "RT_TAG=" + name}
 	for _, pub := range publish {
@@ -155,18 +157,18 @@ func TestPodman(t *testing.T) {
 	n.assertAttached(t, b.id, "eth0", false)
 
 	t.Run("host ports", func(t *testing.T) {
-		expect(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP), "podman-a", outsideV4)
-		expect(t, n.outside.path(), "tcp", hp(nodeV6, hostPortTCP), "podman-a", outsideV6)
-		expect(t, n.outside.path(), "udp", hp(nodeV4, hostPortUDP), "podman-a", outsideV4)
-		expect(t, n.outside.path(), "udp", hp(nodeV6, hostPortUDP), "podman-a", outsideV6)
-		expect(t, b.netns, "tcp", hp(nodeV4, hostPortTCP), "podman-a", "")
-		expect(t, a.netns, "tcp", hp(nodeV4, hostPortTCP), "podman-a", "") // hairpin
-		expect(t, "", "tcp", hp(nodeV4, hostPortTCP), "podman-a", nodeV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "podman-a", outsideV4)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV6, hostPortTCP), "podman-a", outsideV6)
+		expect(t, n.outside.path(), "udp", framework.HP(nodeV4, hostPortUDP), "podman-a", outsideV4)
+		expect(t, n.outside.path(), "udp", framework.HP(nodeV6, hostPortUDP), "podman-a", outsideV6)
+		expect(t, b.netns, "tcp", framework.HP(nodeV4, hostPortTCP), "podman-a", "")
+		expect(t, a.netns, "tcp", framework.HP(nodeV4, hostPortTCP), "podman-a", "") // hairpin
+		expect(t, "", "tcp", framework.HP(nodeV4, hostPortTCP), "podman-a", nodeV4)
 	})
 	t.Run("container to container", func(t *testing.T) {
-		expect(t, b.netns, "tcp", hp(a.ip, ctrPortTCP), "podman-a", b.ip)
-		expect(t, a.netns, "udp", hp(b.ip, ctrPortUDP), "podman-b", a.ip)
-		expect(t, n.outside.path(), "tcp", hp(b.ip, ctrPortTCP), "podman-b", outsideV4)
+		expect(t, b.netns, "tcp", framework.HP(a.ip, ctrPortTCP), "podman-a", b.ip)
+		expect(t, a.netns, "udp", framework.HP(b.ip, ctrPortUDP), "podman-b", a.ip)
+		expect(t, n.outside.path(), "tcp", framework.HP(b.ip, ctrPortTCP), "podman-b", outsideV4)
 	})
 	t.Run("what podman sent", func(t *testing.T) {
 		cs := readCalls(t, calls)
@@ -185,10 +187,10 @@ func TestPodman(t *testing.T) {
 	for _, args := range [][]string{{"restart", "-t", "0", a.id}, {"network", "reload", a.id}} {
 		pm.must(t, args...)
 		n.assertAttached(t, a.id, "eth0", true)
-		expect(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP), "podman-a", outsideV4)
-		expect(t, n.outside.path(), "udp", hp(nodeV6, hostPortUDP), "podman-a", outsideV6)
+		expect(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP), "podman-a", outsideV4)
+		expect(t, n.outside.path(), "udp", framework.HP(nodeV6, hostPortUDP), "podman-a", outsideV6)
 	}
-	if p := ourPorts(t); len(p) != 2 {
+	if p := framework.OurPorts(t); len(p) != 2 {
 		t.Errorf("ports after restart and reload: %q, want two", p)
 	}
 	if got := allocations(t, dataDir, net); len(got) != 4 {
@@ -198,10 +200,10 @@ func TestPodman(t *testing.T) {
 	// rm -f: one DEL per plugin, the host ports go at once.
 	pm.must(t, "rm", "-f", "-t", "0", a.id)
 	n.assertDetached(t, a.id, "eth0")
-	expectNoAnswer(t, n.outside.path(), "tcp", hp(nodeV4, hostPortTCP))
-	expectNoAnswer(t, n.outside.path(), "udp", hp(nodeV4, hostPortUDP))
-	expectNoAnswer(t, "", "tcp", hp(nodeV4, hostPortTCP))
-	expect(t, n.outside.path(), "tcp", hp(b.ip, ctrPortTCP), "podman-b", outsideV4)
+	expectNoAnswer(t, n.outside.path(), "tcp", framework.HP(nodeV4, hostPortTCP))
+	expectNoAnswer(t, n.outside.path(), "udp", framework.HP(nodeV4, hostPortUDP))
+	expectNoAnswer(t, "", "tcp", framework.HP(nodeV4, hostPortTCP))
+	expect(t, n.outside.path(), "tcp", framework.HP(b.ip, ctrPortTCP), "podman-b", outsideV4)
 	pm.must(t, "rm", "-f", "-t", "0", b.id)
 
 	cs := readCalls(t, calls)

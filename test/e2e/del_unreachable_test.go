@@ -53,9 +53,14 @@ func TestDelOVSDBUnreachable(t *testing.T) {
 	r := n.MustAdd(t, c, "eth0", caps)
 	v4 := framework.AddrOf(t, r, false)
 	cookie := flows.AttachmentCookie(c.ID, "eth0")
-	nftHolds := func() bool {
+	// This attachment's element: host port 8195 to v4 port 80 (other
+	// tests' attachments may hold the same address on their own bridges).
+	hostports := func() string {
 		out, _ := run("nft", "list", "map", "ip", "ovsflow_hostport", "hostports")
-		return strings.Contains(out, v4)
+		return out
+	}
+	nftHolds := func() bool {
+		return strings.Contains(hostports(), ". 8195 : "+v4+" . 80")
 	}
 	if len(framework.PortsOf(t, ovsdb.KeyContainerID, c.ID)) != 1 || len(h.FlowsOf(t, cookie)) == 0 || !nftHolds() ||
 		!slices.Contains(allocations(t, dataDir, network), v4) {
@@ -111,7 +116,7 @@ func TestDelOVSDBUnreachable(t *testing.T) {
 	}
 	wantNoLimits(h, t, c, "eth0", "")
 	if nftHolds() {
-		t.Errorf("nft element of %s left", v4)
+		t.Errorf("nft element of %s left:\n%s", v4, hostports())
 	}
 	if got := allocations(t, dataDir, network); slices.Contains(got, v4) {
 		t.Errorf("address %s still allocated: %v", v4, got)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -182,6 +183,12 @@ func (c *common) trace(ctx context.Context, ask trace.Ask) (verdict, raw string,
 	}
 	probe, err := trace.Build(at.facts, ask)
 	if err == nil && ask.Question == trace.Node {
+		// The node's nft map is read in this network namespace: outside
+		// the node's (no interface of the bridge here), an empty map says
+		// nothing about the node.
+		if _, ierr := net.InterfaceByName(at.facts.Bridge); ierr != nil {
+			return "", "", fmt.Errorf("%s: -q node reads the node's nft map, and this network namespace has no interface %q (the bridge's own): run it in the node's network namespace (ip netns exec NAME ovs-portmap trace ...)", c.which, at.facts.Bridge)
+		}
 		// What the node's nft map holds for the host port, not what it
 		// should.
 		var ok bool

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -126,12 +128,13 @@ func CmdCheck(args *skel.CmdArgs) error {
 	target := conf.Endpoints.OpenFlowOf(port.Port.ExternalIDs[ovsdb.KeyBridge])
 	cookie := flows.AttachmentCookie(args.ContainerID, args.IfName)
 	v4, v6, mac := hostport.ContainerFacts(prev, args.IfName)
+	rec, recorded, err := record.HostPortsOf(port)
+	if err != nil {
+		return err
+	}
+	var asked []flows.Rule
 	if len(conf.Mappings) > 0 && (v4.IsValid() || v6.IsValid()) {
-		rec, ok, err := record.HostPortsOf(port)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		if !recorded {
 			return fmt.Errorf("attachment %s/%s: no host port record on port %q", args.ContainerID, args.IfName, port.Port.Name)
 		}
 		opts := conf.options()
@@ -144,12 +147,52 @@ func CmdCheck(args *skel.CmdArgs) error {
 		}
 		want = conf.Pipeline.AttachmentFlows(plan.HostPorts)
 		target = plan.Target
+		asked = slices.Concat(plan.HostPorts.Rules, plan.HostPorts.Loopback)
 	}
 	got, err := openflow.Dump(ctx, target, uint64(cookie), ^uint64(0))
 	if err != nil {
 		return err
 	}
-	return openflow.Diff(want, got)
+	if err := openflow.Diff(want, got); err != nil {
+		// The flow diff says what differs; a line first says why when
+		// the host ports asked differ from those ADD published.
+		if why := hostPortsDiffer(slices.Concat(rec.Rules, rec.Loopback), asked); why != "" {
+			return fmt.Errorf("%s\n%w", why, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// hostPortsDiffer is the summary line of a CHECK whose host ports (asked,
+// from its portMappings capability args) are not those ADD published, ""
+// when they are the same.
+func hostPortsDiffer(published, asked []flows.Rule) string {
+	only := func(a, b []flows.Rule) []string {
+		var out []string
+		for _, r := range a {
+			if !slices.Contains(b, r) {
+				out = append(out, r.String())
+			}
+		}
+		return out
+	}
+	pub, ask := only(published, asked), only(asked, published)
+	if len(pub)+len(ask) == 0 {
+		return ""
+	}
+	var parts []string
+	if len(pub) > 0 {
+		parts = append(parts, "published by ADD, not asked by this CHECK: "+strings.Join(pub, ", "))
+	}
+	if len(ask) > 0 {
+		parts = append(parts, "asked by this CHECK, not published by ADD: "+strings.Join(ask, ", "))
+	}
+	why := "host ports differ from those ADD published (" + strings.Join(parts, "; ") + ")"
+	if len(asked) == 0 {
+		why += ": this CHECK was given no portMappings; a runtime passes CHECK the capability args (runtimeConfig.portMappings) it passed ADD"
+	}
+	return why
 }
 
 // CmdGC withdraws the host ports of our attachments not in

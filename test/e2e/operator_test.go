@@ -385,3 +385,56 @@ func TestOperatorReconcileCount(t *testing.T) {
 		t.Fatalf("reconcile with %d attachments (1 with a host port): %q, want %q", ours, out, want)
 	}
 }
+
+// CHECK given other host ports than ADD (a caller that did not pass the
+// portMappings capability args to CHECK) says so in its first line, before
+// the flow diff.
+func TestOperatorCheckCapArgs(t *testing.T) {
+	requireSandbox(t)
+	h := framework.NewOVSHost(t) // node addresses on the bridge: host ports to publish
+	c := framework.NewContainer(t)
+	n := framework.NewCNI(t, conflist("1.0.0", "check", framework.BridgeConf(h.Bridge, ovsdbAddr, t.TempDir(), nil),
+		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]any{"portMappings": true}}), nil)
+	maps := mappings(pm(18093, 80, "tcp", ""))
+	r := n.MustAdd(t, c, "eth0", maps)
+	t.Cleanup(func() { n.Del(c, "eth0", maps) })
+	if err := n.Check(c, "eth0", maps); err != nil {
+		t.Fatalf("CHECK with ADD's host ports: %v", err)
+	}
+	var v4 string
+	for _, ip := range r.IPs {
+		if ip.Address.IP.To4() != nil {
+			v4 = ip.Address.IP.String()
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		caps map[string]any
+		want []string // in the first line of the error, in this order
+	}{
+		{"none", nil, []string{"host ports differ from those ADD published (published by ADD, not asked by this CHECK: tcp ", ":18093->" + v4 + ":80",
+			"): this CHECK was given no portMappings; a runtime passes CHECK the capability args (runtimeConfig.portMappings) it passed ADD"}},
+		{"other", mappings(pm(18094, 80, "tcp", "")), []string{"host ports differ from those ADD published (published by ADD, not asked by this CHECK: tcp ",
+			":18093->" + v4 + ":80", "; asked by this CHECK, not published by ADD: tcp ", ":18094->" + v4 + ":80)"}},
+	} {
+		err := n.Check(c, "eth0", tc.caps)
+		if err == nil {
+			t.Errorf("CHECK with %s host ports: no error", tc.name)
+			continue
+		}
+		t.Logf("CHECK with %s host ports:\n%v", tc.name, err)
+		first, rest, _ := strings.Cut(err.Error(), "\n")
+		line := first
+		for _, w := range tc.want {
+			_, after, ok := strings.Cut(line, w)
+			if !ok {
+				t.Errorf("CHECK with %s host ports: no %q (in order) in its first line:\n%v", tc.name, w, err)
+				break
+			}
+			line = after
+		}
+		if !strings.Contains(rest, "installed flows differ") {
+			t.Errorf("CHECK with %s host ports: no flow diff after the first line:\n%v", tc.name, err)
+		}
+	}
+}

@@ -174,6 +174,14 @@ func TestTraceVerdicts(t *testing.T) {
 		t.Errorf("node-local element deleted: got %q, want %q", got, want)
 	}
 
+	// Outside the node's network namespace (here the pod's) the node's map
+	// cannot be read: one error saying where to run it, not "run
+	// reconcile".
+	outside, err := run("nsenter", "--net="+p.NS.Path(), filepath.Join(binDir, "ovs-portmap"), "trace", "-ovsdb", ovsdbAddr, "-pod", "shop/web-0", "-q", "node", "-host-ip", nodeV4)
+	if want := "this network namespace has no interface \"" + l.Bridge + "\" (the bridge's own): run it in the node's network namespace"; err == nil || !strings.Contains(outside, want) || strings.Contains(outside, "run reconcile") {
+		t.Errorf("trace -q node outside the node's netns: %v, %q; want an error with %q", err, outside, want)
+	}
+
 	// Wiped: the host-port flows, then all of the attachment's.
 	c := flows.AttachmentCookie(p.ID, "eth0")
 	run("ovs-ofctl", "-O", "OpenFlow14", "del-flows", l.OFTarget(), c.Delete().String())

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -1147,6 +1148,15 @@ func CmdStatus(args *skel.CmdArgs) error {
 	}
 	if conf.IPAM.Type != "" {
 		if err := ipam.Status(ctx, conf.IPAM.Type, args.StdinData); err != nil {
+			// Only the IPAM plugin's own answer says it is unavailable: on
+			// a saturated node its STATUS may not end within ours, and a
+			// runtime told "not ready" for that stops starting pods on a
+			// node that serves them (kubelet's NetworkNotReady).
+			if ctx.Err() != nil {
+				cnilog.Note("ipam %q did not answer within %s (a busy node): not reported as unavailable", conf.IPAM.Type, cnicmd.StatusTimeout)
+				fmt.Fprintf(os.Stderr, "ovs-bridge: STATUS: ipam %q did not answer within %s (a busy node): not reported as unavailable\n", conf.IPAM.Type, cnicmd.StatusTimeout)
+				return nil
+			}
 			return fmt.Errorf("ipam %q: %w", conf.IPAM.Type, err)
 		}
 	}

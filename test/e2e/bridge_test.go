@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -478,4 +479,30 @@ func TestBridgeVersions(t *testing.T) {
 			t.Errorf("ports %v left", ports)
 		}
 	})
+}
+
+// STATUS with an IPAM plugin whose STATUS does not end within ovs-bridge's
+// (a saturated node): the network is not reported unavailable; an IPAM
+// plugin that answers code 50 still is (the control).
+func TestBridgeStatusSlowIPAM(t *testing.T) {
+	requireSandbox(t)
+	br := framework.NewBridge(t, "e2ebr")
+	dir := t.TempDir()
+	// The plugins run with an empty PATH: absolute paths only.
+	script := "#!/bin/sh\n[ \"$CNI_COMMAND\" = STATUS ] || exit 1\n" +
+		"if [ -e " + dir + "/fail ]; then echo '{\"cniVersion\":\"1.1.0\",\"code\":50,\"msg\":\"slowipam: store unusable\"}'; exit 1; fi\n" +
+		"exec /bin/sleep 60\n"
+	if err := os.WriteFile(filepath.Join(dir, "slowipam"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := framework.NewCNI(t, conflist("1.1.0", "slowipam", framework.BridgeConf(br, ovsdbAddr, "", map[string]any{"ipam": map[string]any{"type": "slowipam"}})), nil, dir)
+	if err := n.Status(context.Background()); err != nil {
+		t.Errorf("STATUS with an IPAM plugin that does not answer in time: %v, want success", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fail"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Status(context.Background()); cniCode(err) != types.ErrPluginNotAvailable || !strings.Contains(err.Error(), "store unusable") {
+		t.Errorf("STATUS with an IPAM plugin answering code 50: %v, want its code 50", err)
+	}
 }

@@ -76,11 +76,11 @@ var anyDatapath = []datapathGroup{
 	}},
 	{"config, validation and the CNI contract: codes, versions, STATUS, IPAM, TLS", []string{
 		"TestBridgeBadConfig", "TestBandwidthBadInput", "TestBridgeVersions", "TestPortmapVersions",
-		"TestOVSCNIConfig", "TestOVSCNIKeys", "TestOVSDBTLS", "TestBridgeStatus",
+		"TestOVSCNIConfig", "TestOVSCNIKeys", "TestOVSDBTLS", "TestBridgeStatus", "TestBridgeStatusSlowIPAM",
 		"TestBridgeIPsRequestedTwiceAsMultusDoes", "TestBridgeIPAMHangs",
 	}},
 	{"an operator's first hour: messages, exit codes, node tools, the sandbox script, the quick start", []string{
-		"TestOperatorNodeTools", "TestOperatorOtherNetNS", "TestOperatorPortmapWithoutOVSDB",
+		"TestOperatorNodeTools", "TestOperatorCheckCapArgs", "TestOperatorOtherNetNS", "TestOperatorPortmapWithoutOVSDB",
 		"TestOperatorReconcileCount", "TestOperatorSandboxForeignNetNS", "TestOperatorTypos",
 		"TestOperatorUnknownDatapath", "TestOperatorUnopenableBridge", "TestQuickStart",
 	}},

@@ -59,15 +59,16 @@ func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target end
 	old, hadOld, _ := record.BandwidthOf(p)
 	rec := record.Bandwidth{OpenFlow: target, IngressRate: l.IngressRate, IngressBurst: l.IngressBurst,
 		EgressRate: l.EgressRate, EgressBurst: l.EgressBurst}
-	val, err := rec.Value()
-	if err != nil {
-		return err
-	}
 	var bw flows.Bandwidth
 	if l.Egress() {
 		if bw, err = egress(p, l); err != nil {
 			return err
 		}
+		rec.EgressOFPort = bw.OFPort
+	}
+	val, err := rec.Value()
+	if err != nil {
+		return err
 	}
 	a := p.Attachment()
 	if err := cli.SetPortQoS(ctx, a, qosSpec(l, network), map[string]string{record.KeyBandwidth: val}, nil, applyTimeout); err != nil {
@@ -80,7 +81,7 @@ func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target end
 	}()
 	if !l.Egress() {
 		if hadOld && old.EgressRate > 0 {
-			return removeEgress(ctx, p, old.OpenFlow)
+			return removeEgress(ctx, cli, p, old)
 		}
 		return nil
 	}
@@ -93,9 +94,10 @@ func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target end
 	return nil
 }
 
-// removeEgress removes the egress flow and meter of port p, if ovs-vswitchd
-// serves the bridge (else they went with it).
-func removeEgress(ctx context.Context, p ovsdb.OwnedPort, target endpoint.Endpoint) error {
+// removeEgress removes the egress flow and meter of port p (rec: its
+// record), if ovs-vswitchd serves the bridge (else they went with it).
+func removeEgress(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec record.Bandwidth) error {
+	target := rec.OpenFlow
 	if target.IsZero() || !endpoint.Listening(target) {
 		return nil
 	}
@@ -104,12 +106,38 @@ func removeEgress(ctx context.Context, p ovsdb.OwnedPort, target endpoint.Endpoi
 	if err := openflow.DeleteFlows(ctx, target, c.Delete()); err != nil {
 		return fmt.Errorf("egress limit of port %q: %w", p.Port.Name, err)
 	}
-	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
-		if err := openflow.DeleteMeters(ctx, target, flows.MeterOf(uint32(*p.Interface.OFPort))); err != nil {
-			return fmt.Errorf("egress limit of port %q: %w", p.Port.Name, err)
-		}
+	ofport, err := meterPort(ctx, cli, p, rec)
+	if err != nil || ofport == 0 {
+		return err
+	}
+	if err := openflow.DeleteMeters(ctx, target, flows.MeterOf(ofport)); err != nil {
+		return fmt.Errorf("egress limit of port %q: %w", p.Port.Name, err)
 	}
 	return nil
+}
+
+// meterPort is the ofport whose meter holds port p's egress limit, 0 for
+// none to delete: the Interface's ofport; without one (its veth gone: the
+// kernel datapath gives it ofport -1), the recorded one, unless another
+// interface of the bridge holds that number now (its meter is that
+// interface's, and deleting a meter deletes the flows that use it).
+func meterPort(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec record.Bandwidth) (uint32, error) {
+	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
+		return uint32(*p.Interface.OFPort), nil
+	}
+	if rec.EgressOFPort == 0 {
+		return 0, nil
+	}
+	ports, err := cli.BridgePorts(ctx, p.Port.ExternalIDs[ovsdb.KeyBridge])
+	if err != nil {
+		return 0, fmt.Errorf("egress limit of port %q: %w", p.Port.Name, err)
+	}
+	for _, q := range ports {
+		if q.Interface.OFPort != nil && *q.Interface.OFPort == int(rec.EgressOFPort) {
+			return 0, nil
+		}
+	}
+	return rec.EgressOFPort, nil
 }
 
 // Withdraw removes the limits of the ports: the egress flow and meter, then
@@ -134,7 +162,7 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) e
 }
 
 func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec record.Bandwidth) error {
-	if err := removeEgress(ctx, p, rec.OpenFlow); err != nil {
+	if err := removeEgress(ctx, cli, p, rec); err != nil {
 		return err
 	}
 	return cli.ClearPortQoS(ctx, []string{record.KeyBandwidth}, p.Attachment())
@@ -168,6 +196,11 @@ func Check(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target end
 	}
 	want := record.Bandwidth{OpenFlow: target, IngressRate: l.IngressRate, IngressBurst: l.IngressBurst,
 		EgressRate: l.EgressRate, EgressBurst: l.EgressBurst}
+	if l.Egress() && rec.EgressOFPort != 0 && p.Interface.OFPort != nil {
+		// The meter's port, as ADD recorded it (records written before
+		// it have none).
+		want.EgressOFPort = uint32(*p.Interface.OFPort)
+	}
 	if !ok || rec != want {
 		return fmt.Errorf("port %q: %w: recorded %+v, want %+v", p.Port.Name, ErrLimitMissing, rec, want)
 	}

@@ -396,6 +396,10 @@ type Bandwidth struct {
 	IngressBurst uint64            `json:"ingressBurst,omitempty"`
 	EgressRate   uint64            `json:"egressRate,omitempty"`
 	EgressBurst  uint64            `json:"egressBurst,omitempty"`
+	// EgressOFPort is the ofport whose meter (flows.MeterOf) holds the
+	// egress limit, for the DEL that finds the Interface without one (its
+	// veth gone, on the kernel datapath); 0 in records written before it.
+	EgressOFPort uint32 `json:"egressOFPort,omitempty"`
 }
 
 // Value is the external_ids value of the record.

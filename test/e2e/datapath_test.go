@@ -42,8 +42,8 @@ var kernelDatapath = []datapathGroup{
 	{"host ports that must go dark when their flows go (the datapath's cached flows must follow)", []string{
 		"TestSchemaOldRecord", "TestAgentUninstall",
 	}},
-	{"a sandbox's veth gone under its port (the kernel datapath drops the port), then its host port taken again", []string{
-		"TestOrphanDelReplayed", "TestDelOVSDBUnreachable",
+	{"a sandbox's veth gone under its port (the kernel datapath drops the port, ofport -1), then its host port and meter taken again", []string{
+		"TestOrphanDelReplayed", "TestDelOVSDBUnreachable", "TestOrphanForeignPluginFails",
 	}},
 	{"meters and QoS on traffic", []string{
 		"TestBandwidthShapes", "TestAttackHostPortConnectionRate",
@@ -87,7 +87,7 @@ var anyDatapath = []datapathGroup{
 	{"records and tables without traffic: OVSDB rows, ovs-vswitchd's flows and meters (CHECK, DEL, GC, sweeps)", []string{
 		"TestBridgePortRecord", "TestBridgeCheck", "TestBridgeDel", "TestBridgeGC", "TestBridgeParallel",
 		"TestBridgeCheckFlows", "TestBusyInFlight", "TestReconcilePastDeadEndpoint", "TestBusyGC",
-		"TestBusyGCLeavesADDInFlight", "TestBusyPortmapDel", "TestDelTombstone", "TestOrphanKeepsLiveSandbox", "TestOrphanForeignPluginFails",
+		"TestBusyGCLeavesADDInFlight", "TestBusyPortmapDel", "TestDelTombstone", "TestOrphanKeepsLiveSandbox",
 		"TestOrphanIPAMChanged", "TestMetricsScrapesDuringADDs", "TestBandwidthCheckDetectsRemoval",
 		"TestBandwidthGC", "TestBandwidthParallel", "TestBandwidthMetersFollowAttachment",
 		"TestAgentUninstallShaped",

@@ -436,16 +436,11 @@ func TestOrphanForeignPluginFails(t *testing.T) {
 			if out, _ := run("nft", "list", "map", "ip", "ovsflow_hostport", "hostports"); strings.Contains(out, v4) {
 				t.Errorf("node-local nft elements left:\n%s", out)
 			}
+			// On the kernel datapath the Interface of a veth gone has
+			// ofport -1: the DEL finds the egress meter by the ofport its
+			// record names.
 			if got := meterIDs(h, t); !slices.Equal(got, metersBefore) {
-				// On the kernel datapath the Interface of a veth gone has
-				// ofport -1, and ovs-bandwidth's DEL finds the egress meter
-				// by the ofport: the meter stays, whoever runs the DEL (an
-				// open defect of ovs-bandwidth, not of the sweep).
-				if datapath == framework.System {
-					t.Logf("KNOWN LEAK (kernel datapath): meters left %v, before the ADD %v", got, metersBefore)
-				} else {
-					t.Errorf("meters left: %v, want those before the ADD %v", got, metersBefore)
-				}
+				t.Errorf("meters left: %v, want those before the ADD %v", got, metersBefore)
 			}
 			for _, table := range []string{"QoS", "Queue"} {
 				if left := ourRows(t, table); len(left) > 0 {

@@ -192,16 +192,19 @@ type udpStream struct {
 	name string
 	sent uint64
 	quit chan struct{}
-	done sync.WaitGroup
-	mu   sync.Mutex
-	got  map[uint64]bool
-	rx   net.PacketConn
-	at   []time.Time // when each was sent
+	// sending is closed when the sender has returned: after quit it may
+	// still send one datagram (its select found the tick ready too).
+	sending chan struct{}
+	done    sync.WaitGroup
+	mu      sync.Mutex
+	got     map[uint64]bool
+	rx      net.PacketConn
+	at      []time.Time // when each was sent
 }
 
 func startUDPStream(t *testing.T, name string, from ns.NetNS, to *framework.Container, addr string, port int, interval time.Duration) *udpStream {
 	t.Helper()
-	s := &udpStream{name: name, quit: make(chan struct{}), got: map[uint64]bool{}}
+	s := &udpStream{name: name, quit: make(chan struct{}), sending: make(chan struct{}), got: map[uint64]bool{}}
 	if err := to.NS.Do(func(ns.NetNS) error {
 		var err error
 		s.rx, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
@@ -242,6 +245,7 @@ func startUDPStream(t *testing.T, name string, from ns.NetNS, to *framework.Cont
 	}()
 	go func() {
 		defer s.done.Done()
+		defer close(s.sending)
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		b := make([]byte, 64)
@@ -276,6 +280,7 @@ func (s *udpStream) stop() {
 	default:
 	}
 	close(s.quit)
+	<-s.sending
 	// The last datagrams: until the last one sent has arrived (when it is
 	// lost, the wait ends at its deadline and lost() counts it).
 	framework.Until(time.Second, func() bool {

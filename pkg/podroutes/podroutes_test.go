@@ -11,6 +11,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 func pfx(s ...string) []netip.Prefix {
@@ -237,15 +239,13 @@ func TestSync(t *testing.T) {
 	// The kernel adds the link-local address (fe80::/64) on its own once the
 	// link is up, later on a loaded machine: wait for it, with a deadline.
 	var local []netip.Prefix
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	framework.Until(10*time.Second, func() bool {
 		var err error
 		if local, err = Local(); err != nil {
 			t.Fatal(err)
 		}
-		if slices.Contains(local, netip.MustParsePrefix("fe80::/64")) || time.Now().After(deadline) {
-			break
-		}
-	}
+		return slices.Contains(local, netip.MustParsePrefix("fe80::/64"))
+	})
 	for _, want := range pfx("203.0.113.0/24", "2001:db8:f::/64", "198.18.7.0/24", "fe80::/64") {
 		if !slices.Contains(local, want) {
 			t.Errorf("Local() %q lacks %s", strs(local), want)

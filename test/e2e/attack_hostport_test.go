@@ -98,7 +98,7 @@ func TestAttackHostPortVLANOverlap(t *testing.T) {
 	t.Cleanup(func() { pub.Del(a, "eth0", nil) })
 	a.ServeTCP(t, 80)
 	expect(t, h.Outside.NS, "tcp", hp(nodeV4, 8098), a, outsideV4)
-	pmEntry := map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true}}
+	pmEntry := framework.PortmapConf(ovsdbAddr, nil)
 	for _, tc := range []struct {
 		name  string
 		extra map[string]any

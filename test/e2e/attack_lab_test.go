@@ -66,14 +66,7 @@ func (l *lab) bridgeEntry(extra map[string]any) map[string]any {
 			"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
 		},
 	}
-	for k, v := range extra {
-		if v == nil {
-			delete(c, k)
-			continue
-		}
-		c[k] = v
-	}
-	return c
+	return framework.Override(c, extra)
 }
 
 // network is a conflist of one ovs-bridge entry (bridgeEntry(extra)) and,

@@ -67,19 +67,7 @@ func TestAgentUninstall(t *testing.T) {
 	t.Cleanup(func() { netlink.RouteDel(&netlink.Route{LinkIndex: br.Attrs().Index, Dst: theirs}) })
 
 	suite := flows.SuiteDelete().String()
-	suiteFlows := func() []string {
-		out, err := run("ovs-ofctl", "--no-names", "--no-stats", "-O", "OpenFlow14", "dump-flows", h.OFTarget(), suite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var fl []string
-		for _, l := range strings.Split(out, "\n") {
-			if strings.Contains(l, "cookie=") {
-				fl = append(fl, strings.TrimSpace(l))
-			}
-		}
-		return fl
-	}
+	suiteFlows := func() []string { return framework.FlowsMatching(t, h.OFTarget(), suite) }
 	var base []string
 	for _, f := range flows.BaseFlows() {
 		base = append(base, f.Line())

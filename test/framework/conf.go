@@ -43,20 +43,22 @@ func BridgeConf(br, db, dataDir string, extra map[string]any) map[string]any {
 			"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
 		},
 	}
-	return override(c, extra)
+	return Override(c, extra)
 }
 
 // PortmapConf is an ovs-portmap entry on OVSDB db; extra keys override, nil ones delete.
 func PortmapConf(db string, extra map[string]any) map[string]any {
-	return override(map[string]any{"type": "ovs-portmap", "ovsdb": db, "capabilities": map[string]bool{"portMappings": true}}, extra)
+	return Override(map[string]any{"type": "ovs-portmap", "ovsdb": db, "capabilities": map[string]bool{"portMappings": true}}, extra)
 }
 
 // BandwidthConf is an ovs-bandwidth entry on OVSDB db; extra keys override, nil ones delete.
 func BandwidthConf(db string, extra map[string]any) map[string]any {
-	return override(map[string]any{"type": "ovs-bandwidth", "ovsdb": db, "capabilities": map[string]bool{"bandwidth": true}}, extra)
+	return Override(map[string]any{"type": "ovs-bandwidth", "ovsdb": db, "capabilities": map[string]bool{"bandwidth": true}}, extra)
 }
 
-func override(c, extra map[string]any) map[string]any {
+// Override sets extra's keys in c, deleting those whose value is nil, and
+// returns c.
+func Override(c, extra map[string]any) map[string]any {
 	for k, v := range extra {
 		if v == nil {
 			delete(c, k)

@@ -92,7 +92,14 @@ func (h *OVSHost) FlowsOf(t testing.TB, c flows.Cookie) []string {
 // FlowsOf dumps the flows with cookie c at the OpenFlow target of.
 func FlowsOf(t testing.TB, of string, c flows.Cookie) []string {
 	t.Helper()
-	out, err := Run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", of, c.Delete().String())
+	return FlowsMatching(t, of, c.Delete().String())
+}
+
+// FlowsMatching dumps the flows at the OpenFlow target of that match spec
+// (ovs-ofctl's flow syntax, a cookie/mask for one).
+func FlowsMatching(t testing.TB, of, spec string) []string {
+	t.Helper()
+	out, err := Run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "--no-stats", "dump-flows", of, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

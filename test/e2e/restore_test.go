@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/test/framework"
 )
@@ -44,9 +46,23 @@ func TestRestartKeepsTraffic(t *testing.T) {
 			srv := l.join(n, "server", mappings(pm(hpUDP, 9000, "udp", ""), pm(hpTCP, 9002, "tcp", "")))
 			cli := l.join(n, "client", nil)
 
+			// The streams' next hops are pinned: a neighbour entry that
+			// turns stale while no ovs-vswitchd serves upcalls (from the
+			// old one's death until the new one has its pipeline) sends ARP
+			// probes, a new flow that no datapath flow forwards yet; under
+			// load that window outlasts the probes and the kernel drops the
+			// traffic it queued (docs/resilience.md). The test is about
+			// the datapath flows of traffic already flowing.
+			pinNeighbour(t, cli.NS, "eth0", srv.v4, srv.mac)
+			pinNode := func() { pinNeighbour(t, l.Outside.NS, "eth0", netip.MustParseAddr(nodeV4), linkMAC(t, l.Bridge)) }
+			pinNode()
 			wlog := startReconcileWatch(t)
 
 			interval := 2 * time.Millisecond
+			// The longest gap a stream may have on the kernel datapath: the
+			// flush at the end of a restart, far from the seconds a restart
+			// takes (about 0.1 s seen in the emulated guest at load 20).
+			const maxGap = 250 * time.Millisecond
 			streams := []*udpStream{
 				startUDPStream(t, "host port (UDP)", l.Outside.NS, srv.Container, hp(nodeV4, hpUDP), 9000, interval),
 				startUDPStream(t, "pod to pod (UDP)", cli.NS, srv.Container, hp(srv.v4.String(), 9001), 9001, interval),
@@ -73,6 +89,7 @@ func TestRestartKeepsTraffic(t *testing.T) {
 				startVswitchd(t)
 				ev("started")
 				l.restoreNode(t)
+				pinNode()
 				waitRestoreWaitCleared(t)
 				ev("flow-restore-wait clear")
 				// Until the traffic flows again before the next restart:
@@ -116,11 +133,24 @@ func TestRestartKeepsTraffic(t *testing.T) {
 			}
 
 			for _, s := range streams {
-				lost, gap, gaps := s.lost()
-				t.Logf("%s datapath, %s: %d restarts: %s: %d of %d datagrams lost, longest gap %d datagrams (%v at one per %v); gaps: %v",
-					datapath, mode.name, restarts, s.name, lost, s.sent, gap, time.Duration(gap)*interval, interval, gaps)
-				if keep && lost > 0 {
-					t.Errorf("%s: %d datagrams lost across %d restarts of ovs-vswitchd on the kernel datapath, want none (%d dropped by a full receive buffer in the server's netns)", s.name, lost, restarts, srvD["RcvbufErrors"])
+				lost, longest, gaps := s.lost()
+				t.Logf("%s datapath, %s: %d restarts: %s: %d of %d datagrams lost, longest gap %d datagrams; gaps: %v",
+					datapath, mode.name, restarts, s.name, lost, s.sent, longest, gaps)
+				// What a restart cannot keep: when the new ovs-vswitchd sees
+				// flow-restore-wait cleared it flushes the datapath's flows and
+				// builds them again from its pipeline on the next packets; a
+				// datagram or a few around that instant can be lost (upcalls
+				// while its handlers start, a packet between two passes of a
+				// conntrack flow). Flows not kept lose everything from the old
+				// daemon's death until the pipeline is back: a gap of seconds
+				// (the userspace datapath's figures), never a few ms.
+				if keep {
+					for _, g := range gaps {
+						if g.to.Sub(g.from)+interval > maxGap {
+							t.Logf("%s: ovs-vswitchd's log around the gap %v:\n%s", s.name, g, strings.Join(vswitchdLog(t, g.from.Add(-3*time.Second), g.to.Add(time.Second)), "\n"))
+							t.Errorf("%s: a gap of %d datagrams sent over %v across the restarts of ovs-vswitchd on the kernel datapath, want none longer than %v (the flush when flow-restore-wait is cleared); %d dropped by a full receive buffer in the server's netns", s.name, g.n, g.to.Sub(g.from)+interval, maxGap, srvD["RcvbufErrors"])
+						}
+					}
 				}
 				if !keep && s.received() == 0 {
 					t.Errorf("%s: nothing received", s.name)
@@ -294,15 +324,16 @@ func (s *udpStream) stop() {
 }
 
 // lost counts the datagrams sent that never arrived, and the longest run of
-// them; gaps names when each run began.
-func (s *udpStream) lost() (lost, longest uint64, gaps []string) {
+// them; gaps are the runs, each with when its first and last were sent.
+func (s *udpStream) lost() (lost, longest uint64, gaps []gap) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var run uint64
-	for i := uint64(0); i < atomic.LoadUint64(&s.sent) && i < uint64(len(s.at)); i++ {
-		if s.got[i] {
+	n := min(atomic.LoadUint64(&s.sent), uint64(len(s.at)))
+	for i := uint64(0); i <= n; i++ {
+		if i == n || s.got[i] {
 			if run > 0 {
-				gaps = append(gaps, fmt.Sprintf("%d from %s", run, s.at[i-run].Format("15:04:05.000")))
+				gaps = append(gaps, gap{n: run, from: s.at[i-run], to: s.at[i-1]})
 			}
 			run = 0
 			continue
@@ -312,6 +343,17 @@ func (s *udpStream) lost() (lost, longest uint64, gaps []string) {
 		longest = max(longest, run)
 	}
 	return lost, longest, gaps
+}
+
+// gap is a run of datagrams lost: how many, when the first and the last
+// were sent.
+type gap struct {
+	n        uint64
+	from, to time.Time
+}
+
+func (g gap) String() string {
+	return fmt.Sprintf("%d from %s to %s", g.n, g.from.Format("15:04:05.000"), g.to.Format("15:04:05.000"))
 }
 
 // tcpStream writes 512 bytes per interval over one TCP connection from netns
@@ -527,3 +569,50 @@ func (b *syncBuffer) String() string {
 }
 
 var _ io.Writer = (*syncBuffer)(nil)
+
+// vswitchdLog returns the sandbox ovs-vswitchd's log lines logged from
+// from to to.
+func vswitchdLog(t *testing.T, from, to time.Time) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:")), "ovs-vswitchd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		stamp, _, _ := strings.Cut(line, "|")
+		if at, err := time.Parse("2006-01-02T15:04:05.000Z", stamp); err == nil && !at.Before(from.Truncate(time.Millisecond)) && !at.After(to) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// pinNeighbour makes the neighbour entry of ip on dev in netns n permanent,
+// with mac.
+func pinNeighbour(t *testing.T, n ns.NetNS, dev string, ip netip.Addr, mac net.HardwareAddr) {
+	t.Helper()
+	if err := n.Do(func(ns.NetNS) error {
+		link, err := netlink.LinkByName(dev)
+		if err != nil {
+			return err
+		}
+		family := netlink.FAMILY_V4
+		if ip.Is6() {
+			family = netlink.FAMILY_V6
+		}
+		return netlink.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, Family: family, State: netlink.NUD_PERMANENT, IP: ip.AsSlice(), HardwareAddr: mac})
+	}); err != nil {
+		t.Fatalf("pinning the neighbour %v (%v) on %s: %v", ip, mac, dev, err)
+	}
+}
+
+// linkMAC is the MAC address of the node's link name.
+func linkMAC(t *testing.T, name string) net.HardwareAddr {
+	t.Helper()
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return link.Attrs().HardwareAddr
+}

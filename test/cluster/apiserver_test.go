@@ -50,7 +50,9 @@ func peerOf(answer string) (name string, client netip.Addr, err error) {
 // and checks that pod name answered a client of the family (4 or 6):
 // kube-apiserver itself dialled the pod on that family. It logs the answer.
 func viaAPIServer(t *testing.T, ctx context.Context, req rest.ResponseWrapper, name string, family int) error {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	// Longer than kube-apiserver's own dial timeout (30 s): a pod it cannot
+	// reach fails with its "dial tcp ...: i/o timeout", not with ours.
+	ctx, cancel := context.WithTimeout(ctx, 40*time.Second)
 	defer cancel()
 	body, err := req.DoRaw(ctx)
 	if err != nil {

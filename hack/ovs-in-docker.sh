@@ -179,7 +179,7 @@ build_node() {
 	PAUSE_TAR=$(sed -n 's/^PAUSE_TAR=//p' <<<"$rt")
 	APP_TAR=$(sed -n 's/^APP_TAR=//p' <<<"$rt")
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/ovsflow/ovs-cni/pkg/buildinfo.Version=$ver" \
-		-o "$ctx/bin/" ./cmd/ovs-bridge ./cmd/ovs-portmap ./cmd/ovs-bandwidth ./cmd/ovsflow-conflist \
+		-o "$ctx/bin/" ./cmd/ovs-bridge ./cmd/ovs-portmap ./cmd/ovs-bandwidth ./cmd/ovsflow-conflist ./cmd/ovsflow-agent \
 		github.com/containernetworking/plugins/plugins/ipam/host-local \
 		github.com/containernetworking/plugins/plugins/main/loopback
 	cp "$CRICTL" "$ctx/bin/crictl"

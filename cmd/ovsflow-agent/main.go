@@ -2,6 +2,7 @@
 // (deploy/ovsflow-cni.yaml); see package agent.
 //
 //	ovsflow-agent [flags]             run: plugins, conflist, routes, reconcile, probes
+//	ovsflow-agent routes [flags]      on a host that is not a Node (a control-plane host): the routes to every Node's pod ranges, probes
 //	ovsflow-agent uninstall [flags]   remove what the suite put on the node, then exit
 package main
 

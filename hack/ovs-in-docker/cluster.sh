@@ -6,12 +6,15 @@
 # read-only at the same path.
 #
 #   container $P-cp   etcd, kube-apiserver (https://CP4:6443), kube-controller-manager
-#                     (--allocate-node-cidrs, dual stack), kube-scheduler (cp-init.sh)
+#                     (--allocate-node-cidrs, dual stack), kube-scheduler, and the
+#                     routes to the nodes' pod ranges (`ovsflow-agent routes`) (cp-init.sh)
 #   container $P-nI   Open vSwitch + node-prep.sh as without -kube, then containerd 2.x,
 #                     kubelet, kube-proxy (iptables mode) (node-init.sh with OID_KUBE)
 #
 # No pod routes are installed by the harness: cross-node pod routes are the
-# node agent's (the DaemonSet of deploy/ovsflow-cni.yaml), as on a real cluster.
+# node agent's (the DaemonSet of deploy/ovsflow-cni.yaml), as on a real cluster;
+# the control plane's are the agent's too, in its routes mode (the control-plane
+# container is no Node), from the binary of the node image.
 #
 # With `up -kube -multus` (what `test -kube` does), `deploy` also puts Multus
 # in front: deploy/multus.yaml (the NetworkAttachmentDefinition CRD, Multus's

@@ -4,7 +4,10 @@
 # address, kube-controller-manager (node IPAM: each Node gets a pod CIDR of
 # each family) and kube-scheduler, with the command lines of hack/lib/kube.sh
 # (in the image) and the binaries of its cached build (mounted read-only at
-# /opt/ovsflow-kube/bin). Each is restarted when it exits. Logs in /var/log/oid/.
+# /opt/ovsflow-kube/bin), and the routes to every Node's pod ranges
+# (`ovsflow-agent routes`: this container is no Node, and kube-apiserver dials
+# pods for its proxy, admission webhooks and aggregated APIs). Each is
+# restarted when it exits. Logs in /var/log/oid/.
 #
 # Environment (hack/ovs-in-docker.sh sets it): OID_KUBE (the PKI and configs,
 # mounted read-only at that path), OID_CP4 (the address kube-apiserver
@@ -44,6 +47,7 @@ kube_controller_manager_cmd "$bin/kube-controller-manager" "$pki" "$OID_CLUSTER_
 supervise kube-controller-manager "${kube_cmd[@]}"
 kube_scheduler_cmd "$bin/kube-scheduler" "$pki"
 supervise kube-scheduler "${kube_cmd[@]}"
+supervise ovsflow-agent /opt/ovsflow/bin/ovsflow-agent routes -kubeconfig "$pki/admin.kubeconfig"
 touch /run/oid/ready
 log "started"
 trap 'exit 0' TERM INT

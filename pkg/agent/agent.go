@@ -15,6 +15,11 @@
 //
 // and serves /healthz and /readyz for the pod's probes (and /metrics when
 // given a handler). Uninstall removes what the suite put on the node.
+//
+// On a host that is not a Node (a control-plane host: kube-apiserver dials
+// pods for its proxy, admission webhooks and aggregated APIs), the agent
+// keeps only the routes (Config.HostOnly, `ovsflow-agent routes`): the same
+// routes to every Node's pod ranges, from this host's own addresses.
 package agent
 
 import (
@@ -26,6 +31,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -79,6 +85,14 @@ type Config struct {
 	Routes        bool
 	RouteTable    int
 	RouteProtocol int
+
+	// HostOnly: the agent of a host that is not a Node (a control-plane
+	// host). It keeps only the routes, to every Node's pod ranges, from
+	// this host with addresses HostAddrs (none: podroutes.HostAddrs, read
+	// on each pass) and no pod range of its own. NodeName, the plugins,
+	// the conflist and OVSDB are not used.
+	HostOnly  bool
+	HostAddrs []netip.Addr
 
 	// HealthAddr serves /healthz, /readyz and, when Metrics is set,
 	// /metrics ("": no server).
@@ -136,6 +150,15 @@ func (c *Config) Defaults() {
 }
 
 func (c *Config) validate() error {
+	if c.RouteProtocol < 1 || c.RouteProtocol > 255 {
+		return fmt.Errorf("route protocol %d: want 1-255", c.RouteProtocol)
+	}
+	if c.HostOnly {
+		if !c.Routes {
+			return errors.New("a host that is not a Node keeps the routes, or nothing")
+		}
+		return nil
+	}
 	if c.NodeName == "" {
 		return errors.New("no node name (-node-name, or NODE_NAME from the downward API)")
 	}
@@ -144,9 +167,6 @@ func (c *Config) validate() error {
 	}
 	if c.PluginSrc != "" && c.CNIBinDir == "" {
 		return errors.New("plugins to install but no CNI bin dir")
-	}
-	if c.RouteProtocol < 1 || c.RouteProtocol > 255 {
-		return fmt.Errorf("route protocol %d: want 1-255", c.RouteProtocol)
 	}
 	return nil
 }
@@ -383,6 +403,10 @@ func (a *Agent) syncLoop(ctx context.Context) {
 // became of the plugins and the conflist (the other nodes' pods are
 // reached through this node's routes, CNI or not).
 func (a *Agent) syncOnce(full bool) {
+	if a.cfg.HostOnly {
+		a.st.set(&a.st.routes, a.syncHostRoutes())
+		return
+	}
 	if a.cfg.PluginSrc != "" && full {
 		installed, err := installPlugins(a.cfg.PluginSrc, a.cfg.CNIBinDir, a.cfg.Plugins, a.cfg.OptionalPlugins)
 		for _, p := range installed {
@@ -413,7 +437,7 @@ func (a *Agent) syncOnce(full bool) {
 			err = fmt.Errorf("%w: the routes are kept as they are", err)
 			a.say("routes", "error: "+err.Error())
 		} else {
-			err = a.syncRoutes(self)
+			err = a.syncNodeRoutes(self)
 		}
 		a.st.set(&a.st.routes, err)
 	} else {
@@ -446,17 +470,47 @@ func (a *Agent) syncConflist(self *corev1.Node, err error) {
 	}
 }
 
-// syncRoutes makes the routes to the other nodes' pod ranges what the
-// Nodes say, within what this node's own facts allow (podroutes.Plan).
-// Without them (no InternalIP yet, its networks unreadable) it changes
-// nothing: the routes of the last good pass are better than none.
-func (a *Agent) syncRoutes(self *corev1.Node) error {
+// syncNodeRoutes: the routes of node self, from its InternalIPs and pod
+// ranges, to the other Nodes' pod ranges.
+func (a *Agent) syncNodeRoutes(self *corev1.Node) error {
 	me := Peer(self)
 	if len(me.Addrs) == 0 {
 		err := fmt.Errorf("node %s has no InternalIP (yet): the routes are kept as they are", self.Name)
 		a.say("routes", "error: "+err.Error())
 		return err
 	}
+	return a.syncRoutes(me, self.Name)
+}
+
+// syncHostRoutes: the routes of a host that is not a Node, from its own
+// addresses (the flag's, else those of its default routes' links), to
+// every Node's pod ranges.
+func (a *Agent) syncHostRoutes() error {
+	me := podroutes.Peer{Name: "this host", Addrs: a.cfg.HostAddrs}
+	if name, err := os.Hostname(); err == nil {
+		me.Name = name
+	}
+	if len(me.Addrs) == 0 {
+		addrs, err := podroutes.HostAddrs()
+		if err == nil && len(addrs) == 0 {
+			err = errors.New("no global address on the link of a default route (give -host-addrs)")
+		}
+		if err != nil {
+			err = fmt.Errorf("this host's addresses: %w: the routes are kept as they are", err)
+			a.say("routes", "error: "+err.Error())
+			return err
+		}
+		me.Addrs = addrs
+	}
+	return a.syncRoutes(me, "")
+}
+
+// syncRoutes makes the routes to the pod ranges of the Nodes but selfNode
+// ("": every Node) what the Nodes say, within what this host's own facts
+// (me) allow (podroutes.Plan). Without them (no address yet, its networks
+// unreadable) it changes nothing: the routes of the last good pass are
+// better than none.
+func (a *Agent) syncRoutes(me podroutes.Peer, selfNode string) error {
 	local, err := podroutes.Local()
 	if err != nil {
 		err = fmt.Errorf("this node's networks: %w: the routes are kept as they are", err)
@@ -470,7 +524,7 @@ func (a *Agent) syncRoutes(self *corev1.Node) error {
 	}
 	var peers []podroutes.Peer
 	for _, n := range all {
-		if n.Name != self.Name {
+		if n.Name != selfNode {
 			peers = append(peers, Peer(n))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -27,12 +28,12 @@ func Main(ctx context.Context, args []string, log io.Writer) error {
 	}
 	cfg.Log = log
 	switch mode {
-	case "run":
+	case "run", "routes":
 		return Run(ctx, cfg)
 	case "uninstall":
 		return Uninstall(ctx, cfg)
 	}
-	return fmt.Errorf("unknown mode %q (run, uninstall)", mode)
+	return fmt.Errorf("unknown mode %q (run, routes, uninstall)", mode)
 }
 
 // ParseArgs reads cmd/ovsflow-agent's arguments: the mode (run when none
@@ -44,8 +45,33 @@ func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error
 	}
 	fs := flag.NewFlagSet("ovsflow-agent "+mode, flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node object (default $NODE_NAME)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: the pod's ServiceAccount)")
+	fs.IntVar(&cfg.RouteTable, "route-table", 0, "routing table of the routes to the pod ranges (0: main)")
+	fs.IntVar(&cfg.RouteProtocol, "route-protocol", podroutes.DefaultProtocol, "protocol number that marks those routes as the agent's")
+	fs.StringVar(&cfg.HealthAddr, "health-addr", DefaultHealthAddr, "address of /healthz and /readyz (\"\": none)")
+	fs.DurationVar(&cfg.Resync, "resync", 0, "a full pass at least this often (default 30s)")
+	if mode == "routes" {
+		// A host that is not a Node: the routes, nothing else.
+		cfg.HostOnly, cfg.Routes = true, true
+		fs.Func("host-addrs", "this host's addresses on the nodes' segment, comma-separated (default: those of the link of each family's default route)", func(s string) error {
+			for _, f := range split(s) {
+				a, err := netip.ParseAddr(f)
+				if err != nil {
+					return err
+				}
+				cfg.HostAddrs = append(cfg.HostAddrs, a.Unmap())
+			}
+			return nil
+		})
+		if err := fs.Parse(args); err != nil {
+			return mode, cfg, err
+		}
+		if fs.NArg() > 0 {
+			return mode, cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+		}
+		return mode, cfg, nil
+	}
+	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node object (default $NODE_NAME)")
 	fs.StringVar(&cfg.PluginSrc, "plugin-src", "/opt/ovsflow/bin", "where the plugins to install are (\"\": install none)")
 	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", "/host/opt/cni/bin", "the node's CNI bin dir")
 	plugins := fs.String("plugins", "ovs-bridge,ovs-portmap,ovs-bandwidth", "plugins always installed")
@@ -56,10 +82,6 @@ func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error
 	fs.Var(&cfg.OVSDB, "ovsdb", "the node's OVSDB (\"\": no reconcile)")
 	fs.StringVar(&cfg.VswitchdControl, "vswitchd-control", "", "ovs-vswitchd's control socket, when ADD recorded none")
 	fs.BoolVar(&cfg.Routes, "routes", true, "keep a route to every other Node's pod ranges via its InternalIP")
-	fs.IntVar(&cfg.RouteTable, "route-table", 0, "routing table of those routes (0: main)")
-	fs.IntVar(&cfg.RouteProtocol, "route-protocol", podroutes.DefaultProtocol, "protocol number that marks those routes as the agent's")
-	fs.StringVar(&cfg.HealthAddr, "health-addr", DefaultHealthAddr, "address of /healthz and /readyz (\"\": none)")
-	fs.DurationVar(&cfg.Resync, "resync", 0, "a full pass at least this often (default 30s)")
 	orphans := fs.Duration("orphan-interval", orphan.DefaultInterval, "replay the DEL of an attachment whose host veth has been gone this long, with no ADD or DEL in flight (0: never)")
 	withMetrics := fs.Bool("metrics", true, "serve /metrics (Prometheus text format) next to the probes")
 	if err := fs.Parse(args); err != nil {

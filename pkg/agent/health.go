@@ -141,13 +141,16 @@ const (
 	ovsFresh   = 2 * time.Second
 )
 
-// readiness: the plugins and the conflist are in place for this Node's podCIDRs, the routes
+// readiness (of a host that is not a Node: the routes only): the plugins and the conflist are in place for this Node's podCIDRs, the routes
 // are synced, OVSDB answers, every bridge of the suite is served by
 // ovs-vswitchd, the last reconcile pass succeeded and ovs-vswitchd was not
 // last seen without an upcall handler for its kernel datapath.
 func (a *Agent) readiness(ctx context.Context) []check {
 	a.st.mu.Lock()
 	checks := []check{{"plugins", a.st.plugins}, {"conflist", a.st.conflist}, {"routes", a.st.routes}}
+	if a.cfg.HostOnly {
+		checks = []check{{"routes", a.st.routes}}
+	}
 	reconciled, upcalls := a.st.reconciled, a.st.upcalls
 	a.st.mu.Unlock()
 	if !a.cfg.OVSDB.IsZero() {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -241,5 +242,75 @@ func TestSyncConflistBadRoutes(t *testing.T) {
 	}
 	if got, want := ours(t), []string{"192.0.2.0/26 via 203.0.113.2"}; !slices.Equal(got, want) {
 		t.Errorf("routes: got %q, want %q", got, want)
+	}
+}
+
+// TestHostOnlyRoutes: the agent of a host that is not a Node routes every
+// Node's pod ranges from the addresses of its default routes' link, but a
+// Node that claims this host's address as its own; it writes no conflist,
+// /readyz reads its routes only, and Uninstall without OVS removes them.
+func TestHostOnlyRoutes(t *testing.T) {
+	inNetns(t, "203.0.113.100/24", "2001:db8:f::100/64")
+	up0, err := netlink.LinkByName("up0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gw := range []string{"203.0.113.254", "2001:db8:f::fe"} {
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: up0.Attrs().Index, Gw: netip.MustParseAddr(gw).AsSlice()}); err != nil {
+			t.Fatalf("default route via %s: %v", gw, err)
+		}
+	}
+	a, store, _, _ := testAgent(t, goodTemplate)
+	a.cfg.HostOnly, a.cfg.NodeName = true, ""
+	store.Add(kubeNode("a", 0, []string{"198.51.100.0/26", "2001:db8:1::/64"}, "203.0.113.1", "2001:db8:f::1"))
+	store.Add(kubeNode("b", 1, []string{"192.0.2.0/26", "2001:db8:2::/64"}, "203.0.113.2", "2001:db8:f::2"))
+	store.Add(kubeNode("x-host", 2, []string{"192.0.2.128/26"}, "203.0.113.100"))
+	a.syncOnce(true)
+	want := []string{"192.0.2.0/26 via 203.0.113.2", "198.51.100.0/26 via 203.0.113.1",
+		"2001:db8:1::/64 via 2001:db8:f::1", "2001:db8:2::/64 via 2001:db8:f::2"}
+	if got := ours(t); !slices.Equal(got, want) {
+		t.Errorf("routes: got %q, want %q", got, want)
+	}
+	if _, err := os.Stat(a.cfg.CNIConfDir); !os.IsNotExist(err) {
+		t.Errorf("CNI conf dir %s: %v, want none written", a.cfg.CNIConfDir, err)
+	}
+	checks := a.readiness(t.Context())
+	if len(checks) != 1 || checks[0] != (check{name: "routes"}) {
+		t.Errorf("readiness: got %v, want the routes only, ok", checks)
+	}
+
+	store.Delete(kubeNode("a", 0, nil))
+	a.syncOnce(false)
+	if got, want := ours(t), []string{want[0], want[3]}; !slices.Equal(got, want) {
+		t.Errorf("routes after Node a went: got %q, want %q", got, want)
+	}
+
+	cfg := Config{HostOnly: true, Routes: true, Log: &strings.Builder{}}
+	if err := Uninstall(t.Context(), cfg); err != nil {
+		t.Errorf("uninstall without OVS: %v", err)
+	}
+	if got := ours(t); len(got) != 0 {
+		t.Errorf("routes after uninstall: got %q, want none", got)
+	}
+}
+
+// TestRoutesModeFlags: the routes mode takes this host's addresses and
+// none of the flags of a node's agent.
+func TestRoutesModeFlags(t *testing.T) {
+	mode, cfg, err := ParseArgs([]string{"routes", "-kubeconfig", "/k", "-host-addrs", "192.0.2.1, 2001:db8::1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode != "routes" || !cfg.HostOnly || !cfg.Routes || cfg.Kubeconfig != "/k" || cfg.PluginSrc != "" || !cfg.OVSDB.IsZero() ||
+		!slices.Equal(cfg.HostAddrs, []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}) {
+		t.Errorf("got mode %q, config %+v; want routes, host only, the two addresses, no plugins, no OVSDB", mode, cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Errorf("validate: %v", err)
+	}
+	for _, args := range [][]string{{"routes", "-node-name", "n1"}, {"routes", "-host-addrs", "n1"}} {
+		if _, _, err := ParseArgs(args, io.Discard); err == nil {
+			t.Errorf("%q: no error", args)
+		}
 	}
 }

@@ -366,6 +366,50 @@ func (t Table) netlinkRoute(r Route, linkIndex int) *netlink.Route {
 	return nr
 }
 
+// HostAddrs returns this host's own addresses for a host that is not a
+// node (no InternalIP to read): the global unicast addresses of the link
+// of each family's default route in the main table, IPv4 first. A family
+// without a default route has none.
+func HostAddrs() ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := netlinksafe.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return nil, fmt.Errorf("listing routes: %w", err)
+		}
+		idx := 0
+		for _, r := range rs {
+			if r.Type != unix.RTN_UNICAST || (r.Dst != nil && !isDefault(r.Dst)) {
+				continue
+			}
+			if idx = r.LinkIndex; idx == 0 && len(r.MultiPath) > 0 {
+				idx = r.MultiPath[0].LinkIndex
+			}
+			if idx != 0 {
+				break
+			}
+		}
+		if idx == 0 {
+			continue
+		}
+		addrs, err := netlinksafe.AddrList(nil, fam)
+		if err != nil {
+			return nil, fmt.Errorf("listing addresses: %w", err)
+		}
+		for _, ad := range addrs {
+			if a, ok := netip.AddrFromSlice(ad.IP); ok && ad.LinkIndex == idx && a.Unmap().IsGlobalUnicast() {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out, nil
+}
+
+func isDefault(n *net.IPNet) bool {
+	ones, _ := n.Mask.Size()
+	return ones == 0
+}
+
 // LinkOf returns the index of the link that holds address a (the node's own
 // address: the peers' next hops are on its segment).
 func LinkOf(a netip.Addr) (int, error) {

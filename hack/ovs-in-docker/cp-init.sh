@@ -4,7 +4,8 @@
 # address, kube-controller-manager (node IPAM: each Node gets a pod CIDR of
 # each family) and kube-scheduler, with the command lines of hack/lib/kube.sh
 # (in the image) and the binaries of its cached build (mounted read-only at
-# /opt/ovsflow-kube/bin). Each is restarted when it exits. Logs in /var/log/oid/.
+# /opt/ovsflow-kube/bin); and routes to the Nodes' pod CIDRs (pod-routes).
+# Each is restarted when it exits. Logs in /var/log/oid/.
 #
 # Environment (hack/ovs-in-docker.sh sets it): OID_KUBE (the PKI and configs,
 # mounted read-only at that path), OID_CP4 (the address kube-apiserver
@@ -44,6 +45,36 @@ kube_controller_manager_cmd "$bin/kube-controller-manager" "$pki" "$OID_CLUSTER_
 supervise kube-controller-manager "${kube_cmd[@]}"
 kube_scheduler_cmd "$bin/kube-scheduler" "$pki"
 supervise kube-scheduler "${kube_cmd[@]}"
+
+# sync_pod_routes: a route (proto static) to every Node's pod CIDRs via the
+# Node's InternalIP of the family, and none to a CIDR no Node has. This is
+# what the node agent does on a node, and this container runs none: a pod
+# reaches the API server with its own address (the pod network has no NAT;
+# the cluster DNS watches the API through its Service), and the answer must
+# go back to the pod's node, not to the Docker host.
+sync_pod_routes() {
+	local lines line cidr ip want=" "
+	lines=$("$bin/kubectl" --kubeconfig "$pki/admin.kubeconfig" get nodes -o \
+		jsonpath='{range .items[*]}{.spec.podCIDRs[*]}{"|"}{range .status.addresses[?(@.type=="InternalIP")]}{.address}{" "}{end}{"\n"}{end}') || return 0
+	while IFS= read -r line; do
+		for cidr in ${line%%|*}; do
+			for ip in ${line#*|}; do
+				if { [[ $cidr == *:* ]] && [[ $ip == *:* ]]; } || { [[ $cidr != *:* ]] && [[ $ip != *:* ]]; }; then
+					ip route replace "$cidr" via "$ip" proto static && want+="$cidr "
+				fi
+			done
+		done
+	done <<<"$lines"
+	for cidr in $(ip -4 route show proto static | cut -d' ' -f1) $(ip -6 route show proto static | cut -d' ' -f1); do
+		[[ $want == *" $cidr "* ]] || ip route del "$cidr" proto static || true
+	done
+}
+# pod_routes: sync_pod_routes on every change of a Node (a watch: the first
+# events list them all).
+pod_routes() {
+	"$bin/kubectl" --kubeconfig "$pki/admin.kubeconfig" get nodes --watch -o name | while read -r _; do sync_pod_routes; done
+}
+supervise pod-routes pod_routes
 touch /run/oid/ready
 log "started"
 trap 'exit 0' TERM INT

@@ -24,7 +24,8 @@
 # The cluster DNS: CoreDNS as kubeadm deploys it (deploy/coredns.yaml), its
 # binary and image built by hack/lib/kube.sh into the cache; `deploy` imports
 # the image into every node and applies the manifest once the pod network is
-# up. The kube-dns Service has the 10th address of each service range, which
+# up (its pods with hostNetwork: deploy/coredns.yaml says why). The kube-dns
+# Service has the 10th address of each service range, which
 # every kubelet's clusterDNS names (the first: pods of both families reach it).
 # OID_DNS=0 (and bench -kube) leaves it out: no CoreDNS pod, no clusterDNS.
 
@@ -186,7 +187,10 @@ deploy_dns() {
 		docker exec -i "$P-$n" /opt/ovsflow-kube/bin/ctr -n k8s.io images import --no-unpack - <"$tar" >/dev/null ||
 			die "importing $kube_coredns_image into $n"
 	done
-	sed -e "s/@DNS_IP4@/$(dns4)/g" -e "s/@DNS_IP6@/$(dns6)/g" deploy/coredns.yaml | kctl apply -f - >&2
+	local replicas=2
+	(($(kube_nodes | wc -l) > 1)) || replicas=1
+	sed -e "s/@DNS_IP4@/$(dns4)/g" -e "s/@DNS_IP6@/$(dns6)/g" -e "s/@DNS_REPLICAS@/$replicas/g" deploy/coredns.yaml |
+		kctl apply -f - >&2
 	kctl -n kube-system rollout status deployment/coredns --timeout=180s >&2
 	log "cluster DNS: CoreDNS $coredns_version, Service kube-system/kube-dns at $(dns4) and $(dns6), Ready in $((SECONDS - t0)) s"
 }

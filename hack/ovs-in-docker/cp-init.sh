@@ -49,9 +49,9 @@ supervise kube-scheduler "${kube_cmd[@]}"
 # sync_pod_routes: a route (proto static) to every Node's pod CIDRs via the
 # Node's InternalIP of the family, and none to a CIDR no Node has. This is
 # what the node agent does on a node, and this container runs none: a pod
-# reaches the API server with its own address (the pod network has no NAT;
-# the cluster DNS watches the API through its Service), and the answer must
-# go back to the pod's node, not to the Docker host.
+# reaches the API server (through its Service, as in-cluster clients do)
+# with its own address (the pod network has no NAT), and the answer must go
+# back to the pod's node, not to the Docker host.
 sync_pod_routes() {
 	local lines line cidr ip want=" "
 	lines=$("$bin/kubectl" --kubeconfig "$pki/admin.kubeconfig" get nodes -o \

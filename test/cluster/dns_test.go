@@ -39,10 +39,11 @@ func singleStack(t *testing.T, ctx context.Context, ns, name, selector string, f
 	return got
 }
 
-// lookup asks the pod's nameserver (its /etc/resolv.conf: busybox nslookup,
-// A and AAAA) for name and returns the addresses of the answers, sorted.
-func lookup(ctx context.Context, p *corev1.Pod, name string) ([]string, error) {
-	out, err := inContainer(ctx, p, "busybox timeout 10 busybox nslookup "+name)
+// lookup asks server ("": the pod's nameserver, from its /etc/resolv.conf)
+// for name (busybox nslookup: A and AAAA) and returns the addresses of the
+// answers, sorted.
+func lookup(ctx context.Context, p *corev1.Pod, name, server string) ([]string, error) {
+	out, err := inContainer(ctx, p, strings.TrimSpace("busybox timeout 10 busybox nslookup "+name+" "+server))
 	// The answers' lines: "Name: NAME" then "Address: ADDR" (the server's own
 	// "Address: ADDR:53" follows "Server:").
 	var addrs []string
@@ -70,7 +71,7 @@ func lookup(ctx context.Context, p *corev1.Pod, name string) ([]string, error) {
 // node has the kube-dns Service's addresses as its nameservers (kubelet's
 // clusterDNS) and its namespace first in its search path; through them it
 // resolves kubernetes.default.svc.cluster.local to the API server's Service
-// and a dual-stack Service of its own namespace to both of its ClusterIPs
+// (asking each of the kube-dns Service's addresses too) and a dual-stack Service of its own namespace to both of its ClusterIPs
 // (A and AAAA), and it connects by name (through the search path) to that
 // Service and to an IPv4-only and an IPv6-only one, each answering over its
 // own family.
@@ -133,9 +134,20 @@ func TestClusterDNSFromPodsOnEveryNode(t *testing.T) {
 		if len(search) == 0 || search[0] != ns+".svc.cluster.local" {
 			t.Errorf("pod %s on %s: search %v, want %s.svc.cluster.local first", p.Name, p.Spec.NodeName, search, ns)
 		}
+		tries := 0
 		eventually(t, ctx, time.Minute, fmt.Sprintf("names from pod %s on %s", p.Name, p.Spec.NodeName), func() error {
+			tries++
+			for _, server := range dns.Spec.ClusterIPs {
+				got, err := lookup(ctx, p, "kubernetes.default.svc.cluster.local", server)
+				if err != nil {
+					return err
+				}
+				if !sameSet(got, api.Spec.ClusterIPs) {
+					return fmt.Errorf("kubernetes.default.svc.cluster.local from %s resolved to %v, want %v", server, got, api.Spec.ClusterIPs)
+				}
+			}
 			for name, want := range resolves {
-				got, err := lookup(ctx, p, name)
+				got, err := lookup(ctx, p, name, "")
 				if err != nil {
 					return err
 				}
@@ -158,6 +170,9 @@ func TestClusterDNSFromPodsOnEveryNode(t *testing.T) {
 			}
 			return nil
 		})
+		if tries > 1 {
+			t.Logf("pod %s on %s: every name resolved and answered after %d rounds", p.Name, p.Spec.NodeName, tries)
+		}
 	}
 }
 

@@ -181,25 +181,4 @@ func TestUninstallLeavesNodeAsPrepared(t *testing.T) {
 			t.Errorf("node %s: stale after the pods' DEL: %v", nd.Name, bad)
 		}
 	}
-	replaceDNSPods(t, ctx)
-}
-
-// replaceDNSPods: the cluster DNS's pods (deploy/coredns.yaml's Deployment,
-// when the cluster has it), whose attachments the uninstall forgot like the
-// test's own, deleted and replaced by their Deployment, until Ready: the
-// tests after this one resolve names.
-func replaceDNSPods(t *testing.T, ctx context.Context) {
-	t.Helper()
-	d, err := kube.AppsV1().Deployments(dnsNamespace).Get(ctx, "coredns", metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return
-	}
-	if err != nil {
-		t.Fatalf("the cluster DNS's Deployment: %v", err)
-	}
-	sel := "k8s-app=" + dnsService
-	if err := kube.CoreV1().Pods(dnsNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
-		t.Fatalf("deleting the cluster DNS's pods: %v", err)
-	}
-	waitPodsReady(t, ctx, dnsNamespace, sel, int(*d.Spec.Replicas))
 }

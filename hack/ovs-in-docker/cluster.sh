@@ -66,9 +66,8 @@ kctl() { "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"; }
 kube_prepare() {
 	local n=$1 multus=${2:-0} i me d
 	[ "$(id -u)" = 0 ] || die "up -kube: needs root (the cached build, the PKI under $KSTATE)"
-	kube_build_all
+	if ((KDNS)); then kube_build_all coredns; else kube_build_all; fi
 	((multus)) && kube_build_multus
-	((KDNS)) && kube_build_coredns
 	rm -rf "$KSTATE"
 	mkdir -p "$KSTATE/pki"
 	chmod 0755 "$KSTATE"
@@ -179,10 +178,11 @@ cmd_deploy() {
 # node's containerd, deploy/coredns.yaml applied with the kube-dns Service's
 # addresses, until its pods are Ready.
 deploy_dns() {
-	local t0=$SECONDS n tar=$kube_prefix/images/coredns-$coredns_version.tar
+	local t0=$SECONDS n tar
+	tar=$(kube_coredns_tar)
 	grep -q "^ *image: $kube_coredns_image\$" deploy/coredns.yaml ||
 		die "deploy/coredns.yaml does not run $kube_coredns_image (hack/lib/kube.sh's build)"
-	kube_build_coredns
+	[ -f "$tar" ] || die "no $tar (up -kube builds it)"
 	for n in $(kube_nodes); do
 		docker exec -i "$P-$n" /opt/ovsflow-kube/bin/ctr -n k8s.io images import --no-unpack - <"$tar" >/dev/null ||
 			die "importing $kube_coredns_image into $n"

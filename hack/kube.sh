@@ -46,6 +46,9 @@ install_all() {
 	kube_build_containerd
 	kube_build_etcd
 	kube_build_kube
+	# The cluster DNS of hack/ovs-in-docker.sh up -kube (not of this single
+	# node): built here so that CI's prefetch fills the cache with it too.
+	kube_build_coredns
 	# The pause and test app images of the runtime suites, and the DaemonSet's.
 	OVSFLOW_RT_PREFIX=$rt_prefix hack/install-runtimes.sh images >/dev/null
 	ds_image_tar

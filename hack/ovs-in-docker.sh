@@ -24,7 +24,8 @@
 #                                         and KUBECONFIG=<the admin's kubeconfig>; -multus: deploy puts Multus
 #                                         (thin plugin, hack/lib/kube.sh's cached build) in front of ovsflow
 #   hack/ovs-in-docker.sh kubectl ARGS...  kubectl against the cluster
-#   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied
+#   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied,
+#                                         then the cluster DNS (CoreDNS, deploy/coredns.yaml) until Ready
 #                                         (after up -kube -multus: then deploy/multus.yaml and Multus on every node)
 #   hack/ovs-in-docker.sh image TAG       another image of this tree, tagged and stamped TAG, into every node
 #                                         (for an upgrade: kubectl set image); prints IMAGE=<name>
@@ -52,6 +53,7 @@
 # OID_KPOD4 (the cluster CIDR, default OID_POD4), OID_KPOD6 (2001:db8:10:100::/56),
 # OID_KPOD4=none: IPv6-only pods; OID_SVC4 (203.0.113.192/27), OID_SVC6 (2001:db8:10:ffff::/112),
 # OID_KMASK4 (26: the IPv4 range per node), OID_KMAXPODS (kubelet's maxPods; default kubelet's, 110).
+# OID_DNS (1: CoreDNS of deploy/coredns.yaml, kubelet's clusterDNS its kube-dns Service; 0: no cluster DNS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
@@ -367,7 +369,7 @@ cmd_restart() {
 # shellcheck source=hack/ovs-in-docker/bench.sh
 . hack/ovs-in-docker/bench.sh
 
-usage() { sed -n '2,54p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,56p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
 cmd=${1:-}

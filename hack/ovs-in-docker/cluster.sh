@@ -23,6 +23,14 @@
 # ServiceAccount, and examples/multus.conflist as 00-multus.conflist: the
 # first conflist by name, so containerd runs Multus, which delegates the
 # cluster default network to the agent's 10-ovsflow.conflist.
+#
+# The cluster DNS: CoreDNS as kubeadm deploys it (deploy/coredns.yaml), its
+# binary and image built by hack/lib/kube.sh into the cache; `deploy` imports
+# the image into every node and applies the manifest once the pod network is
+# up (its pods with hostNetwork: deploy/coredns.yaml says why). The kube-dns
+# Service has the 10th address of each service range, and every kubelet's
+# clusterDNS names both, the pods' first family first.
+# OID_DNS=0 (and bench -kube) leaves it out: no CoreDNS pod, no clusterDNS.
 
 # shellcheck source=hack/lib/kube.sh
 . hack/lib/kube.sh
@@ -43,6 +51,14 @@ cp4() { echo "$(net4_base).$(($(net4_last) + 30))"; }
 cp6() { echo "${NET6%::/*}::fe"; }
 svc4_first() { local n=${SVC4%/*}; echo "${n%.*}.$((${n##*.} + 1))"; }
 svc6_first() { echo "${SVC6%::/*}::1"; }
+KDNS=${OID_DNS:-1}                            # 0: no cluster DNS (no CoreDNS, no clusterDNS)
+dns4() { local n=${SVC4%/*}; echo "${n%.*}.$((${n##*.} + 10))"; }
+dns6() { echo "${SVC6%::/*}::a"; }
+# kube_cluster_dns: kubelet's clusterDNS, the address of the pods' first family first.
+kube_cluster_dns() {
+	((KDNS)) || return 0
+	if [ "$KPOD4" = none ]; then echo "$(dns6),$(dns4)"; else echo "$(dns4),$(dns6)"; fi
+}
 kube_server() { echo "https://$(cp4):6443"; }
 admin_kubeconfig() { echo "$KSTATE/pki/admin.kubeconfig"; }
 
@@ -53,13 +69,14 @@ kctl() { "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"; }
 kube_prepare() {
 	local n=$1 multus=${2:-0} i me d
 	[ "$(id -u)" = 0 ] || die "up -kube: needs root (the cached build, the PKI under $KSTATE)"
-	kube_build_all
+	if ((KDNS)); then kube_build_all coredns; else kube_build_all; fi
 	((multus)) && kube_build_multus
 	rm -rf "$KSTATE"
 	mkdir -p "$KSTATE/pki"
 	chmod 0755 "$KSTATE"
 	# deploy reads it: Multus goes in front of ovsflow.
 	((multus)) && echo "$multus_version" >"$KSTATE/multus"
+	((KDNS)) && echo "$coredns_version" >"$KSTATE/dns"
 	d=$KSTATE/pki
 	kube_ca "$d" "$P"
 	kube_control_plane_certs "$d" "$P" "DNS:cp,IP:127.0.0.1,IP:$(cp4),IP:$(cp6),IP:$(svc4_first),IP:$(svc6_first)" "$(kube_server)"
@@ -73,7 +90,7 @@ kube_prepare() {
 		# node with containerd's defaults.
 		kube_containerd_config "$KSTATE/$me/containerd.toml" /var/lib/containerd /run/containerd \
 			/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc "$(node4 "$i"):$KCTRD_METRICS_PORT" false
-		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" /run/containerd/containerd.sock "/$P/$me" "$KMAXPODS"
+		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" /run/containerd/containerd.sock "/$P/$me" "$KMAXPODS" "$(kube_cluster_dns)"
 		kube_proxy_config "$KSTATE/$me/proxy.yaml" "$d/proxy.kubeconfig" "$me" "$(kube_cluster_cidrs)"
 	done
 	# The containers read the keys as root; nothing else on this machine needs them.
@@ -155,8 +172,30 @@ cmd_deploy() {
 	kctl apply -f deploy/ovsflow-cni.yaml >&2
 	kctl -n kube-system rollout status daemonset/ovsflow-cni --timeout=180s >&2
 	kctl wait node --all --for=condition=Ready --timeout=120s >&2
+	[ -f "$KSTATE/dns" ] && deploy_dns
 	[ -f "$KSTATE/multus" ] && deploy_multus
 	log "deployed in $((SECONDS - t0)) s"
+}
+
+# deploy_dns: CoreDNS's image (hack/lib/kube.sh's cached tar) into every
+# node's containerd, deploy/coredns.yaml applied with the kube-dns Service's
+# addresses, until its pods are Ready.
+deploy_dns() {
+	local t0=$SECONDS n tar
+	tar=$(kube_coredns_tar)
+	grep -q "^ *image: $kube_coredns_image\$" deploy/coredns.yaml ||
+		die "deploy/coredns.yaml does not run $kube_coredns_image (hack/lib/kube.sh's build)"
+	[ -f "$tar" ] || die "no $tar (up -kube builds it)"
+	for n in $(kube_nodes); do
+		docker exec -i "$P-$n" /opt/ovsflow-kube/bin/ctr -n k8s.io images import --no-unpack - <"$tar" >/dev/null ||
+			die "importing $kube_coredns_image into $n"
+	done
+	local replicas=2
+	(($(kube_nodes | wc -l) > 1)) || replicas=1
+	sed -e "s/@DNS_IP4@/$(dns4)/g" -e "s/@DNS_IP6@/$(dns6)/g" -e "s/@DNS_REPLICAS@/$replicas/g" deploy/coredns.yaml |
+		kctl apply -f - >&2
+	kctl -n kube-system rollout status deployment/coredns --timeout=180s >&2
+	log "cluster DNS: CoreDNS $coredns_version, Service kube-system/kube-dns at $(dns4) and $(dns6), Ready in $((SECONDS - t0)) s"
 }
 
 # deploy_multus: deploy/multus.yaml applied, then on every node Multus's thin

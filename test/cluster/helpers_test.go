@@ -276,6 +276,23 @@ exec nsenter --net="$netns" bash -c "$0"`, p.Name, p.Namespace, p.Namespace, p.N
 	return string(out), nil
 }
 
+// inContainer runs a sh script in the app container of a pod (crictl exec on
+// its node): the image's busybox, with the pod's own /etc/resolv.conf and
+// /etc/hosts, as the pod's processes resolve names.
+func inContainer(ctx context.Context, p *corev1.Pod, script string) (string, error) {
+	find := fmt.Sprintf(`pod=$(crictl pods -q --name '^%s$' --namespace '%s' --state ready | head -1)
+[ -n "$pod" ] || { echo "no ready sandbox of pod %s/%s"; exit 1; }
+id=$(crictl ps -q --pod "$pod" --name '^app$' --state running | head -1)
+[ -n "$id" ] || { echo "no running app container in pod %s/%s"; exit 1; }
+exec crictl exec "$id" /bin/sh -c "$0"`, p.Name, p.Namespace, p.Namespace, p.Name, p.Namespace, p.Name)
+	cmd := exec.CommandContext(ctx, harness, "exec", p.Spec.NodeName, "bash", "-c", find, script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("in pod %s/%s on %s: %w: %s", p.Namespace, p.Name, p.Spec.NodeName, err, out)
+	}
+	return string(out), nil
+}
+
 // fromHost runs the probe from this host (the test's own process).
 func fromHost(p probe) string {
 	c, err := net.DialTimeout(p.Proto, net.JoinHostPort(p.Addr, fmt.Sprint(p.Port)), 3*time.Second)

@@ -12,6 +12,7 @@ const (
 	GroupPortSecurity              // CookieKindPortSecurity: one port's table-0 flows
 	GroupTombstone                 // CookieKindTombstone: ports being deleted
 	GroupBandwidth                 // CookieKindBandwidth: one port's egress limit (ovs-bandwidth)
+	GroupGateway                   // CookieKindGateway: one gateway of a bridge (isGateway)
 )
 
 func (g Group) String() string {
@@ -26,6 +27,8 @@ func (g Group) String() string {
 		return "tombstone"
 	case GroupBandwidth:
 		return "bandwidth"
+	case GroupGateway:
+		return "gateway"
 	}
 	return "other"
 }
@@ -46,6 +49,8 @@ func GroupOf(c Cookie) Group {
 		return GroupTombstone
 	case CookieKindBandwidth:
 		return GroupBandwidth
+	case CookieKindGateway:
+		return GroupGateway
 	}
 	return GroupOther
 }
@@ -156,6 +161,9 @@ func Name(f Flow) string {
 			{TableClassifier, PriorityPortSecVRRP}:   "the port-security allow of VRRP adverts from its own and allowed addresses",
 			{TableClassifier, PriorityPortSecAllow}:  "the port-security allow of its own MAC and addresses",
 			{TableClassifier, PriorityVLANIsolation}: "the VLAN isolation of a port off VLAN 0",
+			{TableClassifier, PriorityGatewayReply}:  "the Service reply to the gateway (zone 64004)",
+			{TableClassifier, PriorityGatewaySkip}:   "the pass of what needs no Service reply lookup",
+			{TableClassifier, PriorityGatewayTrack}:  "the Service reply lookup (zone 64004)",
 		}
 	case GroupHostPorts:
 		names = map[key]string{
@@ -190,6 +198,11 @@ func Name(f Flow) string {
 			{TablePortmapReplyRestore, PriorityMiss}:           "the reply fallback (NORMAL)",
 			{TablePortmapDNAT, PriorityFragmentMiss}:           "the reassembly of a new datagram's other fragments (to table 44)",
 			{TablePortmapFragmentMiss, PriorityMiss}:           "the fragment fallback to the node (NORMAL)",
+		}
+	case GroupGateway:
+		names = map[key]string{
+			{TableClassifier, PriorityGatewaySkip}:  "the pass of the node's own connections from the gateway",
+			{TableClassifier, PriorityGatewayTrack}: "the commit of a connection the gateway forwards to a pod (zone 64004)",
 		}
 	case GroupTombstone:
 		return reasonText[ReasonTombstone]

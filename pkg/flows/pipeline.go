@@ -57,6 +57,9 @@
 //	prio 405  PriorityPortSecNDDrop     table 0: any other neighbour solicitation or advertisement from a container
 //	prio 400  PriorityPortSecAllow      table 0: a container frame from its own MAC and addresses
 //	prio 390  PriorityPortSecDrop       table 0: any other frame from a container port
+//	prio 320  PriorityGatewayReply      table 0: a container's reply to a connection the gateway opened (zone 64004, ct_mark[0]): to LOCAL
+//	prio 315  PriorityGatewaySkip       table 0: no lookup for what needs none: to or from the gateway's own address, neighbour discovery
+//	prio 310  PriorityGatewayTrack      table 0: LOCAL, pod subnet -> pod subnet: ct(commit, zone 64004); a container port -> pod subnet: ct(zone 64004) lookup
 //	prio 205  PriorityVLANIsolation     table 0: a port off VLAN 0 has no path to the node: NORMAL, not host ports
 //	prio   0  PriorityBase              table 0: NORMAL, on a fail_mode=secure bridge only (BaseFlows)
 //	prio 65000 PriorityTombstone        table 0: a port being deleted drops everything (10 s hard timeout)
@@ -85,6 +88,9 @@
 //	zone 64001  DefaultSNATZone         hairpin/masqAll source translation
 //	zone 64002  DefaultContainerZone    as 64000, for clients in containers: a flood from one cannot fill 64000
 //	zone 64003  PortSecDefragZone       reassembly of a container's fragments for port security; nothing committed
+//	zone 64004  GatewayZone             connections the node forwards from the gateway (LOCAL) to a pod, with a pod's source (a Service's DNAT)
+//	ct_mark[0]         CTMarkFromGateway  zone 64004: the connection entered its pod from the gateway
+//	ct_label[0..47]    LabelGatewayMAC    zone 64004: the gateway's MAC (the request's eth_src) = the steered reply's eth_dst
 //	limit 65536 DefaultLimit            conntrack entries of zones 64000 and 64001 (per datapath)
 //	limit 16384 DefaultContainerLimit   conntrack entries of zone 64002
 //	ct_label[0..47]    LabelOrigEthSrc  request's source MAC = reply's eth_dst
@@ -92,14 +98,15 @@
 //	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
 //	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
 //	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
-//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3, CookieKindBandwidth 4
+//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3, CookieKindBandwidth 4, CookieKindGateway 5
 //	reg1[0]            RegPortSecurityChecked  table 0: the frame passed port security and was resubmitted
 //	reg1[1]            RegPortSecurityDefragged table 0: the fragment went through ct(zone 64003) once
 //	reg1[2]            RegBandwidthMetered     table 0: the frame went through its port's meter (ovs-bandwidth)
+//	reg1[3]            RegGatewayTracked       table 0: the frame went through PriorityGatewaySkip or PriorityGatewayTrack once
 //	meter[28..31] = 1  MeterSuiteFirst-MeterSuiteLast  every meter of the suite, and no other (uninstall and the sweeps delete these only)
 //	meter = 0x1ff00000 | ofport  MeterOf  the egress meter of a container port (ovs-bandwidth): one per port, numbered after the port
 //	meter = 0x10000000 | ofport<<12 | i  ConnMeterOf  new connections of the i-th mapping (protocol, host port) of an attachment (ovs-portmap's newConnectionRate)
-//	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname
+//	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname (CookieKindGateway: of the gateway prefix)
 //
 // The ct_label of the DNAT connection remembers where the request came from,
 // so replies go straight back to the client without SNAT: the container sees
@@ -369,6 +376,15 @@ const (
 	// hour (ofproto's alloc_ofp_port).
 	PriorityTombstone uint16 = 65000
 	TombstoneTimeout         = 10 // seconds
+	// PriorityGatewayReply, PriorityGatewaySkip and PriorityGatewayTrack
+	// send a Service's replies from a backend in a container back through
+	// the node (see gateway.go): below port security, whose allow flows
+	// resubmit what they pass, above the host port classifiers, so that a
+	// backend that also publishes its port (PriorityReply) is steered
+	// too.
+	PriorityGatewayReply uint16 = 320
+	PriorityGatewaySkip  uint16 = 315
+	PriorityGatewayTrack uint16 = 310
 	// PriorityBandwidth sends every frame from a container port with an
 	// egress limit (ovs-bandwidth) through the port's meter once
 	// (RegBandwidthMetered), then back to table 0, where port security and
@@ -407,6 +423,13 @@ const (
 	// it holds no entries and needs no limit; it is fixed, not one of
 	// Pipeline's zones, and must differ from them.
 	PortSecDefragZone uint16 = 64003
+	// GatewayZone tracks the connections that the node forwards from the
+	// gateway (LOCAL) to a pod with the source address of a pod of the
+	// gateway's subnet: those of a Service whose backend is on this node,
+	// DNATed by the node (kube-proxy). Fixed, like PortSecDefragZone, and
+	// without a limit of its own: it holds one entry per such connection
+	// of the node's own conntrack.
+	GatewayZone uint16 = 64004
 )
 
 // Registers and ct_label fields, as typed subfields (rendered
@@ -431,6 +454,16 @@ var (
 	// meter (PriorityBandwidth), so that the resubmit and a recirculation
 	// after ct() do not meter it again.
 	RegBandwidthMetered = openflow.Reg(1).Bit(2)
+	// RegGatewayTracked is set once a frame went through
+	// PriorityGatewaySkip or PriorityGatewayTrack, so that it does so
+	// once.
+	RegGatewayTracked = openflow.Reg(1).Bit(3)
+	// CTMarkFromGateway marks, in GatewayZone, a connection that entered
+	// its pod from the gateway.
+	CTMarkFromGateway = openflow.FieldCTMark.Bit(0)
+	// LabelGatewayMAC keeps, in GatewayZone, the MAC of the gateway (the
+	// source of the request it forwarded): the steered reply's eth_dst.
+	LabelGatewayMAC = openflow.FieldCTLabel.Bits(0, 47)
 )
 
 // Cookie layout: suite tag | kind | attachment hash.
@@ -454,6 +487,10 @@ const (
 	// CookieKindBandwidth marks the egress limit flows of one attachment
 	// (written by ovs-bandwidth, same hash).
 	CookieKindBandwidth uint8 = 4
+	// CookieKindGateway marks the flows of one gateway of a bridge
+	// (isGateway): its hash is that of the gateway prefix (GatewayCookie),
+	// not of an attachment.
+	CookieKindGateway uint8 = 5
 	// AttachmentMask selects suite tag and hash, any kind: every flow of one
 	// attachment, for the single masked delete of ovs-bridge's DEL.
 	AttachmentMask Cookie = SuiteMask | CookieHashMask

@@ -55,6 +55,11 @@ type PortSecurity struct {
 	VLAN                         PortVLAN
 	// Disabled: portSecurity is off; only the VLAN isolation flow remains.
 	Disabled bool
+	// Gateways are the gateways of the port's network on the bridge's
+	// internal interface (isGateway), each with its subnet's prefix
+	// length: with them, the port's replies to Services go back through
+	// the node (see gateway.go), port security or not.
+	Gateways []netip.Prefix
 }
 
 // LinkLocalOf returns the IPv6 link-local address the kernel derives from
@@ -70,7 +75,8 @@ func LinkLocalOf(mac net.HardwareAddr) netip.Addr {
 // PortSecurityFlows returns the table-0 flows of ps (see the Port security
 // declarations in pipeline.go). Without Disabled, every frame from the port
 // is either dropped or passes an allow flow that marks it checked and
-// resubmits it to table 0.
+// resubmits it to table 0. With Gateways, the flows that send its Service
+// replies back through the node come first (gateway.go).
 func PortSecurityFlows(ps PortSecurity) []Flow {
 	c := ps.Cookie.WithKind(CookieKindPortSecurity)
 	drop := func(prio uint16, m openflow.Match) Flow { return flow(c, TableClassifier, prio, m) }
@@ -80,6 +86,7 @@ func PortSecurityFlows(ps PortSecurity) []Flow {
 	if ps.VLAN != Untagged {
 		out = append(out, flow(c, TableClassifier, PriorityVLANIsolation, openflow.Match{}.InPort(ps.OFPort), openflow.Normal))
 	}
+	out = append(out, gatewayPortFlows(c, ps)...)
 	if ps.Disabled {
 		return out
 	}

@@ -147,6 +147,8 @@ const (
 // Reserved ports.
 const (
 	PortNormal uint32 = 0xfffffffa
+	// PortLocal is the bridge's own port, its internal interface (LOCAL).
+	PortLocal uint32 = 0xfffffffe
 	// PortMax is the first reserved port number in OpenFlow 1.0 numbering,
 	// which ovs-ofctl reads ports in.
 	PortMax uint32 = 0xff00
@@ -162,7 +164,16 @@ func (o Output) String() string {
 	if o.Port == PortNormal {
 		return "NORMAL"
 	}
-	return fmt.Sprintf("output:%d", o.Port)
+	return "output:" + portName(o.Port)
+}
+
+// portName renders an OpenFlow port number as ovs-ofctl reads it: a
+// number, or the name of the reserved port LOCAL.
+func portName(p uint32) string {
+	if p == PortLocal {
+		return "LOCAL"
+	}
+	return fmt.Sprint(p)
 }
 
 // encode renders OFPAT_OUTPUT with max_len 0, as ovs-ofctl does for ports
@@ -442,7 +453,7 @@ func encodeInstructions(b []byte, as Actions) []byte {
 // Validate reports actions that OVS would reject or that do not encode:
 // subfields out of their field, widths that differ, a load that does not
 // fit, reserved ports, a GotoTable other than last, exec actions other
-// than move and load.
+// than move and load. Of the reserved ports, NORMAL and LOCAL are allowed.
 func (as Actions) Validate() error {
 	var errs []string
 	var check func(as Actions, inCT bool)
@@ -450,7 +461,7 @@ func (as Actions) Validate() error {
 		for i, a := range as {
 			switch a := a.(type) {
 			case Output:
-				if inCT || a.Port >= PortMax && a.Port != PortNormal {
+				if inCT || a.Port >= PortMax && a.Port != PortNormal && a.Port != PortLocal {
 					errs = append(errs, a.String())
 				}
 			case OutputReg:

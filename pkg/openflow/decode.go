@@ -216,6 +216,8 @@ func (m *Match) decodeField(class uint16, field uint8, val, mask []byte, vid, pc
 		*m = m.CTState(uint32(u()), uint32(um()))
 	case class == classNXM1 && field == nxmCTZone && len(val) == 2 && mask == nil:
 		*m = m.CTZone(uint16(u()))
+	case class == classNXM1 && field == nxmCTMark && len(val) == 4:
+		*m = m.CTMark(uint32(u()), uint32(um()))
 	case class == classNXM1 && field == nxmIPFrag && len(val) == 1:
 		*m = m.IPFrag(uint8(u()), uint8(um()))
 	case class == classNXM1 && field == nxmCTNWProto && len(val) == 1 && mask == nil:

@@ -25,6 +25,8 @@ func TestDecodeFlowStats(t *testing.T) {
 		{Cookie: 6, Table: 7, Priority: 8, Match: Match{}.Proto(EthIPv6, ProtoUDP).IPDst(Host(netip.MustParseAddr("2001:db8::1"))).TPDst(53),
 			Actions: Actions{CT{Commit: true, Zone: 9, NAT: &NAT{Dst: true, Addr: netip.MustParseAddr("2001:db8::2"), Port: 5353}, Table: Table(10),
 				Exec: Actions{Move{FieldEthSrc.All(), FieldCTLabel.Bits(0, 47)}}}, GotoTable{11}}},
+		{Cookie: 12, Match: Match{}.InPort(PortLocal).EthType(EthIPv4).CTState(CTTrk|CTRpl, CTTrk|CTRpl).CTZone(13).CTMark(1, 1),
+			Actions: Actions{Move{FieldCTLabel.Bits(0, 47), FieldEthDst.All()}, Output{PortLocal}}},
 	}
 	var body []byte
 	for _, f := range want {

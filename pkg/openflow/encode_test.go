@@ -113,6 +113,10 @@ func corpus(t testing.TB) map[string]of.Bundle {
 		}
 		out["portsec_"+tt.name] = flows.PortSecurityBundle(ps, base...)
 	}
+	gws := []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24"), netip.MustParsePrefix("2001:db8:c::1/64")}
+	out["portsec_gateway"] = flows.PortSecurityBundle(flows.PortSecurity{Cookie: flows.AttachmentCookie("ps-gw", "eth0"), OFPort: 7,
+		MAC: of.MAC(mac), IPs: []netip.Addr{ctr4, ctr6}, LinkLocal: flows.LinkLocalOf(mac), Gateways: gws})
+	out["gateway"] = flows.GatewayBundle(gws...)
 	out["tombstone"] = append(flows.TombstoneBundle(7, 0xfeff), flows.AttachmentCookie("ps-dual", "eth0").AttachmentDelete())
 	out["edge"] = edge()
 	return out

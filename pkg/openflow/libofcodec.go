@@ -95,6 +95,10 @@ func libofMatch(out *of15.Match, m Match) {
 	if m.has&hasCTZone != 0 {
 		out.AddField(*of15.NewCTZoneMatchField(m.ctZone))
 	}
+	if m.has&hasCTMark != 0 {
+		mask := m.ctMark.m
+		out.AddField(*of15.NewCTMarkMatchField(m.ctMark.v, &mask))
+	}
 	if m.has&hasEthType != 0 {
 		out.AddField(*of15.NewEthTypeField(m.ethType))
 	}

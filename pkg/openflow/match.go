@@ -102,6 +102,7 @@ type Match struct {
 	ethDst, ethSrc MAC
 	ctState        masked32
 	ctZone         uint16
+	ctMark         masked32
 	ctNWProto      uint8
 	ctTPSrc        uint16
 	ctTPDst        uint16
@@ -142,6 +143,7 @@ const (
 	hasCTNWProto
 	hasCTTPSrc
 	hasCTTPDst
+	hasCTMark
 )
 
 // IP fragment flags (NXM_NX_IP_FRAG): FragAny is set on every fragment,
@@ -227,6 +229,13 @@ func (m Match) CTState(value, mask uint32) Match {
 
 // CTZone matches ct_zone.
 func (m Match) CTZone(z uint16) Match { m.ctZone, m.has = z, m.has|hasCTZone; return m }
+
+// CTMark matches the bits of mask of ct_mark to those of value.
+func (m Match) CTMark(value, mask uint32) Match {
+	m.ctMark = masked32{value & mask, mask}
+	m.has = m.presentIf(mask != 0, hasCTMark)
+	return m
+}
 
 // CTNWProto matches ct_nw_proto, the IP protocol of the connection's
 // original direction (needs EthType and CTState with +trk and -inv or +new,
@@ -333,7 +342,7 @@ func (m Match) String() string {
 		f = append(f, kw)
 	}
 	if m.has&hasInPort != 0 {
-		f = append(f, fmt.Sprintf("in_port=%d", m.inPort))
+		f = append(f, "in_port="+portName(m.inPort))
 	}
 	for i, r := range m.regs {
 		if r.m != 0 {
@@ -376,6 +385,9 @@ func (m Match) String() string {
 	}
 	if m.has&hasCTZone != 0 {
 		f = append(f, fmt.Sprintf("ct_zone=%d", m.ctZone))
+	}
+	if m.has&hasCTMark != 0 {
+		f = append(f, "ct_mark="+masked(uint64(m.ctMark.v), uint64(m.ctMark.m), 32))
 	}
 	if m.has&hasCTNWProto != 0 {
 		f = append(f, fmt.Sprintf("ct_nw_proto=%d", m.ctNWProto))
@@ -556,6 +568,9 @@ func (m Match) Encode(b []byte) []byte {
 	}
 	if m.has&hasCTZone != 0 {
 		b = oxm(b, classNXM1, nxmCTZone, be16(m.ctZone), nil)
+	}
+	if m.has&hasCTMark != 0 {
+		b = oxm(b, classNXM1, nxmCTMark, be32(m.ctMark.v), be32(m.ctMark.m))
 	}
 	if m.has&hasEthType != 0 {
 		b = oxm(b, classBasic, oxmEthType, be16(m.ethType), nil)

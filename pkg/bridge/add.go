@@ -542,7 +542,7 @@ func announce(a *adding) error {
 // and logs the attachment.
 func putGateway(a *adding) error {
 	if a.conf.IsGateway {
-		if err := setupGateway(a.ctx, a.cli, a.br, a.result, a.portUUID, !a.dhcp()); err != nil {
+		if err := setupGateway(a.ctx, a.cli, a.br, portSecTarget(a.conf), a.result, a.portUUID, !a.dhcp()); err != nil {
 			return err
 		}
 	}

@@ -572,6 +572,11 @@ func portSecurity(conf *NetConf, args *skel.CmdArgs, mac openflow.MAC, result *c
 			ps.IPs = append(ps.IPs, a.Unmap())
 		}
 	}
+	if conf.IsGateway {
+		// The gateways setupGateway puts on the bridge: the port's
+		// replies to Services go back through them (pkg/flows, gateway.go).
+		ps.Gateways = gateways(result)
+	}
 	return ps
 }
 
@@ -670,8 +675,12 @@ func gateways(result *current.Result) []netip.Prefix {
 // (for reconcile). The port claims its gateways first (pkg/gateway): with
 // its row, or here when the port went in without them (dhcp); the bridge's
 // record is read again after the claim, since a withdrawal may have
-// removed it and the address since the bridge was first read.
-func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, result *current.Result, portUUID string, claimed bool) error {
+// removed it and the address since the bridge was first read. When it
+// records a gateway, it puts the gateway's flows (pkg/flows, gateway.go)
+// on the bridge at target again: the port's bundle had them, but a
+// reconcile or a withdrawal since may have removed them as a gateway's
+// without a record.
+func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, target endpoint.Endpoint, result *current.Result, portUUID string, claimed bool) error {
 	bridge := br.Name
 	gws := gateways(result)
 	if len(gws) == 0 {
@@ -726,6 +735,9 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, resu
 	if len(recorded) > 0 {
 		if err := cli.SetBridgeExternalIDs(ctx, now.UUID, recorded); err != nil {
 			return err
+		}
+		if err := openflow.Apply(ctx, target, flows.GatewayBundle(gws...)); err != nil {
+			return fmt.Errorf("bridge %q: gateway flows: %w", bridge, err)
 		}
 	}
 	return nil
@@ -833,7 +845,7 @@ func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.Cm
 }
 
 // withdrawGateways withdraws the gateways of the bridge that no port needs
-// any more, once ports are gone (pkg/gateway). It is cleanup: a failure
+// any more, and their flows, once ports are gone (pkg/gateway). It is cleanup: a failure
 // leaves them to the next DEL or reconcile, and the DEL succeeds.
 func withdrawGateways(ctx context.Context, cli *ovsdb.Client, conf *NetConf, ports []ovsdb.OwnedPort) {
 	if !conf.IsGateway || len(ports) == 0 {
@@ -842,6 +854,11 @@ func withdrawGateways(ctx context.Context, cli *ovsdb.Client, conf *NetConf, por
 	gone, err := gateway.WithdrawOn(ctx, cli, conf.Bridge)
 	if len(gone) > 0 {
 		cnilog.Note("bridge %s: gateways %v withdrawn", conf.Bridge, gone)
+		// Their flows on LOCAL go with them; left behind, reconcile
+		// removes them.
+		if err := openflow.Apply(ctx, portSecTarget(conf), flows.GatewayDelete(gone...)); err != nil {
+			cnilog.Note("bridge %s: removing the flows of gateways %v: %v", conf.Bridge, gone, err)
+		}
 	}
 	if err != nil {
 		cnilog.Note("bridge %s: withdrawing unused gateways: %v", conf.Bridge, err)

@@ -103,6 +103,9 @@ func load(p ovsdb.OwnedPort, ovsdbEndpoint endpoint.Endpoint) (attachment, error
 		if _, _, fl, ok := portsec.Rebuild(p); ok {
 			at.declared = append(at.declared, fl...)
 		}
+		for _, g := range rec.Gateways {
+			at.declared = append(at.declared, flows.GatewayFlows(g)...)
+		}
 	}
 	if target, ctl, pl, a, ok := hostport.Rebuild(p); ok {
 		at.target, at.control = target, ctl

@@ -116,6 +116,9 @@ func LoadConf(stdin []byte) (*Conf, error) {
 		if z == flows.PortSecDefragZone {
 			return nil, invalid("zone %d is ovs-bridge's port security reassembly zone: choose another", z)
 		}
+		if z == flows.GatewayZone {
+			return nil, invalid("zone %d is ovs-bridge's zone of Service replies through the gateway: choose another", z)
+		}
 	}
 	for _, l := range []struct {
 		key string

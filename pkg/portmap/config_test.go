@@ -52,6 +52,7 @@ func TestLoadConf(t *testing.T) {
 		{"zone 0", `{` + base + `,"dnatZone":0}`, types.ErrInvalidNetworkConfig, `"dnatZone" 0`, nil},
 		{"same zones", `{` + base + `,"dnatZone":7,"snatZone":7}`, types.ErrInvalidNetworkConfig, "must differ", nil},
 		{"port security reassembly zone", `{` + base + `,"containerZone":64003}`, types.ErrInvalidNetworkConfig, "reassembly zone", nil},
+		{"gateway zone", `{` + base + `,"snatZone":64004}`, types.ErrInvalidNetworkConfig, "Service replies", nil},
 		{"bad hostIPs", `{` + base + `,"hostIPs":["0.0.0.0"]}`, types.ErrInvalidNetworkConfig, `"hostIPs"[0]`, nil},
 		{"bad openflow", `{` + base + `,"openflow":"br0"}`, types.ErrInvalidNetworkConfig, `"openflow"`, nil},
 		{"bad ovsdb", `{` + base + `,"ovsdb":"tcp:127.0.0.1:0"}`, types.ErrInvalidNetworkConfig, `"ovsdb"`, nil},

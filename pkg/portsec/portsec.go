@@ -21,7 +21,7 @@ import (
 const ServedWithin = 10 * time.Second
 
 // Apply installs the port's table-0 flows for ps (and table 0's NORMAL on
-// a fail_mode=secure bridge) on the bridge at target in one bundle, and,
+// a fail_mode=secure bridge, and the flows of its gateways on LOCAL) on the bridge at target in one bundle, and,
 // given portUUID, first records them on the port for reconcile and claims
 // the addresses of ps on bridge (record.AddressClaims), in one transaction
 // that fails with an *ovsdb.ClaimedError, before any flow goes in, when
@@ -37,7 +37,7 @@ const ServedWithin = 10 * time.Second
 func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps flows.PortSecurity, secure bool, bridge, portUUID string) error {
 	// No flows of ours on this port, only what an earlier one left to
 	// clear: nothing to record either, but the addresses are still claimed.
-	none := ps.Disabled && ps.VLAN == flows.Untagged && !secure
+	none := len(flows.PortSecurityFlows(ps)) == 0 && !secure
 	if portUUID != "" {
 		raw, ok, err := record.NewPortSecurity(target, ps).Value()
 		if err != nil {
@@ -60,6 +60,12 @@ func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps 
 	var base []flows.Flow
 	if secure {
 		base = flows.BaseFlows()
+	}
+	// The flows of the port's gateways on LOCAL (shared by the ports of
+	// its network) go in with its own, again: so they are there whenever
+	// a port needs them, at no cost of a round trip.
+	for _, g := range ps.Gateways {
+		base = append(base, flows.GatewayFlows(g)...)
 	}
 	clear := flows.ClearPort(ps.OFPort)
 	if none {

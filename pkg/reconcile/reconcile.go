@@ -2,7 +2,7 @@
 // when it restarts: the flows of every live attachment (port security from
 // pkg/portsec, host ports from pkg/hostport, egress limits and their meters
 // from pkg/bandwidth), the node-local nft elements and
-// the gateway addresses of the bridges; it removes the flows of attachments
+// the gateway addresses of the bridges and their flows; it removes the flows of attachments
 // that are gone. `ovs-portmap reconcile` runs it once, or on every
 // ovs-vswitchd start (Run).
 package reconcile
@@ -24,6 +24,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
+	"github.com/ovsflow/ovs-cni/pkg/record"
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
@@ -108,6 +109,9 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 	}
 	var rules []flows.Rule
 	localnet := map[string]bool{} // bridges with loopback host ports
+	// The OpenFlow target of each bridge's port flows as recorded, where
+	// the flows of its gateways go too.
+	portTarget := map[string]endpoint.Endpoint{}
 	for _, p := range ports {
 		keep(p.Attachment())
 		if _, deleting := sweep.Deleting[p.Attachment()]; deleting {
@@ -117,6 +121,11 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 		if target, c, fl, ok := portsec.Rebuild(p); ok {
 			addFlows(get(target), c, fl)
 			rebuilt = true
+			if b := p.Port.ExternalIDs[ovsdb.KeyBridge]; b != "" {
+				if _, ok := portTarget[b]; !ok {
+					portTarget[b] = target
+				}
+			}
 		}
 		if target, meter, fl, ok := bandwidth.Rebuild(p); ok {
 			t := get(target)
@@ -173,6 +182,19 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 		}
 		br.ExternalIDs = ids
 		st.Gateways += gateway.Restore(br)
+		// The flows of the gateways that stay (pkg/flows, gateway.go);
+		// those of the others are stale.
+		if gws := record.Gateways(ids); len(gws) > 0 {
+			gt := t
+			if pt, ok := portTarget[br.Name]; ok {
+				gt = get(pt)
+			}
+			for _, g := range gws {
+				if fl := flows.GatewayFlows(g); len(fl) > 0 {
+					addFlows(gt, flows.GatewayCookie(g), fl)
+				}
+			}
+		}
 	}
 	st.InSync = map[endpoint.Endpoint]bool{}
 	for name, t := range byTarget {

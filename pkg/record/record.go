@@ -344,13 +344,18 @@ type PortSecurity struct {
 	VLAN flows.PortVLAN `json:"vlan,omitempty"`
 	// Disabled: portSecurity is off, only VLAN isolation is recorded.
 	Disabled bool `json:"disabled,omitempty"`
+	// Gateways are the gateways of the network on the bridge
+	// (isGateway), for the flows of the port's Service replies; none in
+	// records written before them.
+	Gateways []netip.Prefix `json:"gateways,omitempty"`
 }
 
 // NewPortSecurity is the record of ps, whose flows go to the bridge at
 // target.
 func NewPortSecurity(target endpoint.Endpoint, ps flows.PortSecurity) PortSecurity {
 	return PortSecurity{OpenFlow: target, MAC: ps.MAC, IPs: ps.IPs, L2Only: ps.L2Only, Allowed: ps.Allowed,
-		AllowVRRP: ps.AllowVRRP, AllowRouter: ps.AllowRouter, AllowDHCPServer: ps.AllowDHCPServer, VLAN: ps.VLAN, Disabled: ps.Disabled}
+		AllowVRRP: ps.AllowVRRP, AllowRouter: ps.AllowRouter, AllowDHCPServer: ps.AllowDHCPServer, VLAN: ps.VLAN, Disabled: ps.Disabled,
+		Gateways: ps.Gateways}
 }
 
 // Facts returns the flow facts of the record for ofport and cookie c. The
@@ -358,13 +363,14 @@ func NewPortSecurity(target endpoint.Endpoint, ps flows.PortSecurity) PortSecuri
 // the container interface.
 func (r PortSecurity) Facts(c flows.Cookie, ofport uint32) flows.PortSecurity {
 	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: r.MAC, IPs: r.IPs, LinkLocal: flows.LinkLocalOf(r.MAC.HardwareAddr()),
-		L2Only: r.L2Only, Allowed: r.Allowed, AllowVRRP: r.AllowVRRP, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled}
+		L2Only: r.L2Only, Allowed: r.Allowed, AllowVRRP: r.AllowVRRP, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled,
+		Gateways: r.Gateways}
 }
 
 // Value is the external_ids value of the record, when it has flows to
-// record (not with port security off and no VLAN).
+// record (not with port security off, no VLAN and no gateway).
 func (r PortSecurity) Value() (raw string, ok bool, err error) {
-	if r.Disabled && r.VLAN == flows.Untagged {
+	if r.Disabled && r.VLAN == flows.Untagged && len(r.Gateways) == 0 {
 		return "", false, nil
 	}
 	b, err := json.Marshal(r)

@@ -143,6 +143,9 @@ func TestPortSecurityGolden(t *testing.T) {
 			LinkLocal: ll(mustMAC(t, "02:00:00:00:00:0b")), L2Only: true}},
 		{"portsec_disabled_access.json", "tcp:127.0.0.1:6653", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mustMAC(t, "02:00:00:00:00:0c"),
 			LinkLocal: ll(mustMAC(t, "02:00:00:00:00:0c")), IPs: addrs("203.0.113.12"), VLAN: flows.Access, Disabled: true}},
+		{"portsec_disabled_gateway.json", "unix:/run/openvswitch/br0.mgmt", flows.PortSecurity{Cookie: c, OFPort: 7, MAC: mustMAC(t, "02:00:00:00:00:0d"),
+			LinkLocal: ll(mustMAC(t, "02:00:00:00:00:0d")), IPs: addrs("203.0.113.13", "2001:db8:c::d"), Disabled: true,
+			Gateways: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/24"), netip.MustParsePrefix("2001:db8:c::1/64")}}},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
 			stored := golden(t, tt.file)

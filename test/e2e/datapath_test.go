@@ -45,6 +45,9 @@ var kernelDatapath = []datapathGroup{
 	{"a sandbox's veth gone under its port (the kernel datapath drops the port, ofport -1), then its host port and meter taken again", []string{
 		"TestOrphanDelReplayed", "TestDelOVSDBUnreachable", "TestOrphanForeignPluginFails",
 	}},
+	{"a Service's replies from a backend on the same bridge: conntrack in zone 64004, the node's DNAT", []string{
+		"TestServiceBackendOnTheSameBridge",
+	}},
 	{"meters and QoS on traffic", []string{
 		"TestBandwidthShapes", "TestAttackHostPortConnectionRate",
 	}},

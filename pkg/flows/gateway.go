@@ -20,7 +20,7 @@ import (
 //	LOCAL -> pod, ip, source and destination in the gateway's subnet, source not the gateway:
 //	  table 0 prio 310 (per gateway, CookieKindGateway)
 //	    ct(commit, zone 64004, exec(ct_mark[0] := 1, ct_label[0..47] := eth_src)), resubmit(,0)
-//	container port -> the gateway's subnet, ip, not to the gateway's own address, not ND:
+//	container port -> the gateway's subnet, untagged ip, not to the gateway's own address, not ND:
 //	  table 0 prio 310 (per port, with its port flows) ct(zone 64004, table 0): a lookup
 //	  table 0 prio 320 (per port) +trk+rpl, ct_zone=64004, ct_mark[0]:
 //	    eth_dst := ct_label[0..47] (the gateway's MAC), output:LOCAL
@@ -139,7 +139,9 @@ func gatewayPortFlows(c Cookie, ps PortSecurity) []Flow {
 		ip := untracked.EthType(ethOf(g.Addr()))
 		out = append(out,
 			flow(c, TableClassifier, PriorityGatewaySkip, ip.IPDst(openflow.Host(g.Addr())), tracked, again),
-			flow(c, TableClassifier, PriorityGatewayTrack, ip.IPDst(g.Masked()), tracked,
+			// Untagged only, as the port takes them: the reply flow's
+			// output:LOCAL skips NORMAL's VLAN checks.
+			flow(c, TableClassifier, PriorityGatewayTrack, ip.VLANTCI(0, 0x1000).IPDst(g.Masked()), tracked,
 				openflow.CT{Zone: GatewayZone, Table: openflow.Table(TableClassifier)}))
 		if g.Addr().Is6() && !nd {
 			nd = true

@@ -56,9 +56,9 @@ func TestGatewayPortFlows(t *testing.T) {
 	want := []string{
 		"priority=320,in_port=7,reg1=0x8/0x8,ct_state=+trk+rpl,ct_zone=64004,ct_mark=0x1/0x1,actions=move:NXM_NX_CT_LABEL[0..47]->NXM_OF_ETH_DST[],output:LOCAL",
 		"priority=315,ip,in_port=7,reg1=0/0x8,nw_dst=192.0.2.1,actions=load:1->NXM_NX_REG1[3],resubmit(,0)",
-		"priority=310,ip,in_port=7,reg1=0/0x8,nw_dst=192.0.2.0/24,actions=load:1->NXM_NX_REG1[3],ct(zone=64004,table=0)",
+		"priority=310,ip,in_port=7,reg1=0/0x8,vlan_tci=0x0000/0x1000,nw_dst=192.0.2.0/24,actions=load:1->NXM_NX_REG1[3],ct(zone=64004,table=0)",
 		"priority=315,ipv6,in_port=7,reg1=0/0x8,ipv6_dst=2001:db8:c::1,actions=load:1->NXM_NX_REG1[3],resubmit(,0)",
-		"priority=310,ipv6,in_port=7,reg1=0/0x8,ipv6_dst=2001:db8:c::/64,actions=load:1->NXM_NX_REG1[3],ct(zone=64004,table=0)",
+		"priority=310,ipv6,in_port=7,reg1=0/0x8,vlan_tci=0x0000/0x1000,ipv6_dst=2001:db8:c::/64,actions=load:1->NXM_NX_REG1[3],ct(zone=64004,table=0)",
 		"priority=315,icmp6,in_port=7,reg1=0/0x8,icmp_type=135,actions=load:1->NXM_NX_REG1[3],resubmit(,0)",
 		"priority=315,icmp6,in_port=7,reg1=0/0x8,icmp_type=136,actions=load:1->NXM_NX_REG1[3],resubmit(,0)",
 	}

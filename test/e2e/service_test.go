@@ -35,7 +35,7 @@ func serviceDNAT(t *testing.T, backend *member) {
 		to := fmt.Sprintf(fam.backendFormat, fam.backend)
 		rules := fmt.Sprintf(`table %s %s {
 	chain prerouting {
-		type nat hook prerouting priority dstnat; policy accept;
+		type nat hook prerouting priority -100; policy accept;
 		%s daddr %s tcp dport 80 dnat to %s:80
 		%s daddr %s udp dport 80 dnat to %s:80
 	}

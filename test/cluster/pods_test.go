@@ -214,6 +214,67 @@ func TestClusterIPServiceFromPodsOnEveryNode(t *testing.T) {
 	})
 }
 
+// TestClusterIPServiceBackendOnClientNode: a dual-stack ClusterIP Service
+// whose every backend is another pod on the client's node answers it, TCP
+// and UDP on both addresses, from the Service's address (the backend's
+// answers go back through the node, which un-DNATs them: pkg/flows,
+// gateway.go). TestClusterIPServiceFromPodsOnEveryNode reaches a local
+// backend only by chance, and then often the client itself, which
+// kube-proxy masquerades.
+func TestClusterIPServiceBackendOnClientNode(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t)
+	nd := readyNodes(t, ctx, 1)[0]
+	ns := namespace(t, ctx)
+	pinned := func(name string, replicas int32) *appsv1.Deployment {
+		labels := map[string]string{"app": name}
+		return &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: &replicas,
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: appPodSpec(nd.Name, 1)},
+			},
+		}
+	}
+	for _, d := range []*appsv1.Deployment{pinned("cipb", 2), pinned("cipc", 1)} {
+		if _, err := kube.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating Deployment %s: %v", d.Name, err)
+		}
+	}
+	svc := service(t, ns, "cipb", corev1.ServiceTypeClusterIP)
+	waitPodsReady(t, ctx, ns, "app=cipb", 2)
+	client := &waitPodsReady(t, ctx, ns, "app=cipc", 1)[0]
+	if len(svc.Spec.ClusterIPs) != 2 {
+		t.Fatalf("Service ClusterIPs %v, want one of each family", svc.Spec.ClusterIPs)
+	}
+	var list []probe
+	for _, ip := range svc.Spec.ClusterIPs {
+		list = append(list, probe{"tcp", ip, 80}, probe{"udp", ip, 53})
+	}
+	// Several rounds: kube-proxy chooses a backend per connection, and
+	// every one of them is on the client's node.
+	for round := range 3 {
+		eventually(t, ctx, time.Minute, fmt.Sprintf("round %d from %s on %s", round, client.Name, nd.Name), func() error {
+			out, err := inPod(ctx, client, probeScript(list))
+			if err != nil {
+				return err
+			}
+			got := answers(out)
+			var bad []string
+			for _, pr := range list {
+				if !strings.HasPrefix(got[pr], "hello from cipb-") {
+					bad = append(bad, fmt.Sprintf("%v: got %q", pr, got[pr]))
+				}
+			}
+			if bad != nil {
+				return fmt.Errorf("%s", strings.Join(bad, "; "))
+			}
+			return nil
+		})
+	}
+}
+
 // TestNodePortServiceFromPodsOnEveryNode: a NodePort Service answers a pod on
 // every node on every node's addresses (IPv4 and IPv6), TCP and UDP.
 func TestNodePortServiceFromPodsOnEveryNode(t *testing.T) {

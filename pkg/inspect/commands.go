@@ -299,7 +299,7 @@ func Header(f trace.Attachment, c flows.Cookie) string {
 // pipeline), each with its counters and declared name, in table and
 // priority order.
 func WriteFlows(w io.Writer, fs []openflow.FlowStats) {
-	groups := []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone, flows.GroupOther}
+	groups := []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupGateway, flows.GroupTombstone, flows.GroupOther}
 	slices.SortStableFunc(fs, func(a, b openflow.FlowStats) int {
 		if a.Table != b.Table {
 			return int(a.Table) - int(b.Table)

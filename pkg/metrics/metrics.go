@@ -142,7 +142,7 @@ func New(cfg Config) *Collector {
 		hostPorts: prometheus.NewDesc(NameHostPorts,
 			"Host ports an attachment publishes (resolved rules: protocol, node address, host port).", attachmentLabels, nil),
 		flowCount: prometheus.NewDesc(NameFlows,
-			"Flows of the pipeline on a bridge, by group (port security, host ports, shared pipeline, tombstone).", []string{"bridge", "group"}, nil),
+			"Flows of the pipeline on a bridge, by group (port security, host ports, shared pipeline, tombstone, bandwidth, gateway).", []string{"bridge", "group"}, nil),
 		ctEntries: prometheus.NewDesc(NameConntrackEntries,
 			"Conntrack entries of a zone of the pipeline, per datapath.", []string{"datapath", "zone"}, nil),
 		ctLimit: prometheus.NewDesc(NameConntrackLimit,
@@ -370,7 +370,7 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 				}
 			}
 		}
-		for _, g := range []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone, flows.GroupBandwidth} {
+		for _, g := range []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone, flows.GroupBandwidth, flows.GroupGateway} {
 			c.emit(ch, c.flowCount, prometheus.GaugeValue, float64(groups[g]), s.name, g.String())
 		}
 		// Every reason of every attachment with port security flows, so

@@ -264,27 +264,25 @@ func onNode(ctx context.Context, nodeName, script string) (string, error) {
 // inPod runs a bash script in the network namespace of a pod (entered on its
 // node, with the node's tools: the app image has neither bash nor a UDP client).
 func inPod(ctx context.Context, p *corev1.Pod, script string) (string, error) {
-	find := fmt.Sprintf(`id=$(crictl pods -q --name '^%s$' --namespace '%s' --state ready | head -1)
-[ -n "$id" ] || { echo "no ready sandbox of pod %s/%s"; exit 1; }
-netns=$(crictl inspectp -o go-template --template '{{range .info.runtimeSpec.linux.namespaces}}{{if eq .type "network"}}{{.path}}{{end}}{{end}}' "$id")
-exec nsenter --net="$netns" bash -c "$0"`, p.Name, p.Namespace, p.Namespace, p.Name)
-	cmd := exec.CommandContext(ctx, harness, "exec", p.Spec.NodeName, "bash", "-c", find, script)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("in pod %s/%s on %s: %w: %s", p.Namespace, p.Name, p.Spec.NodeName, err, out)
-	}
-	return string(out), nil
+	return inSandbox(ctx, p, `netns=$(crictl inspectp -o go-template --template '{{range .info.runtimeSpec.linux.namespaces}}{{if eq .type "network"}}{{.path}}{{end}}{{end}}' "$pod")
+exec nsenter --net="$netns" bash -c "$0"`, script)
 }
 
 // inContainer runs a sh script in the app container of a pod (crictl exec on
 // its node): the image's busybox, with the pod's own /etc/resolv.conf and
 // /etc/hosts, as the pod's processes resolve names.
 func inContainer(ctx context.Context, p *corev1.Pod, script string) (string, error) {
+	return inSandbox(ctx, p, fmt.Sprintf(`id=$(crictl ps -q --pod "$pod" --name '^app$' --state running | head -1)
+[ -n "$id" ] || { echo "no running app container in pod %s/%s"; exit 1; }
+exec crictl exec "$id" /bin/sh -c "$0"`, p.Namespace, p.Name), script)
+}
+
+// inSandbox runs, on p's node, enter with $pod set to p's ready sandbox and
+// script as its $0.
+func inSandbox(ctx context.Context, p *corev1.Pod, enter, script string) (string, error) {
 	find := fmt.Sprintf(`pod=$(crictl pods -q --name '^%s$' --namespace '%s' --state ready | head -1)
 [ -n "$pod" ] || { echo "no ready sandbox of pod %s/%s"; exit 1; }
-id=$(crictl ps -q --pod "$pod" --name '^app$' --state running | head -1)
-[ -n "$id" ] || { echo "no running app container in pod %s/%s"; exit 1; }
-exec crictl exec "$id" /bin/sh -c "$0"`, p.Name, p.Namespace, p.Namespace, p.Name, p.Namespace, p.Name)
+`, p.Name, p.Namespace, p.Namespace, p.Name) + enter
 	cmd := exec.CommandContext(ctx, harness, "exec", p.Spec.NodeName, "bash", "-c", find, script)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -23,7 +23,7 @@ type status struct {
 	conflist   string               // "" once the conflist is in place for the Node's podCIDRs, else why not
 	routes     string               // "" once the last route sync succeeded, else why not
 	reconciled string               // "" once the last reconcile pass succeeded, else why not
-	upcalls    string               // "" unless ovs-vswitchd was last seen with no upcall handler (or could not be asked)
+	upcalls    string               // "" unless the kernel datapath was last seen losing every upcall (or ovs-vswitchd could not be asked)
 }
 
 func newStatus() *status {

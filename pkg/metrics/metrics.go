@@ -160,7 +160,7 @@ func New(cfg Config) *Collector {
 		orphanPlugins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: NameOrphanDelFailed,
 			Help: "DELs of plugins of the chain that are not the suite's that failed in a replayed DEL (the suite's went on), by plugin type."}, []string{"plugin"}),
 		noUpcalls: prometheus.NewGauge(prometheus.GaugeOpts{Name: NameNoUpcallHandler,
-			Help: "1 while ovs-vswitchd was last seen with no upcall handler for its kernel datapath (it forwards no new flow), else 0."}),
+			Help: "1 while the kernel datapath was last seen losing every upcall (no ovs-vswitchd handler gets them: it forwards no new flow), else 0."}),
 		podRoutes: prometheus.NewGauge(prometheus.GaugeOpts{Name: NamePodRoutes,
 			Help: "Routes to other nodes' pod ranges the node agent keeps (its last route sync)."}),
 		notRouted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: NameNotRouted,
@@ -202,7 +202,7 @@ func (c *Collector) OrphanPluginFailed(plugin string) {
 }
 
 // VswitchdUpcalls records what the agent last learnt of ovs-vswitchd's
-// upcall handlers: unixctl.ErrNoUpcallHandler sets the gauge, anything
+// kernel datapath's upcalls: unixctl.ErrNoUpcallHandler sets the gauge, anything
 // else clears it.
 func (c *Collector) VswitchdUpcalls(err error) {
 	if errors.Is(err, unixctl.ErrNoUpcallHandler) {

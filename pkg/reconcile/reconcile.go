@@ -14,6 +14,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
@@ -395,9 +396,9 @@ func OnChange(f func(error)) func(error) {
 func UpcallsLine(err error) string {
 	switch {
 	case err == nil:
-		return "ovs-vswitchd has its upcall handlers"
+		return "ovs-vswitchd handles the kernel datapath's upcalls"
 	case errors.Is(err, unixctl.ErrNoUpcallHandler):
-		return fmt.Sprintf("%v; Open vSwitch 3.1.0 started within 10 s of boot on a machine of at most 2 CPUs does this until 10 s of uptime (fixed in 3.1.1 and 3.2.0; docs/resilience.md)", err)
+		return fmt.Sprintf("%v; Open vSwitch 3.1.0 started within 10 s of boot on a machine of at most 2 CPUs does this until it is restarted (fixed in 3.1.1 and 3.2.0; docs/resilience.md)", err)
 	}
 	return err.Error()
 }
@@ -433,8 +434,9 @@ type Hooks struct {
 	Note func(what string)
 	// Upcalls is called after each round's restore while a bridge of ours
 	// is on the kernel datapath: with unixctl.ErrNoUpcallHandler (wrapped)
-	// while ovs-vswitchd has no upcall handler, with another error when it
-	// could not be asked, and with nil once it has one.
+	// while the datapath loses every upcall, with another error when
+	// ovs-vswitchd could not be asked, and with nil once an upcall was
+	// handled (watchUpcalls).
 	Upcalls func(err error)
 }
 
@@ -519,31 +521,51 @@ func watchLoop(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control str
 	}
 }
 
-// upcallsEvery is how often watchUpcalls asks again while ovs-vswitchd has
-// no upcall handler.
+// upcallsEvery is how often watchUpcalls reads the kernel datapath's
+// lookups.
 const upcallsEvery = 2 * time.Second
 
 // watchUpcalls tells report whether the ovs-vswitchd that the round
-// restored has an upcall handler for its kernel datapath
-// (unixctl.ErrNoUpcallHandler), and asks again every upcallsEvery until it
-// has (Open vSwitch 3.1.0 mends itself once 10 s of the kernel's uptime
-// have passed) or ctx ends. Without a kernel bridge of ours it asks
-// nothing: only dpif-netlink has per-CPU dispatch, and ovs-vswitchd does
-// not answer its dispatch-mode command where the kernel module is absent.
+// restored handles its kernel datapath's upcalls. Every upcallsEvery it
+// reads the datapath's lookups (unixctl.ReadLookups): two intervals whose
+// every upcall was lost (not necessarily in a row: an interval without a
+// miss says nothing) report unixctl.ErrNoUpcallHandler, and it goes on
+// reading; the first interval with an upcall handled reports nil and ends
+// it. A reading that fails is reported, and the next one that does not
+// reports nil again. Without a kernel bridge of ours it asks nothing:
+// ovs-vswitchd's kernel datapath exists only where the module is.
 func watchUpcalls(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string, report func(error)) {
 	if report == nil {
 		return
 	}
+	var before map[string]unixctl.Lookups
+	lost, failed := 0, false
 	for {
-		err := upcallsOf(ctx, ovsdbEndpoint, control)
-		if ctx.Err() != nil {
+		after, err := lookupsOf(ctx, ovsdbEndpoint, control)
+		if ctx.Err() != nil || errors.Is(err, errNoKernelBridge) {
 			return
 		}
-		if !errors.Is(err, errNoKernelBridge) {
+		switch {
+		case err != nil:
 			report(err)
+			failed = true
+		case failed:
+			report(nil)
+			failed = false
 		}
-		if !errors.Is(err, unixctl.ErrNoUpcallHandler) {
-			return
+		if err == nil {
+			if before != nil {
+				switch kernelVerdict(before, after) {
+				case unixctl.Handled:
+					report(nil)
+					return
+				case unixctl.AllLost:
+					if lost++; lost >= 2 {
+						report(fmt.Errorf("%w (%s)", unixctl.ErrNoUpcallHandler, lostLine(before, after)))
+					}
+				}
+			}
+			before = after
 		}
 		select {
 		case <-ctx.Done():
@@ -553,31 +575,64 @@ func watchUpcalls(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control 
 	}
 }
 
+// kernelVerdict is unixctl.Verdict over the kernel datapaths ("system@")
+// of two readings: Handled if one handled an upcall, else AllLost if one
+// lost every upcall, else NoMiss.
+func kernelVerdict(before, after map[string]unixctl.Lookups) unixctl.UpcallVerdict {
+	v := unixctl.NoMiss
+	for dp, a := range after {
+		b, ok := before[dp]
+		if !ok || !strings.HasPrefix(dp, "system@") {
+			continue
+		}
+		switch unixctl.Verdict(b, a) {
+		case unixctl.Handled:
+			return unixctl.Handled
+		case unixctl.AllLost:
+			v = unixctl.AllLost
+		}
+	}
+	return v
+}
+
+// lostLine says what the kernel datapaths of after lost since before.
+func lostLine(before, after map[string]unixctl.Lookups) string {
+	var parts []string
+	for dp, a := range after {
+		if b, ok := before[dp]; ok && strings.HasPrefix(dp, "system@") {
+			parts = append(parts, fmt.Sprintf("%s: %d of %d upcalls lost in the last %v", dp, a.Lost-b.Lost, a.Missed-b.Missed, upcallsEvery))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
+}
+
 var errNoKernelBridge = errors.New("no kernel bridge of ours")
 
-// upcallsOf asks ovs-vswitchd about its upcall threads (unixctl.Upcalls).
-func upcallsOf(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string) error {
+// lookupsOf reads the lookup counters of ovs-vswitchd's datapaths
+// (unixctl.ReadLookups).
+func lookupsOf(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string) (map[string]unixctl.Lookups, error) {
 	var bridges []endpoint.Endpoint
 	if err := withClient(ovsdbEndpoint, func(ctx context.Context, cli *ovsdb.Client) (err error) {
 		bridges, err = kernelBridges(ctx, cli, ovsdbEndpoint)
 		return err
 	}); err != nil {
-		return fmt.Errorf("asking ovs-vswitchd about its upcall handlers: %w", err)
+		return nil, fmt.Errorf("reading the kernel datapath's lookups: %w", err)
 	}
 	if len(bridges) == 0 {
-		return errNoKernelBridge
+		return nil, errNoKernelBridge
 	}
 	sock, err := unixctl.Find(bridges[0], control)
 	if err != nil {
-		return fmt.Errorf("asking ovs-vswitchd about its upcall handlers: %w", err)
+		return nil, fmt.Errorf("reading the kernel datapath's lookups: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	u, err := unixctl.ReadUpcalls(ctx, sock)
+	l, err := unixctl.ReadLookups(ctx, sock)
 	if err != nil {
-		return fmt.Errorf("asking ovs-vswitchd about its upcall handlers: %w", err)
+		return nil, fmt.Errorf("reading the kernel datapath's lookups: %w", err)
 	}
-	return u.Err()
+	return l, nil
 }
 
 // RestoreDeadline bounds how long Restore waits for the pipeline before it

@@ -8,85 +8,93 @@ import (
 	"strings"
 )
 
-// ErrNoUpcallHandler says that ovs-vswitchd runs its upcall threads on a
-// kernel datapath in per-CPU dispatch with no handler thread at all: a
-// packet that misses the datapath's flow cache goes to no one, so the
-// kernel datapath forwards nothing new. Open vSwitch 3.1.0 does this when
-// it starts within 10 s of the kernel's boot on a machine with at most two
-// CPUs configured: its count of usable CPUs stays 0 until 10 s of
-// CLOCK_MONOTONIC have passed (ovs-thread.c's count_cpu_cores; fixed in
-// 3.1.1 and 3.2.0 by "ovs-thread: Fix cpus not read for the first 10s.",
-// https://bugzilla.redhat.com/show_bug.cgi?id=2180460). It mends itself
-// on the first reconfiguration after that.
-var ErrNoUpcallHandler = errors.New("ovs-vswitchd has no upcall handler thread for its kernel datapath: the datapath forwards no new flow")
+// ErrNoUpcallHandler says that a kernel datapath lost every upcall it made
+// for a while: each packet that missed its flow cache went to no
+// ovs-vswitchd handler, so it forwards no new flow. Open vSwitch 3.1.0
+// does this when it starts within 10 s of the kernel's boot on a machine
+// of at most two CPUs (per-CPU upcall dispatch): its count of usable CPUs
+// stays 0 until 10 s of CLOCK_MONOTONIC have passed (ovs-thread.c's
+// count_cpu_cores), it starts no handler, and the handlers it starts after
+// those 10 s are not given the datapath's upcalls either, until it is
+// restarted (fixed in 3.1.1 and 3.2.0 by "ovs-thread: Fix cpus not read
+// for the first 10s.", https://bugzilla.redhat.com/show_bug.cgi?id=2180460;
+// docs/resilience.md).
+var ErrNoUpcallHandler = errors.New("the kernel datapath lost every upcall: ovs-vswitchd handles none of them, and the datapath forwards no new flow")
 
-// Upcalls is what ovs-vswitchd says of its upcall threads.
-type Upcalls struct {
-	PerCPU       []string // kernel datapaths in per-CPU dispatch (dpif-netlink/dispatch-mode)
-	Handlers     int      // handler threads, every datapath type together (memory/show)
-	Revalidators int      // revalidator threads, likewise: 0 while flow-restore-wait holds them
+// Lookups are a datapath's lookup counters (dpctl/show's "lookups:" line):
+// packets that hit its flow cache, that missed it (an upcall each), and the
+// upcalls that reached no handler.
+type Lookups struct {
+	Hit, Missed, Lost uint64
 }
 
-// Err is ErrNoUpcallHandler when u shows that state, else nil. Upcall
-// threads running (revalidators) with no handler on a per-CPU kernel
-// datapath is it; a userspace datapath beside it has handlers of its own,
-// which memory/show counts together: it hides the state.
-func (u Upcalls) Err() error {
-	if len(u.PerCPU) > 0 && u.Revalidators > 0 && u.Handlers == 0 {
-		return fmt.Errorf("%w (datapath %s, %d revalidators, 0 handlers)", ErrNoUpcallHandler, strings.Join(u.PerCPU, ", "), u.Revalidators)
-	}
-	return nil
-}
-
-// ReadUpcalls asks the ovs-vswitchd of sock about its upcall threads. Call
-// it only where a kernel datapath exists: ovs-vswitchd answers
-// dpif-netlink/dispatch-mode only when it can reach the kernel module
-// (else the call waits for ctx).
-func ReadUpcalls(ctx context.Context, sock string) (Upcalls, error) {
-	var u Upcalls
-	modes, err := call(ctx, sock, "dpif-netlink/dispatch-mode")
+// ReadLookups asks the ovs-vswitchd of sock for its datapaths' lookup
+// counters, by datapath name ("system@ovs-system").
+func ReadLookups(ctx context.Context, sock string) (map[string]Lookups, error) {
+	out, err := call(ctx, sock, "dpctl/show")
 	if err != nil {
-		return u, err
+		return nil, err
 	}
-	u.PerCPU = PerCPU(modes)
-	mem, err := call(ctx, sock, "memory/show")
-	if err != nil {
-		return u, err
-	}
-	counts := MemoryCounts(mem)
-	u.Handlers, u.Revalidators = counts["handlers"], counts["revalidators"]
-	return u, nil
+	return ParseLookups(out)
 }
 
-// PerCPU are the datapaths that dpif-netlink/dispatch-mode's output
-// ("ovs-system: per-cpu dispatch mode", a line each) shows in per-CPU
-// dispatch.
-func PerCPU(out string) []string {
-	var dps []string
+// ParseLookups parses dpctl/show's output: a datapath's name on a line of
+// its own, then its indented lines, "lookups: hit:H missed:M lost:L" one of
+// them.
+func ParseLookups(out string) (map[string]Lookups, error) {
+	dps := map[string]Lookups{}
+	dp := ""
 	for _, line := range strings.Split(out, "\n") {
-		if dp, mode, ok := strings.Cut(line, ": "); ok && strings.HasPrefix(mode, "per-cpu") {
-			dps = append(dps, dp)
+		if line == "" {
+			continue
 		}
+		if !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t") {
+			dp = strings.TrimSuffix(strings.TrimSpace(line), ":")
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) == 0 || fields[0] != "lookups:" {
+			continue
+		}
+		var l Lookups
+		for _, f := range fields[1:] {
+			name, val, _ := strings.Cut(f, ":")
+			n, err := strconv.ParseUint(val, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("dpctl/show: datapath %q: lookups %q: %w", dp, f, err)
+			}
+			switch name {
+			case "hit":
+				l.Hit = n
+			case "missed":
+				l.Missed = n
+			case "lost":
+				l.Lost = n
+			}
+		}
+		dps[dp] = l
 	}
-	return dps
+	return dps, nil
 }
 
-// MemoryCounts parses memory/show's output ("handlers:2 ports:3
-// revalidators:1 rules:9 udpif keys:0"; a count of 0 is left out): names
-// may hold spaces, values do not.
-func MemoryCounts(out string) map[string]int {
-	counts := map[string]int{}
-	rest := strings.TrimSpace(out)
-	for rest != "" {
-		name, after, ok := strings.Cut(rest, ":")
-		if !ok {
-			break
-		}
-		val, next, _ := strings.Cut(after, " ")
-		if n, err := strconv.Atoi(val); err == nil {
-			counts[strings.TrimSpace(name)] = n
-		}
-		rest = strings.TrimSpace(next)
+// UpcallVerdict is what two readings of a datapath's lookups, before and
+// after, say of its upcalls in between.
+type UpcallVerdict int
+
+const (
+	NoMiss  UpcallVerdict = iota // nothing missed the flow cache: nothing to say
+	Handled                      // some upcalls reached a handler
+	AllLost                      // every upcall was lost
+)
+
+// Verdict compares two readings of one datapath. A counter that went back
+// is a new datapath: nothing to say.
+func Verdict(before, after Lookups) UpcallVerdict {
+	if after.Missed <= before.Missed || after.Lost < before.Lost {
+		return NoMiss
 	}
-	return counts
+	if after.Lost-before.Lost >= after.Missed-before.Missed {
+		return AllLost
+	}
+	return Handled
 }

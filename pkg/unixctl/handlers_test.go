@@ -1,48 +1,41 @@
 package unixctl
 
 import (
-	"errors"
 	"maps"
-	"slices"
 	"testing"
 )
 
-func TestMemoryCounts(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want map[string]int
-	}{
-		{"handlers:2 idl-cells-Open_vSwitch:812 ports:3 revalidators:1 rules:9 udpif keys:4",
-			map[string]int{"handlers": 2, "idl-cells-Open_vSwitch": 812, "ports": 3, "revalidators": 1, "rules": 9, "udpif keys": 4}},
-		{"idl-cells-Open_vSwitch:812 ports:3 revalidators:1 rules:9\n", map[string]int{"idl-cells-Open_vSwitch": 812, "ports": 3, "revalidators": 1, "rules": 9}},
-		{"", map[string]int{}},
-		{"garbage", map[string]int{}},
-	} {
-		if got := MemoryCounts(tc.in); !maps.Equal(got, tc.want) {
-			t.Errorf("MemoryCounts(%q): got %v, want %v", tc.in, got, tc.want)
-		}
+func TestParseLookups(t *testing.T) {
+	// dpctl/show of Open vSwitch 3.1.0 (a kernel datapath, then a userspace one).
+	out := "system@ovs-system:\n  lookups: hit:5 missed:26 lost:7\n  flows: 0\n  masks: hit:10 total:0 hit/pkt:0.32\n" +
+		"  cache: hit:2 hit-rate:6.45%\n  caches:\n    masks-cache: size:256\n  port 0: ovs-system (internal)\n" +
+		"netdev@ovs-netdev:\n  lookups: hit:0 missed:3 lost:0\n  flows: 0\n  port 0: ovs-netdev (tap)\n"
+	got, err := ParseLookups(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Lookups{"system@ovs-system": {5, 26, 7}, "netdev@ovs-netdev": {0, 3, 0}}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if _, err := ParseLookups("system@ovs-system:\n  lookups: hit:x missed:1 lost:0\n"); err == nil {
+		t.Error("a counter that is no number: no error")
 	}
 }
 
-func TestPerCPU(t *testing.T) {
-	got := PerCPU("ovs-system: per-cpu dispatch mode\nother: per-vport dispatch mode\n")
-	if !slices.Equal(got, []string{"ovs-system"}) {
-		t.Errorf("got %v, want [ovs-system]", got)
-	}
-}
-
-func TestUpcallsErr(t *testing.T) {
+func TestVerdict(t *testing.T) {
 	for _, tc := range []struct {
-		u    Upcalls
-		want bool
+		before, after Lookups
+		want          UpcallVerdict
 	}{
-		{Upcalls{PerCPU: []string{"ovs-system"}, Revalidators: 1}, true},
-		{Upcalls{PerCPU: []string{"ovs-system"}, Revalidators: 1, Handlers: 2}, false},
-		{Upcalls{PerCPU: []string{"ovs-system"}}, false}, // flow-restore-wait: no thread yet
-		{Upcalls{Revalidators: 1}, false},                // per-vport: a handler per port
+		{Lookups{5, 26, 7}, Lookups{5, 28, 9}, AllLost},  // the reproduced state
+		{Lookups{7, 27, 2}, Lookups{23, 28, 2}, Handled}, // a healthy restart
+		{Lookups{7, 27, 2}, Lookups{9, 40, 10}, Handled}, // some lost (a full queue): handled
+		{Lookups{7, 27, 2}, Lookups{90, 27, 2}, NoMiss},  // hits only
+		{Lookups{7, 27, 9}, Lookups{0, 3, 3}, NoMiss},    // a new datapath
 	} {
-		if got := errors.Is(tc.u.Err(), ErrNoUpcallHandler); got != tc.want {
-			t.Errorf("%+v: got %v, want %v", tc.u, tc.u.Err(), tc.want)
+		if got := Verdict(tc.before, tc.after); got != tc.want {
+			t.Errorf("Verdict(%v, %v) = %v, want %v", tc.before, tc.after, got, tc.want)
 		}
 	}
 }

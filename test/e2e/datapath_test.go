@@ -59,6 +59,9 @@ var kernelDatapath = []datapathGroup{
 		"TestAllowedAddressesAfterRestart", "TestBandwidthAfterVswitchdRestart", "TestBusyNode",
 		"TestGatewayWithdrawnWithItsRange", "TestOneShotReconcileClearsRestoreWait",
 	}},
+	{"ovs-vswitchd started as at boot: the kernel datapath's per-CPU upcall dispatch loses every upcall (Open vSwitch 3.1.0)", []string{
+		"TestUpcallsLostAtBoot",
+	}},
 	{"flow-restore-wait: reconcile and uninstall act on the bridges of the kernel datapath only (pkg/reconcile)", []string{
 		"TestRestoreWaitOfOthersStays", "TestUninstallClearsRestoreWait",
 	}},

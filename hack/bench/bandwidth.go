@@ -135,5 +135,5 @@ func (ch *chain) rtOf(c *container, hostPort int) *libcni.RuntimeConf {
 	if ch.capArgs != nil {
 		return &libcni.RuntimeConf{ContainerID: c.id, NetNS: c.ns.Path(), IfName: "eth0", CapabilityArgs: ch.capArgs}
 	}
-	return c.rt(hostPort)
+	return c.rt(hostPort + ch.portShift)
 }

@@ -47,6 +47,10 @@ type chain struct {
 	ovs      *ovsNode       // chain P: its bridge (A's is nodeA)
 	floor    *floorChain    // chain F: no CNI chain, the bare Open vSwitch floor
 	capArgs  map[string]any // the capability arguments of every ADD and DEL (nil: port mappings)
+	// portShift is added to every host port the chain publishes: chain P
+	// shares A's node, where host ports on 127.0.0.1 are one set for all
+	// bridges.
+	portShift int
 
 	mu *sync.Mutex // made and attached, while the churn scenario runs (shared by copies)
 }

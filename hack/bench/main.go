@@ -207,6 +207,7 @@ func main() {
 			fatalf("%v", err)
 		}
 		p.ovs = &nodeP
+		p.portShift = 5000
 		chains = append(chains, p)
 	}
 	for _, def := range []struct{ key, backend string }{{"B", "iptables"}, {"C", "nftables"}} {
@@ -601,7 +602,7 @@ func sanityCheck(chains []*chain) map[string]string {
 		}
 		from, addr := c1.ns, fmt.Sprintf("%s:%d", nodeA.nodeIP(), c0.hostPort)
 		if ch.ovs != nil {
-			addr = fmt.Sprintf("%s:%d", ch.ovs.nodeIP(), c0.hostPort)
+			addr = fmt.Sprintf("%s:%d", ch.ovs.nodeIP(), c0.hostPort+ch.portShift)
 		} else if ch.key != "A" {
 			from, addr = ch.node, fmt.Sprintf("%s:%d", refGateway, c0.hostPort)
 		}

@@ -170,6 +170,11 @@ cmd_deploy() {
 	done
 	log "image $(kube_ds_image_name) built and imported into $(kube_nodes | wc -l) nodes in $((SECONDS - t0)) s"
 	kctl apply -f deploy/ovsflow-cni.yaml >&2
+	# The image's name does not change with the tree: the pod template
+	# carries the tar's digest, so that a deploy of another build rolls the
+	# DaemonSet out (and one of the same build does not).
+	kctl -n kube-system patch daemonset ovsflow-cni --type merge \
+		-p "{\"spec\":{\"template\":{\"metadata\":{\"annotations\":{\"ovsflow.io/image-tar-sha256\":\"$(sha256sum "$tar" | cut -c1-32)\"}}}}}" >&2
 	kctl -n kube-system rollout status daemonset/ovsflow-cni --timeout=180s >&2
 	kctl wait node --all --for=condition=Ready --timeout=120s >&2
 	[ -f "$KSTATE/dns" ] && deploy_dns

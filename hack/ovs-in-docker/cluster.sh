@@ -27,7 +27,7 @@
 # The cluster DNS: CoreDNS as kubeadm deploys it (deploy/coredns.yaml), its
 # binary and image built by hack/lib/kube.sh into the cache; `deploy` imports
 # the image into every node and applies the manifest once the pod network is
-# up (its pods with hostNetwork: deploy/coredns.yaml says why). The kube-dns
+# up (its pods on the pod network). The kube-dns
 # Service has the 10th address of each service range, and every kubelet's
 # clusterDNS names both, the pods' first family first.
 # OID_DNS=0 (and bench -kube) leaves it out: no CoreDNS pod, no clusterDNS.

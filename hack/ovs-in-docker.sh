@@ -38,6 +38,11 @@
 #                                         P pods per node (default 110) of one hostPort each scaled up until all are
 #                                         Ready and down until all are gone, the node agent's RSS and CPU (idle S s,
 #                                         default 30, with no pods and with all); the tables; down. IPv6-only pods.
+#   hack/ovs-in-docker.sh conformance [-focus RE] [-skip RE] [-nodes N]  Kubernetes' own e2e suite (e2e.test,
+#                                         hack/ovs-in-docker/conformance.sh): builds it and its images, up -kube and deploy
+#                                         when no cluster is up (default 3 nodes; left up), the tests matching -focus and not
+#                                         -skip (default: HostPort, Networking Granular Checks: Pods, Conntrack, one DNS test);
+#                                         one line: CONFORMANCE passed=P failed=F skipped=S took=T junit=FILE log=FILE
 #
 # The engine: the one answering at $DOCKER_HOST or /var/run/docker.sock; else
 # (root on Debian) Debian's docker.io is installed and a private dockerd is
@@ -368,8 +373,10 @@ cmd_restart() {
 . hack/ovs-in-docker/cluster.sh
 # shellcheck source=hack/ovs-in-docker/bench.sh
 . hack/ovs-in-docker/bench.sh
+# shellcheck source=hack/ovs-in-docker/conformance.sh
+. hack/ovs-in-docker/conformance.sh
 
-usage() { sed -n '2,56p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,61p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
 cmd=${1:-}
@@ -386,5 +393,6 @@ stats) cmd_stats "$@" ;;
 test) cmd_test "$@" ;;
 demo) cmd_demo "$@" ;;
 bench) cmd_bench "$@" ;;
+conformance) cmd_conformance "$@" ;;
 *) usage ;;
 esac

@@ -22,6 +22,8 @@ kube_coredns_image=registry.k8s.io/coredns/coredns:$coredns_version
 kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
 # The pause image of the runtime suites (hack/install-runtimes.sh builds its tar).
 kube_pause_image=rt.local/ovsflow-pause:1
+# agnhost, the e2e suite's test server: the version its image name carries (test/images/agnhost/VERSION).
+kube_agnhost_version=2.66.1
 
 # ---- the build ----------------------------------------------------------------
 
@@ -39,14 +41,11 @@ kube_scratch_module() {
 	rm -f "$1/go.sum" "$1/tools.go"
 }
 
-kube_build_kube() {
-	local prefix=$kube_prefix need=0 c
-	for c in "${kube_cmds[@]}"; do kube_built "$prefix/bin/$c" k8s.io/kubernetes "$kube_version" || need=1; done
-	# The version Kubernetes' own build stamps in (a Node reports its kubelet's).
-	[ "$("$prefix/bin/kubelet" --version 2>/dev/null)" = "Kubernetes $kube_version" ] || need=1
-	((need)) || return 0
-	local m=$prefix/src/kube
-	kube_scratch_module "$m" ovsflow.local/kube-build
+# kube_module DIR NAME: a scratch module that requires k8s.io/kubernetes at
+# $kube_version, with its staging modules replaced by their released versions.
+kube_module() {
+	local m=$1
+	kube_scratch_module "$m" "$2"
 	(
 		cd "$m"
 		go mod download -json "k8s.io/kubernetes@$kube_version" >"$m/kubernetes.json"
@@ -69,18 +68,58 @@ kube_build_kube() {
 			esac
 		done
 		go mod edit "${args[@]}"
+	)
+}
+
+kube_build_kube() {
+	local prefix=$kube_prefix need=0 c
+	for c in "${kube_cmds[@]}"; do kube_built "$prefix/bin/$c" k8s.io/kubernetes "$kube_version" || need=1; done
+	# The version Kubernetes' own build stamps in (a Node reports its kubelet's).
+	[ "$("$prefix/bin/kubelet" --version 2>/dev/null)" = "Kubernetes $kube_version" ] || need=1
+	((need)) || return 0
+	local m=$prefix/src/kube
+	kube_module "$m" ovsflow.local/kube-build
+	(
+		cd "$m"
 		local pkgs=()
 		for c in "${kube_cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 		log "building Kubernetes $kube_version (${kube_cmds[*]}); about 9 minutes cold on 2 cores"
 		# go get resolves what these packages import (go mod tidy would also
 		# fetch every test dependency of Kubernetes).
 		go get "${pkgs[@]}" >&2
-		local minor=${kube_version#v1.} x ldflags="-s -w"
-		for x in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-			ldflags+=" -X $x.gitVersion=$kube_version -X $x.gitMajor=1 -X $x.gitMinor=${minor%%.*} -X $x.gitTreeState=clean"
-		done
-		CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$prefix/bin/" "${pkgs[@]}"
+		CGO_ENABLED=0 go build -trimpath -ldflags "$(kube_ldflags)" -o "$prefix/bin/" "${pkgs[@]}"
 	)
+}
+
+# kube_ldflags: the version Kubernetes' own build stamps in.
+kube_ldflags() {
+	local minor=${kube_version#v1.} x ldflags="-s -w"
+	for x in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldflags+=" -X $x.gitVersion=$kube_version -X $x.gitMajor=1 -X $x.gitMinor=${minor%%.*} -X $x.gitTreeState=clean"
+	done
+	echo "$ldflags"
+}
+
+# kube_build_e2e: Kubernetes' end-to-end suite (e2e.test, the binary a
+# conformance run executes) and its universal test server (agnhost), each
+# unless cached. In a scratch module of their own: the suite's packages are
+# imported by its test files only (go get -t), and they need modules that
+# the commands do not (ginkgo, gomega, testify, sample-apiserver).
+kube_build_e2e() {
+	local prefix=$kube_prefix t0=$SECONDS
+	mkdir -p "$prefix/bin"
+	kube_built "$prefix/bin/e2e.test" k8s.io/kubernetes "$kube_version" &&
+		kube_built "$prefix/bin/agnhost" k8s.io/kubernetes "$kube_version" && return 0
+	local m=$prefix/src/e2e
+	kube_module "$m" ovsflow.local/e2e-build
+	(
+		cd "$m"
+		log "building Kubernetes' e2e.test and agnhost $kube_version"
+		go get -t k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost >&2
+		CGO_ENABLED=0 go test -c -vet=off -trimpath -ldflags "$(kube_ldflags)" -o "$prefix/bin/e2e.test" k8s.io/kubernetes/test/e2e
+		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.Version=$kube_agnhost_version" -o "$prefix/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
+	)
+	log "e2e.test and agnhost built in $((SECONDS - t0)) s"
 }
 
 kube_build_etcd() {
@@ -425,7 +464,8 @@ kube_ds_image_tar() {
 	kube_oci_tar "$out" "$name" "$(echo "$df" | sed -n 's/^ENTRYPOINT //p')" "$b/base.tar" "$b/top.tar"
 }
 
-# kube_oci_tar OUT NAME ENTRYPOINT LAYER...: an OCI image layout tar, as `ctr images import` reads.
+# kube_oci_tar OUT NAME ENTRYPOINT LAYER...: an OCI image layout tar, as `ctr images import` reads;
+# kube_oci_cmd (a JSON list, unset: none) is its command.
 kube_oci_tar() {
 	local out=$1 name=$2 ep=$3
 	shift 3
@@ -446,7 +486,7 @@ kube_oci_tar() {
 		echo "sha256:$s ${#1}"
 	}
 	local cdig csize mdig msize
-	read -r cdig csize < <(blob "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":$ep,\"Env\":[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[$diffs]}}")
+	read -r cdig csize < <(blob "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":$ep${kube_oci_cmd:+,\"Cmd\":$kube_oci_cmd},\"Env\":[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[$diffs]}}")
 	read -r mdig msize < <(blob "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"$cdig\",\"size\":$csize},\"layers\":[$layers]}")
 	printf '{"imageLayoutVersion":"1.0.0"}' >"$d/oci-layout"
 	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%s,"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \

@@ -851,7 +851,11 @@ func withdrawGateways(ctx context.Context, cli *ovsdb.Client, conf *NetConf, por
 	if !conf.IsGateway || len(ports) == 0 {
 		return
 	}
-	gone, err := gateway.WithdrawOn(ctx, cli, conf.Bridge)
+	var claimed []netip.Prefix
+	for _, p := range ports {
+		claimed = append(claimed, record.Gateways(p.Port.ExternalIDs)...)
+	}
+	gone, err := gateway.WithdrawOn(ctx, cli, conf.Bridge, claimed)
 	if len(gone) > 0 {
 		cnilog.Note("bridge %s: gateways %v withdrawn", conf.Bridge, gone)
 		// Their flows on LOCAL go with them; left behind, reconcile

@@ -125,17 +125,49 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, br ovsdb.Bridge, ports []o
 }
 
 // WithdrawOn is Withdraw for the bridge named name, reading it and the
-// ports of ours now.
-func WithdrawOn(ctx context.Context, cli *ovsdb.Client, name string) ([]netip.Prefix, error) {
+// ports of ours now. It also returns, after the gateways withdrawn, those
+// of gone (the gateways that the ports just deleted claimed) that the
+// bridge does not record and no port of ours claims: an ADD that put their
+// address and flows on and died before it recorded them. Their address is
+// taken off; their flows are the caller's to remove.
+func WithdrawOn(ctx context.Context, cli *ovsdb.Client, name string, gone []netip.Prefix) ([]netip.Prefix, error) {
 	br, err := cli.Bridge(ctx, name)
-	if err != nil || br == nil || len(record.Gateways(br.ExternalIDs)) == 0 {
+	if err != nil || br == nil {
 		return nil, err
+	}
+	recorded := record.Gateways(br.ExternalIDs)
+	if len(recorded) == 0 && len(gone) == 0 {
+		return nil, nil
 	}
 	ports, err := cli.OwnedPorts(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return Withdraw(ctx, cli, *br, ports)
+	done, err := Withdraw(ctx, cli, *br, ports)
+	return append(done, unrecorded(*br, ports, gone)...), err
+}
+
+// unrecorded returns the gateways of gone that bridge br does not record
+// and no port of ports claims, taking their address off its interface.
+// A port claims its gateways before anything is put on for them, so one
+// that will need such a gateway is among ports.
+func unrecorded(br ovsdb.Bridge, ports []ovsdb.OwnedPort, gone []netip.Prefix) []netip.Prefix {
+	recorded := record.Gateways(br.ExternalIDs)
+	var out []netip.Prefix
+	for _, g := range gone {
+		if slices.Contains(recorded, g) || slices.Contains(out, g) || slices.ContainsFunc(ports, func(p ovsdb.OwnedPort) bool {
+			return slices.Contains(claimed(p), g)
+		}) {
+			continue
+		}
+		out = append(out, g)
+	}
+	if l, _ := netlink.LinkByName(br.Name); l != nil {
+		for _, g := range out {
+			_ = netlink.AddrDel(l, addr(g))
+		}
+	}
+	return out
 }
 
 // Restore puts the recorded gateway addresses back on the bridge's

@@ -62,11 +62,10 @@ func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps 
 		base = flows.BaseFlows()
 	}
 	// The flows of the port's gateways on LOCAL (shared by the ports of
-	// its network) go in with its own, again: so they are there whenever
-	// a port needs them, at no cost of a round trip.
-	for _, g := range ps.Gateways {
-		base = append(base, flows.GatewayFlows(g)...)
-	}
+	// its network) are not among them: they go in once the gateway is
+	// recorded on the bridge (ovs-bridge's setupGateway), which its
+	// withdrawal undoes. Here, before the port exists, an ADD killed
+	// after the bundle would leave them to no one.
 	clear := flows.ClearPort(ps.OFPort)
 	if none {
 		return openflow.ApplyServed(ctx, target, openflow.Bundle{clear}, ServedWithin)

@@ -111,14 +111,16 @@ kube_build_e2e() {
 	kube_built "$prefix/bin/e2e.test" k8s.io/kubernetes "$kube_version" &&
 		kube_built "$prefix/bin/agnhost" k8s.io/kubernetes "$kube_version" && return 0
 	local m=$prefix/src/e2e
-	kube_module "$m" ovsflow.local/e2e-build
+	kube_module "$m" ovsflow.local/e2e-build || return 1
+	# Each step's failure is the function's (its caller may test it with
+	# ||, which turns set -e off in here).
 	(
-		cd "$m"
-		log "building Kubernetes' e2e.test and agnhost $kube_version"
-		go get -t k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost >&2
-		CGO_ENABLED=0 go test -c -vet=off -trimpath -ldflags "$(kube_ldflags)" -o "$prefix/bin/e2e.test" k8s.io/kubernetes/test/e2e
-		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.Version=$kube_agnhost_version" -o "$prefix/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
-	)
+		cd "$m" &&
+			log "building Kubernetes' e2e.test and agnhost $kube_version" &&
+			go get -t k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost >&2 &&
+			CGO_ENABLED=0 go test -c -vet=off -trimpath -ldflags "$(kube_ldflags)" -o "$prefix/bin/e2e.test" k8s.io/kubernetes/test/e2e &&
+			CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.Version=$kube_agnhost_version" -o "$prefix/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
+	) || return 1
 	log "e2e.test and agnhost built in $((SECONDS - t0)) s"
 }
 

@@ -169,12 +169,17 @@ cmd_deploy() {
 			die "importing the DaemonSet's image into $n"
 	done
 	log "image $(kube_ds_image_name) built and imported into $(kube_nodes | wc -l) nodes in $((SECONDS - t0)) s"
+	local redeploy=0
+	kctl -n kube-system get daemonset ovsflow-cni >/dev/null 2>&1 && redeploy=1
 	kctl apply -f deploy/ovsflow-cni.yaml >&2
-	# The image's name does not change with the tree: the pod template
-	# carries the tar's digest, so that a deploy of another build rolls the
-	# DaemonSet out (and one of the same build does not).
-	kctl -n kube-system patch daemonset ovsflow-cni --type merge \
-		-p "{\"spec\":{\"template\":{\"metadata\":{\"annotations\":{\"ovsflow.io/image-tar-sha256\":\"$(sha256sum "$tar" | cut -c1-32)\"}}}}}" >&2
+	# The image's name does not change with the tree: on a redeploy the pod
+	# template carries the tar's digest, so that another build rolls the
+	# DaemonSet out (and the same build does not). A first deploy's pods
+	# start with the image just imported.
+	if ((redeploy)); then
+		kctl -n kube-system patch daemonset ovsflow-cni --type merge \
+			-p "{\"spec\":{\"template\":{\"metadata\":{\"annotations\":{\"ovsflow.io/image-tar-sha256\":\"$(sha256sum "$tar" | cut -c1-32)\"}}}}}" >&2
+	fi
 	kctl -n kube-system rollout status daemonset/ovsflow-cni --timeout=180s >&2
 	kctl wait node --all --for=condition=Ready --timeout=120s >&2
 	[ -f "$KSTATE/dns" ] && deploy_dns

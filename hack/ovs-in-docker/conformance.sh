@@ -77,11 +77,12 @@ cmd_conformance() {
 	done
 	[ "$(id -u)" = 0 ] || die "conformance: needs root (the harness)"
 	local t0=$SECONDS
+	mkdir -p "$kube_prefix"
 	(
-		flock 8
-		kube_build_e2e
+		flock 8 && kube_build_e2e
 	) 8>"$kube_prefix/.lock" || die "conformance: building e2e.test failed"
-	conf_images_build "$kube_prefix/build/conformance" || die "conformance: building the test images failed"
+	# set -e does not hold inside a function called with ||: run it on its own.
+	conf_images_build "$kube_prefix/build/conformance"
 	if ! { engine && [ -f "$(admin_kubeconfig)" ] && kctl get nodes >/dev/null 2>&1; }; then
 		cmd_up -kube -nodes "$n" >&2 || die "conformance: up -kube failed"
 		cmd_deploy || die "conformance: deploy failed"

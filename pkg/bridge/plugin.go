@@ -389,7 +389,7 @@ func cutOff(ctx context.Context, conf *NetConf, ports []ovsdb.OwnedPort) error {
 // securePort installs the port's table-0 flows for ps (pkg/portsec) and,
 // given portUUID, first records them on the port for reconcile.
 func securePort(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovsdb.Bridge, ps flows.PortSecurity, portUUID string) error {
-	return addressError(portsec.Apply(ctx, cli, portSecTarget(conf), ps, br.Secure(), conf.Bridge, portUUID))
+	return addressError(portsec.Apply(ctx, cli, portSecTarget(conf), ps, br.Secure(), conf.Bridge, portUUID, record.Gateways(br.ExternalIDs)))
 }
 
 // addressError gives a lost address claim (record.AddressClaims) code 7,

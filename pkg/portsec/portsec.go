@@ -7,6 +7,8 @@ package portsec
 
 import (
 	"context"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
@@ -34,7 +36,7 @@ const ServedWithin = 10 * time.Second
 // cache to follow (unixctl.StartRevalidation): the flows match the new
 // port's own ingress, which no megaflow cached before the port existed can
 // carry.
-func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps flows.PortSecurity, secure bool, bridge, portUUID string) error {
+func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps flows.PortSecurity, secure bool, bridge, portUUID string, recordedGateways []netip.Prefix) error {
 	// No flows of ours on this port, only what an earlier one left to
 	// clear: nothing to record either, but the addresses are still claimed.
 	none := len(flows.PortSecurityFlows(ps)) == 0 && !secure
@@ -62,10 +64,16 @@ func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps 
 		base = flows.BaseFlows()
 	}
 	// The flows of the port's gateways on LOCAL (shared by the ports of
-	// its network) are not among them: they go in once the gateway is
-	// recorded on the bridge (ovs-bridge's setupGateway), which its
-	// withdrawal undoes. Here, before the port exists, an ADD killed
-	// after the bundle would leave them to no one.
+	// its network) go in with its own, again, for the gateways the bridge
+	// records (recordedGateways): a withdrawal removes them with the
+	// record. Those of a gateway not recorded yet go in once it is
+	// (ovs-bridge's setupGateway): here, before the port exists, an ADD
+	// killed after the bundle would leave them to no one.
+	for _, g := range ps.Gateways {
+		if slices.Contains(recordedGateways, g) {
+			base = append(base, flows.GatewayFlows(g)...)
+		}
+	}
 	clear := flows.ClearPort(ps.OFPort)
 	if none {
 		return openflow.ApplyServed(ctx, target, openflow.Bundle{clear}, ServedWithin)

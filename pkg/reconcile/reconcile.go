@@ -530,15 +530,18 @@ const upcallsEvery = 2 * time.Second
 // reads the datapath's lookups (unixctl.ReadLookups): two intervals whose
 // every upcall was lost (not necessarily in a row: an interval without a
 // miss says nothing) report unixctl.ErrNoUpcallHandler, and it goes on
-// reading; the first interval with an upcall handled reports nil and ends
-// it. A reading that fails is reported, and the next one that does not
-// reports nil again. Without a kernel bridge of ours it asks nothing:
-// ovs-vswitchd's kernel datapath exists only where the module is.
+// reading (reported once: the counts in its text change each interval);
+// the first interval with an upcall handled reports nil and ends it. A
+// reading that fails is reported, and the next one that does not reports
+// the state again (the alarm, or nil). Without a kernel bridge of ours it
+// asks nothing: ovs-vswitchd's kernel datapath exists only where the
+// module is.
 func watchUpcalls(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control string, report func(error)) {
 	if report == nil {
 		return
 	}
 	var before map[string]unixctl.Lookups
+	var alarm error
 	lost, failed := 0, false
 	for {
 		after, err := lookupsOf(ctx, ovsdbEndpoint, control)
@@ -550,7 +553,7 @@ func watchUpcalls(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control 
 			report(err)
 			failed = true
 		case failed:
-			report(nil)
+			report(alarm)
 			failed = false
 		}
 		if err == nil {
@@ -560,8 +563,9 @@ func watchUpcalls(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, control 
 					report(nil)
 					return
 				case unixctl.AllLost:
-					if lost++; lost >= 2 {
-						report(fmt.Errorf("%w (%s)", unixctl.ErrNoUpcallHandler, lostLine(before, after)))
+					if lost++; lost >= 2 && alarm == nil {
+						alarm = fmt.Errorf("%w (%s)", unixctl.ErrNoUpcallHandler, lostLine(before, after))
+						report(alarm)
 					}
 				}
 			}

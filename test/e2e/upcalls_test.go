@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -34,11 +35,24 @@ func TestUpcallsLostAtBoot(t *testing.T) {
 	a := l.join(n, "a", nil)
 	b := l.join(n, "b", nil)
 	pollUntil(t, "a pings b", func() bool { return a.Ping(b.v4.String()) == nil })
-	wlog := startReconcileWatch(t)
-
 	rundir := filepath.Dir(strings.TrimPrefix(ovsdbAddr, "unix:"))
 	pidFile := filepath.Join(rundir, "ovs-vswitchd.pid")
 	logFile := filepath.Join(rundir, "ovs-vswitchd.log")
+	// Unless the test ended with the normal restart, the next tests get a
+	// normal ovs-vswitchd; these run after the watch is gone (cleanups run
+	// last registered first), so that no flag of its outlives the test.
+	cured := false
+	t.Cleanup(func() {
+		if cured {
+			return
+		}
+		if _, err := os.Stat(pidFile); err == nil {
+			killVswitchd(t, pidFile)
+		}
+		startVswitchd(t)
+	})
+	clearRestoreWaitAfter(t)
+	wlog := startReconcileWatch(t)
 	before, _ := os.ReadFile(logFile)
 	vlog := func() string {
 		b, _ := os.ReadFile(logFile)
@@ -48,7 +62,6 @@ func TestUpcallsLostAtBoot(t *testing.T) {
 		return string(b[len(before):])
 	}
 	killVswitchd(t, pidFile)
-	t.Cleanup(func() { restartVswitchdFrom(t, pidFile) })
 	if datapath == framework.System {
 		// A booted kernel's datapath has no flow: the ones the watch's
 		// flow-restore-wait keeps would carry a's pings to b.
@@ -133,6 +146,21 @@ func TestUpcallsLostAtBoot(t *testing.T) {
 	if !strings.Contains(vlog(), "Overriding n-handler-threads to 0") {
 		t.Errorf("ovs-vswitchd did not log %q: the loss has another cause than the one named", "Overriding n-handler-threads to 0")
 	}
+	// It does not mend itself: once its clock passed 10 s it starts its
+	// handlers ("Overriding n-handler-threads to 2"), and still no ping
+	// is answered.
+	framework.Eventually(t, time.Minute, "ovs-vswitchd starts its handlers once its clock passed 10 s", func() error {
+		if !handlersStarted.MatchString(vlog()) {
+			return fmt.Errorf("its log since the boot:\n%s", vlog())
+		}
+		return nil
+	})
+	framework.Consistently(t, 6*time.Second, "no ping answered after the handlers started", func() error {
+		if got := answered.Load(); got != 0 {
+			return fmt.Errorf("%d pings answered: it mended itself", got)
+		}
+		return nil
+	})
 
 	// The cure is a restart past 10 s of uptime: the watch says the
 	// upcalls are handled, and a pings b again.
@@ -154,7 +182,11 @@ func TestUpcallsLostAtBoot(t *testing.T) {
 	if s := wlog.String()[mark:]; strings.Contains(s, lostLine) {
 		t.Errorf("after the normal restart the watch still says the upcalls are lost:\n%s", s)
 	}
+	waitRestoreWaitCleared(t)
+	cured = true
 }
+
+var handlersStarted = regexp.MustCompile(`Overriding n-handler-threads to [1-9]`)
 
 // lastLine is the last line of s that holds sub.
 func lastLine(s, sub string) string {

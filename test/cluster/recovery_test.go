@@ -30,8 +30,12 @@ func runHarness(ctx context.Context, args ...string) (string, error) {
 // identity), and the cookies of the attachments' flows.
 type nodeRecord struct {
 	Ports      map[string]string // container id -> identity (low 40 bits of the cookie)
-	FlowOwners map[string]int    // identity -> flows of that identity (kinds other than shared and tombstone)
+	FlowOwners map[string]int    // identity -> flows of that identity (kinds other than shared, tombstone and gateway)
 	Sandboxes  map[string]bool   // ready sandboxes (crictl)
+	// GatewayFlows counts the flows of the bridge's gateways (cookie kind
+	// 5, one identity per gateway prefix), Gateways the gateways br0
+	// records: the flows are the bridge's while it records a gateway.
+	GatewayFlows, Gateways int
 }
 
 var (
@@ -42,12 +46,12 @@ var (
 
 func readRecord(t *testing.T, ctx context.Context, nodeName string) nodeRecord {
 	t.Helper()
-	out, err := onNode(ctx, nodeName, `ovs-vsctl --bare --columns=external_ids find Port external_ids:ovsflow.io/owner=ovsflow-cni; echo ==; ovs-ofctl dump-flows br0 --no-stats; echo ==; crictl pods -q --state ready`)
+	out, err := onNode(ctx, nodeName, `ovs-vsctl --bare --columns=external_ids find Port external_ids:ovsflow.io/owner=ovsflow-cni; echo ==; ovs-ofctl dump-flows br0 --no-stats; echo ==; crictl pods -q --state ready; echo ==; ovs-vsctl --bare get Bridge br0 external_ids`)
 	if err != nil {
 		t.Fatalf("reading the plugins' record on %s: %v", nodeName, err)
 	}
-	parts := strings.SplitN(out, "==\n", 3)
-	if len(parts) != 3 {
+	parts := strings.SplitN(out, "==\n", 4)
+	if len(parts) != 4 {
 		t.Fatalf("reading the plugins' record on %s: %q", nodeName, out)
 	}
 	r := nodeRecord{Ports: map[string]string{}, FlowOwners: map[string]int{}, Sandboxes: map[string]bool{}}
@@ -58,10 +62,15 @@ func readRecord(t *testing.T, ctx context.Context, nodeName string) nodeRecord {
 		}
 	}
 	for _, m := range reCookie.FindAllStringSubmatch(parts[1], -1) {
-		if kind := m[1]; kind != "0" && kind != "3" { // shared flows, tombstones of ports being deleted
+		switch kind := m[1]; kind {
+		case "0", "3": // shared flows, tombstones of ports being deleted
+		case "5":
+			r.GatewayFlows++
+		default:
 			r.FlowOwners[m[2]]++
 		}
 	}
+	r.Gateways = strings.Count(parts[3], "ovsflow.io/gateway/")
 	for _, id := range strings.Fields(parts[2]) {
 		r.Sandboxes[id] = true
 	}
@@ -82,6 +91,9 @@ func (r nodeRecord) stale() []string {
 		if !idents[id] {
 			bad = append(bad, fmt.Sprintf("%d flows of identity %s, no port has it", n, id))
 		}
+	}
+	if r.GatewayFlows > 0 && r.Gateways == 0 {
+		bad = append(bad, fmt.Sprintf("%d flows of gateways, and br0 records none", r.GatewayFlows))
 	}
 	sort.Strings(bad)
 	return bad

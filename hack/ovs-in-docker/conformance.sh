@@ -115,8 +115,8 @@ cmd_conformance() {
 		failed=$(grep -c '<failure ' "$junit" || true)
 		passed=$(sed -n 's/^Ran \([0-9]*\) of .*/\1/p' "$out/e2e.log" | head -1)
 		passed=$((${passed:-0} - failed))
-		grep -o '<testcase name="[^"]*"[^>]*>[[:space:]]*<skipped message="skipped - [^"]*"' "$junit" |
-			sed 's/<testcase name="\([^"]*\)".*message="skipped - \(.*\)"/  skipped: \1: \2/' >&2 || true
+		awk 'match($0, /<testcase name="[^"]*"/) { name = substr($0, RSTART + 16, RLENGTH - 17) }
+			match($0, /<skipped message="skipped - [^"]*"/) { print "  skipped: " name ": " substr($0, RSTART + 28, RLENGTH - 29) }' "$junit" >&2
 	fi
 	echo "CONFORMANCE passed=$passed failed=$failed skipped=$skipped took=$((SECONDS - t0))s junit=$junit log=$out/e2e.log"
 	return $rc

@@ -103,8 +103,16 @@ kube_node() {
 	me=$(hostname)
 	export PATH=$bin:$PATH # containerd's runc shim
 	# kubelet's cgroupRoot, in every hierarchy (a new cpuset needs CPUs and memory nodes).
+	# It is outside this container's cgroup, so a restart of the container
+	# leaves the cgroups of the pods it ran, which a reboot would not: they
+	# are removed, deepest first (their processes died with the container);
+	# kubelet's cAdvisor otherwise retries each for half a minute before
+	# kubelet registers the Node.
 	local cg=${OID_CGROUP#/}/$me h d
-	for h in /sys/fs/cgroup/*/; do mkdir -p "$h$cg"; done
+	for h in /sys/fs/cgroup/*/; do
+		[ -d "$h$cg" ] && find "$h$cg" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null
+		mkdir -p "$h$cg"
+	done
 	if [ -d /sys/fs/cgroup/cpuset ]; then
 		for d in "${OID_CGROUP#/}" "$cg"; do
 			cat "/sys/fs/cgroup/cpuset/$(dirname "$d")/cpuset.cpus" >"/sys/fs/cgroup/cpuset/$d/cpuset.cpus"

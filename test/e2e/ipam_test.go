@@ -23,11 +23,13 @@ import (
 // paths: IPAM in the background while the veth is made, and dhcp's (IPAM
 // on the attached port; the fake plugin is named "dhcp" and found first in
 // CNI_PATH). Control: the same plugin answering, the same ADD succeeds.
+// The two wait out the command's timeout side by side.
 func TestBridgeIPAMHangs(t *testing.T) {
 	requireSandbox(t)
 	br := framework.NewBridge(t, "e2ebr")
-	for _, name := range []string{"hung", "dhcp"} {
+	for i, name := range []string{"hung", "dhcp"} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			fake := t.TempDir()
 			// The plugins run with an empty PATH: absolute paths only.
 			script := `#!/bin/sh
@@ -37,7 +39,7 @@ if [ "$CNI_COMMAND" = ADD ] && [ -e ` + fake + `/hang ]; then
 	echo $! >>` + fake + `/pids
 	wait
 fi
-[ "$CNI_COMMAND" = ADD ] && echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.50/24","gateway":"192.0.2.1"}]}'
+[ "$CNI_COMMAND" = ADD ] && echo '{"cniVersion":"1.0.0","ips":[{"address":"192.0.2.` + strconv.Itoa(50+i) + `/24","gateway":"192.0.2.1"}]}'
 exit 0
 `
 			if err := os.WriteFile(filepath.Join(fake, name), []byte(script), 0o755); err != nil {

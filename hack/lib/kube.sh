@@ -16,7 +16,10 @@ etcd_version=v3.6.16 # go.etcd.io/etcd/server/v3
 containerd_version=v2.4.2
 multus_module=gopkg.in/k8snetworkplumbingwg/multus-cni.v4
 multus_version=v4.2.3 # the thin plugin (cmd/multus) of `up -kube -multus`
-coredns_version=v1.15.0 # github.com/coredns/coredns: the cluster DNS of `up -kube`
+# github.com/coredns/coredns: the cluster DNS of `up -kube`, built from
+# hack/coredns (the plugins the cluster's Corefile uses), whose go.mod pins it
+# (not in the node image, which sources this file too and builds nothing).
+coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' "$(dirname "${BASH_SOURCE[0]}")/../coredns/go.mod" 2>/dev/null || true)
 # Its image, under upstream's name, so that deploy/coredns.yaml reads as kubeadm's.
 kube_coredns_image=registry.k8s.io/coredns/coredns:$coredns_version
 kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
@@ -171,16 +174,20 @@ kube_build_multus() {
 # kube_coredns_tar: CoreDNS's image tar (one layer: the static binary).
 kube_coredns_tar() { echo "$kube_prefix/images/coredns-$coredns_version.tar"; }
 
-# kube_build_coredns: CoreDNS (its default plugin set: 9 minutes of CPU cold,
-# 79 MB) and its image tar, each unless cached. Upstream's go.mod has no
-# replace directive, so `go install pkg@v` builds it as released.
+# kube_build_coredns: CoreDNS as hack/coredns links it (the plugins of
+# deploy/coredns.yaml's and kubeadm's Corefiles: about 4 CPU-minutes cold,
+# against 9 for the released default set) and its image tar, each unless
+# cached. Built in hack/coredns, a module of its own (its go.mod and go.sum
+# pin every dependency); the build writes nothing there.
 kube_build_coredns() {
-	local prefix=$kube_prefix t0=$SECONDS tar
+	local prefix=$kube_prefix t0=$SECONDS tar src
+	src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../coredns" && pwd)
 	tar=$(kube_coredns_tar)
 	mkdir -p "$prefix/bin" "$prefix/images"
-	if ! kube_built "$prefix/bin/coredns" github.com/coredns/coredns "$coredns_version"; then
-		log "building CoreDNS $coredns_version (about 5 minutes cold on 2 idle cores)"
-		GOBIN=$prefix/bin CGO_ENABLED=0 go install -trimpath -ldflags '-s -w' "github.com/coredns/coredns@$coredns_version"
+	if ! kube_built "$prefix/bin/coredns" github.com/coredns/coredns "$coredns_version" ||
+		! go version -m "$prefix/bin/coredns" | grep -q "ovsflow.local/coredns"; then
+		log "building CoreDNS $coredns_version (hack/coredns: its plugins of the cluster's Corefile)"
+		(cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$prefix/bin/coredns" .) || return 1
 		log "CoreDNS $coredns_version built in $((SECONDS - t0)) s"
 		rm -f "$tar"
 	fi

@@ -319,13 +319,17 @@ func hello(name, peer string) string {
 
 // eventually retries f until it returns nil or the context's deadline (a
 // loaded machine is slow; nothing here asserts a time), and fails with f's last error.
+// A wait of 5 s or more is logged with its length: where a test spends its time.
 func eventually(t *testing.T, ctx context.Context, limit time.Duration, what string, f func() error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var last error
-	for {
+	for began := time.Now(); ; {
 		if last = f(); last == nil {
+			if d := time.Since(began); d >= 5*time.Second {
+				t.Logf("waited %.1f s: %s", d.Seconds(), what)
+			}
 			return
 		}
 		select {

@@ -19,7 +19,8 @@ multus_version=v4.2.3 # the thin plugin (cmd/multus) of `up -kube -multus`
 # github.com/coredns/coredns: the cluster DNS of `up -kube`, built from
 # hack/coredns (the plugins the cluster's Corefile uses), whose go.mod pins it
 # (not in the node image, which sources this file too and builds nothing).
-coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' "$(dirname "${BASH_SOURCE[0]}")/../coredns/go.mod" 2>/dev/null || true)
+kube_coredns_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../coredns" 2>/dev/null && pwd || true)
+coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' "$kube_coredns_dir/go.mod" 2>/dev/null || true)
 # Its image, under upstream's name, so that deploy/coredns.yaml reads as kubeadm's.
 kube_coredns_image=registry.k8s.io/coredns/coredns:$coredns_version
 kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
@@ -180,14 +181,13 @@ kube_coredns_tar() { echo "$kube_prefix/images/coredns-$coredns_version.tar"; }
 # cached. Built in hack/coredns, a module of its own (its go.mod and go.sum
 # pin every dependency); the build writes nothing there.
 kube_build_coredns() {
-	local prefix=$kube_prefix t0=$SECONDS tar src
-	src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../coredns" && pwd)
+	local prefix=$kube_prefix t0=$SECONDS tar
 	tar=$(kube_coredns_tar)
 	mkdir -p "$prefix/bin" "$prefix/images"
 	if ! kube_built "$prefix/bin/coredns" github.com/coredns/coredns "$coredns_version" ||
 		! go version -m "$prefix/bin/coredns" | grep -q "ovsflow.local/coredns"; then
 		log "building CoreDNS $coredns_version (hack/coredns: its plugins of the cluster's Corefile)"
-		(cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$prefix/bin/coredns" .) || return 1
+		(cd "$kube_coredns_dir" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$prefix/bin/coredns" .) || return 1
 		log "CoreDNS $coredns_version built in $((SECONDS - t0)) s"
 		rm -f "$tar"
 	fi

@@ -363,9 +363,9 @@ func TestDaemonSetUpgradeKeepsHostPorts(t *testing.T) {
 		}
 	}
 	defer halt()
-	time.Sleep(2 * time.Second) // answered datagrams before the rollout: the flow is established
+	time.Sleep(2 * time.Second) // time is the subject: 2 s of traffic before the rollout (the flow established)
 	setAgentImage(t, ctx, newImage)
-	time.Sleep(3 * time.Second) // and after it
+	time.Sleep(3 * time.Second) // time is the subject: 3 s of it after the rollout
 	halt()
 
 	for _, key := range targets {

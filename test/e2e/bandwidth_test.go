@@ -59,16 +59,26 @@ func doIn(n ns.NetNS, f func() error) error {
 
 var bwPort atomic.Int32
 
+// measure is one rate measurement, in bits per second over its window: what
+// the sender handed its socket (offered: a sender the shaper's queue holds
+// back offers what gets through: TCP's, and on the kernel datapath the
+// node's own UDP into the HTB queue) and what the receiver read (got).
+type measure struct{ offered, got float64 }
+
+func (m measure) String() string {
+	return fmt.Sprintf("%.2f Mbit/s (sender offered %.2f)", m.got/1e6, m.offered/1e6)
+}
+
 // rate sends network ("tcp" or "udp") traffic from netns from to a
-// receiver in netns to (nil: the node) that listens on ip, and returns
-// the rate the receiver got, in bits per second: the payload bytes it read
-// in a window of d after warm, over the window's measured length. TCP
-// sends as fast as it can; UDP offers bwUDPRate in 1200-byte datagrams.
-func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d time.Duration) float64 {
+// receiver in netns to (nil: the node) that listens on ip, and measures
+// it in a window of d after warm: the payload bytes the sender wrote and
+// the receiver read, over the window's measured length. TCP sends as fast
+// as it can; UDP offers bwUDPRate in 1200-byte datagrams.
+func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d time.Duration) measure {
 	t.Helper()
 	port := 5201 + int(bwPort.Add(1))
 	addr := net.JoinHostPort(ip, fmt.Sprint(port))
-	var got atomic.Int64
+	var got, sent atomic.Int64
 	var closers []io.Closer
 	defer func() {
 		for _, c := range closers {
@@ -133,7 +143,9 @@ func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d ti
 			buf := make([]byte, 64<<10)
 			for !stop.Load() {
 				conn.SetWriteDeadline(time.Now().Add(time.Second))
-				if _, err := conn.Write(buf); err != nil && !os.IsTimeout(err) {
+				n, err := conn.Write(buf)
+				sent.Add(int64(n))
+				if err != nil && !os.IsTimeout(err) {
 					return
 				}
 			}
@@ -141,66 +153,90 @@ func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d ti
 		}
 		// Paced in rounds of 2 ms: what is due since the start is sent.
 		buf := make([]byte, 1200)
-		start, sent := time.Now(), 0.0
+		start, offered := time.Now(), 0.0
 		for !stop.Load() {
 			due := time.Since(start).Seconds() * bwUDPRate / 8
-			for ; sent < due; sent += float64(len(buf)) {
-				conn.Write(buf) // ENOBUFS and refused datagrams count as lost
+			for ; offered < due; offered += float64(len(buf)) {
+				if n, err := conn.Write(buf); err == nil { // ENOBUFS and refused datagrams count as lost
+					sent.Add(int64(n))
+				}
 			}
 			time.Sleep(2 * time.Millisecond) // time is the subject: the sender's pace
 		}
 	}()
 	time.Sleep(warm) // time is the subject: a rate is bytes over a measured interval, after the burst (see bwWarm)
-	b0, t0 := got.Load(), time.Now()
+	b0, s0, t0 := got.Load(), sent.Load(), time.Now()
 	time.Sleep(d) // the measured interval
-	b1, t1 := got.Load(), time.Now()
+	b1, s1, t1 := got.Load(), sent.Load(), time.Now()
 	stop.Store(true)
 	wg.Wait()
-	return float64(b1-b0) * 8 / t1.Sub(t0).Seconds()
+	secs := t1.Sub(t0).Seconds()
+	return measure{offered: float64(s1-s0) * 8 / secs, got: float64(b1-b0) * 8 / secs}
 }
 
 // bwAttempts is how many times a rate below what it should be is measured
-// before it counts: a sender starved of CPU (a loaded machine, the
-// emulated guest) delivers less than a limit or a link allows, but never
-// more, so a rate above the band fails at once.
+// before it counts: a sender or receiver starved of CPU (a loaded machine,
+// the emulated guest) delivers less than a limit or a link allows, but
+// never more, so a rate above the band fails at once.
 const bwAttempts = 3
 
-// wantRate checks the shaped rate measure returns against bwRate and
-// bwTolerance.
-func wantRate(t *testing.T, what string, measure func() float64) {
-	t.Helper()
-	lo, hi := bwRate*(1-bwTolerance), bwRate*(1+bwTolerance)
-	for i := 1; ; i++ {
-		got := measure()
-		switch {
-		case got > hi:
-			t.Errorf("%s: %.2f Mbit/s, want %.1f Mbit/s ±%.0f%%: above the limit", what, got/1e6, bwRate/1e6, bwTolerance*100)
-		case got >= lo:
-			t.Logf("%s: %.2f Mbit/s (limit %.1f)", what, got/1e6, bwRate/1e6)
-		case i < bwAttempts:
-			t.Logf("%s: %.2f Mbit/s, below %.1f Mbit/s ±%.0f%% (measure %d of %d): again", what, got/1e6, bwRate/1e6, bwTolerance*100, i, bwAttempts)
-			continue
-		default:
-			t.Errorf("%s: %.2f Mbit/s, want %.1f Mbit/s ±%.0f%% (%d measures)", what, got/1e6, bwRate/1e6, bwTolerance*100, bwAttempts)
-		}
-		return
+// bwLow and bwFloor are the lowest shaped rate that passes and the lowest
+// control rate (no limit) that proves the shaped one is the limit's. On an
+// emulated machine (Slowdown > 1: the kernel datapath's guest, under TCG)
+// the guest proves behaviour, not times: a qdisc's or meter's timers there
+// deliver as little as half the limit while the host is loaded (measured:
+// UDP through the HTB queue at 10.4-10.6 Mbit/s of 20 for a minute beside
+// a CPU hog, 18.9 after), so the band's lower edge is a quarter of the
+// limit there (a limit in the wrong unit is 1,000 times off) and the
+// control must carry twice the band's top. Natively: the band, and
+// bwControl times the limit.
+func bwLow() float64 {
+	if framework.Slowdown > 1 {
+		return bwRate / 4
 	}
+	return bwRate * (1 - bwTolerance)
 }
 
-// wantUnshaped checks that the control rate measure returns is far above
-// bwRate.
-func wantUnshaped(t *testing.T, what string, measure func() float64) {
+func bwFloor() float64 {
+	if framework.Slowdown > 1 {
+		return 2 * bwRate * (1 + bwTolerance)
+	}
+	return bwControl * bwRate
+}
+
+// wantRate checks the shaped rate m measures against bwRate and
+// bwTolerance.
+func wantRate(t *testing.T, what string, m func() measure) {
+	t.Helper()
+	lo, hi := bwLow(), bwRate*(1+bwTolerance)
+	band := fmt.Sprintf("%.1f-%.1f Mbit/s (limit %.1f)", lo/1e6, hi/1e6, bwRate/1e6)
+	wantMeasure(t, what, m, func(got float64) (ok, again bool) { return got >= lo && got <= hi, got < lo }, band)
+}
+
+// wantUnshaped checks that the control rate m measures is far above
+// bwRate: else the shaped figures would prove nothing.
+func wantUnshaped(t *testing.T, what string, m func() measure) {
+	t.Helper()
+	floor := bwFloor()
+	wantMeasure(t, what+" (no limit)", m, func(got float64) (ok, again bool) { return got >= floor, true },
+		fmt.Sprintf("at least %.1f Mbit/s", floor/1e6))
+}
+
+// wantMeasure measures until in says a rate passes, or until one fails that
+// in says is not worth another measure, or bwAttempts have failed.
+func wantMeasure(t *testing.T, what string, m func() measure, in func(float64) (ok, again bool), want string) {
 	t.Helper()
 	for i := 1; ; i++ {
-		got := measure()
+		got := m()
+		ok, again := in(got.got)
 		switch {
-		case got >= bwControl*bwRate:
-			t.Logf("%s (no limit): %.2f Mbit/s", what, got/1e6)
-		case i < bwAttempts:
-			t.Logf("%s (no limit): %.2f Mbit/s, below %d×%.1f Mbit/s (measure %d of %d): again", what, got/1e6, bwControl, bwRate/1e6, i, bwAttempts)
+		case ok:
+			t.Logf("%s: %v, want %s", what, got, want)
+		case again && i < bwAttempts:
+			t.Logf("%s: %v, want %s (measure %d of %d): again", what, got, want, i, bwAttempts)
 			continue
 		default:
-			t.Errorf("%s (no limit): %.2f Mbit/s, want more than %d×%.1f Mbit/s: the shaped figures would prove nothing (%d measures)", what, got/1e6, bwControl, bwRate/1e6, bwAttempts)
+			t.Errorf("%s: %v, want %s (%d measures)", what, got, want, i)
 		}
 		return
 	}
@@ -323,10 +359,10 @@ func TestBandwidthShapes(t *testing.T) {
 	for _, network := range []string{"tcp", "udp"} {
 		// ingress: the node sends to the container; egress: the container
 		// sends to the node.
-		wantRate(t, network+" ingress", func() float64 { return rate(t, network, nil, shaped.NS, ip, bwWarm, bwWindow) })
-		wantUnshaped(t, network+" ingress", func() float64 { return rate(t, network, nil, free.NS, ipf, time.Second, 3*time.Second) })
-		wantRate(t, network+" egress", func() float64 { return rate(t, network, shaped.NS, nil, gw, bwWarm, bwWindow) })
-		wantUnshaped(t, network+" egress", func() float64 { return rate(t, network, free.NS, nil, gw, time.Second, 3*time.Second) })
+		wantRate(t, network+" ingress", func() measure { return rate(t, network, nil, shaped.NS, ip, bwWarm, bwWindow) })
+		wantUnshaped(t, network+" ingress", func() measure { return rate(t, network, nil, free.NS, ipf, time.Second, 3*time.Second) })
+		wantRate(t, network+" egress", func() measure { return rate(t, network, shaped.NS, nil, gw, bwWarm, bwWindow) })
+		wantUnshaped(t, network+" egress", func() measure { return rate(t, network, free.NS, nil, gw, time.Second, 3*time.Second) })
 	}
 	if err := n.Check(shaped, "eth0", bw); err != nil {
 		t.Errorf("CHECK: %v", err)
@@ -344,9 +380,7 @@ func TestBandwidthShapes(t *testing.T) {
 		}
 	}
 	wantNoLimits(h, t, shaped, "eth0", meter)
-	if got := rate(t, "tcp", shaped.NS, nil, gw, time.Second, 3*time.Second); got < bwControl*bwRate {
-		t.Errorf("egress after DEL: %.2f Mbit/s, want unshaped", got/1e6)
-	}
+	wantUnshaped(t, "tcp egress after DEL", func() measure { return rate(t, "tcp", shaped.NS, nil, gw, time.Second, 3*time.Second) })
 }
 
 // CHECK fails when a limit was removed or changed behind the plugin's back:
@@ -441,8 +475,8 @@ func TestBandwidthAfterVswitchdRestart(t *testing.T) {
 		t.Errorf("CHECK after reconcile: %v", err)
 	}
 	ip := framework.AddrOf(t, r, false)
-	wantRate(t, "tcp egress after restart", func() float64 { return rate(t, "tcp", c.NS, nil, "192.0.2.1", bwWarm, bwWindow) })
-	wantRate(t, "tcp ingress after restart", func() float64 { return rate(t, "tcp", nil, c.NS, ip, bwWarm, bwWindow) })
+	wantRate(t, "tcp egress after restart", func() measure { return rate(t, "tcp", c.NS, nil, "192.0.2.1", bwWarm, bwWindow) })
+	wantRate(t, "tcp ingress after restart", func() measure { return rate(t, "tcp", nil, c.NS, ip, bwWarm, bwWindow) })
 }
 
 // GC removes the limits of attachments that are not valid: of one whose

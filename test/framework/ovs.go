@@ -1,6 +1,8 @@
 package framework
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,14 +72,28 @@ func NewOVSHost(t testing.TB) *OVSHost {
 	return h
 }
 
-// LogOnFailure logs the sandbox's interfaces and bridge's flows when t failed.
+// LogOnFailure writes the sandbox's interfaces and the bridge's flows to a
+// file when t failed, and logs its name in one line: a failure's own
+// messages stay the last lines of the test's output, where a CI log that
+// keeps only its tail shows them.
 func LogOnFailure(t testing.TB, bridge string) {
 	if !t.Failed() {
 		return
 	}
 	ports, _ := Run("ovs-vsctl", "--db="+Env.OVSDB, "--columns=name,ofport,external_ids", "list", "Interface")
 	fl, _ := Run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", OFTarget(Env.OVSDB, bridge))
-	t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, bridge, fl)
+	f, err := os.CreateTemp("", "ovsflow-"+strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())+"-*.txt")
+	if err == nil {
+		_, err = fmt.Fprintf(f, "interfaces:\n%s\nflows on %s:\n%s", ports, bridge, fl)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Logf("interfaces:\n%s\nflows on %s:\n%s", ports, bridge, fl)
+		return
+	}
+	t.Logf("the sandbox's interfaces and %s's flows at the failure: %s", bridge, f.Name())
 }
 
 // OFTarget is the host bridge's OpenFlow management socket.

@@ -32,9 +32,9 @@ const (
 	// rates count Ethernet frames, the receiver payload: TCP's goodput is
 	// about 96% of the rate, UDP's (1200-byte datagrams) 97%.
 	bwTolerance = 0.15
-	// bwControl is how far above bwRate the same traffic gets without the
-	// plugin, at least.
-	bwControl = 3
+	// bwControl is how far above the band's top the same traffic gets
+	// without the plugin, at least: the shaped figure is the limit's.
+	bwControl = 2
 	// bwUDPRate is the rate the UDP sender offers: 5 times the limit.
 	bwUDPRate = 5 * bwRate
 )
@@ -180,44 +180,36 @@ func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d ti
 // never more, so a rate above the band fails at once.
 const bwAttempts = 3
 
-// bwLow and bwFloor are the lowest shaped rate that passes and the lowest
-// control rate (no limit) that proves the shaped one is the limit's. On an
-// emulated machine (Slowdown > 1: the kernel datapath's guest, under TCG)
-// the guest proves behaviour, not times: a qdisc's or meter's timers there
-// deliver as little as half the limit while the host is loaded (measured:
-// UDP through the HTB queue at 10.4-10.6 Mbit/s of 20 for a minute beside
-// a CPU hog, 18.9 after), so the band's lower edge is a quarter of the
-// limit there (a limit in the wrong unit is 1,000 times off) and the
-// control must carry twice the band's top. Natively: the band, and
-// bwControl times the limit.
-func bwLow() float64 {
-	if framework.Slowdown > 1 {
-		return bwRate / 4
-	}
-	return bwRate * (1 - bwTolerance)
-}
-
-func bwFloor() float64 {
-	if framework.Slowdown > 1 {
-		return 2 * bwRate * (1 + bwTolerance)
-	}
-	return bwControl * bwRate
-}
-
 // wantRate checks the shaped rate m measures against bwRate and
-// bwTolerance.
+// bwTolerance: the band, both edges.
 func wantRate(t *testing.T, what string, m func() measure) {
 	t.Helper()
-	lo, hi := bwLow(), bwRate*(1+bwTolerance)
-	band := fmt.Sprintf("%.1f-%.1f Mbit/s (limit %.1f)", lo/1e6, hi/1e6, bwRate/1e6)
-	wantMeasure(t, what, m, func(got float64) (ok, again bool) { return got >= lo && got <= hi, got < lo }, band)
+	lo, hi := bwRate*(1-bwTolerance), bwRate*(1+bwTolerance)
+	wantMeasure(t, what, m, func(got float64) (ok, again bool) { return got >= lo && got <= hi, got < lo },
+		fmt.Sprintf("%.1f-%.1f Mbit/s (limit %.1f)", lo/1e6, hi/1e6, bwRate/1e6))
 }
 
-// wantUnshaped checks that the control rate m measures is far above
-// bwRate: else the shaped figures would prove nothing.
+// wantCapped checks that the rate m measures is under the band's top and
+// not nothing: the limit caps a sender that overruns it. It is what the
+// ingress limit proves with UDP: the HTB queue that holds it drains in the
+// kernel's softirq time, which a CPU hog starves (ksoftirqd): measured on
+// netdev beside stress-ng on both cores, UDP offered at 100 Mbit/s got
+// 3.3-9.0 Mbit/s through a 20 Mbit/s queue, the unshaped control 100 and
+// TCP through the same queue 19.1; the emulated guest's timers do the same
+// (10.4-10.6 while the host was loaded). TCP proves the lower edge (its
+// sender waits for the queue, and it held under the same hog).
+func wantCapped(t *testing.T, what string, m func() measure) {
+	t.Helper()
+	hi := bwRate * (1 + bwTolerance)
+	wantMeasure(t, what, m, func(got float64) (ok, again bool) { return got > 0 && got <= hi, got == 0 },
+		fmt.Sprintf("more than 0 and at most %.1f Mbit/s (limit %.1f)", hi/1e6, bwRate/1e6))
+}
+
+// wantUnshaped checks that the control rate m measures is far above the
+// band: else the shaped figures would prove nothing.
 func wantUnshaped(t *testing.T, what string, m func() measure) {
 	t.Helper()
-	floor := bwFloor()
+	floor := bwControl * bwRate * (1 + bwTolerance)
 	wantMeasure(t, what+" (no limit)", m, func(got float64) (ok, again bool) { return got >= floor, true },
 		fmt.Sprintf("at least %.1f Mbit/s", floor/1e6))
 }
@@ -337,9 +329,10 @@ func execPlugin(t *testing.T, plugin, command string, c *framework.Container, if
 	return out.String(), nil
 }
 
-// Both directions, TCP and UDP, shaped to the limit; the same traffic of a
-// container without limits (the same network, no runtimeConfig.bandwidth)
-// far above it. Then CHECK, and DEL without prevResult.
+// Both directions, TCP and UDP, shaped to the limit (UDP into the container
+// capped by it: see wantCapped); the same traffic of a container without
+// limits (the same network, no runtimeConfig.bandwidth) far above it. Then
+// CHECK, and DEL without prevResult.
 func TestBandwidthShapes(t *testing.T) {
 	requireSandbox(t)
 	h := framework.NewOVSHost(t)
@@ -359,7 +352,11 @@ func TestBandwidthShapes(t *testing.T) {
 	for _, network := range []string{"tcp", "udp"} {
 		// ingress: the node sends to the container; egress: the container
 		// sends to the node.
-		wantRate(t, network+" ingress", func() measure { return rate(t, network, nil, shaped.NS, ip, bwWarm, bwWindow) })
+		shapedIn := wantRate
+		if network == "udp" {
+			shapedIn = wantCapped
+		}
+		shapedIn(t, network+" ingress", func() measure { return rate(t, network, nil, shaped.NS, ip, bwWarm, bwWindow) })
 		wantUnshaped(t, network+" ingress", func() measure { return rate(t, network, nil, free.NS, ipf, time.Second, 3*time.Second) })
 		wantRate(t, network+" egress", func() measure { return rate(t, network, shaped.NS, nil, gw, bwWarm, bwWindow) })
 		wantUnshaped(t, network+" egress", func() measure { return rate(t, network, free.NS, nil, gw, time.Second, 3*time.Second) })

@@ -298,6 +298,20 @@ func TestManifestConflist(t *testing.T) {
 		var got, want any
 		json.Unmarshal([]byte(text), &got)
 		json.Unmarshal(example, &want)
+		// The template's one difference: the agent's confirmation of the pod
+		// ranges, which a conflist installed without the agent cannot have.
+		confirmed := false
+		if m, ok := got.(map[string]any); ok {
+			for _, p := range m["plugins"].([]any) {
+				if pm := p.(map[string]any); pm["type"] == "ovs-bridge" {
+					confirmed = pm["confirmedRanges"] == "/run/ovsflow/pod-ranges"
+					delete(pm, "confirmedRanges")
+				}
+			}
+		}
+		if !confirmed {
+			t.Errorf("%s: ovs-bridge's confirmedRanges is not /run/ovsflow/pod-ranges (the agent's mount)", key)
+		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s differs from examples/containerd.conflist (the network the containerd suite runs)", key)
 		}

@@ -78,7 +78,7 @@ func TestUninstallManifestMatchesAgent(t *testing.T) {
 			t.Errorf("uninstall mount %s: host path %q, want the agent's %q", m.MountPath, got, want)
 		}
 	}
-	if len(u.VolumeMounts) != 3 {
-		t.Errorf("uninstall mounts %d volumes, want 3 (OVS run dir, CNI bin and conf dirs)", len(u.VolumeMounts))
+	if len(u.VolumeMounts) != 4 {
+		t.Errorf("uninstall mounts %d volumes, want 4 (OVS run dir, CNI bin and conf dirs, the pod ranges' confirmation)", len(u.VolumeMounts))
 	}
 }

@@ -53,6 +53,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/buildinfo"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/memo"
+	"github.com/ovsflow/ovs-cni/pkg/noderanges"
 	"github.com/ovsflow/ovs-cni/pkg/orphan"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
@@ -455,11 +456,32 @@ func (a *Agent) syncConflist(self *corev1.Node, err error) {
 			err = fmt.Errorf("node %s has no spec.podCIDRs (yet)", a.cfg.NodeName)
 		}
 	}
+	confirm := confirmedRangesPath(a.cfg.ConfTemplate)
+	if err != nil && confirm != "" {
+		// No Node (deleted, not registered again yet) or none with pod
+		// ranges: the conflist on disk may be the old Node's.
+		if gone, rerr := noderanges.Remove(confirm); rerr != nil {
+			err = errors.Join(err, rerr)
+		} else if gone {
+			a.logf("conflist: confirmation of the pod ranges withdrawn (%s): %v", confirm, err)
+		}
+	}
 	if err == nil {
+		if confirm != "" && !noderanges.Holds(confirm, own) {
+			// The ranges change: the plugins serve none until the conflist
+			// is the new one.
+			_, err = noderanges.Remove(confirm)
+		}
 		var wrote bool
-		if wrote, err = installConflist(a.cfg.ConfTemplate, a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate), own); wrote {
-			fmt.Fprintf(a.cfg.Log, "%s conflist: installed %s for %v\n", time.Now().UTC().Format(time.RFC3339),
-				filepath.Join(a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate)), own)
+		if err == nil {
+			if wrote, err = installConflist(a.cfg.ConfTemplate, a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate), own); wrote {
+				a.logf("conflist: installed %s for %v", filepath.Join(a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate)), own)
+			}
+		}
+		if err == nil && confirm != "" {
+			if wrote, err = noderanges.Write(confirm, own); wrote {
+				a.logf("conflist: pod ranges %v confirmed in %s", own, confirm)
+			}
 		}
 	}
 	a.st.set(&a.st.conflist, err)
@@ -468,6 +490,23 @@ func (a *Agent) syncConflist(self *corev1.Node, err error) {
 	} else {
 		a.say("conflist", fmt.Sprintf("in place for %v", own))
 	}
+}
+
+// confirmedRangesPath is the file the conflist template's ovs-bridge names
+// for the agent's confirmation of the pod ranges (package noderanges), ""
+// when it names none (or the template cannot be read: installConflist says
+// so).
+func confirmedRangesPath(template string) string {
+	b, err := os.ReadFile(template)
+	if err != nil {
+		return ""
+	}
+	return noderanges.ConfigPath(b)
+}
+
+// logf writes one line of the agent's log, stamped.
+func (a *Agent) logf(format string, args ...any) {
+	fmt.Fprintf(a.cfg.Log, "%s %s\n", time.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
 }
 
 // syncNodeRoutes: the routes of node self, from its InternalIPs and pod

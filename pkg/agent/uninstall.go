@@ -17,6 +17,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/noderanges"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
@@ -38,13 +39,26 @@ func Uninstall(ctx context.Context, cfg Config) error {
 	cfg.Defaults()
 	say := func(format string, args ...any) { fmt.Fprintf(cfg.Log, "uninstall: "+format+"\n", args...) }
 	var errs []error
+	// The file the conflist names for the pod ranges' confirmation: the
+	// installed conflist's word, else the template's.
+	confirm := confirmedRangesPath(cfg.ConfTemplate)
 	if cfg.ConfTemplate != "" && cfg.CNIConfDir != "" {
 		p := filepath.Join(cfg.CNIConfDir, filepath.Base(cfg.ConfTemplate))
+		if path := confirmedRangesPath(p); path != "" {
+			confirm = path
+		}
 		if err := os.Remove(p); err == nil {
 			say("removed %s", p)
 		} else if !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
+	}
+	if confirm != "" {
+		gone, err := noderanges.Remove(confirm)
+		if gone {
+			say("removed %s", confirm)
+		}
+		errs = append(errs, err)
 	}
 	if cfg.Routes {
 		n, err := podroutes.Table{Table: cfg.RouteTable, Protocol: cfg.RouteProtocol}.RemoveAll()

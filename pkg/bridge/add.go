@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/gateway"
@@ -117,6 +118,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 		return err
 	}
 	if err := notOwnNetNS(args.Netns); err != nil {
+		return err
+	}
+	if err := rangesConfirmed(conf, args.StdinData, cnierr.TryAgain); err != nil {
 		return err
 	}
 	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)

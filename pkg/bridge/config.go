@@ -55,6 +55,10 @@ type NetConf struct {
 	OVSDBCA   string `json:"ovsdbCA,omitempty"`
 	// VswitchdControl: see ovs-portmap's (Mesos port mappings only).
 	VswitchdControl string `json:"vswitchdControl,omitempty"`
+	// ConfirmedRanges: the file in which the node agent confirms that
+	// this network's IPAM ranges are its Node's (package noderanges);
+	// while it does not, STATUS is unavailable and ADD asks to try again.
+	ConfirmedRanges string `json:"confirmedRanges,omitempty"`
 
 	RuntimeConfig struct {
 		MAC string   `json:"mac,omitempty"`

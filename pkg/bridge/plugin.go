@@ -33,6 +33,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/ipam"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/netns"
+	"github.com/ovsflow/ovs-cni/pkg/noderanges"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
@@ -1141,11 +1142,27 @@ func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Atta
 	return false, nil
 }
 
+// rangesConfirmed: where conf names the node agent's confirmation, an
+// error of kind unless it holds this network's IPAM ranges (a conflist left
+// from before the Node was registered again must not give out addresses).
+func rangesConfirmed(conf *NetConf, stdin []byte, kind cnierr.Kind) error {
+	if conf.ConfirmedRanges == "" {
+		return nil
+	}
+	if err := noderanges.Check(conf.ConfirmedRanges, stdin); err != nil {
+		return cnierr.Wrap(kind, "pod ranges not confirmed", err)
+	}
+	return nil
+}
+
 // CmdStatus reports whether the plugin can serve ADDs: OVSDB reachable and the
 // bridge present (or creatable) and served by ovs-vswitchd.
 func CmdStatus(args *skel.CmdArgs) error {
 	conf, err := LoadConf(args.StdinData, args.Args)
 	if err != nil {
+		return err
+	}
+	if err := rangesConfirmed(conf, args.StdinData, cnierr.Unavailable); err != nil {
 		return err
 	}
 	ctx, cli, done, err := cnicmd.Status(conf.Endpoints.OVSDB)

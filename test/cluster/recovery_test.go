@@ -3,8 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -319,4 +321,91 @@ func TestDeletedNodeRoutesDropped(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// TestReregisteredNodePodsOnItsNewRanges: a pod pinned to a node that is
+// deleted (`kubectl delete node`) and booted again, so that kubelet
+// registers it anew and the node IPAM controller gives it other pod ranges,
+// runs again on the node's new ranges, never on the old ones: kubelet
+// restarts the pods it still has at boot, before the node agent has read
+// the new Node, and ovs-bridge serves no ADD (nor STATUS) until the agent
+// has confirmed the conflist's ranges since the boot (docs/kubernetes.md).
+// Before, the pod came back on an address of the old ranges, which no other
+// node routes to it.
+func TestReregisteredNodePodsOnItsNewRanges(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t)
+	nodes := readyNodes(t, ctx, 2)
+	gone := nodes[len(nodes)-1]
+	ns := namespace(t, ctx)
+	if _, err := kube.CoreV1().Pods(ns).Create(ctx, appPod("pinned", gone.Name, map[string]string{"app": "pinned"}), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the pod: %v", err)
+	}
+	before := waitPodsReady(t, ctx, ns, "app=pinned", 1)[0]
+	t.Logf("pod on %s (pod ranges %v): %v", gone.Name, gone.PodCIDRs, before.Status.PodIPs)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		eventually(t, ctx, 3*time.Minute, "node "+gone.Name+" registered and Ready again", func() error {
+			n, err := kube.CoreV1().Nodes().Get(ctx, gone.Name, metav1.GetOptions{})
+			if err == nil && (!nodeReady(n) || len(n.Spec.PodCIDRs) == 0) {
+				err = fmt.Errorf("not Ready or no pod CIDRs yet")
+			}
+			return err
+		})
+	})
+	if err := kube.CoreV1().Nodes().Delete(ctx, gone.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting node %s: %v", gone.Name, err)
+	}
+	// At once: the pod GC deletes the pods of a Node gone for 40 s.
+	if _, err := runHarness(ctx, "restart", gone.Name); err != nil {
+		t.Fatalf("booting %s again: %v", gone.Name, err)
+	}
+	var ranges []netip.Prefix
+	eventually(t, ctx, 3*time.Minute, "node "+gone.Name+" registered again with pod ranges", func() error {
+		n, err := kube.CoreV1().Nodes().Get(ctx, gone.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(n.Spec.PodCIDRs) == 0 {
+			return fmt.Errorf("no pod CIDRs yet")
+		}
+		ranges = ranges[:0]
+		for _, c := range n.Spec.PodCIDRs {
+			ranges = append(ranges, netip.MustParsePrefix(c))
+		}
+		return nil
+	})
+	if fmt.Sprint(ranges) == fmt.Sprint(prefixesOf(gone.PodCIDRs)) {
+		t.Fatalf("node %s registered again with the same pod ranges %v: the test proves nothing", gone.Name, ranges)
+	}
+	t.Logf("node %s registered again with pod ranges %v", gone.Name, ranges)
+	eventually(t, ctx, 2*time.Minute, "the pod Ready again on the node's new ranges", func() error {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, "pinned", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil) {
+			t.Fatalf("the pod was deleted (the pod GC) before the Node came back: the test proves nothing")
+		}
+		if err != nil {
+			return err
+		}
+		if !podReady(p) || len(p.Status.PodIPs) == 0 {
+			return fmt.Errorf("not Ready: addresses %v", p.Status.PodIPs)
+		}
+		for _, ip := range p.Status.PodIPs {
+			a := netip.MustParseAddr(ip.IP)
+			if !slices.ContainsFunc(ranges, func(r netip.Prefix) bool { return r.Contains(a) }) {
+				return fmt.Errorf("Ready on %s, outside the node's pod ranges %v", a, ranges)
+			}
+		}
+		return nil
+	})
+}
+
+// prefixesOf parses CIDRs.
+func prefixesOf(cidrs []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		out = append(out, netip.MustParsePrefix(c))
+	}
+	return out
 }

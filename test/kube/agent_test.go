@@ -331,8 +331,9 @@ func TestAgentConflistAndReadiness(t *testing.T) {
 	const self, table, addr = "okube-self-b", 157, "127.0.0.1:19469"
 	dir := t.TempDir()
 	tmpl := filepath.Join(dir, "10-ovsflow.conflist")
+	confirm := filepath.Join(dir, "run", "pod-ranges")
 	if err := os.WriteFile(tmpl, []byte(`{"cniVersion":"1.0.0","cniVersions":["1.0.0","1.1.0"],"name":"ovsflow","plugins":[{"type":"ovs-bridge",
-	  "ipam":{"type":"host-local","ranges":[[{"subnet":"192.0.2.0/24"}]],"routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"}]}}]}`), 0o644); err != nil {
+	  "confirmedRanges":"`+confirm+`", "ipam":{"type":"host-local","ranges":[[{"subnet":"192.0.2.0/24"}]],"routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"}]}}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	confDir := filepath.Join(dir, "net.d")
@@ -405,8 +406,24 @@ func TestAgentConflistAndReadiness(t *testing.T) {
 		code, body := readyz()
 		return code == 200, fmt.Sprintf("/readyz %d %q", code, body)
 	}
+	// The agent's confirmation that the conflist's ranges are the Node's
+	// (what ovs-bridge serves ADD and STATUS on): the ranges, or none.
+	confirmed := func(want ...string) func() (bool, string) {
+		return func() (bool, string) {
+			b, err := os.ReadFile(confirm)
+			if len(want) == 0 {
+				return os.IsNotExist(err), fmt.Sprintf("%s: %q, %v: want none", confirm, b, err)
+			}
+			slices.Sort(want)
+			return err == nil && string(b) == strings.Join(want, "\n")+"\n", fmt.Sprintf("%s: %q, %v: want %q", confirm, b, err, want)
+		}
+	}
+	if ok, why := confirmed()(); !ok {
+		t.Errorf("without the Node: %s", why)
+	}
 	node(t, cs, self, []string{"192.0.2.128/26", "2001:db8:c2::/64"}, "203.0.113.10", "2001:db8:15::10")
 	eventually(t, "the conflist carries the Node's podCIDRs", subnets("192.0.2.128/26", "2001:db8:c2::/64"))
+	eventually(t, "the agent confirms them", confirmed("192.0.2.128/26", "2001:db8:c2::/64"))
 	eventually(t, "/readyz once the conflist is in place and reconcile passed", ready)
 	// The other Nodes are routed in the agent's own table; the real node
 	// is not, its InternalIP being this (pretended) node's too.
@@ -415,8 +432,10 @@ func TestAgentConflistAndReadiness(t *testing.T) {
 
 	deleteNode(t, cs, self)
 	eventually(t, "/readyz with the Node gone", notReady(`[-]conflist: no Node "`+self+`"`))
+	eventually(t, "the confirmation withdrawn with the Node gone", confirmed())
 	node(t, cs, self, []string{"192.0.2.160/27"}, "203.0.113.10")
 	eventually(t, "the conflist follows the new podCIDRs", subnets("192.0.2.160/27"))
+	eventually(t, "the agent confirms the new ones", confirmed("192.0.2.160/27"))
 	eventually(t, "/readyz again", ready)
 	b, _ := os.ReadFile(conflist)
 	if strings.Contains(string(b), `"::/0"`) {

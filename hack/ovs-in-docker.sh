@@ -30,7 +30,9 @@
 #   hack/ovs-in-docker.sh image TAG       another image of this tree, tagged and stamped TAG, into every node
 #                                         (for an upgrade: kubectl set image); prints IMAGE=<name>
 #   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
-#   hack/ovs-in-docker.sh test -kube [-nodes N]  up -kube, deploy, the Go tests of test/cluster; then Multus in front and its tests; down
+#   hack/ovs-in-docker.sh test -kube [-nodes N] [-conformance]  up -kube, deploy, (-conformance: conformance's default
+#                                         selection first, on the fresh cluster), the Go tests of test/cluster; then Multus
+#                                         in front and its tests; down
 #   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
 #   hack/ovs-in-docker.sh bench -kube [-nodes N] [-pods P] [-idle S]  a benchmark (hack/ovs-in-docker/bench.sh):
 #                                         up -kube (default 3 nodes), deploy; for ovsflow, then the reference chain
@@ -38,11 +40,12 @@
 #                                         P pods per node (default 110) of one hostPort each scaled up until all are
 #                                         Ready and down until all are gone, the node agent's RSS and CPU (idle S s,
 #                                         default 30, with no pods and with all); the tables; down. IPv6-only pods.
-#   hack/ovs-in-docker.sh conformance [-focus RE] [-skip RE] [-nodes N]  Kubernetes' own e2e suite (e2e.test,
+#   hack/ovs-in-docker.sh conformance [-focus RE] [-skip RE] [-nodes N] [-build]  Kubernetes' own e2e suite (e2e.test,
 #                                         hack/ovs-in-docker/conformance.sh): builds it and its images, up -kube and deploy
 #                                         when no cluster is up (default 3 nodes; left up), the tests matching -focus and not
 #                                         -skip (default: HostPort, Networking Granular Checks: Pods, Conntrack, one DNS test);
-#                                         one line: CONFORMANCE passed=P failed=F skipped=S took=T junit=FILE log=FILE
+#                                         one line: CONFORMANCE passed=P failed=F skipped=S took=T junit=FILE log=FILE;
+#                                         -build: only build e2e.test, agnhost and the images (cached)
 #
 # The engine: the one answering at $DOCKER_HOST or /var/run/docker.sock; else
 # (root on Debian) Debian's docker.io is installed and a private dockerd is
@@ -376,7 +379,7 @@ cmd_restart() {
 # shellcheck source=hack/ovs-in-docker/conformance.sh
 . hack/ovs-in-docker/conformance.sh
 
-usage() { sed -n '2,61p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
 cmd=${1:-}

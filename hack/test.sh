@@ -30,8 +30,10 @@ go test -count=1 -p 1 -timeout 30m "$@" ./...
 echo "== ovs-in-docker (multi-node: nodes as Docker containers, hack/ovs-in-docker.sh; then with Kubernetes)"
 if [ "$(id -u)" = 0 ]; then
 	hack/ovs-in-docker.sh test
-	# A Kubernetes cluster of two nodes in Docker: the DaemonSet, then test/cluster.
-	hack/ovs-in-docker.sh test -kube -nodes 2
+	# A Kubernetes cluster of two nodes in Docker: the DaemonSet, Kubernetes'
+	# own HostPort, Networking Granular Checks: Pods, Conntrack and DNS tests
+	# (e2e.test), then test/cluster.
+	hack/ovs-in-docker.sh test -kube -nodes 2 -conformance
 elif [ -n "${CI:-}" ]; then
 	echo "ovs-in-docker needs root in CI" >&2; exit 1
 else

@@ -278,7 +278,8 @@ kube_down() {
 	fi
 }
 
-# kube_test N: up -kube, deploy, the Go tests of test/cluster (client-go
+# kube_test N [CONF]: up -kube, deploy, with CONF 1 conformance's default
+# selection (Kubernetes' own tests, cmd_conformance), the Go tests of test/cluster (client-go
 # against the API server) with ovsflow as the runtime's network; then Multus
 # put in front (deploy_multus) and the Multus tests (OVSFLOW_CLUSTER_MULTUS=1:
 # they must run, not skip); down; the times of each step. The first part runs
@@ -286,19 +287,26 @@ kube_down() {
 # STATUS nor GC, which containerd's tests need. OID_RUN: a -run pattern (the
 # Multus part runs when it names a Multus test).
 kube_test() {
-	local n=$1 t0=$SECONDS rc=0
+	local n=$1 conf=${2:-0} t0=$SECONDS rc=0
 	cmd_up -kube -nodes "$n" >/dev/null || die "up -kube failed"
 	local tup=$SECONDS
 	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
 	cmd_deploy || die "deploy failed"
-	local tdep=$SECONDS
+	local tdep=$SECONDS tconf=
+	if ((conf)) && [ -z "${OID_RUN:-}" ]; then
+		# Kubernetes' own tests first, on the fresh cluster (test/cluster's
+		# delete and re-register Nodes): conformance's default selection.
+		cmd_conformance || rc=$?
+		tconf="conformance: $((SECONDS - tdep)) s; "
+	fi
+	local tgo=$SECONDS
 	cluster_go_test -skip '^TestMultus' ${OID_RUN:+-run "$OID_RUN"} || rc=$?
 	local tone=$SECONDS
 	if [ -z "${OID_RUN:-}" ] || [[ $OID_RUN == *Multus* ]]; then
 		kube_build_multus && echo "$multus_version" >"$KSTATE/multus" && deploy_multus || die "putting Multus in front failed"
 		OVSFLOW_CLUSTER_MULTUS=1 cluster_go_test -run "${OID_RUN:-^TestMultus}" || rc=$?
 	fi
-	echo "up -kube -nodes $n: $((tup - t0)) s; deploy: $((tdep - tup)) s; tests: $((tone - tdep)) s; with Multus in front: $((SECONDS - tone)) s; total $((SECONDS - t0)) s"
+	echo "up -kube -nodes $n: $((tup - t0)) s; deploy: $((tdep - tup)) s; ${tconf}tests: $((tone - tgo)) s; with Multus in front: $((SECONDS - tone)) s; total $((SECONDS - t0)) s"
 	return $rc
 }
 

@@ -62,27 +62,44 @@ conf_images_build() {
 	fi
 }
 
-# cmd_conformance [-focus RE] [-skip RE] [-nodes N]: the suite's tests whose
-# names match -focus and not -skip against the cluster (brought up with N
-# nodes, default 3, and deployed when none is up; left up).
+# conf_build: e2e.test, agnhost and the images, each unless cached; under
+# the Kubernetes build's lock, then the images' own (a build running in the
+# background, as CI's, is waited for).
+conf_build() {
+	local b=$kube_prefix/build/conformance
+	mkdir -p "$b"
+	(
+		flock 8 && kube_build_e2e
+	) 8>"$kube_prefix/.lock" || die "conformance: building e2e.test failed"
+	exec 9>"$b/.lock"
+	flock 9
+	# set -e does not hold inside a function called with ||: run it on its own.
+	conf_images_build "$b"
+	exec 9>&-
+}
+
+# cmd_conformance [-focus RE] [-skip RE] [-nodes N] [-build]: the suite's
+# tests whose names match -focus and not -skip against the cluster (brought
+# up with N nodes, default 3, and deployed when none is up; left up).
+# -build: only build what a run needs (CI builds it beside other stages).
 cmd_conformance() {
-	local focus=$conf_default_focus skip=$conf_default_skip n=3
+	local focus=$conf_default_focus skip=$conf_default_skip n=3 build=0
 	while (($#)); do
 		case $1 in
 		-focus) focus=$2; shift 2 ;;
 		-skip) skip=$2; shift 2 ;;
 		-nodes) n=$2; shift 2 ;;
+		-build) build=1; shift ;;
 		*) die "conformance: unknown argument $1" ;;
 		esac
 	done
 	[ "$(id -u)" = 0 ] || die "conformance: needs root (the harness)"
 	local t0=$SECONDS
-	mkdir -p "$kube_prefix"
-	(
-		flock 8 && kube_build_e2e
-	) 8>"$kube_prefix/.lock" || die "conformance: building e2e.test failed"
-	# set -e does not hold inside a function called with ||: run it on its own.
-	conf_images_build "$kube_prefix/build/conformance"
+	conf_build
+	if ((build)); then
+		log "conformance: e2e.test, agnhost and the images built ($((SECONDS - t0)) s)"
+		return 0
+	fi
 	if ! { engine && [ -f "$(admin_kubeconfig)" ] && kctl get nodes >/dev/null 2>&1; }; then
 		cmd_up -kube -nodes "$n" >&2 || die "conformance: up -kube failed"
 		cmd_deploy || die "conformance: deploy failed"

@@ -7,15 +7,17 @@
 # pattern (the tests to run).
 
 cmd_test() {
-	local n=3 kube=0
+	local n=3 kube=0 conf=0
 	while (($#)); do
 		case $1 in
 		-nodes) n=$2; shift 2 ;;
 		-kube) kube=1; shift ;;
+		-conformance) conf=1; shift ;;
 		*) die "test: unknown argument $1" ;;
 		esac
 	done
-	((kube)) && { kube_test "$n"; return; }
+	((kube)) && { kube_test "$n" "$conf"; return; }
+	((!conf)) || die "test: -conformance goes with -kube"
 	((n >= 2)) || die "test: -nodes $n: want at least 2"
 	local t0=$SECONDS f up
 	f=$(mktemp)

@@ -82,7 +82,7 @@ var anyDatapath = []datapathGroup{
 	}},
 	{"config, validation and the CNI contract: codes, versions, STATUS, IPAM, TLS", []string{
 		"TestBridgeBadConfig", "TestBandwidthBadInput", "TestBridgeVersions", "TestPortmapVersions",
-		"TestOVSCNIConfig", "TestOVSCNIKeys", "TestOVSDBTLS", "TestBridgeStatus", "TestBridgeStatusSlowIPAM",
+		"TestOVSCNIConfig", "TestOVSCNIKeys", "TestOVSDBTLS", "TestBridgeStatus", "TestBridgeStatusSlowIPAM", "TestBridgeConfirmedRanges",
 		"TestBridgeIPsRequestedTwiceAsMultusDoes", "TestBridgeIPAMHangs",
 	}},
 	{"an operator's first hour: messages, exit codes, node tools, the sandbox script, the quick start", []string{

@@ -1,5 +1,6 @@
 // Command ovsflow-conflist renders a node's conflist from a template (see
-// pkg/conflist); deploy/install-cni.sh runs it with the node's pod CIDRs.
+// pkg/conflist) for a node without the node agent: deploy/install-cni.sh
+// runs it with the node's pod CIDRs (conflist.RenderStatic).
 //
 //	ovsflow-conflist -pod-cidrs 198.51.100.0/26,2001:db8:10:1::/64 < template > conflist
 package main
@@ -27,7 +28,7 @@ func main() {
 		var in []byte
 		if in, err = io.ReadAll(os.Stdin); err == nil {
 			var out []byte
-			if out, err = conflist.Render(in, prefixes); err == nil {
+			if out, err = conflist.RenderStatic(in, prefixes); err == nil {
 				_, err = os.Stdout.Write(out)
 			}
 		}

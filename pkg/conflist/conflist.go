@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/ovsflow/ovs-cni/pkg/noderanges"
 )
 
 // ParseCIDRs reads a comma-separated list of network prefixes: each in its
@@ -42,6 +44,18 @@ func ParseCIDRs(s string) ([]netip.Prefix, error) {
 
 // Render rewrites the template's host-local IPAM sections for prefixes.
 func Render(template []byte, prefixes []netip.Prefix) ([]byte, error) {
+	return render(template, prefixes, false)
+}
+
+// RenderStatic is Render for a node without the node agent
+// (deploy/install-cni.sh, given the node's pod CIDRs): without the key by
+// which ovs-bridge waits for the agent to confirm the ranges
+// (noderanges.Key), as no agent would, and the ranges are the operator's.
+func RenderStatic(template []byte, prefixes []netip.Prefix) ([]byte, error) {
+	return render(template, prefixes, true)
+}
+
+func render(template []byte, prefixes []netip.Prefix, static bool) ([]byte, error) {
 	var conf map[string]any
 	if err := json.Unmarshal(template, &conf); err != nil {
 		return nil, fmt.Errorf("template: %w", err)
@@ -60,6 +74,9 @@ func Render(template []byte, prefixes []netip.Prefix) ([]byte, error) {
 	if plugins, ok := conf["plugins"].([]any); ok {
 		for i, pl := range plugins {
 			if m, ok := pl.(map[string]any); ok {
+				if static && m["type"] == "ovs-bridge" {
+					delete(m, noderanges.Key)
+				}
 				if ipam, ok := m["ipam"].(map[string]any); ok {
 					ipams = append(ipams, section{fmt.Sprintf("plugins[%d].ipam", i), ipam})
 				}

@@ -45,6 +45,35 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// TestRenderStatic: for a node without the agent, ovs-bridge's
+// confirmedRanges goes (nobody would confirm the ranges); Render keeps it.
+func TestRenderStatic(t *testing.T) {
+	tmpl := []byte(`{"plugins":[{"type":"ovs-bridge","confirmedRanges":"/run/ovsflow/pod-ranges",
+	  "ipam":{"type":"host-local","ranges":[[{"subnet":"192.0.2.0/24"}]]}},{"type":"ovs-portmap","confirmedRanges":"kept"}]}`)
+	cidrs := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/26")}
+	for _, tc := range []struct {
+		name   string
+		render func([]byte, []netip.Prefix) ([]byte, error)
+		want   string
+	}{
+		{"Render", Render, "/run/ovsflow/pod-ranges"},
+		{"RenderStatic", RenderStatic, ""},
+	} {
+		out, err := tc.render(tmpl, cidrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct{ Plugins []map[string]any }
+		json.Unmarshal(out, &c)
+		if got, _ := c.Plugins[0]["confirmedRanges"].(string); got != tc.want {
+			t.Errorf("%s: ovs-bridge's confirmedRanges %q, want %q", tc.name, got, tc.want)
+		}
+		if c.Plugins[1]["confirmedRanges"] != "kept" {
+			t.Errorf("%s: another plugin's key of that name changed: %s", tc.name, out)
+		}
+	}
+}
+
 // TestRenderBadRoutes: a routes section of the wrong shape is an error that
 // names the field, not a panic.
 func TestRenderBadRoutes(t *testing.T) {

@@ -180,11 +180,24 @@ func rate(t *testing.T, network string, from, to ns.NetNS, ip string, warm, d ti
 // never more, so a rate above the band fails at once.
 const bwAttempts = 3
 
+// bwEmulatedFloor is the band's lower edge, as a fraction of the limit,
+// under software emulation (hack/ovs-vm.sh without KVM): there a rate below
+// the limit is a figure of the emulation's speed, not of the datapath (TCP
+// into a shaped container got 15.9 Mbit/s of 20 three times in a row while
+// CI loaded the host, 19.0 when it was quiet), and the guest proves
+// behaviour, not times. A quarter still catches a limit in the wrong unit
+// or a queue that starves its port; the top edge stays.
+const bwEmulatedFloor = 0.25
+
 // wantRate checks the shaped rate m measures against bwRate and
-// bwTolerance: the band, both edges.
+// bwTolerance: the band, both edges (the lower one bwEmulatedFloor under
+// software emulation).
 func wantRate(t *testing.T, what string, m func() measure) {
 	t.Helper()
 	lo, hi := bwRate*(1-bwTolerance), bwRate*(1+bwTolerance)
+	if framework.Slowdown > 1 {
+		lo = bwRate * bwEmulatedFloor
+	}
 	wantMeasure(t, what, m, func(got float64) (ok, again bool) { return got >= lo && got <= hi, got < lo },
 		fmt.Sprintf("%.1f-%.1f Mbit/s (limit %.1f)", lo/1e6, hi/1e6, bwRate/1e6))
 }

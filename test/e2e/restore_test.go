@@ -61,8 +61,13 @@ func TestRestartKeepsTraffic(t *testing.T) {
 			interval := 2 * time.Millisecond
 			// The longest gap a stream may have on the kernel datapath: the
 			// flush at the end of a restart, far from the seconds a restart
-			// takes (about 0.1 s seen in the emulated guest at load 20).
+			// takes (about 0.1 s seen in the emulated guest at load 20). It
+			// is counted in datagrams lost in a row, not in the time they
+			// were sent over: a starved sender sends fewer in the same time
+			// (CI's guest beside a loaded host: 44 datagrams over 360 ms),
+			// while flows not kept lose every datagram of seconds.
 			const maxGap = 250 * time.Millisecond
+			maxRun := uint64(maxGap / interval)
 			streams := []*udpStream{
 				startUDPStream(t, "host port (UDP)", l.Outside.NS, srv.Container, hp(nodeV4, hpUDP), 9000, interval),
 				startUDPStream(t, "pod to pod (UDP)", cli.NS, srv.Container, hp(srv.v4.String(), 9001), 9001, interval),
@@ -146,9 +151,9 @@ func TestRestartKeepsTraffic(t *testing.T) {
 				// (the userspace datapath's figures), never a few ms.
 				if keep {
 					for _, g := range gaps {
-						if g.to.Sub(g.from)+interval > maxGap {
+						if g.n > maxRun {
 							t.Logf("%s: ovs-vswitchd's log around the gap %v:\n%s", s.name, g, strings.Join(vswitchdLog(t, g.from.Add(-3*time.Second), g.to.Add(time.Second)), "\n"))
-							t.Errorf("%s: a gap of %d datagrams sent over %v across the restarts of ovs-vswitchd on the kernel datapath, want none longer than %v (the flush when flow-restore-wait is cleared); %d dropped by a full receive buffer in the server's netns", s.name, g.n, g.to.Sub(g.from)+interval, maxGap, srvD["RcvbufErrors"])
+							t.Errorf("%s: a gap of %d datagrams (sent over %v) across the restarts of ovs-vswitchd on the kernel datapath, want none longer than %d (%v of the stream; the flush when flow-restore-wait is cleared); %d dropped by a full receive buffer in the server's netns", s.name, g.n, g.to.Sub(g.from)+interval, maxRun, maxGap, srvD["RcvbufErrors"])
 						}
 					}
 				}

@@ -40,12 +40,16 @@
 #                                         P pods per node (default 110) of one hostPort each scaled up until all are
 #                                         Ready and down until all are gone, the node agent's RSS and CPU (idle S s,
 #                                         default 30, with no pods and with all); the tables; down. IPv6-only pods.
-#   hack/ovs-in-docker.sh conformance [-focus RE] [-skip RE] [-nodes N] [-build]  Kubernetes' own e2e suite (e2e.test,
+#   hack/ovs-in-docker.sh conformance [-selection default|network] [-focus RE] [-skip RE] [-chain ovsflow|reference]
+#                                         [-procs P] [-nodes N] [-build]  Kubernetes' own e2e suite (e2e.test,
 #                                         hack/ovs-in-docker/conformance.sh): builds it and its images, up -kube and deploy
 #                                         when no cluster is up (default 3 nodes; left up), the tests matching -focus and not
-#                                         -skip (default: HostPort, Networking Granular Checks: Pods, Conntrack, one DNS test);
-#                                         one line: CONFORMANCE passed=P failed=F skipped=S took=T junit=FILE log=FILE;
-#                                         -build: only build e2e.test, agnhost and the images (cached)
+#                                         -skip (default: the selection's; default: HostPort, Networking Granular Checks: Pods,
+#                                         Conntrack, one DNS test; network: [sig-network] [Conformance], HostPort, Granular
+#                                         Checks, Conntrack, NoSNAT, dual stack, Services), on the chain asked (reference:
+#                                         bridge + host-local + portmap in ovsflow's place), in P Ginkgo processes (default 1);
+#                                         one line: CONFORMANCE chain=C passed=P failed=F skipped=S took=T junit=FILE log=FILE;
+#                                         -build: only build e2e.test, agnhost, ginkgo and the images (cached)
 #
 # The engine: the one answering at $DOCKER_HOST or /var/run/docker.sock; else
 # (root on Debian) Debian's docker.io is installed and a private dockerd is

@@ -128,6 +128,20 @@ kube_build_e2e() {
 	log "e2e.test and agnhost built in $((SECONDS - t0)) s"
 }
 
+# kube_build_ginkgo: the Ginkgo command of the version e2e.test was built
+# with (it runs the suite in parallel processes), unless cached.
+kube_build_ginkgo() {
+	local m=$kube_prefix/src/e2e v
+	v=$(cd "$m" && go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2) && [ -n "$v" ] || return 1
+	kube_built "$kube_prefix/bin/ginkgo" github.com/onsi/ginkgo/v2 "$v" && return 0
+	(
+		cd "$m" &&
+			go get "github.com/onsi/ginkgo/v2/ginkgo@$v" >&2 &&
+			CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$kube_prefix/bin/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+	) || return 1
+	log "ginkgo $v built"
+}
+
 kube_build_etcd() {
 	local prefix=$kube_prefix
 	kube_built "$prefix/bin/etcd" go.etcd.io/etcd/server/v3 "$etcd_version" && return 0

@@ -7,9 +7,9 @@
 #   containerd  containerd 1.6 + runc (apt), crictl v1.34.0 (Go module proxy), the images
 #   podman      podman 4.3 + conmon + runc + containernetworking-plugins (apt), the images
 #   crio        CRI-O v1.36.3 and its pinns, built from the Go module proxy's source
-#               (~3 min of CPU; rebuilt only when missing or of another version);
-#               conmon + runc + podman (apt: podman loads the images into CRI-O's
-#               store), crictl, the images
+#               (about 5 min with a cold Go build cache; rebuilt only when missing or
+#               of another version); conmon + runc + podman (apt: podman loads the
+#               images into CRI-O's store), crictl, the images
 #   cnitool     cnitool, at the version go.mod pins (Go module proxy)
 #   images      busybox-static (apt); the pause and app OCI image tars and the app
 #               rootfs, built here from test/runtimes/tools (no registry involved)

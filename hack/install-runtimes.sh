@@ -6,13 +6,17 @@
 #
 #   containerd  containerd 1.6 + runc (apt), crictl v1.34.0 (Go module proxy), the images
 #   podman      podman 4.3 + conmon + runc + containernetworking-plugins (apt), the images
+#   crio        CRI-O v1.36.3 and its pinns, built from the Go module proxy's source
+#               (about 5 min with a cold Go build cache; rebuilt only when missing or
+#               of another version); conmon + runc + podman (apt: podman loads the
+#               images into CRI-O's store), crictl, the images
 #   cnitool     cnitool, at the version go.mod pins (Go module proxy)
 #   images      busybox-static (apt); the pause and app OCI image tars and the app
 #               rootfs, built here from test/runtimes/tools (no registry involved)
 #
 # Everything but the apt packages goes under $OVSFLOW_RT_PREFIX (default
 # /opt/ovsflow-rt). Prints shell assignments for the suites:
-#   CRICTL= CNITOOL= PAUSE_IMAGE= PAUSE_TAR= APP_IMAGE= APP_TAR= APP_ROOTFS=
+#   CRICTL= CRIO= PINNS= CONMON= RUNC= CNITOOL= PAUSE_IMAGE= PAUSE_TAR= APP_IMAGE= APP_TAR= APP_ROOTFS=
 # Starts no daemon. (Debian's podman package adds /etc/cni/net.d/87-podman-bridge.conflist;
 # the suites use private conf dirs and never read it.)
 set -euo pipefail
@@ -22,6 +26,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 prefix=${OVSFLOW_RT_PREFIX:-/opt/ovsflow-rt}
 crictl_version=v1.34.0
+crio_version=v1.36.3
 pause_image=rt.local/ovsflow-pause:1
 app_image=rt.local/ovsflow-app:1
 
@@ -45,6 +50,36 @@ install_crictl() {
 	fi
 	log "go install sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version"
 	GOBIN="$prefix/bin" CGO_ENABLED=0 go install "sigs.k8s.io/cri-tools/cmd/crictl@$crictl_version"
+}
+
+# CRI-O has no Debian 12 package: its module's source (the proxy serves exact
+# versions) gives crio, built without cgo (no seccomp, which the suite does
+# not need) and without the graph drivers and signing backends that need C
+# libraries, and pinns (C, in the module's pinns/), which crio runs to pin a
+# pod's namespaces. crio states its version in a constant; pinns is built in
+# the same step, before crio, so a crio of the right version means both are.
+install_crio() {
+	if [ -x "$prefix/bin/crio" ] && [ -x "$prefix/bin/pinns" ] &&
+		"$prefix/bin/crio" --version 2>/dev/null | grep -Eq "^crio version ${crio_version#v}\$"; then
+		return 0
+	fi
+	local b=$prefix/build mod src
+	mkdir -p "$b"
+	log "building CRI-O $crio_version (crio, pinns)"
+	mod=$(cd "$b" && go mod download -json "github.com/cri-o/cri-o@$crio_version" |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+	[ -d "$mod" ] || { log "go mod download github.com/cri-o/cri-o@$crio_version: no source dir"; return 1; }
+	src=$b/cri-o
+	rm -rf "$src"
+	cp -r "$mod" "$src" # the module cache is read-only, and the build completes go.sum
+	chmod -R u+w "$src"
+	gcc -std=c99 -Os -Wall -Wextra -static -o "$b/pinns.new" "$src"/pinns/src/*.c
+	(cd "$src" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' \
+		-tags "containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper btrfs_noversion containers_image_openpgp" \
+		-o "$b/crio.new" ./cmd/crio)
+	rm -rf "$src"
+	mv -f "$b/pinns.new" "$prefix/bin/pinns"
+	mv -f "$b/crio.new" "$prefix/bin/crio"
 }
 
 install_cnitool() {
@@ -84,10 +119,10 @@ components=("$@")
 want=()
 for c in "${components[@]}"; do
 	case $c in
-	all) want+=(containerd podman cnitool images) ;;
-	containerd | podman | cnitool | images) want+=("$c") ;;
+	all) want+=(containerd podman crio cnitool images) ;;
+	containerd | podman | crio | cnitool | images) want+=("$c") ;;
 	*)
-		sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+		sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
 		exit 2
 		;;
 	esac
@@ -109,10 +144,22 @@ if has podman; then
 	apt_install podman conmon runc containernetworking-plugins
 	want+=(images)
 fi
+if has crio; then
+	apt_install conmon runc podman gcc libc6-dev
+	install_crictl
+	install_crio
+	want+=(images)
+fi
 has cnitool && install_cnitool
 has images && install_images
 
-has containerd && echo "CRICTL=$prefix/bin/crictl"
+{ has containerd || has crio; } && echo "CRICTL=$prefix/bin/crictl"
+if has crio; then
+	echo "CRIO=$prefix/bin/crio"
+	echo "PINNS=$prefix/bin/pinns"
+	echo "CONMON=$(command -v conmon)"
+	echo "RUNC=$(command -v runc)"
+fi
 has cnitool && echo "CNITOOL=$prefix/bin/cnitool"
 if has images; then
 	echo "PAUSE_IMAGE=$pause_image"

@@ -8,7 +8,7 @@ export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 if [ "$(id -u)" = 0 ]; then
 	hack/ovs-sandbox.sh install
-	hack/install-runtimes.sh # containerd, podman, crictl, cnitool and images for test/runtimes
+	hack/install-runtimes.sh # containerd, podman, CRI-O, crictl, cnitool and images for test/runtimes
 else
 	echo "*** not root: the end-to-end suites will be SKIPPED ***" >&2
 fi

@@ -49,9 +49,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         Root = "%[1]s/runc"
 `
 
-// crictl runs crictl against the private containerd.
+// crictl runs crictl against a private CRI runtime (containerd or CRI-O),
+// whose pods go under cgroupParent.
 type crictl struct {
-	bin, config string
+	bin, config, cgroupParent string
+	// containerPID gives each container its own PID namespace (CRI
+	// NamespaceMode CONTAINER), what kubelet asks for a pod without
+	// shareProcessNamespace; crictl's default is one per pod (POD).
+	containerPID bool
 }
 
 func (c *crictl) run(args ...string) (string, error) {
@@ -86,19 +91,24 @@ type criPod struct {
 func (c *crictl) runPod(t *testing.T, dir, name, appImage string, portMappings []map[string]any) *criPod {
 	t.Helper()
 	p := &criPod{name: name}
+	linux, ctrLinux := map[string]any{"cgroup_parent": c.cgroupParent}, map[string]any{}
+	if c.containerPID {
+		sc := map[string]any{"namespace_options": map[string]any{"pid": 1}}
+		linux["security_context"], ctrLinux["security_context"] = sc, sc
+	}
 	pod := map[string]any{
 		"metadata":      map[string]any{"name": name, "namespace": "ovsflow-rt", "uid": name + "-uid", "attempt": 1},
 		"hostname":      name,
 		"log_directory": filepath.Join(dir, "logs", name),
 		"port_mappings": portMappings,
-		"linux":         map[string]any{"cgroup_parent": cgroupParent("containerd")},
+		"linux":         linux,
 	}
 	ctr := map[string]any{
 		"metadata": map[string]any{"name": "app"},
 		"image":    map[string]any{"image": appImage},
 		"envs":     []any{map[string]any{"key": "RT_TAG", "value": name}},
 		"log_path": "app.log",
-		"linux":    map[string]any{},
+		"linux":    ctrLinux,
 	}
 	podFile, ctrFile := filepath.Join(dir, name+"-pod.json"), filepath.Join(dir, name+"-ctr.json")
 	writeJSON(t, podFile, pod)
@@ -186,7 +196,7 @@ func TestContainerd(t *testing.T) {
 	if err := os.WriteFile(crictlCfg, []byte(fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n", sock, sock)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cri := &crictl{bin: inst["CRICTL"], config: crictlCfg}
+	cri := &crictl{bin: inst["CRICTL"], config: crictlCfg, cgroupParent: cgroups}
 
 	began := time.Now()
 	daemon := start(t, filepath.Join(dir, "containerd.log"), nil, "containerd", "--config", cfg)

@@ -1,7 +1,8 @@
 // Package runtimes drives the plugins through the runtimes people use, none
-// of which this project wrote: containerd's CRI plugin (through crictl),
-// podman with its CNI backend, cnitool (libcni), and Apache Mesos's CNI
-// isolator (not installable here, so emulated exactly as it calls plugins).
+// of which this project wrote: containerd's CRI plugin and CRI-O (both
+// through crictl), podman with its CNI backend, cnitool (libcni), and Apache
+// Mesos's CNI isolator (not installable here, so emulated exactly as it
+// calls plugins).
 // Each suite asserts behaviour (host ports reached from an "outside" netns,
 // container to container) and that nothing of ours is left after teardown.
 //
@@ -63,7 +64,7 @@ var (
 )
 
 // components are the hack/install-runtimes.sh components, one per suite that needs one.
-var components = []string{"containerd", "podman", "cnitool"}
+var components = []string{"containerd", "podman", "crio", "cnitool"}
 
 func TestMain(m *testing.M) {
 	if sandboxNS != "" {

@@ -255,6 +255,13 @@ cmd_up() {
 	[ -n "$n" ] || n=$((kube ? 3 : 2))
 	((multus == 0 || kube)) || die "up: -multus needs -kube"
 	((n >= 1 && n <= 4)) || die "up: -nodes $n: want 1 to 4"
+	if ((kube)) && [ "$KPOD4" != none ]; then
+		# The node IPAM controller gives each Node one range of the cluster
+		# CIDR: a Node it has none for never runs a pod.
+		local plen=${KPOD4#*/}
+		((KMASK4 >= plen && (1 << (KMASK4 - plen)) >= n)) ||
+			die "up -kube: -nodes $n: the IPv4 cluster CIDR $KPOD4 (OID_KPOD4, else OID_POD4) holds $((KMASK4 >= plen ? 1 << (KMASK4 - plen) : 0)) range(s) of /$KMASK4 (OID_KMASK4): a larger CIDR, a longer mask or fewer nodes"
+	fi
 	[ "$(id -u)" = 0 ] || [ -n "${DOCKER_HOST:-}" ] || [ -w /var/run/docker.sock ] || die "up: needs root (or a Docker engine of yours)"
 	engine start
 	local t0=$SECONDS

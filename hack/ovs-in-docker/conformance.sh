@@ -175,7 +175,9 @@ conf_run() {
 	mkdir -p "$out"
 	conf_chain "$chain"
 	log "conformance: e2e.test $kube_version on the $chain chain, focus '$focus', skip '$skip', $procs process(es); log and JUnit in $out"
-	local args=(--kubeconfig "$(admin_kubeconfig)" --provider=skeleton
+	# --num-nodes: the suite detects it on its first process only; the
+	# others (-procs) skip every test that needs 2 nodes ("not -1").
+	local args=(--kubeconfig "$(admin_kubeconfig)" --provider=skeleton --num-nodes "$(kube_nodes | wc -l)"
 		--kubectl-path "$kube_prefix/bin/kubectl" --report-dir "$out" --disable-log-dump)
 	if ((procs == 1)); then
 		"$kube_prefix/bin/e2e.test" "${args[@]}" --ginkgo.focus "$focus" --ginkgo.skip "$skip" \

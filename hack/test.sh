@@ -18,7 +18,7 @@ go vet ./...
 go vet -tags libofcodec ./pkg/openflow # the libOpenflow prototype of docs/design.md stays buildable
 (cd hack/bench && go vet ./...) # the benchmark is a module of its own
 (cd test/cluster && go vet ./...) # so are the cluster tests (client-go stays out of the plugins' module)
-(cd test/cluster && go test -count=1 ./scale/... ./conformance/...) # their tools' unit tests (the cluster's need one: below)
+(cd test/cluster && go test -count=1 ./scale/... ./conformance/... ./harness/...) # their tools' unit tests (the cluster's need one: below)
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi

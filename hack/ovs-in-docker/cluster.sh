@@ -47,7 +47,7 @@ kube_cluster_cidrs() { if [ "$KPOD4" = none ]; then echo "$KPOD6"; else echo "$K
 kube_mask4() { [ "$KPOD4" = none ] || echo "$KMASK4"; }
 SVC4=${OID_SVC4:-203.0.113.192/27}           # Service ClusterIPs
 SVC6=${OID_SVC6:-${NET6%::/*}:ffff::/112}
-cp4() { echo "$(net4_base).$(($(net4_last) + 30))"; }
+cp4() { oid addr net4 30; }
 cp6() { echo "${NET6%::/*}::fe"; }
 svc4_first() { local n=${SVC4%/*}; echo "${n%.*}.$((${n##*.} + 1))"; }
 svc6_first() { echo "${SVC6%::/*}::1"; }
@@ -138,6 +138,54 @@ kube_wait_nodes() {
 	done
 	((got == n)) || die "$got of $n nodes registered with pod CIDRs"
 	log "$n nodes registered in $((SECONDS - t0)) s"
+}
+
+# kube_up [-nodes N] [-multus] (up -kube): the images, the PKI and configs,
+# the nodes' network, the control plane, N nodes (default 3), until every
+# Node is registered with its pod CIDRs; one line per node and KUBECONFIG=.
+kube_up() {
+	local n=3 multus=0 i
+	while (($#)); do
+		case $1 in
+		-nodes) n=$2; shift 2 ;;
+		-kube) shift ;;
+		-multus) multus=1; shift ;;
+		*) die "up: unknown argument $1" ;;
+		esac
+	done
+	((n >= 1 && n <= 4)) || die "up: -nodes $n: want 1 to 4"
+	if [ "$KPOD4" != none ]; then
+		# The node IPAM controller gives each Node one range of the cluster
+		# CIDR: a Node it has none for never runs a pod.
+		local plen=${KPOD4#*/}
+		((KMASK4 >= plen && (1 << (KMASK4 - plen)) >= n)) ||
+			die "up -kube: -nodes $n: the IPv4 cluster CIDR $KPOD4 (OID_KPOD4, else OID_POD4) holds $((KMASK4 >= plen ? 1 << (KMASK4 - plen) : 0)) range(s) of /$KMASK4 (OID_KMASK4): a larger CIDR, a longer mask or fewer nodes"
+	fi
+	engine start
+	local t0=$SECONDS
+	oid images
+	oid rm
+	kube_prepare "$n" "$multus"
+	oid network
+	local t1=$SECONDS
+	kube_control_plane
+	for ((i = 1; i <= n; i++)); do
+		# The Node object's pod CIDRs (node IPAM); no routes (the node agent's).
+		# IPv6 on in the node's netns ("all": kube-proxy programs no IPv6 rules
+		# when it is off there; node-prep.sh turns it off on the uplink again).
+		# shellcheck disable=SC2046 # kube_mounts is a list of arguments
+		oid run "n$i" "$(node4 "$i")" "$(node6 "$i")" $(kube_mounts) -e OID_NODE_IPS="$(node4 "$i"),$(node6 "$i")" \
+			--device /dev/kmsg --sysctl net.ipv6.conf.all.disable_ipv6=0
+	done
+	# shellcheck disable=SC2046
+	oid wait-ready $(seq -f 'n%g' "$n") || die "up failed"
+	kube_wait_nodes "$n"
+	local dp
+	dp=$(oid datapath)
+	log "$n nodes up in $((SECONDS - t1)) s ($((SECONDS - t0)) s with the images); datapath $dp$([ "$dp" = netdev ] && echo " (no openvswitch kernel module on this host)")"
+	echo "DATAPATH $dp"
+	for ((i = 1; i <= n; i++)); do kube_node_line "$i"; done
+	echo "KUBECONFIG=$(admin_kubeconfig)"
 }
 
 # kube_node_line I: NODE <name> <IPv4> <IPv6> <pod CIDRs, as the node IPAM controller gave them>

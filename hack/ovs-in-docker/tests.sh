@@ -1,16 +1,16 @@
 # tests.sh: `hack/ovs-in-docker.sh test` and `demo`, sourced by
 # hack/ovs-in-docker.sh (its helpers and names). The tests are Go
-# (test/multinode): test runs up, `go test -v` of that package with the
-# nodes handed over in its environment, and down; it ends with
-# "N passed, M failed" (tests without subtests and subtests; a skip counts
-# as a failure). OID_KEEP=1 leaves the nodes up after; OID_RUN: a -run
-# pattern (the tests to run).
+# (test/multinode); without -kube, the harness's tool runs them (up, `go test
+# -v` of that package with the nodes handed over in its environment, down;
+# "N passed, M failed": tests without subtests and subtests, a skip counts as
+# a failure). OID_KEEP=1 leaves the nodes up after; OID_RUN: a -run pattern
+# (the tests to run).
 
 cmd_test() {
-	local n=3 kube=0 conf=0
+	local n=3 kube=0 conf=0 args=()
 	while (($#)); do
 		case $1 in
-		-nodes) n=$2; shift 2 ;;
+		-nodes) n=$2; args+=(-nodes "$2"); shift 2 ;;
 		-kube) kube=1; shift ;;
 		-conformance) conf=1; shift ;;
 		*) die "test: unknown argument $1" ;;
@@ -18,41 +18,7 @@ cmd_test() {
 	done
 	((kube)) && { kube_test "$n" "$conf"; return; }
 	((!conf)) || die "test: -conformance goes with -kube"
-	((n >= 2)) || die "test: -nodes $n: want at least 2"
-	local t0=$SECONDS f up
-	f=$(mktemp)
-	cmd_up -nodes "$n" >"$f" || { rm -f "$f"; die "up failed"; }
-	up=$(cat "$f")
-	rm -f "$f"
-	echo "$up"
-	local tup=$SECONDS
-	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
-	local out rc=0
-	out=$(mktemp)
-	OVSFLOW_MULTINODE_NODES=$up OVSFLOW_MULTINODE_VERSION=$(version) OVSFLOW_MULTINODE_PREFIX=$P \
-		OVSFLOW_MULTINODE_HARNESS=$PWD/hack/ovs-in-docker.sh \
-		go test -count=1 -v -timeout 30m ${OID_RUN:+-run "$OID_RUN"} ./test/multinode/ | tee "$out" || rc=$?
-	local npass nfail nskip
-	read -r npass nfail nskip < <(go_test_counts <"$out")
-	rm -f "$out"
-	((rc == 0 || nfail + nskip > 0)) || nfail=1 # go test failed outside any test (build, TestMain)
-	echo "$npass passed, $((nfail + nskip)) failed$( ((nskip)) && echo " ($nskip skipped)") ($((SECONDS - tup)) s of tests, $((tup - t0)) s of up)"
-	((rc == 0 && nfail + nskip == 0))
-}
-
-# go_test_counts: `go test -v` output on stdin; prints the passed, failed
-# and skipped counts of the tests without subtests and of the subtests.
-go_test_counts() {
-	awk '$1 == "---" && ($2 == "PASS:" || $2 == "FAIL:" || $2 == "SKIP:") { st[$3] = $2; name[++k] = $3 }
-	END {
-		for (i = 1; i <= k; i++) {
-			leaf = 1
-			for (j = 1; j <= k; j++) if (index(name[j], name[i] "/") == 1) { leaf = 0; break }
-			if (!leaf) continue
-			if (st[name[i]] == "PASS:") p++; else if (st[name[i]] == "FAIL:") f++; else s++
-		}
-		printf "%d %d %d\n", p, f, s
-	}'
+	oid test "${args[@]}"
 }
 
 # step CMD...: prints the command (as typed at the Docker host) and its output.

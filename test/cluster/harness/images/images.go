@@ -1,0 +1,261 @@
+// Package images builds the harness's two images without a registry: the
+// base (Debian packages, debootstrap, docker import) and the node image
+// (hack/ovs-in-docker/Dockerfile on the base: the plugins of this tree with
+// its version stamped in, the node's init scripts, crictl and the test images
+// of hack/install-runtimes.sh).
+package images
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/engine"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/topology"
+)
+
+// Base is the base image's recipe: the image is rebuilt when it changes.
+type Base struct {
+	Suite, Mirror string
+	Packages      []string
+}
+
+// DefaultBase is the nodes' base: Open vSwitch, containerd, runc and the tools
+// the node's init and the tests run.
+func DefaultBase(mirror string) Base {
+	if mirror == "" {
+		mirror = "http://deb.debian.org/debian"
+	}
+	return Base{Suite: "bookworm", Mirror: mirror, Packages: strings.Fields(
+		"openvswitch-switch iproute2 iputils-ping ethtool nftables procps kmod containerd runc util-linux iptables conntrack")}
+}
+
+// Name is the base image's name: the prefix's, tagged with the recipe's digest.
+func (b Base) Name(p topology.Plan) string {
+	sum := sha256.Sum256([]byte(b.Suite + " " + b.Mirror + " " + strings.Join(b.Packages, " ") + "\n"))
+	return p.Prefix + "-base:" + hex.EncodeToString(sum[:])[:12]
+}
+
+// Build makes the base image unless it exists. install installs debootstrap.
+func (b Base) Build(e *engine.Engine, p topology.Plan, install func(...string) error, logf func(string, ...any)) error {
+	img := b.Name(p)
+	if _, err := e.Run("image", "inspect", img); err == nil {
+		return nil
+	}
+	if err := install("debootstrap"); err != nil {
+		return err
+	}
+	root, err := os.MkdirTemp("/var/tmp", p.Prefix+"-rootfs.")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	logf("debootstrap %s (%s) for %s", b.Suite, strings.Join(b.Packages, ","), img)
+	t0 := time.Now()
+	out, err := exec.Command("debootstrap", "--variant=minbase", "--include="+strings.Join(b.Packages, ","), b.Suite, root, b.Mirror).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("debootstrap: %w: %s", err, lastLines(out, 20))
+	}
+	for _, g := range []string{"var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"} {
+		m, _ := filepath.Glob(filepath.Join(root, g))
+		for _, f := range m {
+			os.RemoveAll(f)
+		}
+	}
+	tar := exec.Command("tar", "-C", root, "-c", ".")
+	imp := e.Command("import", "-c", "LABEL "+p.Label(), "-", img)
+	if imp.Stdin, err = tar.StdoutPipe(); err != nil {
+		return err
+	}
+	var ierr bytes.Buffer
+	imp.Stderr = &ierr
+	if err := tar.Start(); err != nil {
+		return err
+	}
+	if err := imp.Run(); err != nil {
+		return fmt.Errorf("docker import: %w: %s", err, ierr.String())
+	}
+	if err := tar.Wait(); err != nil {
+		return fmt.Errorf("tar of the root: %w", err)
+	}
+	logf("base image %s built in %d s", img, int(time.Since(t0).Seconds()))
+	return nil
+}
+
+// Node is the node image's name.
+func Node(p topology.Plan) string { return p.Prefix + "-node:latest" }
+
+// The node image's build context, from the repository (paths relative to it).
+var (
+	plugins = []string{"./cmd/ovs-bridge", "./cmd/ovs-portmap", "./cmd/ovs-bandwidth", "./cmd/ovsflow-conflist", "./cmd/ovsflow-agent",
+		"github.com/containernetworking/plugins/plugins/ipam/host-local",
+		"github.com/containernetworking/plugins/plugins/main/loopback"}
+	deployFiles = []string{"deploy/install-cni.sh", "deploy/node-prep.sh"}
+	nodeFiles   = []string{"hack/ovs-in-docker/node-init.sh", "hack/ovs-in-docker/cp-init.sh", "hack/ovs-in-docker/oid-reconcile",
+		"hack/ovs-in-docker/oid-pod", "hack/ovs-in-docker/oid-snapshot", "hack/ovs-in-docker/containerd.toml",
+		"hack/ovs-in-docker/crictl.yaml", "hack/lib/kube.sh"}
+)
+
+// BuildNode builds the node image of the repository at repo, stamped version,
+// on the base image.
+func BuildNode(e *engine.Engine, p topology.Plan, base Base, repo, version string, logf func(string, ...any)) error {
+	t0 := time.Now()
+	ctx, err := os.MkdirTemp("/var/tmp", p.Prefix+"-ctx.")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(ctx)
+	for _, d := range []string{"bin", "images", "deploy", "node"} {
+		if err := os.MkdirAll(filepath.Join(ctx, d), 0o755); err != nil {
+			return err
+		}
+	}
+	// crictl, the pause and test-app images' tars.
+	rt, err := run(repo, nil, "hack/install-runtimes.sh", "containerd")
+	if err != nil {
+		return err
+	}
+	vars := keyValues(rt)
+	build := exec.Command("go", append([]string{"build", "-trimpath", "-ldflags",
+		"-s -w -X github.com/ovsflow/ovs-cni/pkg/buildinfo.Version=" + version, "-o", filepath.Join(ctx, "bin") + "/"}, plugins...)...)
+	build.Dir, build.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the plugins: %w: %s", err, out)
+	}
+	copies := map[string]string{vars["CRICTL"]: "bin/crictl", vars["PAUSE_TAR"]: "images/", vars["APP_TAR"]: "images/"}
+	for _, f := range deployFiles {
+		copies[filepath.Join(repo, f)] = "deploy/"
+	}
+	for _, f := range nodeFiles {
+		copies[filepath.Join(repo, f)] = "node/"
+	}
+	for src, dst := range copies {
+		if src == "" {
+			return fmt.Errorf("hack/install-runtimes.sh containerd did not name crictl and the images: %s", rt)
+		}
+		if strings.HasSuffix(dst, "/") {
+			dst += filepath.Base(src)
+		}
+		if err := copyFile(src, filepath.Join(ctx, dst)); err != nil {
+			return err
+		}
+	}
+	manifest, err := os.ReadFile(filepath.Join(repo, "deploy/ovsflow-cni.yaml"))
+	if err != nil {
+		return err
+	}
+	conflist := ConfigMapConflist(manifest)
+	if conflist == "" {
+		return fmt.Errorf("no conflist found in deploy/ovsflow-cni.yaml's ConfigMap")
+	}
+	if err := os.WriteFile(filepath.Join(ctx, "deploy/10-ovsflow.conflist"), []byte(conflist), 0o644); err != nil {
+		return err
+	}
+	cmd := e.Command("build", "-q", "--label", p.Label(), "--build-arg", "BASE="+base.Name(p), "--build-arg", "VERSION="+version,
+		"-t", Node(p), "-f", filepath.Join(repo, "hack/ovs-in-docker/Dockerfile"), ctx)
+	cmd.Env = append(cmd.Env, "DOCKER_BUILDKIT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("docker build of %s: %w: %s", Node(p), err, out)
+	}
+	logf("node image %s (%s) ready in %d s", Node(p), version, int(time.Since(t0).Seconds()))
+	return nil
+}
+
+// ConfigMapConflist is the conflist of the manifest's ConfigMap, as the
+// DaemonSet mounts it: the block under "  10-ovsflow.conflist: |" up to
+// the document's end, unindented by four.
+func ConfigMapConflist(manifest []byte) string {
+	var b strings.Builder
+	on := false
+	sc := bufio.NewScanner(bytes.NewReader(manifest))
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case l == "  10-ovsflow.conflist: |":
+			on = true
+		case on && strings.HasPrefix(l, "---"):
+			return b.String()
+		case on:
+			b.WriteString(strings.TrimPrefix(l, "    ") + "\n")
+		}
+	}
+	return b.String()
+}
+
+var releaseImage = regexp.MustCompile(`(?m)image: ghcr\.io/ovsflow/ovs-cni:(v[0-9][0-9.]*)$`)
+
+// Version is what the plugins and the node image are stamped with: $VERSION,
+// else `git describe` of a v* tag, else the manifest's release plus the commit.
+func Version(repo string) string {
+	if v := os.Getenv("VERSION"); v != "" {
+		return v
+	}
+	if v, err := exec.Command("git", "-C", repo, "describe", "--tags", "--match", "v*", "--dirty").Output(); err == nil && len(v) > 0 {
+		return strings.TrimSpace(string(v)) // (its error, without a v* tag, is not ours to print)
+	}
+	rel := "v0.0.0"
+	if m, err := os.ReadFile(filepath.Join(repo, "deploy/ovsflow-cni.yaml")); err == nil {
+		if s := releaseImage.FindSubmatch(m); s != nil {
+			rel = string(s[1])
+		}
+	}
+	commit, err := run(repo, nil, "git", "rev-parse", "--short=12", "HEAD")
+	if err != nil {
+		commit = "unknown"
+	}
+	dirty := ""
+	if _, err := run(repo, nil, "git", "diff", "--quiet", "HEAD"); err != nil {
+		dirty = ".dirty"
+	}
+	return rel + "+git." + commit + dirty
+}
+
+func run(dir string, env []string, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(out.String()), err
+}
+
+func keyValues(s string) map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, st.Mode().Perm())
+}
+
+func lastLines(b []byte, n int) string {
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}

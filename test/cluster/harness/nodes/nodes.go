@@ -1,0 +1,203 @@
+// Package nodes makes and removes the harness's nodes: Docker containers of
+// the node image on one Docker network, each running Open vSwitch,
+// containerd and the plugins (hack/ovs-in-docker/node-init.sh), found again
+// by the harness's label.
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/engine"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/images"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/topology"
+)
+
+// Datapath is the datapath the nodes' bridges use: the kernel's when this
+// host has the openvswitch module, else the userspace one.
+func Datapath() string {
+	if _, err := os.Stat("/sys/module/openvswitch"); err == nil {
+		return "system"
+	}
+	return "netdev"
+}
+
+// List is the names of the harness's containers without the prefix ("cp", "n1", ...), sorted.
+func List(e *engine.Engine, p topology.Plan) ([]string, error) {
+	names, err := e.List("ps", "-a", "--filter", "label="+p.Label(), "--format", "{{.Names}}")
+	if err != nil {
+		return nil, err
+	}
+	for i, n := range names {
+		names[i] = strings.TrimPrefix(n, p.Prefix+"-")
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// CreateNetwork makes the nodes' Docker network: dual stack, no masquerade,
+// its Linux bridge named after the prefix (checksums computed on the host's
+// side: the nodes' userspace conntrack drops packets left to offload).
+func CreateNetwork(e *engine.Engine, p topology.Plan, logf func(string, ...any)) error {
+	if _, err := e.Run("network", "create", "--label", p.Label(), "--driver", "bridge",
+		"--subnet", p.Net4.String(), "--gateway", p.Net4At(1).String(), "--ipv6", "--subnet", p.Net6.String(), "--gateway", p.Net6At(1).String(),
+		"-o", "com.docker.network.bridge.enable_ip_masquerade=false", "-o", "com.docker.network.bridge.name="+p.BridgeName(),
+		p.Network()); err != nil {
+		return err
+	}
+	if err := ethtoolTxOff(p.BridgeName()); err != nil {
+		logf("warning: could not turn TX checksum offload off on %s: the nodes may drop this host's connections to host ports (%v)", p.BridgeName(), err)
+	}
+	return nil
+}
+
+// Spec is how one container of the harness is run.
+type Spec struct {
+	Name     string   // "n1"
+	IPv4     string   // its addresses on the nodes' network
+	IPv6     string   //
+	Hostname string   // its hostname: Name when empty
+	Args     []string // docker run's arguments before the image, beside the harness's own
+	Volume   bool     // a volume of its own at /var/lib/containerd (a node's images and snapshots)
+}
+
+// RunNode starts node i of the plan without Kubernetes: its pod ranges and
+// routes to the other nodes' (n nodes) in its environment, for node-init.sh.
+func RunNode(e *engine.Engine, p topology.Plan, i, n int) error {
+	return Run(e, p, Spec{Name: topology.Node(i), IPv4: p.Node4(i).String(), IPv6: p.Node6(i).String(), Volume: true,
+		Args: []string{"-e", fmt.Sprintf("OVSFLOW_POD_CIDRS=%s,%s", p.Pod4Of(i), p.Pod6Of(i)), "-e", "OID_ROUTES=" + p.Routes(i, n)}})
+}
+
+// Run starts a node container (the node image, node-init.sh; privileged
+// enough for Open vSwitch, containerd and kubelet, the host's cgroups).
+func Run(e *engine.Engine, p topology.Plan, s Spec) error {
+	c := p.Container(s.Name)
+	if s.Hostname == "" {
+		s.Hostname = s.Name
+	}
+	args := []string{"run", "-d", "--name", c, "--hostname", s.Hostname, "--label", p.Label(),
+		"--network", p.Network(), "--ip", s.IPv4, "--ip6", s.IPv6,
+		"--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--device", "/dev/net/tun",
+		"--security-opt", "apparmor=unconfined", "--security-opt", "seccomp=unconfined", "--security-opt", "systempaths=unconfined",
+		"--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+		"--tmpfs", "/run:rw,exec,size=256m", "--tmpfs", "/tmp:rw,exec,size=256m"}
+	if s.Volume {
+		vol := c + "-containerd"
+		if _, err := e.Run("volume", "create", "--label", p.Label(), vol); err != nil {
+			return err
+		}
+		args = append(args, "-v", vol+":/var/lib/containerd")
+	}
+	args = append(args, s.Args...)
+	args = append(args, "-e", "DATAPATH="+Datapath(), "-e", "OID_CGROUP=/"+p.Prefix, images.Node(p))
+	_, err := e.Run(args...)
+	return err
+}
+
+// WaitReady waits until node-init.sh of the node says it is ready, the
+// container stops, or ctx ends.
+func WaitReady(ctx context.Context, e *engine.Engine, p topology.Plan, node string) error {
+	c := p.Container(node)
+	for {
+		if _, err := e.Run("exec", c, "test", "-f", "/run/oid/ready"); err == nil {
+			return nil
+		}
+		running, _ := e.Run("inspect", "-f", "{{.State.Running}}", c)
+		if running != "true" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			logs, _ := e.Command("logs", "--tail", "30", c).CombinedOutput()
+			return fmt.Errorf("node %s did not become ready: %w\n%s", node, ctx.Err(), logs)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	logs, _ := e.Command("logs", "--tail", "30", c).CombinedOutput()
+	return fmt.Errorf("node %s stopped before it was ready:\n%s", node, logs)
+}
+
+// Remove removes the harness's containers, network and volumes (and, with
+// images, its images), then the cgroups the nodes' containerd made under
+// /PREFIX on this host. It removes nothing without the harness's label.
+func Remove(e *engine.Engine, p topology.Plan, withImages bool) error {
+	for _, kind := range [][]string{{"ps", "-aq"}, {"network", "ls", "-q"}, {"volume", "ls", "-q"}} {
+		ids, err := e.List(append(kind, "--filter", "label="+p.Label())...)
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		rm := map[string][]string{"ps": {"rm", "-f"}, "network": {"network", "rm"}, "volume": {"volume", "rm"}}[kind[0]]
+		if _, err := e.Run(append(rm, ids...)...); err != nil {
+			return err
+		}
+	}
+	if withImages {
+		ids, err := e.List("images", "-q", "--filter", "label="+p.Label())
+		if err != nil {
+			return err
+		}
+		if len(ids) > 0 {
+			if _, err := e.Run(append([]string{"rmi", "-f"}, uniq(ids)...)...); err != nil {
+				return err
+			}
+		}
+	}
+	return removeCgroups(p.Prefix)
+}
+
+// removeCgroups removes /sys/fs/cgroup[/*]/PREFIX, deepest first; the pods'
+// processes may still be exiting, so it tries again for a few seconds.
+func removeCgroups(prefix string) error {
+	var left []string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		left = left[:0]
+		roots, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", prefix))
+		roots = append(roots, filepath.Join("/sys/fs/cgroup", prefix))
+		for _, r := range roots {
+			var dirs []string
+			_ = filepath.WalkDir(r, func(path string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					dirs = append(dirs, path)
+				}
+				return nil
+			})
+			for j := len(dirs) - 1; j >= 0; j-- {
+				_ = os.Remove(dirs[j])
+			}
+			if _, err := os.Stat(r); err == nil {
+				left = append(left, r)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond) // the pods' processes are still exiting: nothing to wait on but the directory
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("%w: %s", ErrCgroupsLeft, strings.Join(left, " "))
+	}
+	return nil
+}
+
+// ErrCgroupsLeft: Remove removed everything but cgroups with processes still in them.
+var ErrCgroupsLeft = errors.New("cgroups left (processes still in them)")
+
+func uniq(s []string) []string {
+	sort.Strings(s)
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -1,0 +1,74 @@
+package topology
+
+import (
+	"strings"
+	"testing"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	p, err := FromEnv(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ got, want string }{
+		{p.NodeLine(1), "NODE n1 203.0.113.162 2001:db8:10::2 198.51.100.0/26 2001:db8:10:1::/64"},
+		{p.NodeLine(3), "NODE n3 203.0.113.164 2001:db8:10::4 198.51.100.128/26 2001:db8:10:3::/64"},
+		{p.Net4At(1).String(), "203.0.113.161"},
+		{p.Net6At(1).String(), "2001:db8:10::1"},
+		{p.Net4At(30).String(), "203.0.113.190"},
+		{p.Routes(1, 2), "198.51.100.64/26 via 203.0.113.163,2001:db8:10:2::/64 via 2001:db8:10::3"},
+		{p.Container("n2"), "ovsflow-oid-n2"},
+		{p.BridgeName(), "ovsflow-oid"},
+		{p.Label(), "ovsflow.io/harness=ovsflow-oid"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	p, err := FromEnv(env("OID_PREFIX", "oidr-long-prefix", "OID_NET4", "192.0.2.192/27", "OID_NET6", "2001:db8:30::/64",
+		"OID_POD4", "198.18.0.0/24", "OID_POD6", "2001:db8:30"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := p.NodeLine(2), "NODE n2 192.0.2.195 2001:db8:30::3 198.18.0.64/26 2001:db8:30:2::/64"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := p.BridgeName(); got != "oidr-long-prefi" {
+		t.Errorf("bridge %q: want the prefix's first 15 characters", got)
+	}
+}
+
+func TestRefused(t *testing.T) {
+	for _, c := range []struct {
+		env  func(string) string
+		want string
+	}{
+		{env("OID_NET4", "2001:db8::/64"), "OID_NET4"},
+		{env("OID_POD4", "198.51.100.0/25"), "OID_POD4"},
+		{env("OID_NET6", "2001:db8::/56"), "OID_NET6"},
+		{env("OID_POD6", "2001:db8::1:2"), "OID_POD6"},
+	} {
+		if _, err := FromEnv(c.env); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an error naming %s", err, c.want)
+		}
+	}
+	p, _ := FromEnv(env())
+	if err := p.CheckNodes(5); err == nil {
+		t.Error("-nodes 5 accepted")
+	}
+	p, _ = FromEnv(env("OID_NET4", "192.0.2.0/30"))
+	if err := p.CheckNodes(3); err == nil || !strings.Contains(err.Error(), "OID_NET4") {
+		t.Errorf("got %v, want node 3 refused for a /30", err)
+	}
+}

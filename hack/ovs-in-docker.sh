@@ -98,7 +98,7 @@ oid_build() {
 }
 oid() { "$OID_TOOL" "$@"; }
 oid_build
-plan=$(oid plan) || exit 2 # NET4, NET6, POD4, checked
+plan=$(oid plan) || exit 2 # NET4, NET6, POD4 (checked), DATA
 eval "$plan"
 
 # engine makes `docker` talk to the engine that answers (ours started when $1 is "start").

@@ -117,27 +117,15 @@ kube_control_plane() {
 		-e OID_CP4="$(cp4)" -e OID_CLUSTER_CIDRS="$(kube_cluster_cidrs)" -e OID_SERVICE_CIDRS="$SVC4,$SVC6" \
 		-e OID_MASK4="$(kube_mask4)" -e OID_MASK6=$KMASK6 \
 		--entrypoint /usr/local/sbin/cp-init.sh "$(node_image)" 2> >(grep -v 'IPv4 forwarding is disabled' >&2) >/dev/null
-	local t0=$SECONDS
-	for _ in $(seq 300); do
-		kctl get --raw /readyz >/dev/null 2>&1 && { log "API server $(kube_server) ready in $((SECONDS - t0)) s"; return 0; }
-		[ "$(docker inspect -f '{{.State.Running}}' "$P-cp" 2>/dev/null)" = true ] || break
-		sleep 0.3
-	done
+	oid kube-wait -kubeconfig "$(admin_kubeconfig)" -container cp -timeout 3m && return 0
 	docker exec "$P-cp" tail -n 5 /var/log/oid/etcd.log /var/log/oid/kube-apiserver.log >&2 || true
-	die "the API server did not become ready"
+	die "the API server $(kube_server) did not become ready"
 }
 
 # kube_wait_nodes N: every node registered, with its pod CIDRs, and the default
 # ServiceAccount there (pods need it).
 kube_wait_nodes() {
-	local n=$1 t0=$SECONDS got
-	for _ in $(seq 300); do
-		got=$(kctl get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.spec.podCIDRs}{"\n"}{end}' 2>/dev/null | grep -c '\[' || true)
-		((got == n)) && kctl -n default get serviceaccount default >/dev/null 2>&1 && break
-		sleep 0.3
-	done
-	((got == n)) || die "$got of $n nodes registered with pod CIDRs"
-	log "$n nodes registered in $((SECONDS - t0)) s"
+	oid kube-wait -kubeconfig "$(admin_kubeconfig)" -nodes "$1" -timeout 5m || die "up -kube failed"
 }
 
 # kube_up [-nodes N] [-multus] (up -kube): the images, the PKI and configs,

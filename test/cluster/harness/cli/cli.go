@@ -19,6 +19,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/engine"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/images"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/kube"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/nodes"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/topology"
 )
@@ -84,6 +85,7 @@ var commands = map[string]func(env, []string) error{
 	"nodes":      cmdNodes,
 	"addr":       cmdAddr,
 	"plan":       cmdPlan,
+	"kube-wait":  cmdKubeWait,
 	"rm":         cmdRm,
 	"version":    func(e env, _ []string) error { fmt.Println(images.Version(e.repo)); return nil },
 	"datapath":   func(env, []string) error { fmt.Println(nodes.Datapath()); return nil },
@@ -92,7 +94,7 @@ var commands = map[string]func(env, []string) error{
 // Main runs the command of args (its name first).
 func Main(args []string) error {
 	if len(args) == 0 || commands[args[0]] == nil {
-		return usageError{"want a command: up, down, exec, restart, test, engine, images, network, run, wait-ready, nodes, rm, addr, plan, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
+		return usageError{"want a command: up, down, exec, restart, test, engine, images, network, run, wait-ready, nodes, rm, addr, plan, kube-wait, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
 	}
 	plan, err := topology.FromEnv(os.Getenv)
 	if err != nil {
@@ -272,12 +274,12 @@ func cmdAddr(e env, args []string) error {
 	return nil
 }
 
-// cmdPlan: the plan's networks as shell assignments (NET4, NET6, POD4), for hack/ovs-in-docker.sh.
+// cmdPlan: the plan's networks and the engine's data root (the image cache, the runs' outputs) as shell assignments (NET4, NET6, POD4, DATA), for hack/ovs-in-docker.sh.
 func cmdPlan(e env, args []string) error {
 	if err := parse(flags("plan"), args, 0); err != nil {
 		return err
 	}
-	fmt.Printf("NET4=%s\nNET6=%s\nPOD4=%s\n", e.plan.Net4, e.plan.Net6, e.plan.Pod4)
+	fmt.Printf("NET4=%s\nNET6=%s\nPOD4=%s\nDATA=%s\n", e.plan.Net4, e.plan.Net6, e.plan.Pod4, e.paths.Data)
 	return nil
 }
 
@@ -429,3 +431,52 @@ func cmdRestart(e env, args []string) error {
 
 // repoPath is a path of the repository.
 func (e env) repoPath(p string) string { return filepath.Join(e.repo, p) }
+
+// cmdKubeWait: kube-wait -kubeconfig FILE [-container NAME] [-nodes N]
+// [-timeout D]: until the API server is ready (while the container serving
+// it runs), then, with -nodes, until N Nodes have their pod CIDRs.
+func cmdKubeWait(e env, args []string) error {
+	fs := flags("kube-wait")
+	kubeconfig := fs.String("kubeconfig", "", "")
+	container := fs.String("container", "", "")
+	n := fs.Int("nodes", 0, "")
+	timeout := fs.Duration("timeout", 5*time.Minute, "")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	if *kubeconfig == "" {
+		return usageError{"kube-wait: -kubeconfig FILE"}
+	}
+	c, err := kube.Client(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	t0 := time.Now()
+	alive := func() error { return nil }
+	if *container != "" {
+		eng, err := e.engine()
+		if err != nil {
+			return err
+		}
+		alive = func() error {
+			if out, _ := eng.Run("inspect", "-f", "{{.State.Running}}", e.plan.Container(*container)); out != "true" {
+				return fmt.Errorf("container %s is not running", e.plan.Container(*container))
+			}
+			return nil
+		}
+	}
+	if err := kube.WaitReady(ctx, c, alive); err != nil {
+		return fmt.Errorf("the API server did not become ready: %w", err)
+	}
+	if *n == 0 {
+		logf("API server ready in %d s", int(time.Since(t0).Seconds()))
+		return nil
+	}
+	if err := kube.WaitNodes(ctx, c, *n); err != nil {
+		return err
+	}
+	logf("%d nodes registered in %d s", *n, int(time.Since(t0).Seconds()))
+	return nil
+}

@@ -200,14 +200,11 @@ cmd_deploy() {
 	tar=$(ds_tar)
 	apt_install debootstrap
 	kube_ds_image_tar "$DATA/ds/build" "$tar"
-	for n in $(kube_nodes); do
-		docker exec -i "$P-$n" /opt/ovsflow-kube/bin/ctr -n k8s.io images import --no-unpack - <"$tar" >/dev/null ||
-			die "importing the DaemonSet's image into $n"
-	done
+	oid import "$tar" || die "importing the DaemonSet's image"
 	log "image $(kube_ds_image_name) built and imported into $(kube_nodes | wc -l) nodes in $((SECONDS - t0)) s"
 	local redeploy=0
 	kctl -n kube-system get daemonset ovsflow-cni >/dev/null 2>&1 && redeploy=1
-	kctl apply -f deploy/ovsflow-cni.yaml >&2
+	oid apply -kubeconfig "$(admin_kubeconfig)" -f deploy/ovsflow-cni.yaml
 	# The image's name does not change with the tree: on a redeploy the pod
 	# template carries the tar's digest, so that another build rolls the
 	# DaemonSet out (and the same build does not). A first deploy's pods
@@ -216,8 +213,7 @@ cmd_deploy() {
 		kctl -n kube-system patch daemonset ovsflow-cni --type merge \
 			-p "{\"spec\":{\"template\":{\"metadata\":{\"annotations\":{\"ovsflow.io/image-tar-sha256\":\"$(sha256sum "$tar" | cut -c1-32)\"}}}}}" >&2
 	fi
-	kctl -n kube-system rollout status daemonset/ovsflow-cni --timeout=180s >&2
-	kctl wait node --all --for=condition=Ready --timeout=120s >&2
+	oid rollout -kubeconfig "$(admin_kubeconfig)" -timeout 5m daemonset/kube-system/ovsflow-cni nodes
 	[ -f "$KSTATE/dns" ] && deploy_dns
 	[ -f "$KSTATE/multus" ] && deploy_multus
 	log "deployed in $((SECONDS - t0)) s"
@@ -232,15 +228,12 @@ deploy_dns() {
 	grep -q "^ *image: $kube_coredns_image\$" deploy/coredns.yaml ||
 		die "deploy/coredns.yaml does not run $kube_coredns_image (hack/lib/kube.sh's build)"
 	[ -f "$tar" ] || die "no $tar (up -kube builds it)"
-	for n in $(kube_nodes); do
-		docker exec -i "$P-$n" /opt/ovsflow-kube/bin/ctr -n k8s.io images import --no-unpack - <"$tar" >/dev/null ||
-			die "importing $kube_coredns_image into $n"
-	done
+	oid import "$tar" || die "importing $kube_coredns_image"
 	local replicas=2
 	(($(kube_nodes | wc -l) > 1)) || replicas=1
 	sed -e "s/@DNS_IP4@/$(dns4)/g" -e "s/@DNS_IP6@/$(dns6)/g" -e "s/@DNS_REPLICAS@/$replicas/g" deploy/coredns.yaml |
-		kctl apply -f - >&2
-	kctl -n kube-system rollout status deployment/coredns --timeout=180s >&2
+		oid apply -kubeconfig "$(admin_kubeconfig)" -f -
+	oid rollout -kubeconfig "$(admin_kubeconfig)" deployment/kube-system/coredns
 	log "cluster DNS: CoreDNS $coredns_version, Service kube-system/kube-dns at $(dns4) and $(dns6), Ready in $((SECONDS - t0)) s"
 }
 
@@ -250,7 +243,7 @@ deploy_dns() {
 # temporary name and renamed, the conflist last.
 deploy_multus() {
 	local n token kc
-	kctl apply -f deploy/multus.yaml >&2
+	oid apply -kubeconfig "$(admin_kubeconfig)" -f deploy/multus.yaml
 	kctl wait --for condition=established --timeout=60s crd/network-attachment-definitions.k8s.cni.cncf.io >&2
 	token=$(kctl -n kube-system create token multus --duration=48h)
 	kc=$(
@@ -295,10 +288,7 @@ cmd_image() {
 	tar=$DATA/ds/ovs-cni-$1.tar
 	apt_install debootstrap
 	kube_ds_image_tar "$DATA/ds/build" "$tar" "$name" "$1"
-	for n in $(kube_nodes); do
-		docker exec -i "$P-$n" /opt/ovsflow-kube/bin/ctr -n k8s.io images import --no-unpack - <"$tar" >/dev/null ||
-			die "importing $name into $n"
-	done
+	oid import "$tar" || die "importing $name"
 	rm -f "$tar"
 	log "image $name built and imported into $(kube_nodes | wc -l) nodes in $((SECONDS - t0)) s"
 	echo "IMAGE=$name"

@@ -138,11 +138,10 @@ cmd_conformance() {
 		cmd_deploy || die "conformance: deploy failed"
 	fi
 	local node tar
+	for tar in "$kube_prefix"/build/conformance/*.oci.tar; do
+		oid import "$tar" || die "conformance: importing $tar"
+	done
 	for node in $(kube_nodes); do
-		for tar in "$kube_prefix"/build/conformance/*.oci.tar; do
-			docker exec -i "$P-$node" /opt/ovsflow-kube/bin/ctr -n k8s.io images import --no-unpack - <"$tar" >/dev/null ||
-				die "conformance: importing $tar into $node"
-		done
 		docker exec "$P-$node" /opt/ovsflow-kube/bin/ctr -n k8s.io images tag --force "$kube_pause_image" registry.k8s.io/pause:3.10.2 >/dev/null ||
 			die "conformance: tagging the pause image on $node"
 	done

@@ -26,7 +26,7 @@
 #                                         and KUBECONFIG=<the admin's kubeconfig>; -multus: deploy puts Multus
 #                                         (thin plugin, hack/lib/kube.sh's cached build) in front of ovsflow
 #   hack/ovs-in-docker.sh kubectl ARGS...  kubectl against the cluster
-#   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied,
+#   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied (server-side),
 #                                         then the cluster DNS (CoreDNS, deploy/coredns.yaml) until Ready
 #                                         (after up -kube -multus: then deploy/multus.yaml and Multus on every node)
 #   hack/ovs-in-docker.sh image TAG       another image of this tree, tagged and stamped TAG, into every node

@@ -145,10 +145,8 @@ func Remove(e *engine.Engine, p topology.Plan, withImages bool) error {
 		if err != nil {
 			return err
 		}
-		if len(ids) > 0 {
-			if _, err := e.Run(append([]string{"rmi", "-f"}, uniq(ids)...)...); err != nil {
-				return err
-			}
+		if err := removeImages(e, uniq(ids)); err != nil {
+			return err
 		}
 	}
 	return removeCgroups(p.Prefix)
@@ -191,11 +189,34 @@ func removeCgroups(prefix string) error {
 // ErrCgroupsLeft: Remove removed everything but cgroups with processes still in them.
 var ErrCgroupsLeft = errors.New("cgroups left (processes still in them)")
 
+// removeImages removes the images, children before the images they were
+// built on (docker refuses a parent first, even with -f, and lists images
+// made in the same second in no particular order): each pass removes what
+// it can, until a pass removes nothing.
+func removeImages(e *engine.Engine, ids []string) error {
+	var last error
+	for len(ids) > 0 {
+		var left []string
+		for _, id := range ids {
+			if _, err := e.Run("rmi", "-f", id); err != nil {
+				left, last = append(left, id), err
+			}
+		}
+		if len(left) == len(ids) {
+			return last
+		}
+		ids = left
+	}
+	return nil
+}
+
+// uniq is s without repeats, in its order.
 func uniq(s []string) []string {
-	sort.Strings(s)
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
 			out = append(out, v)
 		}
 	}

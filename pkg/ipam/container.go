@@ -105,8 +105,7 @@ func Configure(ifName string, res *current.Result) error {
 }
 
 // enableIPv6 makes sure IPv6 is on for ifName and lo (a container's netns
-// may have it off), that ifName keeps its addresses while down, and that it
-// takes no redirects.
+// may have it off), and that ifName keeps its addresses while down.
 func enableIPv6(ifName string) error {
 	for _, name := range []string{"lo", ifName} {
 		key := "net/ipv6/conf/" + name + "/disable_ipv6"
@@ -123,16 +122,7 @@ func enableIPv6(ifName string) error {
 			return err
 		}
 	}
-	if err := writeSysctl("net/ipv6/conf/"+ifName+"/keep_addr_on_down", "1"); err != nil {
-		return err
-	}
-	// No ICMPv6 redirects: the node forwards a pod's packets for another
-	// node's address out of the bridge interface they came in on, and IPv6
-	// has no send_redirects to turn off there (node-prep.sh turns IPv4's
-	// off). A redirect would send the pod straight to that node's MAC, past
-	// its gateway, where its frames go nowhere: Kubernetes' dual-stack
-	// Service checks (a pod to another node's IPv6 NodePort) failed that way.
-	return writeSysctl("net/ipv6/conf/"+ifName+"/accept_redirects", "0")
+	return writeSysctl("net/ipv6/conf/"+ifName+"/keep_addr_on_down", "1")
 }
 
 func writeSysctl(key, value string) error {

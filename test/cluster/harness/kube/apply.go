@@ -15,8 +15,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // FieldManager is the harness's name in the objects' managedFields.
@@ -27,11 +27,11 @@ const FieldManager = "ovs-in-docker"
 // A kind a CustomResourceDefinition of the same manifest defines is found
 // once the definition is served.
 func Apply(ctx context.Context, kubeconfig string, manifest []byte, logf func(string, ...any)) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := restConfig(kubeconfig)
 	if err != nil {
-		return fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		return err
 	}
-	c, err := Client(kubeconfig)
+	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}

@@ -11,16 +11,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// Client is a clientset of the admin's kubeconfig.
-func Client(kubeconfig string) (*kubernetes.Clientset, error) {
+// restConfig is the admin's kubeconfig as client-go's config.
+func restConfig(kubeconfig string) (*rest.Config, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
-	cfg.Timeout = 10 * time.Second // one request; the waits below have their own deadline
+	return cfg, nil
+}
+
+// Client is a clientset of the admin's kubeconfig.
+func Client(kubeconfig string) (*kubernetes.Clientset, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 10 * time.Second // one request; the waits have their own deadline
 	return kubernetes.NewForConfig(cfg)
 }
 

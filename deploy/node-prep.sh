@@ -148,8 +148,10 @@ fi
 # directly (the next hop is "on the same link"). The pod's packets would then
 # bypass this node while the answers come back through it: its conntrack
 # sees a TCP answer without the SYN, INVALID, which kube-proxy's KUBE-FORWARD
-# chain drops. (IPv6 sends no redirect to a global next hop.) The effective
-# value is "all" OR the interface's, so both go off.
+# chain drops. The effective value is "all" OR the interface's, so both go
+# off. IPv6 has no such sysctl: the suite's base flows, which the reconcile
+# above installs, drop the node's ICMPv6 redirects into the bridge
+# (flows.PriorityNodeRedirect).
 sysctl_set net.ipv4.ip_forward 1
 [ -e /proc/sys/net/ipv6/conf/all/forwarding ] && sysctl_set net.ipv6.conf.all.forwarding 1
 sysctl_set net.ipv4.conf.all.send_redirects 0

@@ -161,9 +161,16 @@ func flow(c Cookie, table uint8, prio uint16, m openflow.Match, as ...openflow.A
 
 // BaseFlows returns table 0's NORMAL flow, which the suite owns (with the
 // shared cookie) on a bridge with fail_mode=secure only; on any other bridge
-// ovs-vswitchd keeps its own.
+// ovs-vswitchd keeps its own. With it goes the flow that drops the node's
+// own ICMPv6 redirects from LOCAL, which a prepared node never means to
+// send (PriorityNodeRedirect).
 func BaseFlows() []Flow {
-	return []Flow{flow(SharedCookie(), TableClassifier, PriorityBase, openflow.Match{}, openflow.Normal)}
+	c := SharedCookie()
+	return []Flow{
+		flow(c, TableClassifier, PriorityBase, openflow.Match{}, openflow.Normal),
+		flow(c, TableClassifier, PriorityNodeRedirect,
+			openflow.Match{}.InPort(openflow.PortLocal).Proto(openflow.EthIPv6, openflow.ProtoICMPv6).ICMPType(137)),
+	}
 }
 
 // SharedFlows returns the reply flows shared by all attachments (tables 42 and

@@ -71,6 +71,9 @@ const (
 	// Not port security: a host port's new datagram whose first fragment
 	// the DNAT of its fragments could not take (PriorityFragmentHeld).
 	ReasonHostPortFragment = "host-port-fragment"
+	// Nor this: an ICMPv6 redirect the node sent into the bridge
+	// (PriorityNodeRedirect).
+	ReasonNodeRedirect = "node-redirect"
 )
 
 // DropReason returns the reason of a flow of the pipeline that drops what
@@ -85,6 +88,11 @@ func DropReason(f Flow) string {
 	case GroupHostPorts:
 		if f.Table == TablePortmapFragmentMiss && f.Priority == PriorityFragmentHeld {
 			return ReasonHostPortFragment
+		}
+		return ""
+	case GroupShared:
+		if f.Priority == PriorityNodeRedirect {
+			return ReasonNodeRedirect
 		}
 		return ""
 	case GroupPortSecurity:
@@ -136,6 +144,7 @@ var reasonText = map[string]string{
 	ReasonNeighbourDiscovery:  "the port-security drop of neighbour discovery for other addresses",
 	ReasonSpoofed:             "the port-security drop of any other frame (another source MAC or address, a VLAN tag)",
 	ReasonTombstone:           "the tombstone of a port being deleted",
+	ReasonNodeRedirect:        "the drop of the node's own ICMPv6 redirects into the bridge (a secure bridge's, with its base flow)",
 	ReasonHostPortFragment:    "the drop of a host port's new fragmented datagram that its fragments' DNAT did not take (userspace datapath before OVS 3.1.7)",
 }
 

@@ -62,6 +62,7 @@
 //	prio 310  PriorityGatewayTrack      table 0: LOCAL, pod subnet -> pod subnet: ct(commit, zone 64004); a container port -> pod subnet: ct(zone 64004) lookup
 //	prio 205  PriorityVLANIsolation     table 0: a port off VLAN 0 has no path to the node: NORMAL, not host ports
 //	prio   0  PriorityBase              table 0: NORMAL, on a fail_mode=secure bridge only (BaseFlows)
+//	prio 330  PriorityNodeRedirect      table 0: an ICMPv6 redirect from LOCAL (the node's own): drop; with PriorityBase
 //	prio 65000 PriorityTombstone        table 0: a port being deleted drops everything (10 s hard timeout)
 //	prio 212  PriorityReplyRelated      table 0: an ICMP error from a container port with host ports: reply path
 //	prio 211  PriorityReplyFragment     table 0: a fragment from a container port with host ports
@@ -369,6 +370,17 @@ const (
 	// that after a restart nothing is forwarded until reconcile has put
 	// every port's security flows back.
 	PriorityBase uint16 = 0
+	// PriorityNodeRedirect drops the ICMPv6 redirects the node sends into
+	// the bridge (from LOCAL), with the base flow: the bridge's interface
+	// is both the pods' gateway and the way to the other hosts on the
+	// uplink's link, so the node's kernel, forwarding a pod's packet for
+	// such a host back out of the bridge, tells the pod (or the host) to
+	// go direct. The traffic then bypasses the node one way and not the
+	// other, and the node's conntrack drops the half it sees (INVALID).
+	// IPv4's redirects are off by sysctl (node-prep.sh's send_redirects);
+	// IPv6 has no such sysctl. Above the gateway flows, which also match
+	// LOCAL's frames.
+	PriorityNodeRedirect uint16 = 330
 	// PriorityTombstone drops every frame of a port that DEL is removing,
 	// from before its flows go until ovs-vswitchd has removed the port, so
 	// that DEL need not wait for that: TombstoneTimeout removes the flow,

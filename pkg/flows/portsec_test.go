@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,8 +61,16 @@ func TestPortSecurityFlows(t *testing.T) {
 	if n := len(PortSecurityFlows(PortSecurity{Cookie: c, OFPort: 7, MAC: openflow.MAC(mac), Disabled: true})); n != 0 {
 		t.Errorf("portSecurity off, untagged: %d flows, want 0", n)
 	}
-	if b := BaseFlows(); len(b) != 1 || b[0].String() != "cookie="+SharedCookie().String()+",table=0,priority=0,actions=NORMAL" {
-		t.Errorf("BaseFlows: %v", b)
+	shared := "cookie=" + SharedCookie().String() + ",table=0,"
+	var base []string
+	for _, f := range BaseFlows() {
+		base = append(base, f.String())
+	}
+	if !slices.Equal(base, []string{
+		shared + "priority=0,actions=NORMAL",
+		shared + "priority=330,icmp6,in_port=LOCAL,icmp_type=137,actions=drop",
+	}) {
+		t.Errorf("BaseFlows: %q", base)
 	}
 	if m := c.AttachmentMatch(); m != "cookie="+c.WithKind(0).String()+"/0xffff00ffffffffff" {
 		t.Errorf("AttachmentMatch: %s", m)

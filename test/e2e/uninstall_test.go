@@ -28,11 +28,7 @@ import (
 func TestAgentUninstall(t *testing.T) {
 	requireSandbox(t)
 	h := framework.NewOVSHost(t)
-	// As node-prep.sh leaves a bridge: secure, tagged, with the base flow.
-	framework.Vsctl(t, "set", "bridge", h.Bridge, "fail_mode=secure", "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
-	if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
-		t.Fatalf("reconcile (the base flow): %v: %s", err, out)
-	}
+	prepareBridge(t, h) // as node-prep.sh leaves a bridge
 	n := h.PortmapList(t, "1.1.0", "uninst", nil)
 	c := framework.NewContainer(t)
 	n.MustAdd(t, c, "eth0", mappings(pm(31081, 80, "tcp", "")))

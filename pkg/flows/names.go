@@ -55,9 +55,9 @@ func GroupOf(c Cookie) Group {
 	return GroupOther
 }
 
-// Drop reasons: what each port-security drop flow is for. They name the
-// flows in traces and label the drop counters (pkg/metrics), so they are
-// short and stable.
+// Drop reasons: why a drop flow drops, as tables declares them. They name
+// the flows in traces and label the drop counters (pkg/metrics), so they
+// are short and stable.
 const (
 	ReasonRouterAdvertisement = "router-advertisement"
 	ReasonRedirect            = "redirect"
@@ -77,149 +77,109 @@ const (
 )
 
 // DropReason returns the reason of a flow of the pipeline that drops what
-// it matches (no actions), "" for any other flow.
+// it matches (no actions), as declared in tables; "" for any other flow.
 func DropReason(f Flow) string {
 	if len(f.Actions) != 0 {
 		return ""
 	}
-	switch GroupOf(Cookie(f.Cookie)) {
-	case GroupTombstone:
+	g := GroupOf(Cookie(f.Cookie))
+	if g == GroupTombstone {
+		// Any flow of its kind: a trace may know a tombstone by its cookie
+		// alone.
 		return ReasonTombstone
-	case GroupHostPorts:
-		if f.Table == TablePortmapFragmentMiss && f.Priority == PriorityFragmentHeld {
-			return ReasonHostPortFragment
-		}
-		return ""
-	case GroupShared:
-		if f.Priority == PriorityNodeRedirect {
-			return ReasonNodeRedirect
-		}
-		return ""
-	case GroupPortSecurity:
-	default:
-		return ""
 	}
-	m := f.Match
-	switch f.Priority {
-	case PriorityPortSecGuard:
-		eth, _ := m.EthTypeOf()
-		if t, ok := m.ICMPTypeOf(); ok {
-			if eth == openflow.EthIPv6 && t == 134 {
-				return ReasonRouterAdvertisement
-			}
-			return ReasonRedirect
+	switch p := declared[flowKey{g, f.Table, f.Priority}]; {
+	case p == nil || len(p.Drops) == 0:
+		return ""
+	case len(p.Drops) == 1:
+		return p.Drops[0].Reason
+	default:
+		return p.Which(f.Match)
+	}
+}
+
+// guardReason tells the flows of PriorityPortSecGuard apart by their
+// match; "" for a match that is none of them.
+func guardReason(m openflow.Match) string {
+	eth, _ := m.EthTypeOf()
+	if t, ok := m.ICMPTypeOf(); ok {
+		if eth == openflow.EthIPv6 && t == 134 {
+			return ReasonRouterAdvertisement
 		}
-		if v, _, ok := m.CTStateOf(); ok && v&openflow.CTInv != 0 {
-			return ReasonFragment
-		}
-		if p, ok := m.IPProtoOf(); ok && p == openflow.ProtoVRRP {
-			return ReasonVRRP
-		}
-		_, src := m.TPSrcOf()
-		_, dst := m.TPDstOf()
-		_, ctSrc := m.CTTPSrcOf()
-		_, ctDst := m.CTTPDstOf()
-		if src || dst || ctSrc || ctDst {
-			return ReasonDHCPServer
-		}
-		if _, _, ok := m.VLANTCIOf(); ok {
-			return ReasonDoubleTag
-		}
-	case PriorityPortSecNDDrop:
-		return ReasonNeighbourDiscovery
-	case PriorityPortSecDrop:
-		return ReasonSpoofed
+		return ReasonRedirect
+	}
+	if v, _, ok := m.CTStateOf(); ok && v&openflow.CTInv != 0 {
+		return ReasonFragment
+	}
+	if p, ok := m.IPProtoOf(); ok && p == openflow.ProtoVRRP {
+		return ReasonVRRP
+	}
+	_, src := m.TPSrcOf()
+	_, dst := m.TPDstOf()
+	_, ctSrc := m.CTTPSrcOf()
+	_, ctDst := m.CTTPDstOf()
+	if src || dst || ctSrc || ctDst {
+		return ReasonDHCPServer
+	}
+	if _, _, ok := m.VLANTCIOf(); ok {
+		return ReasonDoubleTag
 	}
 	return ""
 }
 
-// reasonText says what each drop reason's flow is for, in a verdict.
-var reasonText = map[string]string{
-	ReasonRouterAdvertisement: "the port-security guard for router advertisements",
-	ReasonRedirect:            "the port-security guard for ICMP redirects",
-	ReasonDHCPServer:          "the port-security guard for DHCP server frames",
-	ReasonDoubleTag:           "the port-security guard for double-tagged frames",
-	ReasonVRRP:                "the port-security guard for VRRP adverts (without allowVRRP, or not to their group from the container's addresses)",
-	ReasonFragment:            "the port-security guard for fragments that do not reassemble",
-	ReasonNeighbourDiscovery:  "the port-security drop of neighbour discovery for other addresses",
-	ReasonSpoofed:             "the port-security drop of any other frame (another source MAC or address, a VLAN tag)",
-	ReasonTombstone:           "the tombstone of a port being deleted",
-	ReasonNodeRedirect:        "the drop of the node's own ICMPv6 redirects into the bridge (a secure bridge's, with its base flow)",
-	ReasonHostPortFragment:    "the drop of a host port's new fragmented datagram that its fragments' DNAT did not take (userspace datapath before OVS 3.1.7)",
+// flowKey finds the declaration of a flow: its cookie kind, table and
+// priority.
+type flowKey struct {
+	group Group
+	table uint8
+	prio  uint16
 }
 
-// Name says what a flow of the pipeline is for, as its declarations in
-// pipeline.go do: "the port-security guard for router advertisements",
-// "the host-port request classifier". A flow that is not of this pipeline
-// is "a flow of someone else".
+// declared indexes tables by flowKey.
+var declared = func() map[flowKey]*prioDecl {
+	m := make(map[flowKey]*prioDecl)
+	for i := range tables {
+		t := &tables[i]
+		for j := range t.Prios {
+			p := &t.Prios[j]
+			m[flowKey{p.Group, t.ID, p.Value}] = p
+		}
+	}
+	return m
+}()
+
+// reasonText says what each drop reason's flow is for, in a verdict: the
+// names of the drops declared in tables.
+var reasonText = func() map[string]string {
+	m := make(map[string]string)
+	for _, t := range tables {
+		for _, p := range t.Prios {
+			for _, d := range p.Drops {
+				m[d.Reason] = d.Name
+			}
+		}
+	}
+	return m
+}()
+
+// Name says what a flow of the pipeline is for, as tables declares it:
+// "the port-security guard for router advertisements", "the host-port
+// request classifier (DNAT zone)". A flow that is not of this pipeline is
+// "a flow of someone else"; one of the pipeline that tables does not
+// declare is "a flow of the" and its group.
 func Name(f Flow) string {
 	if r := DropReason(f); r != "" {
 		return reasonText[r]
 	}
 	g := GroupOf(Cookie(f.Cookie))
-	type key struct {
-		table uint8
-		prio  uint16
-	}
-	var names map[key]string
 	switch g {
-	case GroupPortSecurity:
-		names = map[key]string{
-			{TableClassifier, PriorityPortSecFrag}:   "the port-security reassembly of fragments (zone 64003)",
-			{TableClassifier, PriorityPortSecND}:     "the port-security allow of neighbour discovery for its own addresses",
-			{TableClassifier, PriorityPortSecVRRP}:   "the port-security allow of VRRP adverts from its own and allowed addresses",
-			{TableClassifier, PriorityPortSecAllow}:  "the port-security allow of its own MAC and addresses",
-			{TableClassifier, PriorityVLANIsolation}: "the VLAN isolation of a port off VLAN 0",
-			{TableClassifier, PriorityGatewayReply}:  "the Service reply to the gateway (zone 64004)",
-			{TableClassifier, PriorityGatewaySkip}:   "the pass of what needs no Service reply lookup",
-			{TableClassifier, PriorityGatewayTrack}:  "the Service reply lookup (zone 64004)",
-		}
-	case GroupHostPorts:
-		names = map[key]string{
-			{TableClassifier, PriorityRequest}:          "the host-port request classifier (DNAT zone)",
-			{TableClassifier, PriorityRequestContainer}: "the host-port request classifier for clients in containers (container zone)",
-			{TableClassifier, PriorityReply}:            "the host-port reply classifier",
-			{TableClassifier, PriorityReplyFragment}:    "the host-port reply classifier for fragments",
-			{TableClassifier, PriorityReplyRelated}:     "the host-port reply classifier for ICMP errors",
-			{TablePortmapDNAT, PriorityHairpin}:         "the hairpin SNAT",
-			{TablePortmapDNAT, PriorityMasquerade}:      "the masquerade SNAT (masqAll)",
-			{TablePortmapDNAT, PriorityPass}:            "the host-port request without SNAT",
-			{TablePortmapOutput, PriorityOutput}:        "the host-port output to the container",
-			{TablePortmapDNAT, PriorityFragmentCommit}:  "the host-port DNAT of a new datagram's fragments",
-			{TablePortmapNew, PriorityNewConnection}:    "the host-port new-connection meter and DNAT (newConnectionRate)",
-			{TablePortmapNew, PriorityTracked}:          "the host-port pass of a known connection (newConnectionRate)",
-		}
-	case GroupBandwidth:
-		names = map[key]string{
-			{TableClassifier, PriorityBandwidth}: "the egress limit's meter (ovs-bandwidth)",
-		}
-	case GroupShared:
-		names = map[key]string{
-			{TableClassifier, PriorityBase}:                    "the base NORMAL flow of a secure bridge",
-			{TableClassifier, PriorityFragment}:                "the fragment classifier of a node IP",
-			{TableClassifier, PriorityFragmentContainer}:       "the fragment classifier of a node IP for clients in containers",
-			{TableClassifier, PriorityRelated}:                 "the ICMP error classifier of a node IP",
-			{TablePortmapDNAT, PriorityMiss}:                   "the untranslated-request fallback (NORMAL)",
-			{TablePortmapReplySNAT, PriorityReplyNAT}:          "the host-port reply un-DNAT",
-			{TablePortmapReplySNAT, PriorityMiss}:              "the reply fallback (NORMAL)",
-			{TablePortmapReplyRestore, PriorityReplyNAT}:       "the host-port reply restore (back where the request came from)",
-			{TablePortmapReplyRestore, PriorityReplyContainer}: "the host-port reply lookup in the container zone",
-			{TablePortmapReplyRestore, PriorityMiss}:           "the reply fallback (NORMAL)",
-			{TablePortmapDNAT, PriorityFragmentMiss}:           "the reassembly of a new datagram's other fragments (to table 44)",
-			{TablePortmapFragmentMiss, PriorityMiss}:           "the fragment fallback to the node (NORMAL)",
-		}
-	case GroupGateway:
-		names = map[key]string{
-			{TableClassifier, PriorityGatewaySkip}:  "the pass of the node's own connections from the gateway",
-			{TableClassifier, PriorityGatewayTrack}: "the commit of a connection the gateway forwards to a pod (zone 64004)",
-		}
+	case GroupOther:
+		return "a flow of someone else"
 	case GroupTombstone:
 		return reasonText[ReasonTombstone]
-	default:
-		return "a flow of someone else"
 	}
-	if n, ok := names[key{f.Table, f.Priority}]; ok {
-		return n
+	if p := declared[flowKey{g, f.Table, f.Priority}]; p != nil && p.Name != "" {
+		return p.Name
 	}
 	return "a flow of the " + g.String()
 }

@@ -42,72 +42,36 @@
 //	(shared, per node IP) ct(DNAT zone, nat) -> table 40; from a container, prio 212
 //	(per attachment) ct(SNAT zone, nat) -> tables 42, 43.
 //
-//	table 0   TableClassifier           exact-match classifiers; NORMAL at priority 0 is not ours
-//	table 39  TablePortmapNew           requests of an attachment with a new-connection rate, after a ct lookup
-//	table 40  TablePortmapDNAT          requests after DNAT: choose SNAT or not
-//	table 41  TablePortmapOutput        requests: rewrite MACs, output to the container
-//	table 42  TablePortmapReplySNAT     replies after un-SNAT: un-DNAT them
-//	table 43  TablePortmapReplyRestore  replies after un-DNAT: back to where the request came from
-//	prio 430  PriorityBandwidth         table 0: a frame from a container port with an egress limit: its meter, once, then table 0 again
-//	table 44  TablePortmapFragmentMiss  fragments of a new datagram no rule took: to the node, a host port's never
-//	prio 425  PriorityPortSecVRRP       table 0: with allowVRRP, a VRRP advert to its group from the container's own or allowed addresses
-//	prio 420  PriorityPortSecGuard      table 0: what a container never sends: RA, redirect, DHCP server, VRRP, double tag; invalid fragments
-//	prio 415  PriorityPortSecFrag       table 0: an IP fragment from a container: ct(zone 64003, table 0) first, to classify the datagram
-//	prio 410  PriorityPortSecND         table 0: a container's neighbour discovery for its own addresses and MAC
-//	prio 405  PriorityPortSecNDDrop     table 0: any other neighbour solicitation or advertisement from a container
-//	prio 400  PriorityPortSecAllow      table 0: a container frame from its own MAC and addresses
-//	prio 390  PriorityPortSecDrop       table 0: any other frame from a container port
-//	prio 320  PriorityGatewayReply      table 0: a container's reply to a connection the gateway opened (zone 64004, ct_mark[0]): to LOCAL
-//	prio 315  PriorityGatewaySkip       table 0: no lookup for what needs none: to or from the gateway's own address, neighbour discovery
-//	prio 310  PriorityGatewayTrack      table 0: LOCAL, pod subnet -> pod subnet: ct(commit, zone 64004); a container port -> pod subnet: ct(zone 64004) lookup
-//	prio 205  PriorityVLANIsolation     table 0: a port off VLAN 0 has no path to the node: NORMAL, not host ports
-//	prio   0  PriorityBase              table 0: NORMAL, on a fail_mode=secure bridge only (BaseFlows)
-//	prio 330  PriorityNodeRedirect      table 0: an ICMPv6 redirect from LOCAL (the node's own): drop; with PriorityBase
-//	prio 65000 PriorityTombstone        table 0: a port being deleted drops everything (10 s hard timeout)
-//	prio 212  PriorityReplyRelated      table 0: an ICMP error from a container port with host ports: reply path
-//	prio 211  PriorityReplyFragment     table 0: a fragment from a container port with host ports
-//	prio 204  PriorityRelated           table 0: an ICMP error to a node IP with host ports: ct(DNAT zone, nat), table 40
-//	prio 203  PriorityFragmentContainer table 0: PriorityFragment from a container port (port security passed)
-//	prio 202  PriorityFragment          table 0: a fragment to a node IP with host ports
-//	prio 210  PriorityReply             table 0: reply from a published container port
-//	prio 201  PriorityRequestContainer  table 0: the same from a container port (port security passed): container zone
-//	prio 200  PriorityRequest           table 0: untagged request to a published node IP:hostPort and the node's MAC
-//	                                    (with newConnectionRate: ct(zone, nat) lookup only, then table 39)
-//	prio 100  PriorityNewConnection     table 39: a new connection of a rule: its mapping's meter, then the ct(commit, nat(dst)) of prio 200/201
-//	prio  50  PriorityTracked           table 39: a packet of a known connection (already translated): table 40; anything else is dropped
-//	prio 300  PriorityHairpin           table 40: container to its own host port, SNAT
-//	prio 250  PriorityFragmentCommit    table 40: fragments of a connection's first datagram: DNAT as PriorityRequest
-//	prio 240  PriorityFragmentMiss      table 40: other fragments of a new datagram: ct, table 44
-//	prio 100  PriorityFragmentHeld      table 44: a host port's first fragment that PriorityFragmentCommit did not take whole: drop
-//	prio 200  PriorityMasquerade        table 40: every request SNATed (masqAll)
-//	prio 100  PriorityPass              table 40: request not SNATed
-//	prio 100  PriorityOutput            table 41: deliver to the container
-//	prio 100  PriorityReplyNAT          tables 42, 43: reply handling
-//	prio  50  PriorityReplyContainer    table 43: not a reply in the DNAT zone: look in the container zone
-//	prio   0  PriorityMiss              tables 40, 42, 43, 44: not ours after all (40, 44: an untranslated fragment), NORMAL
+// Tables and priorities are declared once, in the order packets meet them,
+// in tables (below): each table with its priorities, highest first, each
+// priority with what its flows are for under each cookie kind it is
+// installed with. Name and DropReason read it, and the design doc's Tables
+// and Priorities tables are rendered from it (TestDesignDoc). The rest of
+// the layout:
+//
 //	zone 64000  DefaultDNATZone         node IP:hostPort -> container; ct_label holds the origin
 //	zone 64001  DefaultSNATZone         hairpin/masqAll source translation
 //	zone 64002  DefaultContainerZone    as 64000, for clients in containers: a flood from one cannot fill 64000
 //	zone 64003  PortSecDefragZone       reassembly of a container's fragments for port security; nothing committed
 //	zone 64004  GatewayZone             connections the node forwards from the gateway (LOCAL) to a pod, with a pod's source (a Service's DNAT)
-//	ct_mark[0]         CTMarkFromGateway  zone 64004: the connection entered its pod from the gateway
-//	ct_label[0..47]    LabelGatewayMAC    zone 64004: the gateway's MAC (the request's eth_src) = the steered reply's eth_dst
 //	limit 65536 DefaultLimit            conntrack entries of zones 64000 and 64001 (per datapath)
 //	limit 16384 DefaultContainerLimit   conntrack entries of zone 64002
 //	ct_label[0..47]    LabelOrigEthSrc  request's source MAC = reply's eth_dst
 //	ct_label[48..95]   LabelOrigEthDst  request's destination MAC (the node's, which requests match) = reply's eth_src
 //	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
+//	ct_mark[0]         CTMarkFromGateway  zone 64004: the connection entered its pod from the gateway
+//	ct_label[0..47]    LabelGatewayMAC    zone 64004: the gateway's MAC (the request's eth_src) = the steered reply's eth_dst
 //	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
-//	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
-//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3, CookieKindBandwidth 4, CookieKindGateway 5
 //	reg1[0]            RegPortSecurityChecked  table 0: the frame passed port security and was resubmitted
 //	reg1[1]            RegPortSecurityDefragged table 0: the fragment went through ct(zone 64003) once
 //	reg1[2]            RegBandwidthMetered     table 0: the frame went through its port's meter (ovs-bandwidth)
 //	reg1[3]            RegGatewayTracked       table 0: the frame went through PriorityGatewaySkip or PriorityGatewayTrack once
+//	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
+//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3, CookieKindBandwidth 4, CookieKindGateway 5
+//	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname (CookieKindGateway: of the gateway prefix)
 //	meter[28..31] = 1  MeterSuiteFirst-MeterSuiteLast  every meter of the suite, and no other (uninstall and the sweeps delete these only)
 //	meter = 0x1ff00000 | ofport  MeterOf  the egress meter of a container port (ovs-bandwidth): one per port, numbered after the port
 //	meter = 0x10000000 | ofport<<12 | i  ConnMeterOf  new connections of the i-th mapping (protocol, host port) of an attachment (ovs-portmap's newConnectionRate)
-//	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname (CookieKindGateway: of the gateway prefix)
 //
 // The ct_label of the DNAT connection remembers where the request came from,
 // so replies go straight back to the client without SNAT: the container sees
@@ -159,10 +123,6 @@
 //   - One bundle may mix verbs: "delete cookie=C/-1" (no table: all tables)
 //     followed by "add" lines is applied atomically.
 //
-// What each flow is for, as traces and counters name it (Name, DropReason,
-// GroupOf), is declared next to this in names.go, by table, priority and
-// cookie kind.
-//
 // Flows are pkg/openflow values: they render the ovs-ofctl text of the
 // golden files and encode themselves for the wire; nothing here writes text
 // for a machine to read back. docs/design.md ("The pipeline") explains the
@@ -172,12 +132,18 @@ package flows
 
 import "github.com/ovsflow/ovs-cni/pkg/openflow"
 
-// Tables. Table 0 is shared with everything else on the bridge; the others
-// belong to this pipeline.
+// Tables, in the order packets meet them. Table 0 is shared with everything
+// else on the bridge; the others belong to this pipeline.
 const (
 	// TableClassifier holds the exact-match request and reply classifiers
 	// next to the bridge's own "priority=0 actions=NORMAL".
 	TableClassifier uint8 = 0
+	// TablePortmapNew receives, after a ct lookup without commit, the
+	// requests of an attachment with a new-connection rate: a new
+	// connection goes through its mapping's meter before it is committed
+	// with its DNAT, the packets of known connections (translated by the
+	// lookup) go on to TablePortmapDNAT.
+	TablePortmapNew uint8 = 39
 	// TablePortmapDNAT receives requests after DNAT and decides on SNAT.
 	TablePortmapDNAT uint8 = 40
 	// TablePortmapOutput rewrites MACs and outputs to the container port.
@@ -187,93 +153,396 @@ const (
 	// TablePortmapReplyRestore sends un-DNATed replies back where the request
 	// came from, using the ct_label of the DNAT connection.
 	TablePortmapReplyRestore uint8 = 43
-	// TablePortmapNew receives, after a ct lookup without commit, the
-	// requests of an attachment with a new-connection rate: a new
-	// connection goes through its mapping's meter before it is committed
-	// with its DNAT, the packets of known connections (translated by the
-	// lookup) go on to TablePortmapDNAT.
-	TablePortmapNew uint8 = 39
 	// TablePortmapFragmentMiss receives the fragments of a new datagram to
 	// a node IP that no rule's PriorityFragmentCommit took, reassembled
 	// again by PriorityFragmentMiss's ct: to the node, a host port's never.
 	TablePortmapFragmentMiss uint8 = 44
 )
 
-// Priorities.
+// Priorities of table 0 (TableClassifier), highest first: a container
+// port's own flows (tombstone, egress meter, port security, its Service
+// replies) above the host port classifiers, which see its frames once port
+// security has passed them.
 const (
-	// PriorityRequest classifies node IP:hostPort → DNAT, in table 0.
-	PriorityRequest uint16 = 200
-	// PriorityRequestContainer classifies the same requests when they come
-	// from a container port that passed port security
-	// (RegPortSecurityChecked): they are tracked in the container zone, so
-	// that containers cannot use up the entries of clients outside.
-	PriorityRequestContainer uint16 = 201
-	// PriorityReplyContainer sends a reply that the DNAT zone does not know
-	// to the container zone, in table 43.
-	PriorityReplyContainer uint16 = 50
+	// PriorityTombstone drops every frame of a port that DEL is removing,
+	// from before its flows go until ovs-vswitchd has removed the port, so
+	// that DEL need not wait for that: TombstoneTimeout removes the flow,
+	// and Open vSwitch does not give a freed ofport to a new port for an
+	// hour (ofproto's alloc_ofp_port).
+	PriorityTombstone uint16 = 65000
+	TombstoneTimeout         = 10 // seconds
+	// PriorityBandwidth sends every frame from a container port with an
+	// egress limit (ovs-bandwidth) through the port's meter once
+	// (RegBandwidthMetered), then back to table 0, where port security and
+	// the rest of the pipeline see it as before: above every other flow of
+	// a container port but the tombstone.
+	PriorityBandwidth uint16 = 430
+
+	// Port security (ovs-bridge's portSecurity): in table 0, a frame from a
+	// container port that has not been checked yet (RegPortSecurityChecked = 0)
+	// either matches one of the attachment's allow flows, which set the bit and
+	// resubmit it to table 0 where the rest of the pipeline (and NORMAL) sees it
+	// as before, or is dropped. So a container can send only from its own MAC and
+	// IPs, ARP and neighbour discovery included.
+	//
+	// IP fragments. Open vSwitch's default fragment handling ("normal", see
+	// ovs-ofctl set-frags) shows every fragment, the first included, with
+	// tp_src, tp_dst, icmp_type and icmp_code 0: no guard, ND or DHCP flow could
+	// tell a fragmented DHCP OFFER or router advertisement from any other
+	// datagram. So the rule is: a fragment from a container port
+	// (nw_frag=yes, RegPortSecurityDefragged 0) goes once through
+	// ct(zone=PortSecDefragZone, table=0), without commit, and is classified
+	// after that by what conntrack made of the whole datagram:
+	//   - +trk+inv (a datagram that does not reassemble: fragments that are
+	//     too small for the userspace reassembler, overlapping ones; or one
+	//     conntrack does not track: ND, RA, redirects, which RFC 6980 forbids
+	//     fragmenting anyway) is dropped;
+	//   - the guards match ct_nw_proto/ct_tp_src/ct_tp_dst, the reassembled
+	//     datagram's ports;
+	//   - the rest passes the allow flows by address, as any frame.
+	//
+	// The userspace datapath (ipf) passes the original fragments on with the
+	// reassembled datagram's ct_state, not its L4 fields, and (seen with OVS
+	// 3.1) only the first fragment matches the original tuple (ct_nw_proto,
+	// ct_tp_*): a forbidden datagram loses its first fragment, the one with the
+	// headers, and its later ones, which pass, can never be reassembled without
+	// it (TestAttackFragments counts the victim's reassemblies). The kernel
+	// datapath (nf_defrag) passes the reassembled datagram, whose tp_* and
+	// icmp_* the ordinary guard and ND flows see as well, and refragments it on
+	// output. Flows after port security that classify a container's fragments by
+	// port (host port replies and requests) must therefore not rely on tp_* nor
+	// on zone PortSecDefragZone's tuple beyond the first fragment: they send the
+	// packet through ct() of their own zone, which reassembles again. The packet
+	// arrives there with RegPortSecurityDefragged and RegPortSecurityChecked set
+	// and the ct_state of zone PortSecDefragZone. The userspace reassembler drops non-last
+	// fragments under 1200 (IPv4) or 1280 (IPv6) bytes (dpctl/ipf-get-status):
+	// fragmented traffic from a container needs an MTU above those.
+
+	// PriorityPortSecVRRP passes a VRRP advert (IP protocol 112) to its
+	// group (224.0.0.18, ff02::12) from the container's MAC and own or
+	// allowed addresses, with allowVRRP; above the guard that drops every
+	// other VRRP frame.
+	PriorityPortSecVRRP   uint16 = 425
+	PriorityPortSecGuard  uint16 = 420
+	PriorityPortSecFrag   uint16 = 415
+	PriorityPortSecND     uint16 = 410
+	PriorityPortSecNDDrop uint16 = 405
+	PriorityPortSecAllow  uint16 = 400
+	PriorityPortSecDrop   uint16 = 390
+	// PriorityNodeRedirect drops the ICMPv6 redirects the node sends into
+	// the bridge (from LOCAL), with the base flow: the bridge's interface
+	// is both the pods' gateway and the way to the other hosts on the
+	// uplink's link, so the node's kernel, forwarding a pod's packet for
+	// such a host back out of the bridge, tells the pod (or the host) to
+	// go direct. The traffic then bypasses the node one way and not the
+	// other, and the node's conntrack drops the half it sees (INVALID).
+	// IPv4's redirects are off by sysctl (node-prep.sh's send_redirects);
+	// IPv6 has no such sysctl. Above the gateway flows, which also match
+	// LOCAL's frames.
+	PriorityNodeRedirect uint16 = 330
+	// PriorityGatewayReply, PriorityGatewaySkip and PriorityGatewayTrack
+	// send a Service's replies from a backend in a container back through
+	// the node (see gateway.go): below port security, whose allow flows
+	// resubmit what they pass, above the host port classifiers, so that a
+	// backend that also publishes its port (PriorityReply) is steered
+	// too.
+	PriorityGatewayReply uint16 = 320
+	PriorityGatewaySkip  uint16 = 315
+	PriorityGatewayTrack uint16 = 310
+	// PriorityReplyRelated sends an ICMP error from a container port with
+	// host ports down the reply path, above every other reply classifier.
+	PriorityReplyRelated uint16 = 212
+	// PriorityReplyFragment sends every fragment from a container port with
+	// host ports down the reply path: above PriorityReply, for
+	// the same reason.
+	PriorityReplyFragment uint16 = 211
 	// PriorityReply classifies container IP:containerPort from the
 	// container's port → reply path, in table 0. Above PriorityRequest: the
 	// reply to a SNATed request (hairpin, masqAll) is addressed to a node IP
 	// and the SNATed source port, which may be a published host port.
 	PriorityReply uint16 = 210
+	// PriorityVLANIsolation: a port whose untagged frames are not on VLAN 0
+	// (an access port of another VLAN, a trunk) has no path to the node's
+	// addresses: its frames skip the host port classifiers, and tagged
+	// frames never match them (they match vlan_tci=0x0000/0x1000). Such a
+	// port has no host ports either (pkg/hostport refuses them): tables 40
+	// and 41 know a container by its address alone, which networks on
+	// different VLANs may share.
+	PriorityVLANIsolation uint16 = 205
+	// PriorityRelated sends an ICMP error to a node IP with host ports
+	// through ct(nat) in the DNAT zone (table 0, shared flows): when it is
+	// about a host-port connection (+rel), it reaches the container
+	// translated, inner header included. Below PriorityVLANIsolation.
+	PriorityRelated uint16 = 204
 	// PriorityFragment sends a fragment to a node IP with host ports (any
 	// protocol) through conntrack NAT in the DNAT zone (table
 	// 0, shared flows), PriorityFragmentContainer the same from a container
 	// port through the container zone: above PriorityRequest and
 	// PriorityRequestContainer, so that the first fragment, which has ports,
 	// is reassembled with the others.
-	PriorityFragment          uint16 = 202
 	PriorityFragmentContainer uint16 = 203
-	// PriorityFragmentCommit DNATs, in table 40, the fragments of the
-	// first datagram of a connection to a host port
-	// (+new-dnat after PriorityFragment or PriorityFragmentContainer, in
-	// that flow's zone), as PriorityRequest does an unfragmented one, by
-	// the datagram's original tuple: above every other flow of table 40,
-	// which match translated requests.
+	PriorityFragment          uint16 = 202
+	// PriorityRequestContainer classifies the same requests as
+	// PriorityRequest when they come from a container port that passed
+	// port security (RegPortSecurityChecked): they are tracked in the
+	// container zone, so that containers cannot use up the entries of
+	// clients outside.
+	PriorityRequestContainer uint16 = 201
+	// PriorityRequest classifies node IP:hostPort → DNAT, in table 0.
+	PriorityRequest uint16 = 200
+	// PriorityBase is the NORMAL flow of table 0 that the suite owns on a
+	// bridge with fail_mode=secure, where ovs-vswitchd installs none: so
+	// that after a restart nothing is forwarded until reconcile has put
+	// every port's security flows back.
+	PriorityBase uint16 = 0
+)
+
+// Priorities of table 39 (TablePortmapNew). It has no miss flow: an
+// invalid packet, or a new one of no rule, is dropped.
+const (
+	// PriorityNewConnection meters and commits a rule's new connection.
+	PriorityNewConnection uint16 = 100
+	// PriorityTracked passes the packets of known connections to the
+	// container on to table 40.
+	PriorityTracked uint16 = 50
+)
+
+// Priorities of table 40 (TablePortmapDNAT), highest first; its miss flow
+// is PriorityMiss.
+const (
+	// PriorityHairpin SNATs container → its own host port.
+	PriorityHairpin uint16 = 300
+	// PriorityFragmentCommit DNATs the fragments of the first datagram of
+	// a connection to a host port (+new-dnat after PriorityFragment or
+	// PriorityFragmentContainer, in that flow's zone), as PriorityRequest
+	// does an unfragmented one, by the datagram's original tuple: above
+	// every other flow of table 40, which match translated requests.
 	PriorityFragmentCommit uint16 = 250
-	// PriorityFragmentMiss sends, in table 40, every other fragment of a new
-	// datagram to a node IP (+new-dnat, nw_frag) through a ct of its zone to
+	// PriorityFragmentMiss sends every other fragment of a new datagram
+	// to a node IP (+new-dnat, nw_frag) through a ct of its zone to
 	// TablePortmapFragmentMiss, so that the reassembly a first fragment
 	// began at PriorityFragmentCommit completes (shared, per node IP and
 	// zone). Only fragments of the userspace datapath come here: the kernel
 	// datapath recirculates reassembled datagrams.
 	PriorityFragmentMiss uint16 = 240
-	// PriorityFragmentHeld drops, in TablePortmapFragmentMiss, the first
-	// fragment of a datagram to a host port (its ct_tp_dst) that arrives
-	// there: PriorityFragmentCommit did not take the datagram whole.
-	PriorityFragmentHeld uint16 = 100
-	// PriorityReplyFragment sends every fragment from a container port with
-	// host ports down the reply path: above PriorityReply, for
-	// the same reason.
-	PriorityReplyFragment uint16 = 211
-	// PriorityRelated sends an ICMP error to a node IP with host ports
-	// through ct(nat) in the DNAT zone (table 0, shared flows): when it is
-	// about a host-port connection (+rel), it reaches the container
-	// translated, inner header included. Below PriorityVLANIsolation.
-	PriorityRelated uint16 = 204
-	// PriorityReplyRelated sends an ICMP error from a container port with
-	// host ports down the reply path, above every other reply classifier.
-	PriorityReplyRelated uint16 = 212
-	// PriorityHairpin SNATs container → its own host port, in table 40.
-	PriorityHairpin uint16 = 300
-	// PriorityMasquerade SNATs every request to the container, in table 40.
+	// PriorityMasquerade SNATs every request to the container.
 	PriorityMasquerade uint16 = 200
-	// PriorityPass forwards unSNATed requests, in table 40.
+	// PriorityPass forwards unSNATed requests.
 	PriorityPass uint16 = 100
+)
+
+// Priorities of tables 41 to 44, and the miss flow of tables 40, 42, 43
+// and 44.
+const (
 	// PriorityOutput delivers to the container, in table 41.
 	PriorityOutput uint16 = 100
 	// PriorityReplyNAT un-DNATs replies (table 42) and restores them (table 43).
 	PriorityReplyNAT uint16 = 100
+	// PriorityReplyContainer sends a reply that the DNAT zone does not know
+	// to the container zone, in table 43.
+	PriorityReplyContainer uint16 = 50
+	// PriorityFragmentHeld drops, in TablePortmapFragmentMiss, the first
+	// fragment of a datagram to a host port (its ct_tp_dst) that arrives
+	// there: PriorityFragmentCommit did not take the datagram whole.
+	PriorityFragmentHeld uint16 = 100
 	// PriorityMiss is the NORMAL fallback in tables 40 (fragments that no
 	// connection translates), 42, 43 and 44.
 	PriorityMiss uint16 = 0
-	// PriorityNewConnection meters and commits a rule's new connection, in
-	// table 39; PriorityTracked passes the packets of known connections to
-	// the container on to table 40. Table 39 has no miss flow: an invalid
-	// packet, or a new one of no rule, is dropped.
-	PriorityNewConnection uint16 = 100
-	PriorityTracked       uint16 = 50
 )
+
+// A tableDecl declares a table of the pipeline: its number and constant,
+// what it holds (the design doc's Tables table) and its priorities,
+// highest first.
+type tableDecl struct {
+	ID    uint8
+	Const string // the constant's name, for the docs
+	Doc   string
+	Prios []prioDecl
+}
+
+// A prioDecl declares the flows of one priority of its table under one
+// cookie kind: a priority installed under two kinds (PriorityGatewaySkip
+// and PriorityGatewayTrack: a container port's and a gateway's) has an
+// entry for each.
+type prioDecl struct {
+	Value uint16
+	Const string // the constant's name, for the docs
+	Group Group
+	// Name is what Name says of the flows; none for drops, which are named
+	// by their reason.
+	Name string
+	// Drops are the reasons (DropReason) and names of the flows, which
+	// drop what they match. With several, Which tells them apart by their
+	// match.
+	Drops []dropDecl
+	Which func(openflow.Match) string
+	// Doc is what the design doc's Priorities table says of the priority.
+	// An entry without one shares the row of the last entry of its
+	// constant (another table, another kind).
+	Doc string
+}
+
+// A dropDecl is one reason of a drop flow and what it is for, in a verdict.
+type dropDecl struct{ Reason, Name string }
+
+// tables is the pipeline, in the order packets meet its tables. Name,
+// DropReason and the design doc's Tables and Priorities tables follow from
+// it.
+var tables = []tableDecl{
+	{ID: TableClassifier, Const: "TableClassifier",
+		Doc: "the tombstones, ovs-bandwidth's meter flow, port security, the Service replies through the gateway, the exact-match request and reply classifiers, the base flow",
+		Prios: []prioDecl{
+			{Value: PriorityTombstone, Const: "PriorityTombstone", Group: GroupTombstone,
+				Drops: []dropDecl{{ReasonTombstone, "the tombstone of a port being deleted"}},
+				Doc:   "a port being deleted drops everything (`hard_timeout=10`)"},
+			{Value: PriorityBandwidth, Const: "PriorityBandwidth", Group: GroupBandwidth,
+				Name: "the egress limit's meter (ovs-bandwidth)",
+				Doc:  "a frame from a container port with an egress limit (ovs-bandwidth): its meter, once (`reg1[2]`), then table 0 again"},
+			{Value: PriorityPortSecVRRP, Const: "PriorityPortSecVRRP", Group: GroupPortSecurity,
+				Name: "the port-security allow of VRRP adverts from its own and allowed addresses",
+				Doc:  "with `allowVRRP`, a VRRP advert to its group (224.0.0.18, ff02::12) from the container's MAC and its own or allowed addresses: `reg1[0]` set, resubmitted to table 0"},
+			{Value: PriorityPortSecGuard, Const: "PriorityPortSecGuard", Group: GroupPortSecurity,
+				Drops: []dropDecl{
+					{ReasonRouterAdvertisement, "the port-security guard for router advertisements"},
+					{ReasonRedirect, "the port-security guard for ICMP redirects"},
+					{ReasonDHCPServer, "the port-security guard for DHCP server frames"},
+					{ReasonDoubleTag, "the port-security guard for double-tagged frames"},
+					{ReasonVRRP, "the port-security guard for VRRP adverts (without allowVRRP, or not to their group from the container's addresses)"},
+					{ReasonFragment, "the port-security guard for fragments that do not reassemble"},
+				},
+				Which: guardReason,
+				Doc:   "what a container never sends: RA, redirects, DHCP server frames, VRRP adverts (but as priority 425 allows), double tags; invalid fragments"},
+			{Value: PriorityPortSecFrag, Const: "PriorityPortSecFrag", Group: GroupPortSecurity,
+				Name: "the port-security reassembly of fragments (zone 64003)",
+				Doc:  "an IP fragment from a container: `ct(zone=64003, table=0)` first, to classify the datagram"},
+			{Value: PriorityPortSecND, Const: "PriorityPortSecND", Group: GroupPortSecurity,
+				Name: "the port-security allow of neighbour discovery for its own addresses",
+				Doc:  "a container's neighbour discovery for its own addresses and MAC"},
+			{Value: PriorityPortSecNDDrop, Const: "PriorityPortSecNDDrop", Group: GroupPortSecurity,
+				Drops: []dropDecl{{ReasonNeighbourDiscovery, "the port-security drop of neighbour discovery for other addresses"}},
+				Doc:   "any other neighbour solicitation or advertisement from a container"},
+			{Value: PriorityPortSecAllow, Const: "PriorityPortSecAllow", Group: GroupPortSecurity,
+				Name: "the port-security allow of its own MAC and addresses",
+				Doc:  "a frame from the container's own MAC and addresses: `reg1[0]` set, resubmitted to table 0"},
+			{Value: PriorityPortSecDrop, Const: "PriorityPortSecDrop", Group: GroupPortSecurity,
+				Drops: []dropDecl{{ReasonSpoofed, "the port-security drop of any other frame (another source MAC or address, a VLAN tag)"}},
+				Doc:   "any other frame from a container port"},
+			{Value: PriorityNodeRedirect, Const: "PriorityNodeRedirect", Group: GroupShared,
+				Drops: []dropDecl{{ReasonNodeRedirect, "the drop of the node's own ICMPv6 redirects into the bridge (a secure bridge's, with its base flow)"}},
+				Doc:   "an ICMPv6 redirect from LOCAL (the node's own, which IPv6 has no sysctl to stop): drop; a base flow, with priority 0's NORMAL"},
+			{Value: PriorityGatewayReply, Const: "PriorityGatewayReply", Group: GroupPortSecurity,
+				Name: "the Service reply to the gateway (zone 64004)",
+				Doc:  "a container's reply (`+trk+rpl`, zone 64004, `ct_mark[0]`) to a connection the gateway forwarded to it: eth_dst := the gateway's MAC (`ct_label[0..47]`), `output:LOCAL`"},
+			{Value: PriorityGatewaySkip, Const: "PriorityGatewaySkip", Group: GroupGateway,
+				Name: "the pass of the node's own connections from the gateway",
+				Doc:  "what needs no lookup: from LOCAL, the gateway's own address as source; from a container port, to the gateway address, and neighbour discovery: `reg1[3]` set, table 0 again"},
+			{Value: PriorityGatewaySkip, Const: "PriorityGatewaySkip", Group: GroupPortSecurity,
+				Name: "the pass of what needs no Service reply lookup"},
+			{Value: PriorityGatewayTrack, Const: "PriorityGatewayTrack", Group: GroupGateway,
+				Name: "the commit of a connection the gateway forwards to a pod (zone 64004)",
+				Doc:  "from LOCAL, subnet to subnet: `ct(commit, zone 64004, exec(ct_mark[0], ct_label[0..47] := eth_src))`; from a container port to its subnet: `ct(zone 64004, table 0)`; both set `reg1[3]`"},
+			{Value: PriorityGatewayTrack, Const: "PriorityGatewayTrack", Group: GroupPortSecurity,
+				Name: "the Service reply lookup (zone 64004)"},
+			{Value: PriorityReplyRelated, Const: "PriorityReplyRelated", Group: GroupHostPorts,
+				Name: "the host-port reply classifier for ICMP errors",
+				Doc:  "an ICMP error from a container port with host ports: reply path"},
+			{Value: PriorityReplyFragment, Const: "PriorityReplyFragment", Group: GroupHostPorts,
+				Name: "the host-port reply classifier for fragments",
+				Doc:  "a fragment (any protocol) from a container port with host ports: reply path"},
+			{Value: PriorityReply, Const: "PriorityReply", Group: GroupHostPorts,
+				Name: "the host-port reply classifier",
+				Doc:  "a reply from a published container port (above the requests: a SNATed reply may be addressed to a published port)"},
+			{Value: PriorityVLANIsolation, Const: "PriorityVLANIsolation", Group: GroupPortSecurity,
+				Name: "the VLAN isolation of a port off VLAN 0",
+				Doc:  "a port off VLAN 0 has no path to the node: NORMAL, not the host-port classifiers"},
+			{Value: PriorityRelated, Const: "PriorityRelated", Group: GroupShared,
+				Name: "the ICMP error classifier of a node IP",
+				Doc:  "an ICMP error to a node IP with host ports: `ct(commit, zone 64000, nat)`, table 40"},
+			{Value: PriorityFragmentContainer, Const: "PriorityFragmentContainer", Group: GroupShared,
+				Name: "the fragment classifier of a node IP for clients in containers",
+				Doc:  "`PriorityFragment` from a container port (port security passed): zone 64002"},
+			{Value: PriorityFragment, Const: "PriorityFragment", Group: GroupShared,
+				Name: "the fragment classifier of a node IP",
+				Doc:  "a fragment (any protocol, TCP included) to a node IP with host ports: `ct(zone 64000, nat)`, table 40"},
+			{Value: PriorityRequestContainer, Const: "PriorityRequestContainer", Group: GroupHostPorts,
+				Name: "the host-port request classifier for clients in containers (container zone)",
+				Doc:  "a request from a container port (port security passed): container zone"},
+			{Value: PriorityRequest, Const: "PriorityRequest", Group: GroupHostPorts,
+				Name: "the host-port request classifier (DNAT zone)",
+				Doc:  "an untagged request to a published node IP:hostPort and the node's MAC (with `newConnectionRate`: a `ct(zone, nat)` lookup only, then table 39)"},
+			{Value: PriorityBase, Const: "PriorityBase", Group: GroupShared,
+				Name: "the base NORMAL flow of a secure bridge",
+				Doc:  "NORMAL, the suite's on a `fail_mode=secure` bridge only (`BaseFlows`)"},
+		}},
+	{ID: TablePortmapNew, Const: "TablePortmapNew",
+		Doc: "requests of an attachment with `newConnectionRate`, after a ct lookup: a new connection through its mapping's meter, then committed with its DNAT",
+		Prios: []prioDecl{
+			{Value: PriorityNewConnection, Const: "PriorityNewConnection", Group: GroupHostPorts,
+				Name: "the host-port new-connection meter and DNAT (newConnectionRate)",
+				Doc:  "a new connection of a rule: its mapping's meter, then the `ct(commit, nat(dst))` of priority 200/201"},
+			{Value: PriorityTracked, Const: "PriorityTracked", Group: GroupHostPorts,
+				Name: "the host-port pass of a known connection (newConnectionRate)",
+				Doc:  "a packet of a known connection (already translated): table 40; table 39 has no miss flow, anything else is dropped"},
+		}},
+	{ID: TablePortmapDNAT, Const: "TablePortmapDNAT",
+		Doc: "requests after DNAT: SNAT (hairpin, `masqAll`) or not; the fragments of a new datagram",
+		Prios: []prioDecl{
+			{Value: PriorityHairpin, Const: "PriorityHairpin", Group: GroupHostPorts,
+				Name: "the hairpin SNAT",
+				Doc:  "container to its own host port: SNAT (zone 64001)"},
+			{Value: PriorityFragmentCommit, Const: "PriorityFragmentCommit", Group: GroupHostPorts,
+				Name: "the host-port DNAT of a new datagram's fragments",
+				Doc:  "the fragments of a connection's first datagram (`+new-dnat`), by its original tuple (`ct_nw_proto`, `ct_tp_dst` = hostPort): `ct(commit, nat(dst))` as priority 200, in the zone of its fragment flow"},
+			{Value: PriorityFragmentMiss, Const: "PriorityFragmentMiss", Group: GroupShared,
+				Name: "the reassembly of a new datagram's other fragments (to table 44)",
+				Doc:  "any other fragment of a new datagram to a node IP: `ct` of its zone, table 44 (shared, per node IP and zone)"},
+			{Value: PriorityMasquerade, Const: "PriorityMasquerade", Group: GroupHostPorts,
+				Name: "the masquerade SNAT (masqAll)",
+				Doc:  "every request SNATed (`masqAll`)"},
+			{Value: PriorityPass, Const: "PriorityPass", Group: GroupHostPorts,
+				Name: "the host-port request without SNAT",
+				Doc:  "a request not SNATed: table 41"},
+			{Value: PriorityMiss, Const: "PriorityMiss", Group: GroupShared,
+				Name: "the untranslated-request fallback (NORMAL)",
+				Doc:  "not ours after all (40, 44: an untranslated fragment): NORMAL"},
+		}},
+	{ID: TablePortmapOutput, Const: "TablePortmapOutput",
+		Doc: "requests: rewrite the MACs, output to the container port",
+		Prios: []prioDecl{
+			{Value: PriorityOutput, Const: "PriorityOutput", Group: GroupHostPorts,
+				Name: "the host-port output to the container",
+				Doc:  "deliver to the container"},
+		}},
+	{ID: TablePortmapReplySNAT, Const: "TablePortmapReplySNAT",
+		Doc: "replies after un-SNAT: un-DNAT them (a flow per family)",
+		Prios: []prioDecl{
+			{Value: PriorityReplyNAT, Const: "PriorityReplyNAT", Group: GroupShared,
+				Name: "the host-port reply un-DNAT",
+				Doc:  "reply handling"},
+			{Value: PriorityMiss, Const: "PriorityMiss", Group: GroupShared,
+				Name: "the reply fallback (NORMAL)"},
+		}},
+	{ID: TablePortmapReplyRestore, Const: "TablePortmapReplyRestore",
+		Doc: "replies after un-DNAT: back to where the request came from, by ct_label",
+		Prios: []prioDecl{
+			{Value: PriorityReplyNAT, Const: "PriorityReplyNAT", Group: GroupShared,
+				Name: "the host-port reply restore (back where the request came from)"},
+			{Value: PriorityReplyContainer, Const: "PriorityReplyContainer", Group: GroupShared,
+				Name: "the host-port reply lookup in the container zone",
+				Doc:  "not a reply in the DNAT zone: look in the container zone"},
+			{Value: PriorityMiss, Const: "PriorityMiss", Group: GroupShared,
+				Name: "the reply fallback (NORMAL)"},
+		}},
+	{ID: TablePortmapFragmentMiss, Const: "TablePortmapFragmentMiss",
+		Doc: "fragments of a new datagram no rule took: to the node, a host port's never",
+		Prios: []prioDecl{
+			{Value: PriorityFragmentHeld, Const: "PriorityFragmentHeld", Group: GroupHostPorts,
+				Drops: []dropDecl{{ReasonHostPortFragment, "the drop of a host port's new fragmented datagram that its fragments' DNAT did not take (userspace datapath before OVS 3.1.7)"}},
+				Doc:   "a host port's first fragment that priority 250 did not take whole: drop"},
+			{Value: PriorityMiss, Const: "PriorityMiss", Group: GroupShared,
+				Name: "the fragment fallback to the node (NORMAL)"},
+		}},
+}
 
 // The suite's meters. OpenFlow meters carry no cookie, so their IDs say
 // whose they are: every meter the suite installs is in
@@ -304,106 +573,6 @@ func ConnMeterOf(ofport uint32, i int) uint32 { return MeterSuiteFirst | ofport<
 // MaxConnMeters is how many mappings of one attachment can have a
 // new-connection meter.
 const MaxConnMeters = 1 << 12
-
-// Port security (ovs-bridge's portSecurity): in table 0, a frame from a
-// container port that has not been checked yet (RegPortSecurityChecked = 0)
-// either matches one of the attachment's allow flows, which set the bit and
-// resubmit it to table 0 where the rest of the pipeline (and NORMAL) sees it
-// as before, or is dropped. So a container can send only from its own MAC and
-// IPs, ARP and neighbour discovery included.
-//
-// IP fragments. Open vSwitch's default fragment handling ("normal", see
-// ovs-ofctl set-frags) shows every fragment, the first included, with
-// tp_src, tp_dst, icmp_type and icmp_code 0: no guard, ND or DHCP flow could
-// tell a fragmented DHCP OFFER or router advertisement from any other
-// datagram. So the rule is: a fragment from a container port
-// (nw_frag=yes, RegPortSecurityDefragged 0) goes once through
-// ct(zone=PortSecDefragZone, table=0), without commit, and is classified
-// after that by what conntrack made of the whole datagram:
-//   - +trk+inv (a datagram that does not reassemble: fragments that are
-//     too small for the userspace reassembler, overlapping ones; or one
-//     conntrack does not track: ND, RA, redirects, which RFC 6980 forbids
-//     fragmenting anyway) is dropped;
-//   - the guards match ct_nw_proto/ct_tp_src/ct_tp_dst, the reassembled
-//     datagram's ports;
-//   - the rest passes the allow flows by address, as any frame.
-//
-// The userspace datapath (ipf) passes the original fragments on with the
-// reassembled datagram's ct_state, not its L4 fields, and (seen with OVS
-// 3.1) only the first fragment matches the original tuple (ct_nw_proto,
-// ct_tp_*): a forbidden datagram loses its first fragment, the one with the
-// headers, and its later ones, which pass, can never be reassembled without
-// it (TestAttackFragments counts the victim's reassemblies). The kernel
-// datapath (nf_defrag) passes the reassembled datagram, whose tp_* and
-// icmp_* the ordinary guard and ND flows see as well, and refragments it on
-// output. Flows after port security that classify a container's fragments by
-// port (host port replies and requests) must therefore not rely on tp_* nor
-// on zone PortSecDefragZone's tuple beyond the first fragment: they send the
-// packet through ct() of their own zone, which reassembles again. The packet
-// arrives there with RegPortSecurityDefragged and RegPortSecurityChecked set
-// and the ct_state of zone PortSecDefragZone. The userspace reassembler drops non-last
-// fragments under 1200 (IPv4) or 1280 (IPv6) bytes (dpctl/ipf-get-status):
-// fragmented traffic from a container needs an MTU above those.
-//
-// A port whose untagged frames are not on VLAN 0 (an access port of another
-// VLAN, a trunk) has no path to the node's addresses: its frames skip the
-// host port classifiers (PriorityVLANIsolation), and tagged frames never
-// match them (they match vlan_tci=0x0000/0x1000). Such a port has no host
-// ports either (pkg/hostport refuses them): tables 40 and 41 know a
-// container by its address alone, which networks on different VLANs may
-// share.
-const (
-	// PriorityPortSecVRRP passes a VRRP advert (IP protocol 112) to its
-	// group (224.0.0.18, ff02::12) from the container's MAC and own or
-	// allowed addresses, with allowVRRP; above the guard that drops every
-	// other VRRP frame.
-	PriorityPortSecVRRP   uint16 = 425
-	PriorityPortSecGuard  uint16 = 420
-	PriorityPortSecFrag   uint16 = 415
-	PriorityPortSecND     uint16 = 410
-	PriorityPortSecNDDrop uint16 = 405
-	PriorityPortSecAllow  uint16 = 400
-	PriorityPortSecDrop   uint16 = 390
-	PriorityVLANIsolation uint16 = 205
-	// PriorityBase is the NORMAL flow of table 0 that the suite owns on a
-	// bridge with fail_mode=secure, where ovs-vswitchd installs none: so
-	// that after a restart nothing is forwarded until reconcile has put
-	// every port's security flows back.
-	PriorityBase uint16 = 0
-	// PriorityNodeRedirect drops the ICMPv6 redirects the node sends into
-	// the bridge (from LOCAL), with the base flow: the bridge's interface
-	// is both the pods' gateway and the way to the other hosts on the
-	// uplink's link, so the node's kernel, forwarding a pod's packet for
-	// such a host back out of the bridge, tells the pod (or the host) to
-	// go direct. The traffic then bypasses the node one way and not the
-	// other, and the node's conntrack drops the half it sees (INVALID).
-	// IPv4's redirects are off by sysctl (node-prep.sh's send_redirects);
-	// IPv6 has no such sysctl. Above the gateway flows, which also match
-	// LOCAL's frames.
-	PriorityNodeRedirect uint16 = 330
-	// PriorityTombstone drops every frame of a port that DEL is removing,
-	// from before its flows go until ovs-vswitchd has removed the port, so
-	// that DEL need not wait for that: TombstoneTimeout removes the flow,
-	// and Open vSwitch does not give a freed ofport to a new port for an
-	// hour (ofproto's alloc_ofp_port).
-	PriorityTombstone uint16 = 65000
-	TombstoneTimeout         = 10 // seconds
-	// PriorityGatewayReply, PriorityGatewaySkip and PriorityGatewayTrack
-	// send a Service's replies from a backend in a container back through
-	// the node (see gateway.go): below port security, whose allow flows
-	// resubmit what they pass, above the host port classifiers, so that a
-	// backend that also publishes its port (PriorityReply) is steered
-	// too.
-	PriorityGatewayReply uint16 = 320
-	PriorityGatewaySkip  uint16 = 315
-	PriorityGatewayTrack uint16 = 310
-	// PriorityBandwidth sends every frame from a container port with an
-	// egress limit (ovs-bandwidth) through the port's meter once
-	// (RegBandwidthMetered), then back to table 0, where port security and
-	// the rest of the pipeline see it as before: above every other flow of
-	// a container port but the tombstone.
-	PriorityBandwidth uint16 = 430
-)
 
 // MeterOf is the OpenFlow meter of the egress limit of the container port
 // with ofport (below 0xff00): the ofport is unique on its bridge and

@@ -69,6 +69,9 @@ var kernelDatapath = []datapathGroup{
 		"TestBridgeConnectivity", "TestBridgeVLAN", "TestBridgeCreateBridge", "TestBridgeDHCP",
 		"TestReAddOverTombstone",
 	}},
+	{"the node's own packets into the bridge: its ICMPv6 redirects to a pod, dropped by a base flow", []string{
+		"TestNodeRedirectsDropped",
+	}},
 	{"ofproto/trace translates with the datapath's features", []string{
 		"TestTraceVerdicts",
 	}},

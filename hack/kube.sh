@@ -33,6 +33,8 @@ log() { echo "kube.sh: $*" >&2; }
 . hack/lib/apt.sh # (the script runs from the repository root)
 # shellcheck source=hack/lib/kube.sh
 . hack/lib/kube.sh # the build, PKI, configs and image tar shared with hack/ovs-in-docker.sh
+# shellcheck source=hack/lib/oid.sh
+. hack/lib/oid.sh # the harness's Go tool: the PKI
 prefix=$kube_prefix
 
 install_all() {
@@ -97,6 +99,7 @@ kctl() { in_node "$prefix/bin/kubectl" --kubeconfig "$state/pki/admin.kubeconfig
 
 pki() {
 	local d=$state/pki
+	oid_build "$tag" || exit 1
 	kube_ca "$d" "$tag"
 	kube_control_plane_certs "$d" "$tag" "DNS:$node,IP:127.0.0.1,IP:$node_v4,IP:$node_v6,IP:$svc_v4,IP:$svc_v6" "https://$node_v4:6443"
 	kube_node_cert "$d" kubelet "$node" "DNS:$node,IP:$node_v4,IP:$node_v6" "https://$node_v4:6443" "$tag"

@@ -85,19 +85,10 @@ die() { log "$*"; exit 1; }
 # ---- the harness's Go tool ---------------------------------------------------
 # test/cluster/cmd/ovs-in-docker: the engine, the images, the nodes (up, down,
 # exec, restart and test without -kube are its own; the Kubernetes cluster's
-# steps below call it for what they share). Built once per run of this
-# script (OID_TOOL_BUILT is inherited by the tests' calls back into it), under
-# a lock: scripts run side by side in CI.
-OID_TOOL=${XDG_CACHE_HOME:-${HOME:?}/.cache}/ovsflow/$P/ovs-in-docker
-oid_build() {
-	[ "${OID_TOOL_BUILT:-}" = "$OID_TOOL" ] && [ -x "$OID_TOOL" ] && return 0
-	mkdir -p "$(dirname "$OID_TOOL")"
-	(cd test/cluster && flock "$OID_TOOL.lock" go build -o "$OID_TOOL" ./cmd/ovs-in-docker) ||
-		die "building the harness's tool (test/cluster/cmd/ovs-in-docker)"
-	export OID_TOOL_BUILT=$OID_TOOL
-}
-oid() { "$OID_TOOL" "$@"; }
-oid_build
+# steps below call it for what they share), hack/lib/oid.sh.
+# shellcheck source=hack/lib/oid.sh
+. hack/lib/oid.sh
+oid_build "$P" || exit 1
 plan=$(oid plan) || exit 2 # NET4, NET6, POD4 (checked), DATA
 eval "$plan"
 

@@ -229,67 +229,21 @@ kube_build_all() {
 
 # ---- the PKI ------------------------------------------------------------------
 
-# kube_ca DIR TAG: a CA and the ServiceAccount key pair in DIR.
-kube_ca() {
-	mkdir -p "$1"
-	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$1/ca.key" -out "$1/ca.crt" -days 2 -subj "/CN=$2-kube-ca" 2>/dev/null
-	openssl genrsa -out "$1/sa.key" 2048 2>/dev/null
-	openssl rsa -in "$1/sa.key" -pubout -out "$1/sa.pub" 2>/dev/null
-}
+# The PKI: the harness's Go tool (hack/lib/oid.sh; oid_build first),
+# test/cluster/harness/pki. kube_ca DIR TAG: DIR's CA and ServiceAccount key
+# pair.
+kube_ca() { oid pki ca "$1" "$2"; }
 
-# kube_cert DIR NAME SUBJECT [SAN]: DIR/NAME.crt and .key, signed by DIR's CA.
-kube_cert() {
-	local d=$1 ext="basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth,clientAuth"
-	[ -n "${4:-}" ] && ext="$ext
-subjectAltName=$4"
-	openssl req -newkey rsa:2048 -nodes -keyout "$d/$2.key" -out "$d/$2.csr" -subj "$3" 2>/dev/null
-	openssl x509 -req -in "$d/$2.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
-		-out "$d/$2.crt" -extfile <(printf '%s\n' "$ext") 2>/dev/null
-	rm -f "$d/$2.csr"
-}
-
-# kube_kubeconfig DIR NAME SERVER CLUSTER: DIR/NAME.kubeconfig, the user of DIR/NAME.crt.
-kube_kubeconfig() {
-	cat >"$1/$2.kubeconfig" <<-EOF
-		apiVersion: v1
-		kind: Config
-		clusters:
-		- name: $4
-		  cluster: {server: "$3", certificate-authority: $1/ca.crt}
-		users:
-		- name: $2
-		  user: {client-certificate: $1/$2.crt, client-key: $1/$2.key}
-		contexts:
-		- name: $4
-		  context: {cluster: $4, user: $2}
-		current-context: $4
-	EOF
-}
-
-# kube_control_plane_certs DIR TAG APISERVER_SANS: the certs and kubeconfigs of
-# the API server's clients that are not nodes (admin, controller manager,
-# scheduler, kube-proxy), the API server's own, its kubelet client's.
-# SERVER is the API server's URL in the kubeconfigs.
-kube_control_plane_certs() {
-	local d=$1 tag=$2 sans=$3 server=$4 k
-	kube_cert "$d" apiserver "/CN=kube-apiserver" "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,$sans"
-	kube_cert "$d" apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
-	kube_cert "$d" admin "/O=system:masters/CN=$tag-admin"
-	kube_cert "$d" controller-manager "/CN=system:kube-controller-manager"
-	kube_cert "$d" scheduler "/CN=system:kube-scheduler"
-	kube_cert "$d" proxy "/CN=system:kube-proxy"
-	for k in admin controller-manager scheduler proxy; do kube_kubeconfig "$d" "$k" "$server" "$tag"; done
-}
+# kube_control_plane_certs DIR TAG APISERVER_SANS SERVER: the certs and
+# kubeconfigs of the API server's clients that are not nodes (admin,
+# controller manager, scheduler, kube-proxy), the API server's own, its
+# kubelet client's. SERVER is the API server's URL in the kubeconfigs.
+kube_control_plane_certs() { oid pki control-plane "$@"; }
 
 # kube_node_cert DIR NAME NODE SANS SERVER TAG: a kubelet's cert (group
 # system:nodes, so that the Node authorizer lets it act for NODE) and
 # kubeconfig, DIR/NAME.*.
-kube_node_cert() {
-	kube_cert "$1" "$2" "/O=system:nodes/CN=system:node:$3" "$4"
-	kube_kubeconfig "$1" "$2" "$5" "$6"
-}
+kube_node_cert() { oid pki node "$@"; }
 
 # ---- configs ----------------------------------------------------------------
 

@@ -51,7 +51,7 @@ func ourRows(t *testing.T, table string) []string {
 func TestAgentUninstallShaped(t *testing.T) {
 	requireSandbox(t)
 	h := framework.NewOVSHost(t)
-	prepareBridge(t, h) // as node-prep.sh leaves a bridge
+	framework.PrepareBridge(t, h.Bridge) // as node-prep.sh leaves a bridge
 	n := framework.NewCNI(t, conflist("1.1.0", "uninstbw", framework.BridgeConf(h.Bridge, ovsdbAddr, t.TempDir(), map[string]any{"isGateway": true}),
 		map[string]any{"type": "ovs-portmap", "ovsdb": ovsdbAddr, "capabilities": map[string]bool{"portMappings": true},
 			"newConnectionRate": 20, "newConnectionBurst": 10},

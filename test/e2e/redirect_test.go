@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,19 +16,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
-	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/test/framework"
 )
-
-// prepareBridge leaves h's bridge as deploy/node-prep.sh leaves a node's:
-// secure, tagged as the suite's, with the base flows (reconcile).
-func prepareBridge(t *testing.T, h *framework.OVSHost) {
-	t.Helper()
-	framework.Vsctl(t, "set", "bridge", h.Bridge, "fail_mode=secure", "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
-	if out, err := run(filepath.Join(binDir, "ovs-portmap"), "reconcile", "-ovsdb", ovsdbAddr); err != nil {
-		t.Fatalf("reconcile (the base flows): %v: %s", err, out)
-	}
-}
 
 // icmp6OutRedirects reads the node's count of ICMPv6 redirects sent
 // (/proc/net/snmp6's Icmp6OutRedirects) in the netns of the calling
@@ -112,7 +100,7 @@ func (r *redirects) queued() (int, error) {
 func TestNodeRedirectsDropped(t *testing.T) {
 	requireSandbox(t)
 	h := framework.NewOVSHost(t)
-	prepareBridge(t, h)
+	framework.PrepareBridge(t, h.Bridge)
 	// A range of this test's own: the kernel rate-limits redirects per
 	// destination, which other tests' pods could have used up.
 	const gw6 = "2001:db8:c7::1"

@@ -28,7 +28,7 @@ import (
 func TestAgentUninstall(t *testing.T) {
 	requireSandbox(t)
 	h := framework.NewOVSHost(t)
-	prepareBridge(t, h) // as node-prep.sh leaves a bridge
+	framework.PrepareBridge(t, h.Bridge) // as node-prep.sh leaves a bridge
 	n := h.PortmapList(t, "1.1.0", "uninst", nil)
 	c := framework.NewContainer(t)
 	n.MustAdd(t, c, "eth0", mappings(pm(31081, 80, "tcp", "")))

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
 // VsctlAt runs ovs-vsctl against the OVSDB endpoint db and returns its trimmed output.
@@ -44,6 +45,17 @@ func NewBridge(t testing.TB, prefix string) string {
 		}
 	}
 	return br
+}
+
+// PrepareBridge leaves bridge as deploy/node-prep.sh leaves a node's:
+// fail_mode=secure, tagged as the suite's, with the suite's base flows
+// (ovs-portmap reconcile).
+func PrepareBridge(t testing.TB, bridge string) {
+	t.Helper()
+	Vsctl(t, "set", "bridge", bridge, "fail_mode=secure", "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
+	if out, err := Run(filepath.Join(Env.BinDir, "ovs-portmap"), "reconcile", "-ovsdb", Env.OVSDB); err != nil {
+		t.Fatalf("reconcile (the base flows): %v: %s", err, out)
+	}
 }
 
 // DelBridge removes a bridge of the sandbox, and its netdev tap.

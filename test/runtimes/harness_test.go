@@ -226,7 +226,8 @@ func nsLabel(p string) string {
 }
 
 // node is the sandbox netns set up as an OVS host for one suite: a netdev
-// bridge with the node addresses, and the outside netns on an uplink port.
+// bridge with the node addresses, prepared as deploy/node-prep.sh prepares
+// a node's, and the outside netns on an uplink port.
 type node struct {
 	bridge    string
 	outside   *netNS
@@ -239,6 +240,7 @@ func newNode(t *testing.T) *node {
 	n.outside = newNetNS(t)
 	t.Cleanup(func() { framework.LogOnFailure(t, n.bridge) })
 	framework.WireOVSHost(t, n.bridge, n.outside.name, "rtupl")
+	framework.PrepareBridge(t, n.bridge) // as an operator prepares a node
 	return n
 }
 

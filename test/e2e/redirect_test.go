@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,7 +119,7 @@ func TestNodeRedirectsDropped(t *testing.T) {
 	// redirects are the pod's (an answer forwarded to the pod would make
 	// the node redirect its sender too).
 	const silent, drop = "2001:db8:100::77", "icmp6,in_port=LOCAL,icmp_type=137"
-	if !slicesContain(framework.FlowsMatching(t, h.OFTarget(), "table=0,"+drop), "priority=330") {
+	if !slices.ContainsFunc(framework.FlowsMatching(t, h.OFTarget(), "table=0,"+drop), func(l string) bool { return strings.Contains(l, "priority=330") }) {
 		t.Fatalf("no drop of the node's redirects among the base flows:\n%s", h.DumpAll())
 	}
 	got := listenRedirects(t, c)
@@ -176,13 +177,4 @@ func TestNodeRedirectsDropped(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-func slicesContain(lines []string, sub string) bool {
-	for _, l := range lines {
-		if strings.Contains(l, sub) {
-			return true
-		}
-	}
-	return false
 }

@@ -20,8 +20,9 @@
 #                                         stops the private dockerd if this script started it. Idempotent.
 #
 # A Kubernetes cluster (hack/ovs-in-docker/cluster.sh; the binaries of hack/lib/kube.sh's cached build):
-#   hack/ovs-in-docker.sh up -kube [-multus] [-nodes N]  a control-plane container (cp) and N nodes (default 3, at most 4)
-#                                         running containerd 2.x, kubelet, kube-proxy; one line per node:
+#   hack/ovs-in-docker.sh up -kube [-multus] [-nodes N] [-runtime containerd|crio]  a control-plane container (cp) and
+#                                         N nodes (default 3, at most 4) running containerd 2.x (-runtime crio: CRI-O,
+#                                         of hack/install-runtimes.sh), kubelet, kube-proxy; one line per node:
 #                                           NODE <name> <node IPv4> <node IPv6> <pod CIDRs from its Node object>
 #                                         and KUBECONFIG=<the admin's kubeconfig>; -multus: deploy puts Multus
 #                                         (thin plugin, hack/lib/kube.sh's cached build) in front of ovsflow

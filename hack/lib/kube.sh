@@ -280,6 +280,49 @@ kube_containerd_config() {
 	rm -f "$out.default"
 }
 
+# kube_crio_config OUT: CRI-O's config for a node of the harness, on its
+# default paths (socket /var/run/crio/crio.sock, the pods' netns files in
+# /var/run/netns, where the DaemonSet's agent looks, as containerd's are
+# with NETNS_UNDER_STATE false): overlay storage on the node's volume
+# (/var/lib/containers, which podman fills: CRI-O pulls only from registries,
+# and none is reachable), cgroupfs, runc (Debian's, through oid-runc: a
+# pod's oom_score_adj no lower than the node's, as containerd's
+# restrict_oom_score_adj) and conmon of Debian, pinns of
+# hack/install-runtimes.sh in /usr/local/bin, the pause image imported from a
+# tar, the node's CNI dirs, the streaming server on 127.0.0.1, no NRI.
+kube_crio_config() {
+	cat >"$1" <<-EOF
+		[crio]
+		root = "/var/lib/containers/storage"
+		runroot = "/run/containers/storage"
+		storage_driver = "overlay"
+		[crio.api]
+		listen = "/var/run/crio/crio.sock"
+		stream_address = "127.0.0.1"
+		stream_port = "0"
+		[crio.runtime]
+		default_runtime = "runc"
+		cgroup_manager = "cgroupfs"
+		pinns_path = "/usr/local/bin/pinns"
+		hooks_dir = []
+		irqbalance_config_restore_file = "disable"
+		[crio.runtime.runtimes.runc]
+		runtime_path = "/usr/local/sbin/oid-runc"
+		runtime_type = "oci"
+		monitor_path = "/usr/bin/conmon"
+		monitor_cgroup = "pod"
+		monitor_env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+		[crio.image]
+		pause_image = "$kube_pause_image"
+		pause_command = "/pause"
+		[crio.network]
+		network_dir = "/etc/cni/net.d"
+		plugin_dirs = ["/opt/cni/bin"]
+		[crio.nri]
+		enable_nri = false
+	EOF
+}
+
 # kube_kubelet_config OUT PKI CERT ENDPOINT CGROUP_ROOT [MAX_PODS [CLUSTER_DNS]]: the kubelet config that
 # works here: cgroup v1 allowed (failCgroupV1 false), cgroupfs, no swap check,
 # eviction thresholds a shared disk and memory do not trip, no read-only port.

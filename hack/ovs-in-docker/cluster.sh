@@ -8,7 +8,8 @@
 #   container $P-cp   etcd, kube-apiserver (https://CP4:6443), kube-controller-manager
 #                     (--allocate-node-cidrs, dual stack), kube-scheduler, and the
 #                     routes to the nodes' pod ranges (`ovsflow-agent routes`) (cp-init.sh)
-#   container $P-nI   Open vSwitch + node-prep.sh as without -kube, then containerd 2.x,
+#   container $P-nI   Open vSwitch + node-prep.sh as without -kube, then containerd 2.x
+#                     (or, with -runtime crio, CRI-O of hack/install-runtimes.sh),
 #                     kubelet, kube-proxy (iptables mode) (node-init.sh with OID_KUBE)
 #
 # No pod routes are installed by the harness: cross-node pod routes are the
@@ -64,10 +65,11 @@ admin_kubeconfig() { echo "$KSTATE/pki/admin.kubeconfig"; }
 
 kctl() { "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"; }
 
-# kube_prepare N MULTUS: the binaries (built once; Multus's too when MULTUS is
-# 1), the PKI and every node's configs.
+# kube_prepare N MULTUS RUNTIME: the binaries (built once; Multus's too when
+# MULTUS is 1), the PKI and every node's configs, for RUNTIME (containerd or
+# crio; a node whose dir holds crio.conf boots CRI-O).
 kube_prepare() {
-	local n=$1 multus=${2:-0} i me d
+	local n=$1 multus=${2:-0} runtime=${3:-containerd} i me d sock
 	[ "$(id -u)" = 0 ] || die "up -kube: needs root (the cached build, the PKI under $KSTATE)"
 	if ((KDNS)); then kube_build_all coredns; else kube_build_all; fi
 	((multus)) && kube_build_multus
@@ -88,9 +90,15 @@ kube_prepare() {
 		# (sandbox network set-up and teardown: the CNI chain) for bench -kube;
 		# the pods' netns files in the node's own /var/run/netns, as on a
 		# node with containerd's defaults.
-		kube_containerd_config "$KSTATE/$me/containerd.toml" /var/lib/containerd /run/containerd \
-			/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc "$(node4 "$i"):$KCTRD_METRICS_PORT" false
-		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" /run/containerd/containerd.sock "/$P/$me" "$KMAXPODS" "$(kube_cluster_dns)"
+		if [ "$runtime" = crio ]; then
+			kube_crio_config "$KSTATE/$me/crio.conf"
+			sock=/var/run/crio/crio.sock
+		else
+			kube_containerd_config "$KSTATE/$me/containerd.toml" /var/lib/containerd /run/containerd \
+				/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc "$(node4 "$i"):$KCTRD_METRICS_PORT" false
+			sock=/run/containerd/containerd.sock
+		fi
+		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" "$sock" "/$P/$me" "$KMAXPODS" "$(kube_cluster_dns)"
 		kube_proxy_config "$KSTATE/$me/proxy.yaml" "$d/proxy.kubeconfig" "$me" "$(kube_cluster_cidrs)"
 	done
 	# The containers read the keys as root; nothing else on this machine needs them.
@@ -128,20 +136,23 @@ kube_wait_nodes() {
 	oid kube-wait -kubeconfig "$(admin_kubeconfig)" -nodes "$1" -timeout 5m || die "up -kube failed"
 }
 
-# kube_up [-nodes N] [-multus] (up -kube): the images, the PKI and configs,
-# the nodes' network, the control plane, N nodes (default 3), until every
-# Node is registered with its pod CIDRs; one line per node and KUBECONFIG=.
+# kube_up [-nodes N] [-multus] [-runtime containerd|crio] (up -kube): the
+# images, the PKI and configs, the nodes' network, the control plane, N nodes
+# (default 3) on the runtime (default containerd), until every Node is
+# registered with its pod CIDRs; one line per node and KUBECONFIG=.
 kube_up() {
-	local n=3 multus=0 i
+	local n=3 multus=0 runtime=containerd i
 	while (($#)); do
 		case $1 in
 		-nodes) n=$2; shift 2 ;;
 		-kube) shift ;;
 		-multus) multus=1; shift ;;
+		-runtime) runtime=$2; shift 2 ;;
 		*) die "up: unknown argument $1" ;;
 		esac
 	done
 	((n >= 1 && n <= 4)) || die "up: -nodes $n: want 1 to 4"
+	case $runtime in containerd | crio) ;; *) die "up: -runtime $runtime: want containerd or crio" ;; esac
 	if [ "$KPOD4" != none ]; then
 		# The node IPAM controller gives each Node one range of the cluster
 		# CIDR: a Node it has none for never runs a pod.
@@ -153,7 +164,7 @@ kube_up() {
 	local t0=$SECONDS
 	oid images
 	oid rm
-	kube_prepare "$n" "$multus"
+	kube_prepare "$n" "$multus" "$runtime"
 	oid network
 	local t1=$SECONDS
 	kube_control_plane

@@ -137,14 +137,11 @@ cmd_conformance() {
 		cmd_up -kube -nodes "$n" >&2 || die "conformance: up -kube failed"
 		cmd_deploy || die "conformance: deploy failed"
 	fi
-	local node tar
+	local tar
 	for tar in "$kube_prefix"/build/conformance/*.oci.tar; do
 		oid import "$tar" || die "conformance: importing $tar"
 	done
-	for node in $(kube_nodes); do
-		docker exec "$P-$node" /opt/ovsflow-kube/bin/ctr -n k8s.io images tag --force "$kube_pause_image" registry.k8s.io/pause:3.10.2 >/dev/null ||
-			die "conformance: tagging the pause image on $node"
-	done
+	oid tag "$kube_pause_image" registry.k8s.io/pause:3.10.2 || die "conformance: tagging the pause image"
 	local out rc=0 c reader
 	out=$DATA/conformance/$(date -u +%Y%m%dT%H%M%SZ)
 	reader=$out/read # conf_run's too

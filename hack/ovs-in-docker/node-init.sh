@@ -17,7 +17,8 @@
 #
 # A node of a Kubernetes cluster (`up -kube`, $OID_KUBE set) does 1 and 2
 # without routes (cross-node pod routes are the node agent's), then runs
-# containerd 2.x, kubelet and kube-proxy of hack/lib/kube.sh's cached build
+# containerd 2.x (or CRI-O, when the harness wrote crio.conf for the node),
+# kubelet and kube-proxy of hack/lib/kube.sh's cached build
 # (mounted read-only at /opt/ovsflow-kube/bin) with the configs the harness
 # wrote under $OID_KUBE/$(hostname); the plugins, the conflist and reconcile
 # are then the DaemonSet's (`hack/ovs-in-docker.sh deploy`), not this
@@ -119,11 +120,29 @@ kube_node() {
 			cat "/sys/fs/cgroup/cpuset/$(dirname "$d")/cpuset.mems" >"/sys/fs/cgroup/cpuset/$d/cpuset.mems"
 		done
 	fi
-	supervise containerd "$bin/containerd" --config "$OID_KUBE/$me/containerd.toml"
+	# The runtime: CRI-O when the harness wrote its config for this node
+	# (up -kube -runtime crio), else containerd; crictl and oid-image follow it.
+	local runtime=containerd t ver
+	[ -f "$OID_KUBE/$me/crio.conf" ] && runtime=crio
+	echo "$runtime" >/run/oid/runtime
+	if [ "$runtime" = crio ]; then
+		printf 'runtime-endpoint: unix:///var/run/crio/crio.sock\nimage-endpoint: unix:///var/run/crio/crio.sock\ntimeout: 60\n' >/etc/crictl.yaml
+		for t in /opt/oid/images/*.tar; do
+			# shellcheck disable=SC2046 # NAME ID
+			oid-image import "$t" $(cat "$t.ref")
+		done
+		supervise crio /usr/local/bin/crio --config "$OID_KUBE/$me/crio.conf" --log-level info
+		ver=$(/usr/local/bin/crio --version | sed -n 's/^crio version //p')
+	else
+		supervise containerd "$bin/containerd" --config "$OID_KUBE/$me/containerd.toml"
+		ver=$("$bin/containerd" --version | cut -d' ' -f3)
+	fi
 	for _ in $(seq 150); do crictl info >/dev/null 2>&1 && break; sleep 0.2; done
-	crictl info >/dev/null || { log "containerd did not come up"; exit 1; }
-	for t in /opt/oid/images/*.tar; do "$bin/ctr" -n k8s.io images import --no-unpack "$t" >/dev/null; done
-	log "containerd $("$bin/containerd" --version | cut -d' ' -f3) up, images imported"
+	crictl info >/dev/null || { log "$runtime did not come up"; exit 1; }
+	if [ "$runtime" = containerd ]; then
+		for t in /opt/oid/images/*.tar; do oid-image import "$t" $(cat "$t.ref"); done
+	fi
+	log "$runtime $ver up, images imported"
 	supervise kubelet "$bin/kubelet" --config "$OID_KUBE/$me/kubelet.yaml" \
 		--kubeconfig "$OID_KUBE/pki/kubelet-$me.kubeconfig" --hostname-override "$me" --node-ip "$OID_NODE_IPS"
 	supervise kube-proxy "$bin/kube-proxy" --config "$OID_KUBE/$me/proxy.yaml"

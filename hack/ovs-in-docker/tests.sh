@@ -7,17 +7,19 @@
 # (the tests to run).
 
 cmd_test() {
-	local n=3 kube=0 conf=0 args=()
+	local n=3 kube=0 conf=0 runtime=containerd args=()
 	while (($#)); do
 		case $1 in
 		-nodes) n=$2; args+=(-nodes "$2"); shift 2 ;;
 		-kube) kube=1; shift ;;
 		-conformance) conf=1; shift ;;
+		-runtime) runtime=$2; shift 2 ;;
 		*) die "test: unknown argument $1" ;;
 		esac
 	done
-	((kube)) && { kube_test "$n" "$conf"; return; }
+	((kube)) && { kube_test "$n" "$conf" "$runtime"; return; }
 	((!conf)) || die "test: -conformance goes with -kube"
+	[ "$runtime" = containerd ] || die "test: -runtime goes with -kube"
 	oid test "${args[@]}"
 }
 

@@ -38,6 +38,7 @@ type file struct {
 			} `xml:"skipped"`
 			Failure *struct {
 				Message string `xml:"message,attr"`
+				Body    string `xml:",chardata"`
 			} `xml:"failure"`
 		} `xml:"testcase"`
 	} `xml:"testsuite"`
@@ -79,7 +80,7 @@ func Parse(b []byte) (Results, error) {
 					continue
 				}
 			case c.Failure != nil:
-				o.Reason, _, _ = strings.Cut(c.Failure.Message, "\n")
+				o.Reason = failureReason(c.Failure.Message, c.Failure.Body)
 			}
 			if prev, ok := r[name]; ok && prev.Status != "passed" {
 				continue // a suite node's first failure stands
@@ -89,6 +90,24 @@ func Parse(b []byte) (Results, error) {
 	}
 	return r, nil
 }
+
+// failureReason is a failure's reason on one line: its message's first
+// line; else (e2e.test leaves the message empty) its text up to where
+// Ginkgo says where it failed ("In [It] at: ..."), without the
+// "[FAILED] " mark, its white space squeezed, at most maxReason bytes.
+func failureReason(message, body string) string {
+	if r, _, _ := strings.Cut(message, "\n"); strings.TrimSpace(r) != "" {
+		return r
+	}
+	body, _, _ = strings.Cut(body, "\nIn [")
+	r := strings.Join(strings.Fields(strings.TrimPrefix(strings.TrimSpace(body), "[FAILED] ")), " ")
+	if len(r) > maxReason {
+		r = r[:maxReason] + "..."
+	}
+	return r
+}
+
+const maxReason = 200
 
 // Count says how many tests passed, failed (any status but passed and
 // skipped) and were skipped at run time.

@@ -22,6 +22,10 @@ const sample = `<?xml version="1.0" encoding="UTF-8"?>
     <testcase name="[It] [sig-network] Services should serve a basic endpoint | from pods [Conformance]" classname="Kubernetes e2e suite" status="failed" time="300">
       <failure message="timed out waiting&#xA;for the endpoint" type="failed">[FAILED] timed out</failure>
     </testcase>
+    <testcase name="[It] [sig-network] NoSNAT Should be able to send traffic between Pods without SNAT" classname="Kubernetes e2e suite" status="failed" time="2.2">
+      <failure message="" type="failed">[FAILED] Expected&#xA;    &lt;string&gt;: 198.18.0.159&#xA;to equal&#xA;    &lt;string&gt;: 192.0.2.196&#xA;In [It] at: k8s.io/kubernetes@v1.37.2/test/e2e/network/no_snat.go:99 @ 12/06/26 12:58:38.904&#xA;</failure>
+      <system-err>the log</system-err>
+    </testcase>
     <testcase name="[ReportAfterSuite] Kubernetes e2e suite report" classname="Kubernetes e2e suite" status="passed" time="0.01"></testcase>
   </testsuite>
 </testsuites>`
@@ -31,8 +35,12 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, f, s := r.Count(); p != 1 || f != 1 || s != 1 {
-		t.Errorf("passed=%d failed=%d skipped=%d, want 1 1 1 (%v)", p, f, s, r)
+	if p, f, s := r.Count(); p != 1 || f != 2 || s != 1 {
+		t.Errorf("passed=%d failed=%d skipped=%d, want 1 2 1 (%v)", p, f, s, r)
+	}
+	// e2e.test's own shape: an empty message, the text in the element.
+	if o := r["[sig-network] NoSNAT Should be able to send traffic between Pods without SNAT"]; o.Reason != "Expected <string>: 198.18.0.159 to equal <string>: 192.0.2.196" {
+		t.Errorf("the failure in the element's text: %+v", o)
 	}
 	if o := r["[sig-network] DNS should provide DNS for the cluster [Provider:gce]"]; o.Reason != "Only supported for providers [gce] (not skeleton)" {
 		t.Errorf("the skip's reason: %q", o.Reason)
@@ -60,7 +68,7 @@ func TestTable(t *testing.T) {
 		"| test | ovsflow | reference |\n",
 		"| [sig-network] HostPort validates that there is no conflict [LinuxOnly] [Conformance] | passed | **FAILED**: no answer |\n",
 		`| [sig-network] Services should serve a basic endpoint \| from pods [Conformance] | **FAILED**: timed out waiting | not run |` + "\n",
-		"| total | 1 passed, 1 failed, 1 skipped | 0 passed, 1 failed, 0 skipped |\n",
+		"| total | 1 passed, 2 failed, 1 skipped | 0 passed, 1 failed, 0 skipped |\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the table has no line %q:\n%s", want, got)

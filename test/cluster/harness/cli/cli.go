@@ -89,6 +89,7 @@ var commands = map[string]func(env, []string) error{
 	"apply":      cmdApply,
 	"rollout":    cmdRollout,
 	"import":     cmdImport,
+	"tag":        cmdTag,
 	"rm":         cmdRm,
 	"pki":        cmdPKI,
 	"version":    func(e env, _ []string) error { fmt.Println(images.Version(e.repo)); return nil },
@@ -98,7 +99,7 @@ var commands = map[string]func(env, []string) error{
 // Main runs the command of args (its name first).
 func Main(args []string) error {
 	if len(args) == 0 || commands[args[0]] == nil {
-		return usageError{"want a command: up, down, exec, restart, test, engine, images, network, run, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, pki, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
+		return usageError{"want a command: up, down, exec, restart, test, engine, images, network, run, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
 	}
 	plan, err := topology.FromEnv(os.Getenv)
 	if err != nil {

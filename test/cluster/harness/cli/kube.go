@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/engine"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/images"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/kube"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/nodes"
 )
@@ -74,12 +76,47 @@ func cmdRollout(e env, args []string) error {
 	return kube.WaitRolledOut(ctx, c, rs...)
 }
 
-// cmdImport: import TAR: an image tar into the containerd of every
-// Kubernetes node (its k8s.io namespace, as kubelet's images).
+// cmdImport: import TAR: an OCI image layout tar into the runtime of every
+// Kubernetes node (containerd's k8s.io namespace or CRI-O's store, as
+// kubelet's images), by the node's oid-image.
 func cmdImport(e env, args []string) error {
 	if len(args) != 1 {
 		return usageError{"import TAR"}
 	}
+	ref, err := images.ReadOCIRef(args[0])
+	if err != nil {
+		return err
+	}
+	return onKubeNodes(e, func(eng *engine.Engine, n string) error {
+		f, err := os.Open(args[0])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cmd := eng.Command("exec", "-i", e.plan.Container(n), "oid-image", "import", "-", ref.Name, ref.ID)
+		cmd.Stdin = f
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("importing %s into %s: %w: %s", args[0], n, err, out)
+		}
+		return nil
+	})
+}
+
+// cmdTag: tag SRC DST: DST another name of the image SRC on every Kubernetes node.
+func cmdTag(e env, args []string) error {
+	if len(args) != 2 {
+		return usageError{"tag SRC DST"}
+	}
+	return onKubeNodes(e, func(eng *engine.Engine, n string) error {
+		if out, err := eng.Command("exec", e.plan.Container(n), "oid-image", "tag", args[0], args[1]).CombinedOutput(); err != nil {
+			return fmt.Errorf("tagging %s as %s on %s: %w: %s", args[0], args[1], n, err, out)
+		}
+		return nil
+	})
+}
+
+// onKubeNodes runs f for each node of the harness but the control plane.
+func onKubeNodes(e env, f func(*engine.Engine, string) error) error {
 	eng, err := e.engine()
 	if err != nil {
 		return err
@@ -92,16 +129,8 @@ func cmdImport(e env, args []string) error {
 		if n == "cp" {
 			continue
 		}
-		f, err := os.Open(args[0])
-		if err != nil {
+		if err := f(eng, n); err != nil {
 			return err
-		}
-		cmd := eng.Command("exec", "-i", e.plan.Container(n), "/opt/ovsflow-kube/bin/ctr", "-n", "k8s.io", "images", "import", "--no-unpack", "-")
-		cmd.Stdin = f
-		out, err := cmd.CombinedOutput()
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("importing %s into %s: %w: %s", args[0], n, err, out)
 		}
 	}
 	return nil

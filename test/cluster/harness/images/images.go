@@ -28,14 +28,17 @@ type Base struct {
 	Packages      []string
 }
 
-// DefaultBase is the nodes' base: Open vSwitch, containerd, runc and the tools
-// the node's init and the tests run.
+// DefaultBase is the nodes' base: Open vSwitch, containerd, runc, conmon and
+// podman (a CRI-O node's monitor, and what fills its image store; podman
+// needs a container-network-stack, which debootstrap does not resolve:
+// containernetworking-plugins), and the tools the node's init and the
+// tests run.
 func DefaultBase(mirror string) Base {
 	if mirror == "" {
 		mirror = "http://deb.debian.org/debian"
 	}
 	return Base{Suite: "bookworm", Mirror: mirror, Packages: strings.Fields(
-		"openvswitch-switch iproute2 iputils-ping ethtool nftables procps kmod containerd runc util-linux iptables conntrack")}
+		"openvswitch-switch iproute2 iputils-ping ethtool nftables procps kmod containerd runc conmon podman containernetworking-plugins util-linux iptables conntrack")}
 }
 
 // Name is the base image's name: the prefix's, tagged with the recipe's digest.
@@ -100,7 +103,7 @@ var (
 		"github.com/containernetworking/plugins/plugins/main/loopback"}
 	deployFiles = []string{"deploy/install-cni.sh", "deploy/node-prep.sh"}
 	nodeFiles   = []string{"hack/ovs-in-docker/node-init.sh", "hack/ovs-in-docker/cp-init.sh", "hack/ovs-in-docker/oid-reconcile",
-		"hack/ovs-in-docker/oid-pod", "hack/ovs-in-docker/oid-snapshot", "hack/ovs-in-docker/containerd.toml",
+		"hack/ovs-in-docker/oid-pod", "hack/ovs-in-docker/oid-snapshot", "hack/ovs-in-docker/oid-image", "hack/ovs-in-docker/containerd.toml",
 		"hack/ovs-in-docker/crictl.yaml", "hack/lib/kube.sh"}
 )
 
@@ -118,8 +121,8 @@ func BuildNode(e *engine.Engine, p topology.Plan, base Base, repo, version strin
 			return err
 		}
 	}
-	// crictl, the pause and test-app images' tars.
-	rt, err := run(repo, nil, "hack/install-runtimes.sh", "containerd")
+	// crictl, CRI-O and its pinns, the pause and test-app images' tars.
+	rt, err := run(repo, nil, "hack/install-runtimes.sh", "containerd", "crio")
 	if err != nil {
 		return err
 	}
@@ -130,7 +133,14 @@ func BuildNode(e *engine.Engine, p topology.Plan, base Base, repo, version strin
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the plugins: %w: %s", err, out)
 	}
-	copies := map[string]string{vars["CRICTL"]: "bin/crictl", vars["PAUSE_TAR"]: "images/", vars["APP_TAR"]: "images/"}
+	// A CRI-O node's runc (cmd/oid-runc of the harness's module).
+	build = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(ctx, "bin", "oid-runc"), "./cmd/oid-runc")
+	build.Dir, build.Env = filepath.Join(repo, "test/cluster"), append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building oid-runc: %w: %s", err, out)
+	}
+	copies := map[string]string{vars["CRICTL"]: "bin/crictl", vars["CRIO"]: "bin/crio", vars["PINNS"]: "bin/pinns",
+		vars["PAUSE_TAR"]: "images/", vars["APP_TAR"]: "images/"}
 	for _, f := range deployFiles {
 		copies[filepath.Join(repo, f)] = "deploy/"
 	}
@@ -139,12 +149,22 @@ func BuildNode(e *engine.Engine, p topology.Plan, base Base, repo, version strin
 	}
 	for src, dst := range copies {
 		if src == "" {
-			return fmt.Errorf("hack/install-runtimes.sh containerd did not name crictl and the images: %s", rt)
+			return fmt.Errorf("hack/install-runtimes.sh containerd crio did not name crictl, CRI-O and the images: %s", rt)
 		}
 		if strings.HasSuffix(dst, "/") {
 			dst += filepath.Base(src)
 		}
 		if err := copyFile(src, filepath.Join(ctx, dst)); err != nil {
+			return err
+		}
+	}
+	// Each image tar's name and ID beside it, for oid-image (node-init.sh).
+	for _, t := range []string{vars["PAUSE_TAR"], vars["APP_TAR"]} {
+		ref, err := ReadOCIRef(t)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(ctx, "images", filepath.Base(t)+".ref"), []byte(ref.Name+" "+ref.ID+"\n"), 0o644); err != nil {
 			return err
 		}
 	}

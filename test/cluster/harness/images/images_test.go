@@ -1,6 +1,8 @@
 package images
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"strings"
@@ -29,10 +31,18 @@ func TestConfigMapConflist(t *testing.T) {
 }
 
 func TestBaseName(t *testing.T) {
-	// The name bash's `echo "$SUITE $MIRROR $BASE_PACKAGES" | sha256sum` gave:
-	// images built before the tool are found again.
+	// The name is the recipe's digest, as bash's
+	// `echo "$SUITE $MIRROR $BASE_PACKAGES" | sha256sum` gave it: another
+	// package list is another image.
 	b := DefaultBase("")
-	if got, want := b.Name(topology.Plan{Prefix: "ovsflow-oid"}), "ovsflow-oid-base:bd3da5049021"; got != want {
+	sum := sha256.Sum256([]byte("bookworm http://deb.debian.org/debian " + strings.Join(b.Packages, " ") + "\n"))
+	p := topology.Plan{Prefix: "ovsflow-oid"}
+	if got, want := b.Name(p), "ovsflow-oid-base:"+hex.EncodeToString(sum[:])[:12]; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+	other := b
+	other.Packages = append(other.Packages[:len(other.Packages):len(other.Packages)], "curl")
+	if other.Name(p) == b.Name(p) {
+		t.Errorf("another package list kept the name %q", b.Name(p))
 	}
 }

@@ -64,7 +64,7 @@ type Spec struct {
 	IPv6     string   //
 	Hostname string   // its hostname: Name when empty
 	Args     []string // docker run's arguments before the image, beside the harness's own
-	Volume   bool     // a volume of its own at /var/lib/containerd (a node's images and snapshots)
+	Volume   bool     // volumes of its own at /var/lib/containerd and /var/lib/containers (a node's images and snapshots, containerd's or CRI-O's: overlayfs needs a directory not on the container's own overlay)
 }
 
 // RunNode starts node i of the plan without Kubernetes: its pod ranges and
@@ -88,11 +88,13 @@ func Run(e *engine.Engine, p topology.Plan, s Spec) error {
 		"--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
 		"--tmpfs", "/run:rw,exec,size=256m", "--tmpfs", "/tmp:rw,exec,size=256m"}
 	if s.Volume {
-		vol := c + "-containerd"
-		if _, err := e.Run("volume", "create", "--label", p.Label(), vol); err != nil {
-			return err
+		for _, dir := range []string{"containerd", "containers"} {
+			vol := c + "-" + dir
+			if _, err := e.Run("volume", "create", "--label", p.Label(), vol); err != nil {
+				return err
+			}
+			args = append(args, "-v", vol+":/var/lib/"+dir)
 		}
-		args = append(args, "-v", vol+":/var/lib/containerd")
 	}
 	args = append(args, s.Args...)
 	args = append(args, "-e", "DATAPATH="+Datapath(), "-e", "OID_CGROUP=/"+p.Prefix, images.Node(p))

@@ -351,7 +351,7 @@ func syncPending(a *adding) error {
 	if a.retry {
 		return nil
 	}
-	return a.cli.SyncPending(a.ctx, ofportTimeout)
+	return a.cli.SyncPending(a.ctx)
 }
 
 // chooseMAC takes the configured MAC, or without dhcp a random one: MAC

@@ -72,7 +72,7 @@ func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target end
 	}
 	defer func() {
 		if err != nil {
-			rollback.Do(func(ctx context.Context) { _ = withdraw(ctx, cli, p, rec) })
+			rollback.Do(ctx, func(ctx context.Context) { _ = withdraw(ctx, cli, p, rec) })
 		}
 	}()
 	if !l.Egress() {

@@ -774,7 +774,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, conf.Budget, args)
 	if errors.Is(err, cnicmd.ErrNeverServed) {
 		return nil
 	}
@@ -900,7 +900,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB, conf.Budget)
 	if err != nil {
 		return conf.Endpoints.Explain(err)
 	}

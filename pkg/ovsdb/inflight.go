@@ -49,10 +49,15 @@ const (
 
 const (
 	// ClaimTTL is how long a claim of an ADD that never finished (killed)
-	// protects its ofport and flows; a sweep removes older ones.
+	// protects its ofport and flows; a sweep removes older ones. It is
+	// longer than any ADD may take (cnicmd.MaxTimeout): no claim of an ADD
+	// still running expires.
 	ClaimTTL = 5 * time.Minute
-	// DeletingTTL is the same for the mark of a DEL.
-	DeletingTTL = time.Minute
+	// DeletingTTL is the same for the mark of a DEL, or of a GC, which
+	// marks what it removes as DEL does: twice as long as either may take
+	// (cnicmd.MaxDelTimeout), so that no mark of one still running
+	// expires.
+	DeletingTTL = 2 * time.Minute
 	// SweepTTL is how long a sweep may hold its mark: one that died
 	// holding it for longer is taken over.
 	SweepTTL = time.Minute

@@ -42,12 +42,12 @@ func StartRevalidation(ctx context.Context, sock string) (*Revalidation, error) 
 	}
 	c, err := jsonrpc.Dial(ctx, endpoint.Endpoint{Network: "unix", Address: sock})
 	if err != nil {
-		return nil, fmt.Errorf("ovs-vswitchd control socket %s: %w", sock, err)
+		return nil, fmt.Errorf("ovs-vswitchd control socket %s: %w", sock, timedOut(err))
 	}
 	req, err := c.Send(ctx, "revalidator/wait", []string{})
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("revalidator/wait on %s: %w", sock, err)
+		return nil, fmt.Errorf("revalidator/wait on %s: %w", sock, timedOut(err))
 	}
 	// The wait sends no acknowledgement. A second connection's "version",
 	// answered, proves it registered: ovs-vswitchd reads its control

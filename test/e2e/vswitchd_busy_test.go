@@ -96,44 +96,88 @@ func TestBusyVswitchdWaited(t *testing.T) {
 	assertNothingLeft(t, c.ID, dataDir, network)
 }
 
-// A budget shorter than ovs-vswitchd's stop: the ADD fails with code 11
-// saying that ovs-vswitchd did not answer, before a runtime that waits a
-// little longer than the budget would kill it (libcni kills the plugin
-// when the runtime's context ends: then the error is no code 11), having
-// rolled back: nothing of it is left while ovs-vswitchd is still stopped
-// (port, claims, veth, address), the runtime's DEL succeeds, and once
-// ovs-vswitchd goes on no flow of it is there.
+// A budget shorter than ovs-vswitchd's stop, in ovs-bridge's ADD and in
+// ovs-portmap's (ovs-vswitchd stopped once ovs-bridge's ADD is done): the
+// chain's ADD fails with code 11 saying that ovs-vswitchd did not answer,
+// before a runtime that waits a little longer than the plugins' budgets
+// would kill it (libcni kills the plugin when the runtime's context ends:
+// then the error is no code 11), the failed plugin having rolled back
+// while ovs-vswitchd is still stopped: no port, claim, veth or address of
+// ovs-bridge's; no host-port record or claim of ovs-portmap's. The
+// runtime's DEL then succeeds, or is code 11 where the attachment's flows
+// are in the stopped ovs-vswitchd (ovs-bridge's port is in); run again
+// once it goes on, it leaves nothing.
 func TestBusyVswitchdTimesOut(t *testing.T) {
 	requireSandbox(t)
 	const budget = 8 * time.Second
-	br := framework.NewBridge(t, "e2ebr")
+	h := framework.NewOVSHost(t)
 	dataDir, network := t.TempDir(), uniq("busyto")
+	x := &framework.HookExec{}
+	timeout := map[string]any{"timeout": budget.String()}
 	n := framework.NewCNI(t, conflist("1.0.0", network,
-		framework.BridgeConf(br, ovsdbAddr, dataDir, map[string]any{"timeout": budget.String()})), nil)
-	c := framework.NewContainer(t)
-	t.Cleanup(func() { n.Del(c, "eth0", nil) })
-
-	thaw := framework.FreezeVswitchd(t)
-	ctx, cancel := context.WithTimeout(context.Background(), budget+framework.Scaled(5*time.Second))
-	defer cancel()
-	_, err := n.AddContext(ctx, c, "eth0", nil)
-	if framework.CNICode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), "ovs-vswitchd") {
-		t.Fatalf("ADD with ovs-vswitchd stopped: %v (code %d), want code 11 about ovs-vswitchd", err, framework.CNICode(err))
-	}
-	t.Logf("ADD: %v", err)
-	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
-		t.Errorf("ports %v left by the failed ADD", ports)
-	}
-	if ids := framework.Vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, c.ID+"/eth0") {
-		t.Errorf("in-flight records of %s left by the failed ADD: %s", c.ID, ids)
-	}
-	assertNothingLeft(t, c.ID, dataDir, network)
-	if err := n.Del(c, "eth0", nil); err != nil {
-		t.Errorf("the runtime's DEL, ovs-vswitchd still stopped: %v", err)
-	}
-	thaw()
-	if left := attachmentLeft(t, br, c.ID); len(left) > 0 {
-		t.Errorf("once ovs-vswitchd went on: %v", left)
+		framework.BridgeConf(h.Bridge, ovsdbAddr, dataDir, map[string]any{"isGateway": true, "timeout": budget.String()}),
+		framework.PortmapConf(ovsdbAddr, timeout)), x)
+	for i, plugin := range []string{"ovs-bridge", "ovs-portmap"} {
+		t.Run("stopped for "+plugin, func(t *testing.T) {
+			c := framework.NewContainer(t)
+			caps := mappings(pm(24080+i, 80, "tcp", ""))
+			t.Cleanup(func() { n.Del(c, "eth0", caps) })
+			reached, goOn := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			x.Before = func(p, command string) {
+				if p == plugin && command == "ADD" {
+					once.Do(func() { close(reached); <-goOn })
+				}
+			}
+			defer func() { x.Before = nil }()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*budget+framework.Scaled(5*time.Second))
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { _, err := n.AddContext(ctx, c, "eth0", caps); errc <- err }()
+			select {
+			case <-reached:
+			case err := <-errc:
+				t.Fatalf("ADD ended before %s's: %v", plugin, err)
+			case <-time.After(framework.Scaled(time.Minute)):
+				t.Fatalf("%s's ADD did not start", plugin)
+			}
+			thaw := framework.FreezeVswitchd(t)
+			close(goOn)
+			err := <-errc
+			if framework.CNICode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), plugin) || !strings.Contains(err.Error(), "ovs-vswitchd") {
+				t.Fatalf("ADD with ovs-vswitchd stopped for %s: %v (code %d), want %s's code 11 about ovs-vswitchd", plugin, err, framework.CNICode(err), plugin)
+			}
+			t.Logf("ADD: %v", err)
+			if ids := framework.Vsctl(t, "get", "Open_vSwitch", ".", "external_ids"); strings.Contains(ids, c.ID+"/eth0") {
+				t.Errorf("in-flight records of %s left by the failed ADD: %s", c.ID, ids)
+			}
+			if plugin == "ovs-bridge" {
+				if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
+					t.Errorf("ports %v left by the failed ADD", ports)
+				}
+				assertNothingLeft(t, c.ID, dataDir, network)
+			} else {
+				ids := framework.Vsctl(t, "get", "Port", c.HostVeth("eth0"), "external_ids")
+				if strings.Contains(ids, "ovsflow.io/portmap") || strings.Contains(ids, "ovsflow.io/claim/") {
+					t.Errorf("host-port record or claims left by ovs-portmap's failed ADD: %s", ids)
+				}
+			}
+			delErr := n.Del(c, "eth0", caps)
+			t.Logf("the runtime's DEL, ovs-vswitchd still stopped: %v", delErr)
+			if plugin == "ovs-bridge" && delErr != nil || delErr != nil && framework.CNICode(delErr) != types.ErrTryAgainLater {
+				t.Errorf("the runtime's DEL, ovs-vswitchd still stopped: %v (code %d), want success (nothing of ovs-vswitchd's to remove) or code 11", delErr, framework.CNICode(delErr))
+			}
+			thaw()
+			if delErr != nil {
+				if err := n.Del(c, "eth0", caps); err != nil {
+					t.Fatalf("DEL run again, ovs-vswitchd going on: %v", err)
+				}
+			}
+			if left := attachmentLeft(t, h.Bridge, c.ID); len(left) > 0 {
+				t.Errorf("once ovs-vswitchd went on: %v", left)
+			}
+			assertNothingLeft(t, c.ID, dataDir, network)
+		})
 	}
 }
 

@@ -151,8 +151,7 @@ func OpenGC[C GCConf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (
 	if err != nil {
 		return nil, err
 	}
-	del := conf.CommandBudget().Del()
-	ctx, cli, done, err := open(conf.OVSDBEndpoint(), del, reserve(del), Error)
+	ctx, cli, done, err := command(conf.OVSDBEndpoint(), conf.CommandBudget().Del())
 	if err != nil {
 		return nil, err
 	}
@@ -171,8 +170,7 @@ func OpenGC[C GCConf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (
 // 11; a PEM file of an ssl: ep that cannot be used, or a certificate
 // refused: code 7, see Error). done closes both.
 func Open(ep endpoint.Endpoint, b Budget) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	b = b.orDefault()
-	return open(ep, b.Add(), reserve(b.Add()), Error)
+	return command(ep, b.Add())
 }
 
 // OpenPort opens a chained plugin's ADD or CHECK (Open) and finds the
@@ -197,13 +195,13 @@ func OpenPort(ep endpoint.Endpoint, b Budget, plugin string, args *skel.CmdArgs)
 }
 
 // OpenDel opens a DEL: Open with the time of a DEL (b.Del()), except that
-// OVSDB unreachable is a code 11 naming the attachment. OVSDB is the record of what an attachment holds
-// (its port, host-port claims, QoS rows, the node-local nft elements and
-// flows they list): without it a DEL cannot tell whether something is left,
-// even when the host veth is gone (after a reboot, or a netns lost behind
-// the runtime's back), so it fails and the runtime retries. Succeeding there
-// would leave the port and its host-port claims for good while the address
-// went back to the pool.
+// OVSDB unreachable is a code 11 naming the attachment. OVSDB is the record
+// of what an attachment holds (its port, host-port claims, QoS rows, the
+// node-local nft elements and flows they list): without it a DEL cannot
+// tell whether something is left, even when the host veth is gone (after a
+// reboot, or a netns lost behind the runtime's back), so it fails and the
+// runtime retries. Succeeding there would leave the port and its host-port
+// claims for good while the address went back to the pool.
 //
 // The one DEL that can tell is that of a config without an "ovsdb" key on
 // a node where no Open vSwitch has run at the default endpoint since boot
@@ -211,7 +209,7 @@ func OpenPort(ep endpoint.Endpoint, b Budget, plugin string, args *skel.CmdArgs)
 // failed when it opened OVSDB, before doing anything. That is ErrNeverServed,
 // which a DEL answers with success.
 func OpenDel(eps Endpoints, b Budget, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	ctx, cli, done, err = open(eps.OVSDB, b.Del(), reserve(b.Del()), Error)
+	ctx, cli, done, err = command(eps.OVSDB, b.Del())
 	var e *cnierr.Error
 	if errors.As(err, &e) && e.Kind == cnierr.TryAgain {
 		if eps.neverServed() {
@@ -260,6 +258,12 @@ func Status(ep endpoint.Endpoint) (ctx context.Context, cli *ovsdb.Client, done 
 		}
 		return cnierr.Wrap(cnierr.Unavailable, "ovsdb unreachable", err)
 	})
+}
+
+// command opens a command that may take bound in all, of which it keeps
+// reserve(bound) back from its work.
+func command(ep endpoint.Endpoint, bound time.Duration) (context.Context, *ovsdb.Client, func(), error) {
+	return open(ep, bound, reserve(bound), Error)
 }
 
 // open dials OVSDB at ep for a command of bound: the context it returns is

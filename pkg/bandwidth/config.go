@@ -65,10 +65,13 @@ type Conf struct {
 		Bandwidth *Entry `json:"bandwidth,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 	LogFile string `json:"logFile,omitempty"` // see package cnilog
+	// Timeout is how long an ADD may take (cnicmd.ParseTimeout).
+	Timeout string `json:"timeout,omitempty"`
 
-	// Endpoints are "ovsdb" and "openflow", parsed; Limits the limits in
-	// force; both resolved by LoadConf.
+	// Endpoints are "ovsdb" and "openflow", parsed, Budget "timeout";
+	// Limits the limits in force; all resolved by LoadConf.
 	Endpoints cnicmd.Endpoints `json:"-"`
+	Budget    cnicmd.Budget    `json:"-"`
 	Limits    Entry            `json:"-"`
 }
 
@@ -116,8 +119,8 @@ func LoadConf(stdin []byte) (*Conf, error) {
 	return c, nil
 }
 
-// loadEndpoints decodes stdin and validates the endpoints only: DEL needs
-// no more, and must not fail on limits it does not use.
+// loadEndpoints decodes stdin and validates the endpoints and the timeout
+// only: DEL needs no more, and must not fail on limits it does not use.
 func loadEndpoints(stdin []byte) (*Conf, error) {
 	c := &Conf{}
 	if err := cnicmd.Decode(stdin, c); err != nil {
@@ -127,11 +130,17 @@ func loadEndpoints(stdin []byte) (*Conf, error) {
 	if c.Endpoints, err = cnicmd.ParseEndpoints(c.OVSDB, c.OpenFlow); err != nil {
 		return nil, err
 	}
+	if c.Budget, err = cnicmd.ParseTimeout(c.Timeout); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
 // OVSDBEndpoint is where the commands find OVSDB.
 func (c *Conf) OVSDBEndpoint() endpoint.Endpoint { return c.Endpoints.OVSDB }
+
+// CommandBudget is the commands' time ("timeout").
+func (c *Conf) CommandBudget() cnicmd.Budget { return c.Budget }
 
 // GCScope: ovs-bandwidth's GC considers the network's ports on any bridge.
 func (c *Conf) GCScope() (string, string, []types.GCAttachment) {

@@ -35,6 +35,8 @@ func TestLoadConf(t *testing.T) {
 		{name: "negative rate", conf: head + `,"ingressRate":-1,"ingressBurst":1}`, code: 6},
 		{name: "bad ovsdb", conf: head + `,"ovsdb":"ftp:x"}`, code: 7, field: `"ovsdb"`},
 		{name: "bad openflow", conf: head + `,"openflow":"unix:rel.mgmt"}`, code: 7, field: `"openflow"`},
+		{name: "timeout", conf: head + `,"timeout":"90s"}`},
+		{name: "timeout too long", conf: head + `,"timeout":"10m"}`, code: 7, field: `"timeout"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := LoadConf([]byte(tc.conf))

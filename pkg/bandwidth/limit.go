@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
@@ -22,9 +21,6 @@ import (
 // Open vSwitch's egress-policer would be the userspace alternative, but it
 // serves DPDK ports only.
 const QoSType = "linux-htb"
-
-// applyTimeout bounds the wait for ovs-vswitchd to apply a QoS.
-const applyTimeout = 10 * time.Second
 
 // kilo converts bits (per second) to the kilobits of a meter, rounded to
 // the nearest and at least 1.
@@ -71,12 +67,12 @@ func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target end
 		return err
 	}
 	a := p.Attachment()
-	if err := cli.SetPortQoS(ctx, a, qosSpec(l, network), map[string]string{record.KeyBandwidth: val}, nil, applyTimeout); err != nil {
+	if err := cli.SetPortQoS(ctx, a, qosSpec(l, network), map[string]string{record.KeyBandwidth: val}, nil); err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
-			rollback.Do(func(ctx context.Context) { _ = withdraw(ctx, cli, p, rec) })
+			rollback.Do(ctx, func(ctx context.Context) { _ = withdraw(ctx, cli, p, rec) })
 		}
 	}()
 	if !l.Egress() {

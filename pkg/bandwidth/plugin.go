@@ -29,7 +29,7 @@ func loadChained(args *skel.CmdArgs) (*Conf, error) {
 // openPort opens the command and finds the ovs-bridge port of the
 // attachment, with the OpenFlow target of its bridge.
 func openPort(conf *Conf, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, endpoint.Endpoint, func(), error) {
-	ctx, cli, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, "ovs-bandwidth", args)
+	ctx, cli, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, conf.Budget, "ovs-bandwidth", args)
 	if err != nil {
 		return nil, nil, ovsdb.OwnedPort{}, endpoint.Endpoint{}, nil, conf.Endpoints.Explain(err)
 	}
@@ -67,7 +67,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, conf.Budget, args)
 	if errors.Is(err, cnicmd.ErrNeverServed) {
 		return nil
 	}

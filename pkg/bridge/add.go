@@ -123,7 +123,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if err := rangesConfirmed(conf, args.StdinData, cnierr.TryAgain); err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB, conf.Budget)
 	if err != nil {
 		return conf.Endpoints.Explain(err)
 	}
@@ -131,7 +131,7 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	a := newAdding(ctx, cli, conf, args)
 	defer func() {
 		if retErr != nil {
-			a.undo.Run()
+			a.undo.Run(a.ctx)
 		}
 		if a.netns != nil {
 			a.netns.Close()
@@ -351,7 +351,7 @@ func syncPending(a *adding) error {
 	if a.retry {
 		return nil
 	}
-	return a.cli.SyncPending(a.ctx, ofportTimeout)
+	return a.cli.SyncPending(a.ctx)
 }
 
 // chooseMAC takes the configured MAC, or without dhcp a random one: MAC

@@ -59,6 +59,8 @@ type NetConf struct {
 	// this network's IPAM ranges are its Node's (package noderanges);
 	// while it does not, STATUS is unavailable and ADD asks to try again.
 	ConfirmedRanges string `json:"confirmedRanges,omitempty"`
+	// Timeout is how long an ADD may take (cnicmd.ParseTimeout).
+	Timeout string `json:"timeout,omitempty"`
 
 	RuntimeConfig struct {
 		MAC string   `json:"mac,omitempty"`
@@ -87,6 +89,7 @@ type NetConf struct {
 
 	// Resolved by LoadConf.
 	Endpoints cnicmd.Endpoints `json:"-"` // "ovsdb" (with its PEM files) and "openflow", parsed
+	Budget    cnicmd.Budget    `json:"-"` // "timeout", parsed
 	MAC       net.HardwareAddr `json:"-"`
 	Allowed   []netip.Prefix   `json:"-"` // AllowedAddresses, masked
 	Trunks    []int            `json:"-"`
@@ -191,6 +194,9 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if n.Endpoints, err = cnicmd.ParseEndpoints(n.OVSDB, n.OpenFlow); err != nil {
 		return nil, err
 	}
+	if n.Budget, err = cnicmd.ParseTimeout(n.Timeout); err != nil {
+		return nil, err
+	}
 	if err := validateTLS(n); err != nil {
 		return nil, err
 	}
@@ -253,6 +259,9 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 
 // OVSDBEndpoint is where the commands find OVSDB.
 func (n *NetConf) OVSDBEndpoint() endpoint.Endpoint { return n.Endpoints.OVSDB }
+
+// CommandBudget is the commands' time ("timeout").
+func (n *NetConf) CommandBudget() cnicmd.Budget { return n.Budget }
 
 // validateTLS: an ssl: "ovsdb" needs the three PEM files, as absolute
 // paths (the plugin's working directory is the runtime's); the files are

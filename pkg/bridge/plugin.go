@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -39,9 +38,6 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
-
-// ofportTimeout bounds the wait for ovs-vswitchd to attach a new port.
-const ofportTimeout = 10 * time.Second
 
 func portExternalIDs(args *skel.CmdArgs, conf *NetConf, contMAC string) map[string]string {
 	ids := map[string]string{
@@ -230,7 +226,7 @@ func attachSecured(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ov
 		case err != nil:
 			return "", 0, addressError(macError(err))
 		default:
-			got, err := cli.WaitOFPort(ctx, spec.Name, ofportTimeout)
+			got, err := cli.WaitOFPort(ctx, spec.Name)
 			if err != nil {
 				return "", 0, otherNetNS(conf, err)
 			}
@@ -345,9 +341,9 @@ func replacePrevious(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args
 		if err := withdrawChained(ctx, cli, previous); err != nil {
 			return true, err
 		}
-		err = cli.DetachPortsAndSync(ctx, ofportTimeout, ovsdb.PortUUIDs(previous)...)
+		err = cli.DetachPortsAndSync(ctx, ovsdb.PortUUIDs(previous)...)
 	} else {
-		err = cli.SyncPending(ctx, ofportTimeout)
+		err = cli.SyncPending(ctx)
 	}
 	if err != nil {
 		return true, err
@@ -710,7 +706,7 @@ func setupGateway(ctx context.Context, cli *ovsdb.Client, br *ovsdb.Bridge, targ
 	l, err := netlink.LinkByName(bridge)
 	if err != nil {
 		// The internal interface exists once ovs-vswitchd has given it an ofport.
-		if _, err := cli.WaitOFPort(ctx, bridge, ofportTimeout); err != nil {
+		if _, err := cli.WaitOFPort(ctx, bridge); err != nil {
 			return err
 		}
 		if l, err = netlink.LinkByName(bridge); err != nil {
@@ -778,7 +774,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, conf.Budget, args)
 	if errors.Is(err, cnicmd.ErrNeverServed) {
 		return nil
 	}
@@ -904,7 +900,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB)
+	ctx, cli, done, err := cnicmd.Open(conf.Endpoints.OVSDB, conf.Budget)
 	if err != nil {
 		return conf.Endpoints.Explain(err)
 	}

@@ -25,7 +25,7 @@ func ensureServed(ctx context.Context, cli *ovsdb.Client, conf *NetConf, br *ovs
 	if br.Served() {
 		return br, nil
 	}
-	synced, ifaceErr, err := cli.SyncBridge(ctx, br.Name, ofportTimeout)
+	synced, ifaceErr, err := cli.SyncBridge(ctx, br.Name)
 	if err != nil {
 		return nil, err
 	}

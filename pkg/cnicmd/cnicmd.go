@@ -1,9 +1,10 @@
-// Package cnicmd is what every CNI command of both plugins does first and
-// last: decoding the network config (Decode, ParseEndpoints), a context
-// bounded by Timeout with the OVSDB connection (Open, Status; OpenGC adds the
-// stale ports), prevResult parsing, the CNI codes of errors (OVS unreachable
-// or unresponsive: 11, try again later; a host port conflict: 7). The
-// clean-up of a failed ADD is pkg/rollback.
+// Package cnicmd is what every CNI command of the plugins does first and
+// last: decoding the network config (Decode, ParseEndpoints,
+// ParseTimeout), a context bounded by the command's time (Budget) with the
+// OVSDB connection (Open, Status; OpenGC adds the stale ports), prevResult
+// parsing, the CNI codes of errors (OVS unreachable or unresponsive: 11,
+// try again later; a host port conflict: 7). The clean-up of a failed ADD
+// is pkg/rollback, in the time the command keeps back for it.
 package cnicmd
 
 import (
@@ -25,21 +26,101 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/rollback"
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
+// A command's time. A runtime bounds each CNI call it makes and, at the
+// end, kills the plugin (libcni runs it with exec.CommandContext: SIGKILL);
+// the plugin cannot see that bound, so it takes the one declared here, from
+// the runtimes' own (docs/operations.md, "How long a command may take"):
+// kubelet gives RunPodSandbox, and so a conflist's ADD under containerd,
+// twice its runtimeRequestTimeout (2 min); CRI-O gives the ADD 5 minutes
+// past that; CRI-O gives a DEL one minute, and so does containerd to the
+// DEL after a failed ADD; podman, cnitool and Mesos give none.
+//
+// Every wait on OVS (OpenFlow, OVSDB's waits for ovs-vswitchd, its control
+// socket) lasts as long as the command's context: a busy ovs-vswitchd is
+// waited for as long as the runtime waits for the plugin, then the command
+// fails with code 11 and an ADD rolls back, in time kept back for it, before
+// the runtime's end. OVS down (no socket, connection refused) still fails at
+// once; STATUS keeps its own short bound.
 const (
-	// Timeout bounds a whole command's work.
-	Timeout = 30 * time.Second
-	// StatusTimeout bounds a STATUS: the runtime asks it often.
+	// DefaultTimeout is the budget of a config without "timeout": an ADD
+	// or a CHECK takes at most that, clean-up included. It is kubelet's
+	// runtimeRequestTimeout: half of what kubelet gives RunPodSandbox, so
+	// that a second plugin of the chain meeting the same stall, and the
+	// runtime's own steps, still end within it.
+	DefaultTimeout = 2 * time.Minute
+	// MinTimeout and MaxTimeout bound "timeout". Shorter, an ADD on a busy
+	// node fails for want of time alone; longer than kubelet's default
+	// RunPodSandbox deadline, kubelet's runtime kills the plugin first. The
+	// sweepers expire no claim of an ADD younger than that (ovsdb.ClaimTTL).
+	MinTimeout = 5 * time.Second
+	MaxTimeout = 4 * time.Minute
+	// MaxDelTimeout bounds a DEL and a GC, which get half of the budget:
+	// CRI-O gives a DEL one minute, containerd the DEL after a failed ADD
+	// one minute. A GC removes what it removes as a DEL does, under the
+	// same deleting marks, which the sweepers honour for longer than that
+	// (ovsdb.DeletingTTL).
+	MaxDelTimeout = time.Minute
+	// maxReserve bounds the time a command keeps back from its work (a
+	// quarter of its bound): an ADD's rollback runs in it, and every
+	// command's error reaches the runtime before the runtime's end, which
+	// started before the plugin did.
+	maxReserve = 15 * time.Second
+	// StatusTimeout bounds a STATUS: the runtime asks it every few seconds
+	// (kubelet's runtime status), and a STATUS that waits keeps the node's
+	// network from being reported at all.
 	StatusTimeout = 5 * time.Second
 )
+
+// Budget is the time of a plugin's commands: its config's "timeout"
+// (ParseTimeout), DefaultTimeout when zero. ADD and CHECK take at most the
+// budget, DEL and GC half of it (at most MaxDelTimeout); each keeps a
+// quarter of its time (at most maxReserve) back from its work.
+type Budget time.Duration
+
+func (b Budget) String() string { return time.Duration(b.orDefault()).String() }
+
+func (b Budget) orDefault() Budget {
+	if b == 0 {
+		return Budget(DefaultTimeout)
+	}
+	return b
+}
+
+// Add is how long an ADD or a CHECK may take in all.
+func (b Budget) Add() time.Duration { return time.Duration(b.orDefault()) }
+
+// Del is how long a DEL or a GC may take in all.
+func (b Budget) Del() time.Duration { return min(time.Duration(b.orDefault())/2, MaxDelTimeout) }
+
+// reserve is the time a command of bound keeps back from its work.
+func reserve(bound time.Duration) time.Duration { return min(bound/4, maxReserve) }
+
+// ParseTimeout parses the "timeout" key of a network config: a duration
+// (Go's syntax: "90s", "2m") from MinTimeout to MaxTimeout; "" is the
+// default. Else code 7 naming the key.
+func ParseTimeout(s string) (Budget, error) {
+	if s == "" {
+		return Budget(DefaultTimeout), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < MinTimeout || d > MaxTimeout {
+		return 0, cnierr.Invalid(`"timeout" %q: want a duration from %s to %s, as "90s" or "2m" (how long an ADD may take; DEL gets half, at most %s)`,
+			s, MinTimeout, MaxTimeout, MaxDelTimeout).CNI()
+	}
+	return Budget(d), nil
+}
 
 // Conf is a plugin's network config, as far as the opening needs it.
 type Conf interface {
 	// OVSDBEndpoint is the parsed "ovsdb" key, with the PEM files of an
 	// ssl: one.
 	OVSDBEndpoint() endpoint.Endpoint
+	// CommandBudget is the parsed "timeout" key.
+	CommandBudget() Budget
 }
 
 // GCConf is a plugin's network config, as far as a GC needs it.
@@ -70,7 +151,7 @@ func OpenGC[C GCConf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (
 	if err != nil {
 		return nil, err
 	}
-	ctx, cli, done, err := Open(conf.OVSDBEndpoint())
+	ctx, cli, done, err := command(conf.OVSDBEndpoint(), conf.CommandBudget().Del())
 	if err != nil {
 		return nil, err
 	}
@@ -83,19 +164,20 @@ func OpenGC[C GCConf](args *skel.CmdArgs, load func(*skel.CmdArgs) (C, error)) (
 	return &GC[C]{Conf: conf, Ctx: ctx, OVSDB: cli, Stale: stale, Close: done}, nil
 }
 
-// Open starts a command: a context bounded by Timeout and a connection to
-// OVSDB at ep (unreachable: CNI code 11; a PEM file of an ssl: ep that
-// cannot be used, or a certificate refused: code 7, see Error). done closes
-// both.
-func Open(ep endpoint.Endpoint) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	return open(ep, Timeout, Error)
+// Open starts an ADD or a CHECK: the context of its work, which ends
+// before the command's time b.Add() does (the rest is its rollback's,
+// pkg/rollback), and a connection to OVSDB at ep (unreachable: CNI code
+// 11; a PEM file of an ssl: ep that cannot be used, or a certificate
+// refused: code 7, see Error). done closes both.
+func Open(ep endpoint.Endpoint, b Budget) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	return command(ep, b.Add())
 }
 
 // OpenPort opens a chained plugin's ADD or CHECK (Open) and finds the
 // attachment's ovs-bridge port: exactly one, or an error saying that plugin
 // must follow ovs-bridge in the conflist.
-func OpenPort(ep endpoint.Endpoint, plugin string, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, func(), error) {
-	ctx, cli, done, err := Open(ep)
+func OpenPort(ep endpoint.Endpoint, b Budget, plugin string, args *skel.CmdArgs) (context.Context, *ovsdb.Client, ovsdb.OwnedPort, func(), error) {
+	ctx, cli, done, err := Open(ep, b)
 	if err != nil {
 		return nil, nil, ovsdb.OwnedPort{}, nil, err
 	}
@@ -112,22 +194,22 @@ func OpenPort(ep endpoint.Endpoint, plugin string, args *skel.CmdArgs) (context.
 	return nil, nil, ovsdb.OwnedPort{}, nil, err
 }
 
-// OpenDel opens a DEL: Open, except that OVSDB unreachable is a code 11
-// naming the attachment. OVSDB is the record of what an attachment holds
-// (its port, host-port claims, QoS rows, the node-local nft elements and
-// flows they list): without it a DEL cannot tell whether something is left,
-// even when the host veth is gone (after a reboot, or a netns lost behind
-// the runtime's back), so it fails and the runtime retries. Succeeding there
-// would leave the port and its host-port claims for good while the address
-// went back to the pool.
+// OpenDel opens a DEL: Open with the time of a DEL (b.Del()), except that
+// OVSDB unreachable is a code 11 naming the attachment. OVSDB is the record
+// of what an attachment holds (its port, host-port claims, QoS rows, the
+// node-local nft elements and flows they list): without it a DEL cannot
+// tell whether something is left, even when the host veth is gone (after a
+// reboot, or a netns lost behind the runtime's back), so it fails and the
+// runtime retries. Succeeding there would leave the port and its host-port
+// claims for good while the address went back to the pool.
 //
 // The one DEL that can tell is that of a config without an "ovsdb" key on
 // a node where no Open vSwitch has run at the default endpoint since boot
 // (its run directory, on tmpfs, does not exist): every ADD of that config
 // failed when it opened OVSDB, before doing anything. That is ErrNeverServed,
 // which a DEL answers with success.
-func OpenDel(eps Endpoints, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	ctx, cli, done, err = Open(eps.OVSDB)
+func OpenDel(eps Endpoints, b Budget, args *skel.CmdArgs) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
+	ctx, cli, done, err = command(eps.OVSDB, b.Del())
 	var e *cnierr.Error
 	if errors.As(err, &e) && e.Kind == cnierr.TryAgain {
 		if eps.neverServed() {
@@ -170,7 +252,7 @@ func (e Endpoints) Explain(err error) error {
 // Status opens a STATUS: a connection within StatusTimeout, OVSDB
 // unreachable being CNI code 50 (plugin not available).
 func Status(ep endpoint.Endpoint) (ctx context.Context, cli *ovsdb.Client, done func(), err error) {
-	return open(ep, StatusTimeout, func(err error) error {
+	return open(ep, StatusTimeout, 0, func(err error) error {
 		if e := tlsError(err); e != nil {
 			return e
 		}
@@ -178,8 +260,19 @@ func Status(ep endpoint.Endpoint) (ctx context.Context, cli *ovsdb.Client, done 
 	})
 }
 
-func open(ep endpoint.Endpoint, timeout time.Duration, cniError func(error) error) (context.Context, *ovsdb.Client, func(), error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+// command opens a command that may take bound in all, of which it keeps
+// reserve(bound) back from its work.
+func command(ep endpoint.Endpoint, bound time.Duration) (context.Context, *ovsdb.Client, func(), error) {
+	return open(ep, bound, reserve(bound), Error)
+}
+
+// open dials OVSDB at ep for a command of bound: the context it returns is
+// its work's, which ends keep before the command's end, kept for the
+// clean-up (rollback.Reserve).
+func open(ep endpoint.Endpoint, bound, keep time.Duration, cniError func(error) error) (context.Context, *ovsdb.Client, func(), error) {
+	cmd, cancelCmd := context.WithTimeout(context.Background(), bound)
+	ctx, cancelWork := rollback.Reserve(cmd, keep)
+	cancel := func() { cancelWork(); cancelCmd() }
 	cli, err := ovsdb.Dial(ctx, ep)
 	if err != nil {
 		cancel()

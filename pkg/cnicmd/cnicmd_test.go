@@ -1,17 +1,23 @@
 package cnicmd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/rollback"
 )
 
 func code(err error) uint {
@@ -124,3 +130,100 @@ func TestPrevResult(t *testing.T) {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+func TestParseTimeout(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want time.Duration // 0: refused
+	}{
+		{"", DefaultTimeout},
+		{"5s", 5 * time.Second},
+		{"90s", 90 * time.Second},
+		{"4m", 4 * time.Minute},
+		{"4s", 0},
+		{"5m", 0},
+		{"-1m", 0},
+		{"120", 0},
+		{"two minutes", 0},
+	} {
+		got, err := ParseTimeout(tt.in)
+		switch {
+		case tt.want != 0 && (err != nil || got.Add() != tt.want):
+			t.Errorf("%q: got %v, %v; want %v", tt.in, got, err, tt.want)
+		case tt.want == 0 && (code(err) != types.ErrInvalidNetworkConfig || !strings.HasPrefix(err.(*types.Error).Msg, `"timeout"`)):
+			t.Errorf("%q: got %v, want code 7 naming \"timeout\"", tt.in, err)
+		}
+	}
+}
+
+// Every command's time, whatever the budget, ends before the runtimes end
+// the plugin (docs/operations.md): an ADD within kubelet's RunPodSandbox
+// deadline (twice its runtimeRequestTimeout, 2 min), a DEL or a GC within
+// the minute CRI-O gives a DEL and containerd the DEL after a failed ADD;
+// each keeps time back from its work for its rollback. The sweepers expire
+// no claim or deleting mark of a command still running. The default waits
+// for a busy ovs-vswitchd longer than the fixed bounds it replaces (10 s
+// for each wait, 30 s for a command).
+func TestBudget(t *testing.T) {
+	const runSandbox, stopNetwork = 4 * time.Minute, time.Minute
+	for _, b := range []Budget{Budget(MinTimeout), 0, Budget(DefaultTimeout), Budget(MaxTimeout)} {
+		for _, c := range []struct {
+			command string
+			bound   time.Duration
+			limit   time.Duration
+			ttl     time.Duration
+		}{
+			{"ADD", b.Add(), runSandbox, ovsdb.ClaimTTL},
+			{"DEL", b.Del(), stopNetwork, ovsdb.DeletingTTL},
+		} {
+			if c.bound > c.limit {
+				t.Errorf("budget %v: %s may take %v, past the runtime's %v", b, c.command, c.bound, c.limit)
+			}
+			if c.bound >= c.ttl {
+				t.Errorf("budget %v: %s may take %v, as long as the sweepers keep its records (%v)", b, c.command, c.bound, c.ttl)
+			}
+			if r := reserve(c.bound); r <= 0 || r > c.bound/4 {
+				t.Errorf("budget %v: %s keeps %v of %v back from its work, want a share up to a quarter", b, c.command, r, c.bound)
+			}
+		}
+	}
+	if work := DefaultTimeout - reserve(DefaultTimeout); work <= 30*time.Second {
+		t.Errorf("the default ADD works for %v, want longer than the 30 s it replaces", work)
+	}
+}
+
+// Open's context is the work's: it ends the reserve before the command's
+// time, which the rollback under it gets. OpenDel's is a DEL's.
+func TestOpenReserves(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "db.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ep := endpoint.MustParse("unix:" + sock)
+	check := func(what string, ctx context.Context, work, bound time.Duration) {
+		t.Helper()
+		start := time.Now()
+		if d, _ := ctx.Deadline(); d.Sub(start) > work || d.Sub(start) < work-time.Second {
+			t.Errorf("%s: work ends in %v, want %v", what, d.Sub(start).Round(time.Millisecond), work)
+		}
+		rollback.Do(ctx, func(rctx context.Context) {
+			if d, _ := rctx.Deadline(); d.Sub(start) > bound || d.Sub(start) < bound-time.Second {
+				t.Errorf("%s: clean-up ends in %v, want %v", what, d.Sub(start).Round(time.Millisecond), bound)
+			}
+		})
+	}
+	ctx, _, done, err := Open(ep, Budget(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("ADD", ctx, 45*time.Second, time.Minute)
+	done()
+	ctx, _, done, err = OpenDel(Endpoints{OVSDB: ep}, 0, &skel.CmdArgs{ContainerID: "c", IfName: "eth0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("DEL", ctx, 45*time.Second, time.Minute)
+	done()
+}

@@ -2,7 +2,7 @@
 // vSwitch daemons ("unix:PATH", "tcp:HOST:PORT", and for OVSDB
 // "ssl:HOST:PORT" with TLS's files), for OVSDB and OpenFlow alike (Endpoint,
 // Dial), and declares the one timeout sentinel of the suite
-// (ErrTimeout).
+// (ErrTimeout) and the bound of a call made without one (Bounded).
 package endpoint
 
 import (
@@ -23,6 +23,22 @@ import (
 // OVSDB): it is down or overloaded, and the plugins answer CNI code 11 (try
 // again later). Every timeout of the suite wraps it.
 var ErrTimeout = errors.New("ovs-vswitchd did not answer in time")
+
+// Unbounded is how long a call to a daemon may wait when its context has
+// no deadline (Bounded). The plugins' calls carry their command's
+// (pkg/cnicmd), the node agent's its loop's: this one is for a tool's or a
+// test's, so that no call waits for ever on a daemon that does not answer.
+const Unbounded = time.Minute
+
+// Bounded returns ctx, or, when ctx has no deadline, ctx bounded by
+// Unbounded. Every wait on a daemon goes through it: its own deadline is
+// the caller's.
+func Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, Unbounded)
+}
 
 // DefaultOVSDB is where Open vSwitch puts its database socket.
 const DefaultOVSDB = "unix:/var/run/openvswitch/db.sock"

@@ -90,7 +90,7 @@ func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target e
 	var undo rollback.List
 	defer func() {
 		if retErr != nil {
-			undo.Run()
+			undo.Run(ctx)
 		}
 	}()
 	undo.Arm(func(ctx context.Context) {

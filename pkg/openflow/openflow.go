@@ -47,13 +47,12 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
-// Timeout bounds every call: ovs-vswitchd answers no
-// OpenFlow request while ovsdb-server is down, and a plugin must not hang.
-const Timeout = 10 * time.Second
-
 var (
 	// ErrTimeout says that ovs-vswitchd did not answer within the context's
-	// deadline or Timeout: the suite's one timeout sentinel.
+	// deadline (every call waits until then: a busy ovs-vswitchd answers
+	// late, and one answers no OpenFlow request while ovsdb-server is down;
+	// a context without a deadline is bounded by endpoint.Bounded): the
+	// suite's one timeout sentinel.
 	ErrTimeout = endpoint.ErrTimeout
 	// ErrUnsupported says that the target is not a unix: or tcp: endpoint.
 	ErrUnsupported = errors.New("OpenFlow endpoint not supported")
@@ -97,21 +96,20 @@ func NotServed(err error) bool {
 }
 
 // ApplyServed is Apply on a bridge that ovs-vswitchd may not serve yet:
-// while NotServed, it tries again every 20 ms for up to within, then fails
-// with ErrTimeout.
-func ApplyServed(ctx context.Context, target endpoint.Endpoint, bundle Bundle, within time.Duration) error {
-	deadline := time.Now().Add(within)
+// while NotServed, it tries again every 20 ms until ctx ends (bounded as
+// every call is, endpoint.Bounded), then fails with ErrTimeout.
+func ApplyServed(ctx context.Context, target endpoint.Endpoint, bundle Bundle) error {
+	ctx, cancel := endpoint.Bounded(ctx)
+	defer cancel()
+	start := time.Now()
 	for {
 		err := Apply(ctx, target, bundle)
 		if !NotServed(err) {
 			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: ovs-vswitchd does not serve the bridge within %s: %w", ErrTimeout, within, err)
-		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: ovs-vswitchd does not serve the bridge: %w", ErrTimeout, err)
+			return fmt.Errorf("%w: ovs-vswitchd does not serve the bridge within %s: %w", ErrTimeout, time.Since(start).Round(time.Millisecond), err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -296,10 +294,10 @@ func dump(ctx context.Context, target endpoint.Endpoint, cookie, mask uint64, ea
 	})
 }
 
-// session connects to target and runs fn under the deadline of ctx, bounded
-// by Timeout.
+// session connects to target and runs fn under the deadline of ctx
+// (endpoint.Bounded).
 func session(ctx context.Context, target endpoint.Endpoint, what string, fn func(*conn) error) (err error) {
-	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	ctx, cancel := endpoint.Bounded(ctx)
 	defer cancel()
 	defer func() {
 		if err == nil {

@@ -382,6 +382,33 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
+// ApplyServed tries a bridge that no ovs-vswitchd serves (its socket
+// missing, or refusing) for as long as its context lasts, and says so with
+// ErrTimeout.
+func TestApplyServedUntilDeadline(t *testing.T) {
+	dir := t.TempDir()
+	refusing := filepath.Join(dir, "refusing.mgmt")
+	l, err := net.Listen("unix", refusing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close() // the file of a dead ovs-vswitchd: connections are refused
+	for name, target := range map[string]string{"missing": filepath.Join(dir, "missing.mgmt"), "refusing": refusing} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			err := ApplyServed(ctx, ep("unix:"+target), Bundle{Flow{Priority: 1}})
+			if !errors.Is(err, ErrTimeout) || !NotServed(err) {
+				t.Fatalf("got %v, want ErrTimeout saying the bridge is not served", err)
+			}
+			if ctx.Err() == nil {
+				t.Errorf("returned before its context ended: %v", err)
+			}
+		})
+	}
+}
+
 // netListenUnix listens on sock and accepts connections that it never
 // answers, until closed.
 func netListenUnix(sock string) (net.Listener, error) {

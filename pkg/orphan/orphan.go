@@ -43,6 +43,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/netns"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -52,9 +53,10 @@ import (
 // interface must have been seen missing before its attachment's DEL.
 const DefaultInterval = 30 * time.Second
 
-// delTimeout bounds one replayed DEL (the plugins' own timeouts are
-// shorter).
-const delTimeout = time.Minute
+// delTimeout bounds the replayed DEL of one plugin of the chain: ours
+// end their own first (cnicmd.MaxDelTimeout), with code 11 when OVS did not
+// answer in time; a foreign one is killed, as a runtime would.
+const delTimeout = cnicmd.MaxDelTimeout + 30*time.Second
 
 // Config is what a Sweeper works on.
 type Config struct {
@@ -341,8 +343,6 @@ type PluginFailure struct {
 // one's retry needs. Each plugin runs as a chain of one: the sweep's
 // cache dir holds no result of the runtime's, so none loses a prevResult.
 func (s *Sweeper) del(ctx context.Context, list *libcni.NetworkConfigList, a ovsdb.Attachment) (foreign []PluginFailure, err error) {
-	ctx, cancel := context.WithTimeout(ctx, delTimeout)
-	defer cancel()
 	cache := s.cfg.CacheDir
 	if cache == "" {
 		cache = defaultCacheDir()
@@ -352,7 +352,9 @@ func (s *Sweeper) del(ctx context.Context, list *libcni.NetworkConfigList, a ovs
 	for i := len(list.Plugins) - 1; i >= 0; i-- {
 		p := list.Plugins[i]
 		one := &libcni.NetworkConfigList{Name: list.Name, CNIVersion: list.CNIVersion, Plugins: []*libcni.PluginConfig{p}}
-		err := cfg.DelNetworkList(ctx, one, rt)
+		pctx, cancel := context.WithTimeout(ctx, delTimeout)
+		err := cfg.DelNetworkList(pctx, one, rt)
+		cancel()
 		if err == nil {
 			continue
 		}

@@ -22,10 +22,10 @@ func selectRoot(columns ...string) operation {
 }
 
 // SyncPending waits, only if a change is pending (cur_cfg < next_cfg), until
-// ovs-vswitchd has applied it. ADD calls it before creating a device whose
-// name a just-removed port may still hold inside ovs-vswitchd (a DEL quickly
-// followed by an ADD of the same attachment).
-func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
+// ovs-vswitchd has applied it (waitCfg). ADD calls it before creating a
+// device whose name a just-removed port may still hold inside ovs-vswitchd
+// (a DEL quickly followed by an ADD of the same attachment).
+func (c *Client) SyncPending(ctx context.Context) error {
 	res, err := c.transact(ctx, selectRoot("next_cfg", "cur_cfg"))
 	if err != nil {
 		return fmt.Errorf("reading next_cfg: %w", err)
@@ -37,14 +37,14 @@ func (c *Client) SyncPending(ctx context.Context, timeout time.Duration) error {
 	if roots[0].CurCfg >= roots[0].NextCfg {
 		return nil
 	}
-	return c.waitCfg(ctx, roots[0].NextCfg, timeout)
+	return c.waitCfg(ctx, roots[0].NextCfg)
 }
 
 // DetachPortsAndSync removes ports like DetachPorts, then waits until
 // ovs-vswitchd has applied the change. A retried ADD needs this before it
 // re-creates a device of the same name: if ovs-vswitchd saw the old and the
 // new port in one reconfiguration, it would keep reading the deleted device.
-func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, portUUIDs ...string) error {
+func (c *Client) DetachPortsAndSync(ctx context.Context, portUUIDs ...string) error {
 	ops := append(detachOps(portUUIDs), bumpCfg, selectRoot("next_cfg"))
 	res, err := c.transact(ctx, ops...)
 	if err != nil {
@@ -54,14 +54,19 @@ func (c *Client) DetachPortsAndSync(ctx context.Context, timeout time.Duration, 
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
-	return c.waitCfg(ctx, roots[0].NextCfg, timeout)
+	return c.waitCfg(ctx, roots[0].NextCfg)
 }
 
-// waitCfg blocks until ovs-vswitchd's cur_cfg reaches n. Each round is an
-// OVSDB wait for cur_cfg to change, so there is no polling; it loops because
-// other clients may bump next_cfg too, and cur_cfg can skip n.
-func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+// waitCfg blocks until ovs-vswitchd's cur_cfg reaches n, or ctx is about to
+// end (waitTime): a busy ovs-vswitchd is waited for as long as the caller
+// waits, and one that has not applied n by then is endpoint.ErrTimeout.
+// Each round is an OVSDB wait for cur_cfg to change, so there is no
+// polling; it loops because other clients may bump next_cfg too, and
+// cur_cfg can skip n.
+func (c *Client) waitCfg(ctx context.Context, n int) error {
+	ctx, cancel := endpoint.Bounded(ctx)
+	defer cancel()
+	start := time.Now()
 	for {
 		res, err := c.transact(ctx, selectRoot("cur_cfg"))
 		if err != nil {
@@ -75,16 +80,31 @@ func (c *Client) waitCfg(ctx context.Context, n int, timeout time.Duration) erro
 		if cur >= n {
 			return nil
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return fmt.Errorf("%w: configuration %d not applied within %s (at %d)", endpoint.ErrTimeout, n, timeout, cur)
+		w := waitTime(ctx)
+		if w < minWait {
+			return fmt.Errorf("%w: configuration %d not applied within %s (at %d)", endpoint.ErrTimeout, n, time.Since(start).Round(time.Millisecond), cur)
 		}
-		ms := int(left / time.Millisecond)
-		wctx, cancel := context.WithTimeout(ctx, left+waitGrace)
-		_, err = c.transact(wctx, waitOp(tableRoot, allRows, []string{"cur_cfg"}, untilNotEqual, ms, ovsdb.Row{"cur_cfg": cur}))
-		cancel()
+		_, err = c.transact(ctx, waitOp(tableRoot, allRows, []string{"cur_cfg"}, untilNotEqual, int(w/time.Millisecond), ovsdb.Row{"cur_cfg": cur}))
 		if err != nil && !waitTimedOut(err) {
 			return fmt.Errorf("waiting for cur_cfg: %w", err)
 		}
 	}
 }
+
+// waitTime is how long a wait operation under ctx may block inside
+// ovsdb-server: what is left of ctx (endpoint.Bounded), less the time its
+// answer needs to come back (waitGrace, at most half of what is left), so
+// that it ends as a wait that timed out (the caller's ErrTimeout), not as a
+// connection that did (ErrUnreachable).
+func waitTime(ctx context.Context) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return endpoint.Unbounded
+	}
+	left := time.Until(dl)
+	return left - min(waitGrace, left/2)
+}
+
+// minWait is the shortest wait worth sending: with less time left, the
+// caller has run out of it.
+const minWait = 50 * time.Millisecond

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 )
 
 // In-flight records: what an ADD or a DEL has started and not finished. They
@@ -47,15 +49,18 @@ const (
 
 const (
 	// ClaimTTL is how long a claim of an ADD that never finished (killed)
-	// protects its ofport and flows; a sweep removes older ones.
+	// protects its ofport and flows; a sweep removes older ones. It is
+	// longer than any ADD may take (cnicmd.MaxTimeout): no claim of an ADD
+	// still running expires.
 	ClaimTTL = 5 * time.Minute
-	// DeletingTTL is the same for the mark of a DEL.
-	DeletingTTL = time.Minute
+	// DeletingTTL is the same for the mark of a DEL, or of a GC, which
+	// marks what it removes as DEL does: twice as long as either may take
+	// (cnicmd.MaxDelTimeout), so that no mark of one still running
+	// expires.
+	DeletingTTL = 2 * time.Minute
 	// SweepTTL is how long a sweep may hold its mark: one that died
 	// holding it for longer is taken over.
 	SweepTTL = time.Minute
-	// sweepWait bounds how long a claim waits for a sweep to end.
-	sweepWait = 20 * time.Second
 	// waitGrace is how much later than its own timeout the answer to a
 	// wait operation may come before the client gives up on it: a
 	// loaded ovsdb-server (seen in the emulated guest on a busy host)
@@ -262,18 +267,18 @@ func (c *Client) AfterSweep(ctx context.Context, r Reservation) error {
 	return err
 }
 
-// WaitSweep returns once no sweep is under way. It blocks in ovsdb-server
-// (a wait operation, not polling), a second at most each round, so that a
+// WaitSweep returns once no sweep is under way, or fails with ErrSweeping
+// when ctx is about to end first (waitTime). It blocks in ovsdb-server (a
+// wait operation, not polling), a second at most each round, so that a
 // mark held for longer than SweepTTL, a dead sweep's, is seen and removed.
 func (c *Client) WaitSweep(ctx context.Context) error {
-	deadline := time.Now().Add(sweepWait)
+	ctx, cancel := endpoint.Bounded(ctx)
+	defer cancel()
 	for {
-		if left := min(time.Until(deadline), time.Second); left > 0 {
+		if left := min(waitTime(ctx), time.Second); left >= minWait {
 			w := noSweep()
 			*w.Timeout = int(left / time.Millisecond)
-			wctx, cancel := context.WithTimeout(ctx, left+waitGrace)
-			_, err := c.transact(wctx, w)
-			cancel()
+			_, err := c.transact(ctx, w)
 			if err == nil {
 				return nil
 			}
@@ -297,7 +302,7 @@ func (c *Client) WaitSweep(ctx context.Context) error {
 			}
 			continue
 		}
-		if time.Now().After(deadline) {
+		if waitTime(ctx) < minWait {
 			return fmt.Errorf("waiting for the sweep under way since %s: %w", time.Unix(since, 0).UTC().Format(time.RFC3339), ErrSweeping)
 		}
 	}

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,7 +154,7 @@ func TestOperationsFitSchema(t *testing.T) {
 		return err
 	})
 	do("WaitOFPort", func() error {
-		of, err := cli.WaitOFPort(ctx, vethA, 10*time.Second)
+		of, err := cli.WaitOFPort(ctx, vethA)
 		if err == nil && of != ofA {
 			err = fmt.Errorf("got ofport %d, want %d", of, ofA)
 		}
@@ -256,7 +259,7 @@ func TestOperationsFitSchema(t *testing.T) {
 		ExternalIDs: map[string]string{KeyNetwork: "ovsdb-test"}}
 	for _, n := range []string{"SetPortQoS", "SetPortQoS (again)"} {
 		do(n, func() error {
-			return cli.SetPortQoS(ctx, a, &spec, map[string]string{"ovsflow.io/q": "1"}, []string{"ovsflow.io/q0"}, 10*time.Second)
+			return cli.SetPortQoS(ctx, a, &spec, map[string]string{"ovsflow.io/q": "1"}, []string{"ovsflow.io/q0"})
 		})
 	}
 	do("PortQoS", func() error {
@@ -269,7 +272,7 @@ func TestOperationsFitSchema(t *testing.T) {
 	})
 	do("SetPortQoS (no port)", func() error {
 		none := Attachment{ContainerID: "none", IfName: "eth0"}
-		if err := cli.SetPortQoS(ctx, none, &spec, nil, nil, 10*time.Second); !errors.Is(err, ErrNoPort) {
+		if err := cli.SetPortQoS(ctx, none, &spec, nil, nil); !errors.Is(err, ErrNoPort) {
 			return fmt.Errorf("got %v, want ErrNoPort", err)
 		}
 		if q, err := cli.PortQoS(ctx, none); err != nil || len(q.QoS)+len(q.Queues) != 0 {
@@ -284,7 +287,7 @@ func TestOperationsFitSchema(t *testing.T) {
 		}
 		return err
 	})
-	do("SetPortQoS (none)", func() error { return cli.SetPortQoS(ctx, b, nil, nil, []string{"ovsflow.io/q"}, 10*time.Second) })
+	do("SetPortQoS (none)", func() error { return cli.SetPortQoS(ctx, b, nil, nil, []string{"ovsflow.io/q"}) })
 	do("ClearPortQoS", func() error { return cli.ClearPortQoS(ctx, []string{"ovsflow.io/q"}, a, b) })
 	do("PortQoS (cleared)", func() error {
 		q, err := cli.PortQoS(ctx, a)
@@ -339,8 +342,8 @@ func TestOperationsFitSchema(t *testing.T) {
 		}
 		return err
 	})
-	do("SyncPending", func() error { return cli.SyncPending(ctx, 10*time.Second) })
-	do("DetachPortsAndSync", func() error { return cli.DetachPortsAndSync(ctx, 10*time.Second, portB) })
+	do("SyncPending", func() error { return cli.SyncPending(ctx) })
+	do("DetachPortsAndSync", func() error { return cli.DetachPortsAndSync(ctx, portB) })
 	do("DetachPorts", func() error { return cli.DetachPorts(ctx, portA) })
 
 	schema, err := schemaOnce()
@@ -393,7 +396,7 @@ func TestDecodeRealRows(t *testing.T) {
 		if _, err := cli.AttachPort(ctx, br.UUID, spec); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cli.WaitOFPort(ctx, spec.Name, 10*time.Second); err != nil && i != 3 {
+		if _, err := cli.WaitOFPort(ctx, spec.Name); err != nil && i != 3 {
 			t.Fatal(err)
 		}
 	}
@@ -513,5 +516,62 @@ func TestServerErrorSurfaces(t *testing.T) {
 				t.Errorf("got error %v, want a %T", err, tc.target)
 			}
 		})
+	}
+}
+
+// The waits on ovs-vswitchd last as long as their context: with
+// ovs-vswitchd stopped (SIGSTOP, a busy one), a change it must apply is
+// waited for until the context is about to end, then said to be a timeout
+// of ovs-vswitchd (CNI code 11, "unresponsive"), not a lost OVSDB
+// connection; so is a sweep that outlasts the context. Control: the same
+// wait, ovs-vswitchd going on meanwhile, succeeds.
+func TestWaitsLastTheirContext(t *testing.T) {
+	requireOVS(t)
+	cli := dial(t)
+	pidFile := filepath.Join(ovs.RunDir, "ovs-vswitchd.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", pidFile, err)
+	}
+	cont := func() { syscall.Kill(pid, syscall.SIGCONT) }
+	t.Cleanup(cont)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		name string
+		wait func(context.Context) error
+	}{
+		{"DetachPortsAndSync", func(ctx context.Context) error { return cli.DetachPortsAndSync(ctx) }},
+		{"SyncPending", cli.SyncPending},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := w.wait(ctx)
+		cancel()
+		if !errors.Is(err, endpoint.ErrTimeout) || errors.Is(err, ErrUnreachable) {
+			t.Errorf("%s with ovs-vswitchd stopped: got %v, want endpoint.ErrTimeout", w.name, err)
+		}
+	}
+	// Control: ovs-vswitchd goes on while the wait waits.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	time.AfterFunc(time.Second, cont) // the stop lasts past the wait's start: time is the subject
+	if err := cli.SyncPending(ctx); err != nil {
+		t.Errorf("SyncPending, ovs-vswitchd going on: %v", err)
+	}
+
+	sweep, err := cli.BeginSweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.EndSweep(ctx, sweep)
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer wcancel()
+	if err := cli.WaitSweep(wctx); !errors.Is(err, ErrSweeping) {
+		t.Errorf("WaitSweep past its context: got %v, want ErrSweeping", err)
 	}
 }

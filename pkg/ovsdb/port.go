@@ -368,9 +368,14 @@ func joinPorts(portRows, ifaceRows []ovsdb.Row) ([]OwnedPort, error) {
 }
 
 // WaitOFPort blocks (in ovsdb-server, not by polling) until ovs-vswitchd has
-// set the ofport of interface name, or timeout passes, and returns it.
-func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Duration) (int, error) {
-	ms := int(timeout / time.Millisecond)
+// set the ofport of interface name, or ctx is about to end (waitTime: a
+// busy ovs-vswitchd is waited for as long as the caller waits), and
+// returns it.
+func (c *Client) WaitOFPort(ctx context.Context, name string) (int, error) {
+	ctx, cancel := endpoint.Bounded(ctx)
+	defer cancel()
+	w := waitTime(ctx)
+	ms := int(max(w, 0) / time.Millisecond)
 	byName := []ovsdb.Condition{cond("name", fnEqual, name)}
 	sel := selectOp(tableInterface, byName...)
 	sel.Columns = []string{"_uuid", "name", "ofport", "error"}
@@ -378,12 +383,10 @@ func (c *Client) WaitOFPort(ctx context.Context, name string, timeout time.Durat
 		waitOp(tableInterface, byName, []string{"ofport"}, untilNotEqual, ms, ovsdb.Row{"ofport": intSet()}),
 		sel,
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout+2*time.Second)
-	defer cancel()
-	res, err := c.transact(wctx, ops...)
+	res, err := c.transact(ctx, ops...)
 	if err != nil {
 		if waitTimedOut(err) {
-			return 0, fmt.Errorf("waiting for ofport of %q: %w: not attached within %s", name, endpoint.ErrTimeout, timeout)
+			return 0, fmt.Errorf("waiting for ofport of %q: %w: not attached within %s", name, endpoint.ErrTimeout, w.Round(time.Millisecond))
 		}
 		return 0, fmt.Errorf("waiting for ofport of %q: %w", name, err)
 	}

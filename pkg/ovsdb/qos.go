@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
@@ -67,9 +66,9 @@ type AttachmentQoS struct {
 // sets the keys of set (after removing those of unset) in its
 // external_ids, in one transaction: the QoS and Queue rows tagged with a's
 // identity go, new ones go in, the port points at the new QoS. It then
-// waits (at most timeout) until ovs-vswitchd has applied it. Without the
-// port, it changes nothing and fails with ErrNoPort.
-func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec *QoSSpec, set map[string]string, unset []string, timeout time.Duration) error {
+// waits until ovs-vswitchd has applied it (until ctx ends: waitCfg).
+// Without the port, it changes nothing and fails with ErrNoPort.
+func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec *QoSSpec, set map[string]string, unset []string) error {
 	// The port must be there (a wait that fails at once otherwise): rows
 	// of no port would be left behind.
 	ops := append([]operation{waitOp(tablePort, a.where(), []string{"_uuid"}, untilNotEqual, 0)}, qosDeleteOps(a)...)
@@ -100,7 +99,7 @@ func (c *Client) SetPortQoS(ctx context.Context, a Attachment, spec *QoSSpec, se
 	if err != nil || len(roots) != 1 {
 		return fmt.Errorf("reading next_cfg: %v", err)
 	}
-	return c.waitCfg(ctx, roots[0].NextCfg, timeout)
+	return c.waitCfg(ctx, roots[0].NextCfg)
 }
 
 // externalIDsOps remove the keys of unset and set from the external_ids of

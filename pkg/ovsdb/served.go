@@ -3,7 +3,6 @@ package ovsdb
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 )
@@ -15,12 +14,12 @@ import (
 func (b Bridge) Served() bool { return b.DatapathID != nil && *b.DatapathID != "" }
 
 // SyncBridge asks ovs-vswitchd to apply the configuration again, waits until
-// it has (a timeout is endpoint.ErrTimeout, as for an ovs-vswitchd that does
-// not answer), and reads bridge name again, with the error ovs-vswitchd
+// it has (until ctx ends; then endpoint.ErrTimeout, as for an ovs-vswitchd
+// that does not answer), and reads bridge name again, with the error ovs-vswitchd
 // recorded on its internal interface, if any. ovs-vswitchd retries opening
 // every bridge it has not opened on each reconfiguration, so a bridge still
 // not Served after it is one that this ovs-vswitchd cannot open.
-func (c *Client) SyncBridge(ctx context.Context, name string, timeout time.Duration) (*Bridge, string, error) {
+func (c *Client) SyncBridge(ctx context.Context, name string) (*Bridge, string, error) {
 	res, err := c.transact(ctx, bumpCfg, selectRoot("next_cfg"))
 	if err != nil {
 		return nil, "", fmt.Errorf("asking ovs-vswitchd to open bridge %q: %w", name, err)
@@ -29,7 +28,7 @@ func (c *Client) SyncBridge(ctx context.Context, name string, timeout time.Durat
 	if err != nil || len(roots) != 1 {
 		return nil, "", fmt.Errorf("reading next_cfg: %v", err)
 	}
-	if err := c.waitCfg(ctx, roots[0].NextCfg, timeout); err != nil {
+	if err := c.waitCfg(ctx, roots[0].NextCfg); err != nil {
 		return nil, "", fmt.Errorf("waiting for ovs-vswitchd to open bridge %q: %w", name, err)
 	}
 	br, err := c.Bridge(ctx, name)

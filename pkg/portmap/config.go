@@ -43,6 +43,8 @@ type Conf struct {
 	// rate).
 	NewConnectionRate  *int64 `json:"newConnectionRate,omitempty"`
 	NewConnectionBurst *int64 `json:"newConnectionBurst,omitempty"`
+	// Timeout is how long an ADD may take (cnicmd.ParseTimeout).
+	Timeout string `json:"timeout,omitempty"`
 
 	// Keys of the iptables/nftables portmap that do not apply here; rejected
 	// rather than silently ignored.
@@ -60,6 +62,7 @@ type Conf struct {
 
 	// Resolved by LoadConf.
 	Endpoints           cnicmd.Endpoints `json:"-"` // "ovsdb" and "openflow", parsed
+	Budget              cnicmd.Budget    `json:"-"` // "timeout", parsed
 	ConnRate, ConnBurst uint32           `json:"-"`
 	Mappings            []flows.Mapping  `json:"-"`
 	NodeIPs             []netip.Addr     `json:"-"` // from hostIPs; nil: the bridge's addresses
@@ -90,6 +93,9 @@ func LoadConf(stdin []byte) (*Conf, error) {
 	}
 	var err error
 	if c.Endpoints, err = cnicmd.ParseEndpoints(c.OVSDB, c.OpenFlow); err != nil {
+		return nil, err
+	}
+	if c.Budget, err = cnicmd.ParseTimeout(c.Timeout); err != nil {
 		return nil, err
 	}
 	if err := cnicmd.ValidateControl(c.VswitchdControl); err != nil {
@@ -173,6 +179,9 @@ func LoadConf(stdin []byte) (*Conf, error) {
 
 // OVSDBEndpoint is where the commands find OVSDB.
 func (c *Conf) OVSDBEndpoint() endpoint.Endpoint { return c.Endpoints.OVSDB }
+
+// CommandBudget is the commands' time ("timeout").
+func (c *Conf) CommandBudget() cnicmd.Budget { return c.Budget }
 
 // GCScope: ovs-portmap's GC considers the network's ports on any bridge.
 func (c *Conf) GCScope() (string, string, []types.GCAttachment) {

@@ -45,6 +45,8 @@ func TestLoadConf(t *testing.T) {
 		{"mesos bad port", `{` + base + `,"args":{"org.apache.mesos":{"network_info":{"port_mappings":[{"host_port":70000,"container_port":80}]}}}}`, types.ErrInvalidNetworkConfig, `args["org.apache.mesos"].network_info.port_mappings[0]`, nil},
 		{"iptables backend", `{` + base + `,"backend":"iptables"}`, types.ErrInvalidNetworkConfig, `"backend" "iptables" does not apply`, nil},
 		{"ovs backend", `{` + base + `,"backend":"ovs"}`, 0, "", []flows.Mapping{}},
+		{"timeout", `{` + base + `,"timeout":"30s"}`, 0, "", []flows.Mapping{}},
+		{"timeout too short", `{` + base + `,"timeout":"100ms"}`, types.ErrInvalidNetworkConfig, `"timeout" "100ms"`, nil},
 		{"markMasqBit", `{` + base + `,"markMasqBit":13}`, types.ErrInvalidNetworkConfig, `"markMasqBit" is an iptables portmap option`, nil},
 		{"externalSetMarkChain", `{` + base + `,"externalSetMarkChain":"KUBE-MARK-MASQ"}`, types.ErrInvalidNetworkConfig, `"externalSetMarkChain"`, nil},
 		{"conditionsV4", `{` + base + `,"conditionsV4":["-s","1.2.3.4"]}`, types.ErrInvalidNetworkConfig, `"conditionsV4"`, nil},

@@ -47,7 +47,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 	if !v4.IsValid() && !v6.IsValid() {
 		return types.PrintResult(conf.PrevResult, conf.CNIVersion)
 	}
-	ctx, cli, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, "ovs-portmap", args)
+	ctx, cli, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, conf.Budget, "ovs-portmap", args)
 	if err != nil {
 		return conf.Endpoints.Explain(err)
 	}
@@ -76,7 +76,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, args)
+	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, conf.Budget, args)
 	if errors.Is(err, cnicmd.ErrNeverServed) {
 		return nil
 	}
@@ -119,7 +119,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, _, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, "ovs-portmap", args)
+	ctx, _, port, done, err := cnicmd.OpenPort(conf.Endpoints.OVSDB, conf.Budget, "ovs-portmap", args)
 	if err != nil {
 		return conf.Endpoints.Explain(err)
 	}

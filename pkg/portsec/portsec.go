@@ -9,7 +9,6 @@ import (
 	"context"
 	"net/netip"
 	"slices"
-	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
@@ -18,10 +17,6 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
-// ServedWithin bounds Apply's wait for ovs-vswitchd to serve the bridge, as
-// ovs-bridge bounds its wait for an ofport.
-const ServedWithin = 10 * time.Second
-
 // Apply installs the port's table-0 flows for ps (and table 0's NORMAL on
 // a fail_mode=secure bridge, and the flows of its gateways on LOCAL) on the bridge at target in one bundle, and,
 // given portUUID, first records them on the port for reconcile and claims
@@ -29,8 +24,9 @@ const ServedWithin = 10 * time.Second
 // that fails with an *ovsdb.ClaimedError, before any flow goes in, when
 // another port holds one. The bundle first clears every flow of the suite
 // on ofport (flows.ClearPort). While ovs-vswitchd does not serve the
-// bridge (down, restarting) it tries again for up to ServedWithin, then
-// fails with openflow.ErrTimeout (CNI code 11).
+// bridge (down, restarting) it tries again until ctx ends, then fails with
+// openflow.ErrTimeout (CNI code 11), as it does when ovs-vswitchd does not
+// answer.
 //
 // Unlike ovs-portmap's host ports it does not wait for the datapath's flow
 // cache to follow (unixctl.StartRevalidation): the flows match the new
@@ -76,9 +72,9 @@ func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps 
 	}
 	clear := flows.ClearPort(ps.OFPort)
 	if none {
-		return openflow.ApplyServed(ctx, target, openflow.Bundle{clear}, ServedWithin)
+		return openflow.ApplyServed(ctx, target, openflow.Bundle{clear})
 	}
-	return openflow.ApplyServed(ctx, target, append(openflow.Bundle{clear}, flows.PortSecurityBundle(ps, base...)...), ServedWithin)
+	return openflow.ApplyServed(ctx, target, append(openflow.Bundle{clear}, flows.PortSecurityBundle(ps, base...)...))
 }
 
 // Rebuild returns the port security flows recorded for port p, with the

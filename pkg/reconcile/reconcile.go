@@ -29,6 +29,14 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
+// endpointTimeout bounds what a pass does at one OpenFlow endpoint (a
+// dump, the meters, a bundle; the zone limits): it runs under the sweep,
+// which holds every ADD and DEL of the node back, so an ovs-vswitchd that
+// does not answer keeps them waiting no longer than this, and the other
+// bridges get their turn; the next pass tries it again. The plugins wait
+// as long as their own budget (pkg/cnicmd); a pass, for everyone, does not.
+const endpointTimeout = 30 * time.Second
+
 // Stats counts what one reconcile pass did.
 type Stats struct {
 	Attachments int // live attachments whose flows were rebuilt
@@ -199,7 +207,10 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 	}
 	st.InSync = map[endpoint.Endpoint]bool{}
 	for name, t := range byTarget {
-		if err := t.apply(ctx, name, kept, &st); err != nil {
+		tctx, cancel := context.WithTimeout(ctx, endpointTimeout)
+		err := t.apply(tctx, name, kept, &st)
+		cancel()
+		if err != nil {
 			errs = append(errs, err)
 		} else {
 			st.InSync[name] = true
@@ -213,7 +224,10 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 			if ctl == "" {
 				ctl = control
 			}
-			if err := hostport.SetZoneLimits(ctx, name, ctl, *t.pl); err != nil {
+			tctx, cancel := context.WithTimeout(ctx, endpointTimeout)
+			err := hostport.SetZoneLimits(tctx, name, ctl, *t.pl)
+			cancel()
+			if err != nil {
 				errs = append(errs, fmt.Errorf("OpenFlow endpoint %s: %w", name, err))
 			}
 		}

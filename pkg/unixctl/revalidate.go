@@ -26,10 +26,6 @@ import (
 // was committed but started before it. The wait then returns early, as if
 // it had not been made; rounds last about a millisecond.
 
-// waitTimeout bounds a revalidator/wait, as openflow.Timeout bounds an
-// OpenFlow call.
-const waitTimeout = 10 * time.Second
-
 // Revalidation is a revalidator/wait registered before a flow change.
 type Revalidation struct {
 	c   *jsonrpc.Conn
@@ -46,12 +42,12 @@ func StartRevalidation(ctx context.Context, sock string) (*Revalidation, error) 
 	}
 	c, err := jsonrpc.Dial(ctx, endpoint.Endpoint{Network: "unix", Address: sock})
 	if err != nil {
-		return nil, fmt.Errorf("ovs-vswitchd control socket %s: %w", sock, err)
+		return nil, fmt.Errorf("ovs-vswitchd control socket %s: %w", sock, timedOut(err))
 	}
 	req, err := c.Send(ctx, "revalidator/wait", []string{})
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("revalidator/wait on %s: %w", sock, err)
+		return nil, fmt.Errorf("revalidator/wait on %s: %w", sock, timedOut(err))
 	}
 	// The wait sends no acknowledgement. A second connection's "version",
 	// answered, proves it registered: ovs-vswitchd reads its control
@@ -64,14 +60,14 @@ func StartRevalidation(ctx context.Context, sock string) (*Revalidation, error) 
 	return &Revalidation{c: c, req: req}, nil
 }
 
-// Wait returns once the revalidation round has ended, or ctx (bounded by
-// waitTimeout) has; it closes the connection.
+// Wait returns once the revalidation round has ended, or ctx has (as an
+// OpenFlow call, endpoint.Bounded); it closes the connection.
 func (w *Revalidation) Wait(ctx context.Context) error {
 	if w == nil {
 		return nil
 	}
 	defer w.c.Close()
-	ctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	ctx, cancel := endpoint.Bounded(ctx)
 	defer cancel()
 	err := w.req.Wait(ctx, nil)
 	var rpcErr *jsonrpc.Error

@@ -64,6 +64,15 @@ func Find(target endpoint.Endpoint, control string) (string, error) {
 	return "", fmt.Errorf("%w for %s (%s)", ErrNoSocket, target, strings.Join(tried, "; "))
 }
 
+// timedOut gives an error that the context's deadline ended the suite's
+// timeout sentinel: ovs-vswitchd did not answer in time.
+func timedOut(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w (%v)", endpoint.ErrTimeout, err)
+	}
+	return err
+}
+
 // fromPidFile returns the control socket that dir's pid file names, if it is
 // there.
 func fromPidFile(dir string) (string, error) {
@@ -83,11 +92,13 @@ func fromPidFile(dir string) (string, error) {
 	return sock, nil
 }
 
-// call runs one unixctl command and returns its output.
+// call runs one unixctl command and returns its output. It waits for
+// ovs-vswitchd until ctx ends: then the error is endpoint.ErrTimeout (CNI
+// code 11), as for OpenFlow.
 func call(ctx context.Context, sock, command string, args ...string) (string, error) {
 	c, err := jsonrpc.Dial(ctx, endpoint.Endpoint{Network: "unix", Address: sock})
 	if err != nil {
-		return "", fmt.Errorf("ovs-vswitchd control socket %s: %w", sock, err)
+		return "", fmt.Errorf("ovs-vswitchd control socket %s: %w", sock, timedOut(err))
 	}
 	defer c.Close()
 	if args == nil {
@@ -95,7 +106,7 @@ func call(ctx context.Context, sock, command string, args ...string) (string, er
 	}
 	var out json.RawMessage
 	if err := c.Call(ctx, command, args, &out); err != nil {
-		return "", fmt.Errorf("ovs-vswitchd %s: %w", command, err)
+		return "", fmt.Errorf("ovs-vswitchd %s: %w", command, timedOut(err))
 	}
 	var s string
 	_ = json.Unmarshal(out, &s)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/internal/ovstest"
@@ -131,5 +133,38 @@ func TestZoneLimitArgs(t *testing.T) {
 	got := strings.Join(ZoneLimitArgs(map[uint16]uint32{64002: 0, 64000: 100, 64001: 100}), " ")
 	if want := "zone=64000,limit=100 zone=64001,limit=100 zone=64002,limit=0"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// An ovs-vswitchd that takes connections and answers nothing (a busy one)
+// is waited for until the context ends, then is the suite's timeout
+// (code 11): a command and the revalidation wait registered before a flow
+// change alike.
+func TestMuteIsTimeout(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "mute.ctl")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	for name, f := range map[string]func(context.Context) error{
+		"SetZoneLimits":     func(ctx context.Context) error { return SetZoneLimits(ctx, sock, map[uint16]uint32{64000: 1}) },
+		"StartRevalidation": func(ctx context.Context) error { _, err := StartRevalidation(ctx, sock); return err },
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := f(ctx)
+		cancel()
+		if !errors.Is(err, endpoint.ErrTimeout) {
+			t.Errorf("%s on a socket that never answers: got %v, want endpoint.ErrTimeout", name, err)
+		}
 	}
 }

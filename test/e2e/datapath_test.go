@@ -101,4 +101,7 @@ var anyDatapath = []datapathGroup{
 		"TestBandwidthGC", "TestBandwidthParallel", "TestBandwidthMetersFollowAttachment",
 		"TestAgentUninstallShaped",
 	}},
+	{"ovs-vswitchd stopped (SIGSTOP, a saturated node): commands wait within their budget, a DEL killed midway and run again; OVSDB rows and flows", []string{
+		"TestBusyVswitchdWaited", "TestBusyVswitchdTimesOut", "TestBusyDelRetried",
+	}},
 }

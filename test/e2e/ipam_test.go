@@ -12,19 +12,20 @@ import (
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
 // An IPAM plugin that never answers ADD does not hang ovs-bridge's ADD: the
-// plugin is killed when the command's timeout ends, the ADD fails naming
-// the deadline and leaves nothing (port, veth, flows, allocation). Both
-// paths: IPAM in the background while the veth is made, and dhcp's (IPAM
-// on the attached port; the fake plugin is named "dhcp" and found first in
-// CNI_PATH). Control: the same plugin answering, the same ADD succeeds.
-// The two wait out the command's timeout side by side.
+// plugin is killed when the command's work ends (its "timeout", less the
+// time kept for the rollback), the ADD fails naming the deadline and leaves
+// nothing (port, veth, flows, allocation). Both paths: IPAM in the
+// background while the veth is made, and dhcp's (IPAM on the attached
+// port; the fake plugin is named "dhcp" and found first in CNI_PATH).
+// Control: the same plugin answering, the same ADD succeeds. The two wait
+// out their "timeout" side by side, a short one (hungTimeout).
 func TestBridgeIPAMHangs(t *testing.T) {
+	const hungTimeout = 6 * time.Second
 	requireSandbox(t)
 	br := framework.NewBridge(t, "e2ebr")
 	for i, name := range []string{"hung", "dhcp"} {
@@ -53,7 +54,7 @@ exit 0
 					}
 				}
 			})
-			conf := framework.BridgeConf(br, ovsdbAddr, "", map[string]any{"ipam": map[string]any{"type": name}})
+			conf := framework.BridgeConf(br, ovsdbAddr, "", map[string]any{"ipam": map[string]any{"type": name}, "timeout": hungTimeout.String()})
 			n := framework.NewCNI(t, conflist("1.0.0", "ipamhang"+name, conf), nil, fake)
 
 			control := framework.NewContainer(t)
@@ -68,10 +69,10 @@ exit 0
 				t.Fatal(err)
 			}
 			c := framework.NewContainer(t)
-			// The runtime's own bound, far beyond ovs-bridge's (its command
-			// timeout, then its rollback's): past it, the ADD hangs, and
+			// The runtime's own bound, far beyond ovs-bridge's (its
+			// "timeout", rollback included): past it, the ADD hangs, and
 			// libcni kills it.
-			ctx, cancel := context.WithTimeout(context.Background(), 2*cnicmd.Timeout+time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), hungTimeout+time.Minute)
 			defer cancel()
 			_, err := n.Cfg.AddNetworkList(ctx, n.List, c.RT("eth0", nil))
 			t.Cleanup(func() { n.Del(c, "eth0", nil) })

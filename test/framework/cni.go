@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 )
 
 // CNI runs a conflist's plugins as binaries through libcni, as a runtime
@@ -36,6 +40,38 @@ func NewCNI(t testing.TB, conflist map[string]any, x invoke.Exec, dirs ...string
 	dirs = append(dirs, Env.BinDir)
 	return &CNI{Cfg: libcni.NewCNIConfigWithCacheDir(dirs, t.TempDir(), x), List: list, Exec: x, dirs: dirs}
 }
+
+// HookExec runs the plugins as libcni's own exec does (killed with SIGKILL
+// when the runtime's context ends), calling Before, if set, with each
+// plugin's name and command before it starts: a fault at a point of a
+// chain.
+type HookExec struct {
+	Before func(plugin, command string)
+}
+
+var hookExec = &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
+
+// ExecPlugin implements invoke.Exec.
+func (x *HookExec) ExecPlugin(ctx context.Context, path string, stdin []byte, env []string) ([]byte, error) {
+	if x.Before != nil {
+		command := ""
+		for _, e := range env {
+			if v, ok := strings.CutPrefix(e, "CNI_COMMAND="); ok {
+				command = v
+			}
+		}
+		x.Before(filepath.Base(path), command)
+	}
+	return hookExec.ExecPlugin(ctx, path, stdin, env)
+}
+
+// FindInPath implements invoke.Exec.
+func (x *HookExec) FindInPath(plugin string, paths []string) (string, error) {
+	return hookExec.FindInPath(plugin, paths)
+}
+
+// Decode implements invoke.Exec.
+func (x *HookExec) Decode(b []byte) (version.PluginInfo, error) { return hookExec.Decode(b) }
 
 // Add runs ADD for the container's ifname.
 func (n *CNI) Add(c *Container, ifname string, capArgs map[string]any) (*current.Result, error) {

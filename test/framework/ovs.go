@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
@@ -56,6 +60,41 @@ func PrepareBridge(t testing.TB, bridge string) {
 	if out, err := Run(filepath.Join(Env.BinDir, "ovs-portmap"), "reconcile", "-ovsdb", Env.OVSDB); err != nil {
 		t.Fatalf("reconcile (the base flows): %v: %s", err, out)
 	}
+}
+
+// FreezeVswitchd stops the sandbox's ovs-vswitchd with SIGSTOP, as a node
+// too busy to run it: its sockets still take connections, and nothing is
+// answered (OpenFlow, its control socket, the configurations OVSDB asks it
+// to apply) until thaw (SIGCONT), which is also a cleanup of t and harmless
+// twice. It returns once the process is stopped.
+func FreezeVswitchd(t testing.TB) (thaw func()) {
+	t.Helper()
+	pidFile := filepath.Join(filepath.Dir(strings.TrimPrefix(Env.OVSDB, "unix:")), "ovs-vswitchd.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", pidFile, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stopping ovs-vswitchd %d: %v", pid, err)
+	}
+	var once sync.Once
+	thaw = func() { once.Do(func() { syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(thaw)
+	stopped := func() bool {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// The state follows the command's closing parenthesis.
+		i := strings.LastIndexByte(string(st), ')')
+		return err == nil && i >= 0 && strings.HasPrefix(string(st[i+1:]), " T")
+	}
+	if !Until(5*time.Second, stopped) {
+		thaw()
+		t.Fatalf("ovs-vswitchd %d not stopped %v after SIGSTOP", pid, Scaled(5*time.Second))
+	}
+	return thaw
 }
 
 // DelBridge removes a bridge of the sandbox, and its netdev tap.

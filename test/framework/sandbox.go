@@ -79,8 +79,8 @@ func scaleFromEnv() int {
 func Scaled(d time.Duration) time.Duration { return d * time.Duration(Slowdown) }
 
 // Load is n concurrent callers divided by Slowdown, and at least min: the
-// plugins' own deadlines for ovs-vswitchd (10 s) are fixed, so a machine ten
-// times slower carries a tenth of the load within them.
+// plugins' own budget (their "timeout", pkg/cnicmd) does not stretch, so a
+// machine ten times slower carries a tenth of the load within it.
 func Load(n, min int) int { return max(n/Slowdown, min) }
 
 // Env describes the sandbox the tests run in.

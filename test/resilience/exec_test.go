@@ -21,6 +21,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
@@ -51,8 +52,9 @@ type invocation struct {
 }
 
 // hangAfter is how long an invocation may run: every command of the plugins
-// bounds its work by 30 s (opTimeout), so one that outlives this hangs.
-const hangAfter = 45 * time.Second
+// ends within its budget (at most cnicmd.DefaultTimeout, the conflists here
+// giving no longer "timeout"), so one that outlives this hangs.
+const hangAfter = cnicmd.DefaultTimeout + 15*time.Second
 
 // pluginExec is an invoke.Exec that runs plugins as libcni's RawExec does
 // (CNI_* in the environment, the plugin's config on stdin, a CNI error

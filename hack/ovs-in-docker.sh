@@ -33,9 +33,9 @@
 #   hack/ovs-in-docker.sh image TAG       another image of this tree, tagged and stamped TAG, into every node
 #                                         (for an upgrade: kubectl set image); prints IMAGE=<name>
 #   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
-#   hack/ovs-in-docker.sh test -kube [-nodes N] [-conformance]  up -kube, deploy, (-conformance: conformance's default
-#                                         selection first, on the fresh cluster), the Go tests of test/cluster; then Multus
-#                                         in front and its tests; down
+#   hack/ovs-in-docker.sh test -kube [-nodes N] [-runtime crio] [-conformance]  up -kube, deploy, (-conformance:
+#                                         conformance's default selection first, on the fresh cluster), the Go tests of
+#                                         test/cluster; then Multus in front and its tests (containerd only); down
 #   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
 #   hack/ovs-in-docker.sh bench -kube [-nodes N] [-pods P] [-idle S]  a benchmark (hack/ovs-in-docker/bench.sh):
 #                                         up -kube (default 3 nodes), deploy; for ovsflow, then the reference chain

@@ -30,9 +30,14 @@ if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit
 # their nodes are containers of a private Docker engine, with their own
 # network namespaces and Open vSwitch. OVSFLOW_TEST_SERIAL=1 runs them after
 # go test instead.
+# The CRI-O cluster is a second harness beside the first (a prefix, engine,
+# network and ranges of its own: documentation and benchmark ranges no other
+# suite uses), so that it waits on its cluster while the first waits on
+# its own.
 cluster_log=$(mktemp /tmp/ovsflow-test-cluster.XXXXXX)
-cluster=
-trap '[ -z "$cluster" ] || kill -- -"$cluster" 2>/dev/null || true; rm -f "$cluster_log"' EXIT
+crio_log=$(mktemp /tmp/ovsflow-test-crio.XXXXXX)
+cluster= crio=
+trap '[ -z "$cluster" ] || kill -- -"$cluster" 2>/dev/null || true; [ -z "$crio" ] || kill -- -"$crio" 2>/dev/null || true; rm -f "$cluster_log" "$crio_log"' EXIT
 clusters() {
 	echo "== ovs-in-docker (multi-node: nodes as Docker containers, hack/ovs-in-docker.sh; then with Kubernetes)"
 	hack/ovs-in-docker.sh test
@@ -41,13 +46,23 @@ clusters() {
 	# (e2e.test), then test/cluster.
 	hack/ovs-in-docker.sh test -kube -nodes 2 -conformance
 }
+crio_cluster() {
+	echo "== ovs-in-docker with Kubernetes on CRI-O nodes"
+	# The same on two CRI-O nodes (without ovs-portmap's host-port tests:
+	# CRI-O publishes host ports itself).
+	env OID_PREFIX=ovsflow-crio OID_NET4=198.18.6.0/27 OID_NET6=2001:db8:40::/64 OID_POD4=198.18.4.0/24 OID_POD6=2001:db8:40 \
+		OID_KPOD6=2001:db8:40:100::/56 OID_SVC4=198.18.5.0/27 OID_SVC6=2001:db8:40:ffff::/112 \
+		hack/ovs-in-docker.sh test -kube -nodes 2 -runtime crio -conformance
+}
 if [ "$(id -u)" != 0 ]; then
 	[ -z "${CI:-}" ] || { echo "ovs-in-docker needs root in CI" >&2; exit 1; }
 	echo "*** not root: hack/ovs-in-docker.sh test SKIPPED ***" >&2
 elif [ -z "${OVSFLOW_TEST_SERIAL:-}" ]; then
-	export -f clusters
+	export -f clusters crio_cluster
 	setsid bash -c 'set -euo pipefail; clusters' >"$cluster_log" 2>&1 &
 	cluster=$!
+	setsid bash -c 'set -euo pipefail; crio_cluster' >"$crio_log" 2>&1 &
+	crio=$!
 fi
 
 echo "== go test (unit and end-to-end)"
@@ -63,7 +78,14 @@ if [ -n "$cluster" ]; then
 	cat "$cluster_log"
 	echo "== ovs-in-docker (in the background, beside go test): exit $crc"
 	((crc == 0)) || rc=$crc
+	crc=0
+	wait "$crio" || crc=$?
+	crio=
+	cat "$crio_log"
+	echo "== ovs-in-docker on CRI-O (in the background, beside go test): exit $crc"
+	((crc == 0)) || rc=$crc
 elif [ "$(id -u)" = 0 ]; then
 	clusters || rc=$?
+	crio_cluster || rc=$?
 fi
 exit $rc

@@ -289,7 +289,11 @@ kube_containerd_config() {
 # pod's oom_score_adj no lower than the node's, as containerd's
 # restrict_oom_score_adj) and conmon of Debian, pinns of
 # hack/install-runtimes.sh in /usr/local/bin, the pause image imported from a
-# tar, the node's CNI dirs, the streaming server on 127.0.0.1, no NRI.
+# tar, the node's CNI dirs, STATUS every 5 s (cni_status_grace_period: by
+# default CRI-O asks STATUS only at its start, and a node whose ovs-vswitchd
+# stopped would stay Ready; with it, the runtime's NetworkReady is false
+# 10 s after STATUS began to fail, as on containerd), the streaming server
+# on 127.0.0.1, no NRI.
 kube_crio_config() {
 	cat >"$1" <<-EOF
 		[crio]
@@ -318,6 +322,7 @@ kube_crio_config() {
 		[crio.network]
 		network_dir = "/etc/cni/net.d"
 		plugin_dirs = ["/opt/cni/bin"]
+		cni_status_grace_period = "10s"
 		[crio.nri]
 		enable_nri = false
 	EOF

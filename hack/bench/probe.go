@@ -338,7 +338,9 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 		return err
 	}
 	defer cli.Close()
-	if err := cli.SyncPending(ctx, 10*time.Second); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := cli.SyncPending(sctx); err != nil {
 		return err
 	}
 	t.mark(phVswitchdDel)

@@ -102,17 +102,36 @@ func ApplyServed(ctx context.Context, target endpoint.Endpoint, bundle Bundle) e
 	ctx, cancel := endpoint.Bounded(ctx)
 	defer cancel()
 	start := time.Now()
+	var notServed error // the last try's, while the bridge was not served
+	notServedErr := func(err error) error {
+		return fmt.Errorf("%w: ovs-vswitchd does not serve the bridge within %s: %w", ErrTimeout, time.Since(start).Round(time.Millisecond), err)
+	}
 	for {
 		err := Apply(ctx, target, bundle)
 		if !NotServed(err) {
+			// A try that ctx's end cut short (its dial timed out, not
+			// refused) after tries that found the bridge not served says
+			// what they said.
+			if err != nil && notServed != nil && ended(ctx) {
+				return notServedErr(notServed)
+			}
 			return err
 		}
+		notServed = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: ovs-vswitchd does not serve the bridge within %s: %w", ErrTimeout, time.Since(start).Round(time.Millisecond), err)
+			return notServedErr(err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// ended reports whether ctx has ended: its Err, or its deadline passed
+// (Err lags the deadline on a loaded machine, while a dial under it has
+// already timed out).
+func ended(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
 }
 
 // Apply applies the bundle as one atomic transaction: all of it or, when

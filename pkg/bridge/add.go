@@ -472,7 +472,7 @@ func addressAfterPort(a *adding) error {
 }
 
 func addressContainer(a *adding) error {
-	return a.netns.Do(func(ns.NetNS) error { return configureAddresses(a.args.IfName, a.result) })
+	return a.netns.Do(func(ns.NetNS) error { return configureAddresses(a.ctx, a.args.IfName, a.result) })
 }
 
 // secure builds the facts of the port's table-0 flows from what is known

@@ -634,9 +634,9 @@ func prepareContainer(ifname string, netdev, up, noRA bool) (openflow.MAC, error
 
 // configureAddresses runs inside the container netns after IPAM: addresses,
 // routes, link up.
-func configureAddresses(ifname string, result *current.Result) error {
+func configureAddresses(ctx context.Context, ifname string, result *current.Result) error {
 	if len(result.IPs) > 0 {
-		if err := ipam.Configure(ifname, result); err != nil {
+		if err := ipam.Configure(ctx, ifname, result); err != nil {
 			return fmt.Errorf("configuring %q: %w", ifname, err)
 		}
 	}

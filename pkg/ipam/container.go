@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -16,12 +17,15 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// settleTimeout and settleInterval bound the wait for IPv6 addresses to
-// leave the tentative state (duplicate address detection) before routes
-// through an IPv6 gateway go in, as the reference plugins wait.
+// settleInterval paces the wait for IPv6 addresses to leave the tentative
+// state (duplicate address detection) before routes through an IPv6
+// gateway go in, as the reference plugins wait. The wait lasts as long as
+// the command's context (its budget, pkg/cnicmd): the reference plugins'
+// fixed 5 s failed sandboxes on a saturated node, where the kernel's
+// duplicate address detection (one second on an idle one) took longer.
 const (
-	settleTimeout  = 5 * time.Second
 	settleInterval = 50 * time.Millisecond
+	noCarrierWait  = 5 * time.Second
 )
 
 // Configure runs in the container's netns: it puts the addresses of res
@@ -31,7 +35,7 @@ const (
 // without a gateway goes through the first gateway of its family among
 // the addresses. Unlike ConfigureIface, which drops them, a route's mtu
 // and advmss (CNI 1.1) are applied too.
-func Configure(ifName string, res *current.Result) error {
+func Configure(ctx context.Context, ifName string, res *current.Result) error {
 	if len(res.Interfaces) == 0 {
 		return errors.New("the result has no interfaces")
 	}
@@ -75,7 +79,7 @@ func Configure(ifName string, res *current.Result) error {
 		// Routes through an IPv6 gateway wait for the addresses to leave
 		// the tentative state, as the reference plugins' do; with DAD off
 		// (ovs-bridge turns it off on the container end) that is at once.
-		if err := settle(l); err != nil {
+		if err := settle(ctx, l); err != nil {
 			return err
 		}
 	}
@@ -132,12 +136,12 @@ func writeSysctl(key, value string) error {
 	return nil
 }
 
-// settle waits, up to settleTimeout, until no IPv6 address of l is
-// tentative, and fails when one failed duplicate address detection. A link
-// without carrier keeps its addresses tentative: that is not an error.
-func settle(l netlink.Link) error {
+// settle waits, until ctx ends, until no IPv6 address of l is tentative,
+// and fails when one failed duplicate address detection. A link without
+// carrier keeps its addresses tentative: that is not an error.
+func settle(ctx context.Context, l netlink.Link) error {
 	name := l.Attrs().Name
-	deadline := time.Now().Add(settleTimeout)
+	start := time.Now()
 	for {
 		addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_V6)
 		if err != nil {
@@ -155,17 +159,26 @@ func settle(l netlink.Link) error {
 		if !tentative {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		// Without carrier, addresses stay tentative: after as long as the
+		// reference plugins wait, that is the link's state, not a DAD to
+		// wait for.
+		if time.Since(start) > noCarrierWait {
+			if now, err := netlinksafe.LinkByName(name); err == nil && now.Attrs().OperState != netlink.OperUp {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
 			now, err := netlinksafe.LinkByName(name)
 			if err != nil {
 				return fmt.Errorf("looking up %q: %w", name, err)
 			}
 			if now.Attrs().OperState == netlink.OperUp {
-				return fmt.Errorf("%q still has tentative addresses after %v", name, settleTimeout)
+				return fmt.Errorf("%q still has tentative addresses after %v: %w", name, time.Since(start).Round(time.Millisecond), ctx.Err())
 			}
 			return nil
+		case <-time.After(settleInterval):
 		}
-		time.Sleep(settleInterval)
 	}
 }
 

@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"context"
 	"net"
 	"os"
 	"strings"
@@ -96,7 +97,7 @@ func TestConfigure(t *testing.T) {
 	n := containerLink(t)
 	res := dualStack(t)
 	err := n.Do(func(ns.NetNS) error {
-		if err := Configure("eth0", res); err != nil {
+		if err := Configure(context.Background(), "eth0", res); err != nil {
 			return err
 		}
 		l, err := netlink.LinkByName("eth0")
@@ -181,7 +182,7 @@ func TestConfigureScope(t *testing.T) {
 		Routes:     []*types.Route{{Dst: prefix(t, "192.0.2.0/24"), Table: &table, Scope: &scope}},
 	}
 	err := n.Do(func(ns.NetNS) error {
-		if err := Configure("eth0", res); err != nil {
+		if err := Configure(context.Background(), "eth0", res); err != nil {
 			return err
 		}
 		routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: 100}, netlink.RT_FILTER_TABLE)
@@ -216,14 +217,14 @@ func TestConfigureRefuses(t *testing.T) {
 		}, "index 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := n.Do(func(ns.NetNS) error { return Configure("eth0", tc.res) })
+			err := n.Do(func(ns.NetNS) error { return Configure(context.Background(), "eth0", tc.res) })
 			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
 				t.Errorf("Configure: got %v, want an error naming %q", err, tc.errHas)
 			}
 		})
 	}
 	err := n.Do(func(ns.NetNS) error {
-		return Configure("nosuch0", &current.Result{Interfaces: []*current.Interface{{Name: "nosuch0"}}})
+		return Configure(context.Background(), "nosuch0", &current.Result{Interfaces: []*current.Interface{{Name: "nosuch0"}}})
 	})
 	if err == nil || !strings.Contains(err.Error(), "nosuch0") {
 		t.Errorf("Configure of a missing link: got %v, want an error naming it", err)
@@ -238,7 +239,7 @@ func TestCheck(t *testing.T) {
 	mainRoutes := res.Routes[:3] // the table-100 route is not in the main table: CHECK does not look there
 	ours := res.IPs[:2]
 	err := n.Do(func(ns.NetNS) error {
-		if err := Configure("eth0", res); err != nil {
+		if err := Configure(context.Background(), "eth0", res); err != nil {
 			return err
 		}
 		if err := CheckAddresses("eth0", ours); err != nil {

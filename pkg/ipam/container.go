@@ -21,8 +21,10 @@ import (
 // state (duplicate address detection) before routes through an IPv6
 // gateway go in, as the reference plugins wait. The wait lasts as long as
 // the command's context (its budget, pkg/cnicmd): the reference plugins'
-// fixed 5 s failed sandboxes on a saturated node, where the kernel's
-// duplicate address detection (one second on an idle one) took longer.
+// fixed 5 s failed sandboxes on a saturated node (ovs-bridge turns DAD off
+// on the container end, but the kernel keeps an address tentative until it
+// has processed the link's carrier, in a work queue that a busy node runs
+// late).
 const (
 	settleInterval = 50 * time.Millisecond
 	noCarrierWait  = 5 * time.Second

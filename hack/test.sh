@@ -71,19 +71,20 @@ echo "== go test (unit and end-to-end)"
 rc=0
 go test -count=1 -p 1 -timeout 30m "$@" ./... || rc=$?
 
+# collect PID LOG WHAT: waits for a suite in the background, prints its
+# log and how it ended, and keeps its failure in rc.
+collect() {
+	local crc=0
+	wait "$1" || crc=$?
+	cat "$2"
+	echo "== $3 (in the background, beside go test): exit $crc"
+	((crc == 0)) || rc=$crc
+}
 if [ -n "$cluster" ]; then
-	crc=0
-	wait "$cluster" || crc=$?
+	collect "$cluster" "$cluster_log" ovs-in-docker
 	cluster=
-	cat "$cluster_log"
-	echo "== ovs-in-docker (in the background, beside go test): exit $crc"
-	((crc == 0)) || rc=$crc
-	crc=0
-	wait "$crio" || crc=$?
+	collect "$crio" "$crio_log" "ovs-in-docker on CRI-O"
 	crio=
-	cat "$crio_log"
-	echo "== ovs-in-docker on CRI-O (in the background, beside go test): exit $crc"
-	((crc == 0)) || rc=$crc
 elif [ "$(id -u)" = 0 ]; then
 	clusters || rc=$?
 	crio_cluster || rc=$?

@@ -22,7 +22,7 @@ func Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var full error // the last EAGAIN: why the retries went on
 	for {
 		c, err := d.DialContext(ctx, network, addr)
-		if err != nil && full != nil && ended(ctx, err) {
+		if err != nil && full != nil && Ended(ctx, err) {
 			// The context ended during a retry: the backlog was full all
 			// along, which says more than "i/o timeout".
 			return nil, full
@@ -42,10 +42,10 @@ func Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	}
 }
 
-// ended reports whether err says ctx's time is up. The dialer compares the
+// Ended reports whether err says ctx's time is up. The dialer compares the
 // deadline with the clock itself and answers "i/o timeout" once it has
 // passed, while ctx.Err() stays nil until the context's own timer has run,
 // which on a loaded machine comes later.
-func ended(ctx context.Context, err error) bool {
+func Ended(ctx context.Context, err error) bool {
 	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }

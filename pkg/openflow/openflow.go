@@ -112,7 +112,7 @@ func ApplyServed(ctx context.Context, target endpoint.Endpoint, bundle Bundle) e
 			// A try that ctx's end cut short (its dial timed out, not
 			// refused) after tries that found the bridge not served says
 			// what they said.
-			if err != nil && notServed != nil && ended(ctx) {
+			if err != nil && notServed != nil && endpoint.Ended(ctx, err) {
 				return notServedErr(notServed)
 			}
 			return err
@@ -124,14 +124,6 @@ func ApplyServed(ctx context.Context, target endpoint.Endpoint, bundle Bundle) e
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// ended reports whether ctx has ended: its Err, or its deadline passed
-// (Err lags the deadline on a loaded machine, while a dial under it has
-// already timed out).
-func ended(ctx context.Context) bool {
-	dl, ok := ctx.Deadline()
-	return ctx.Err() != nil || ok && !time.Now().Before(dl)
 }
 
 // Apply applies the bundle as one atomic transaction: all of it or, when

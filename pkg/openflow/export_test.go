@@ -50,3 +50,16 @@ func HandFlowMod(m Mod) []byte {
 	b[7] = 1
 	return b
 }
+
+// HoldFirstCommit makes each Apply wait, on its first try, before the
+// commit until ovs-vswitchd sends something unasked (with a short
+// bundle-idle-timeout: that the bundle expired), and counts the tries.
+func HoldFirstCommit(tries *int) (restore func()) {
+	beforeCommit = func(s *conn, try int) {
+		*tries++
+		if try == 0 {
+			_, _ = s.r.Peek(8)
+		}
+	}
+	return func() { beforeCommit = nil }
+}

@@ -133,6 +133,12 @@ func ApplyServed(ctx context.Context, target endpoint.Endpoint, bundle Bundle) e
 // flushes selects (see FlushConntrack) on the same connection: a second
 // connection would wait for ovs-vswitchd's main loop to accept it. When only
 // flushes fail, the error is a *ConntrackFlushError.
+//
+// ovs-vswitchd discards a bundle that stays idle for its
+// bundle-idle-timeout (10 s by default) before the commit, which a node at
+// its limit can make it do with a bundle sent whole (its main loop busy for
+// that long between two of the bundle's messages): nothing of it was
+// applied, and Apply sends it again while ctx lasts (maxTries in all).
 func Apply(ctx context.Context, target endpoint.Endpoint, bundle Bundle, flushes ...CTFlush) error {
 	for _, m := range bundle {
 		if f, ok := m.(Flow); ok {
@@ -141,6 +147,31 @@ func Apply(ctx context.Context, target endpoint.Endpoint, bundle Bundle, flushes
 			}
 		}
 	}
+	for try := 0; ; try++ {
+		err := apply(ctx, target, bundle, flushes, try)
+		if !bundleExpired(err) || ctx.Err() != nil || try == maxTries-1 {
+			return err
+		}
+	}
+}
+
+// maxTries bounds Apply's tries of a bundle that expires each time, for a
+// ctx without a deadline.
+const maxTries = 5
+
+// beforeCommit, when set (tests), runs on each try of Apply before its
+// commit is sent.
+var beforeCommit func(s *conn, try int)
+
+// bundleExpired reports whether ovs-vswitchd discarded a bundle for its
+// idle timeout (OFPBFC_TIMEOUT).
+func bundleExpired(err error) bool {
+	var oe *Error
+	return err != nil && errors.As(err, &oe) && oe.Type == ofpetBundleFailed && oe.Code == ofpbfcTimeout
+}
+
+// apply is one try of Apply.
+func apply(ctx context.Context, target endpoint.Endpoint, bundle Bundle, flushes []CTFlush, try int) error {
 	return session(ctx, target, "applying bundle", func(s *conn) error {
 		// xids: 1 open, 2.. one per entry, then barrier, then commit or discard.
 		b := hello()
@@ -185,6 +216,9 @@ func Apply(ctx context.Context, target endpoint.Endpoint, bundle Bundle, flushes
 		last := uint32(bundleCommit)
 		if len(errs) > 0 {
 			last = bundleDiscard
+		}
+		if beforeCommit != nil {
+			beforeCommit(s, try)
 		}
 		if err := s.send(bundleControl(barrier+1, uint16(last))); err != nil {
 			return err
@@ -506,12 +540,15 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: OFPT_ERROR %s code %d", e.What, name, e.Code)
 }
 
-// OFPET_BAD_REQUEST and the codes of a request the switch does not know.
+// OFPET_BAD_REQUEST and the codes of a request the switch does not know;
+// OFPET_BUNDLE_FAILED and its code for a bundle discarded while idle.
 const (
-	ofpetBadRequest  = 1
-	ofpbrcBadType    = 1
-	ofpbrcBadExp     = 3
-	ofpbrcBadExpType = 4
+	ofpetBadRequest   = 1
+	ofpbrcBadType     = 1
+	ofpbrcBadExp      = 3
+	ofpbrcBadExpType  = 4
+	ofpetBundleFailed = 17
+	ofpbfcTimeout     = 14
 )
 
 // Unsupported reports whether the switch does not know the request at all

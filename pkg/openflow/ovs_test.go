@@ -270,6 +270,32 @@ func TestApplyErrorIsAtomic(t *testing.T) {
 	}
 }
 
+// TestApplyBundleExpired: a bundle that ovs-vswitchd discards for its idle
+// timeout before the commit (a node whose main loop was busy for that long)
+// is sent again: the flows are in place, after two tries.
+func TestApplyBundleExpired(t *testing.T) {
+	requireOVS(t)
+	target := newBridge(t)
+	run(t, "", "ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "set", "Open_vSwitch", ".", "other_config:bundle-idle-timeout=1")
+	t.Cleanup(func() {
+		run(t, "", "ovs-vsctl", "--db="+ovs.DB, "--timeout=10", "remove", "Open_vSwitch", ".", "other_config", "bundle-idle-timeout")
+	})
+	var tries int
+	defer HoldFirstCommit(&tries)()
+	bundle := corpus(t)["portsec_dual"]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Apply(ctx, ep(target), bundle); err != nil {
+		t.Fatalf("Apply after an expired bundle: %v", err)
+	}
+	if tries != 2 {
+		t.Errorf("got %d tries, want 2 (the first one's bundle expired)", tries)
+	}
+	ofctl := newBridge(t)
+	ofctlApply(t, ofctl, bundle)
+	sameFlows(t, "after a retried bundle", ofctl, target)
+}
+
 func TestApplyBridgeWithoutOpenFlow14(t *testing.T) {
 	requireOVS(t)
 	target := newBridge(t)

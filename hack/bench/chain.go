@@ -82,10 +82,12 @@ var (
 
 func (o ovsNode) nodeIP() string { return strings.Split(o.nodeCIDR, "/")[0] }
 
-// ovsConflist is chain A: ovs-bridge (gateway on the bridge) + host-local + ovs-portmap.
+// ovsConflist is chain A: ovs-bridge (gateway on the bridge) + host-local + ovs-portmap,
+// configured as the DaemonSet's conflist (the veth left to the netns, which
+// the driver deletes after each DEL as a runtime does).
 func ovsConflist(name string, o ovsNode, ovsdb, ipamDir string) map[string]any {
 	return map[string]any{"cniVersion": "1.0.0", "name": name, "plugins": []any{
-		map[string]any{"type": "ovs-bridge", "bridge": o.bridge, "ovsdb": ovsdb, "isGateway": true,
+		map[string]any{"type": "ovs-bridge", "bridge": o.bridge, "ovsdb": ovsdb, "isGateway": true, "leaveVethToNetns": true,
 			"ipam": map[string]any{"type": "host-local", "dataDir": ipamDir,
 				"ranges": []any{[]any{map[string]any{"subnet": o.subnet, "gateway": o.gateway}}},
 				"routes": []any{map[string]any{"dst": "0.0.0.0/0"}}}},
@@ -162,7 +164,31 @@ func (ch *chain) del(ctx context.Context, c *container, hostPort int) (time.Dura
 	if err != nil {
 		return d, fmt.Errorf("chain %s: DEL %s: %w", ch.key, c.id, err)
 	}
+	ch.gone(c)
 	return d, nil
+}
+
+// gone does, untimed, what a runtime does after a DEL: it deletes the
+// container's netns, and with it what the DEL left there (chain A's veth,
+// "leaveVethToNetns"). The probe's netns is reused: its interfaces go
+// instead.
+func (ch *chain) gone(c *container) {
+	if c.ns != ch.probe {
+		ch.netns.remove(c.ns)
+		return
+	}
+	_ = c.ns.Do(func(ns.NetNS) error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			if l.Type() == "veth" {
+				_ = netlink.LinkDel(l)
+			}
+		}
+		return nil
+	})
 }
 
 func (ch *chain) newContainer() (*container, error) {

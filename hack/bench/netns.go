@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -52,6 +53,22 @@ func (d *netnsDir) create(name string) (ns.NetNS, error) {
 	d.count++
 	d.mu.Unlock()
 	return ns.GetNS(path)
+}
+
+// remove unmounts and closes one namespace made here; the kernel frees it
+// once nothing holds it.
+func (d *netnsDir) remove(n ns.NetNS) {
+	p := n.Path()
+	n.Close()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i := slices.Index(d.made, p)
+	if i < 0 {
+		return
+	}
+	_ = unix.Unmount(p, unix.MNT_DETACH)
+	_ = os.Remove(p)
+	d.made = slices.Delete(d.made, i, i+1)
 }
 
 // removeAll unmounts every namespace made; the kernel then frees each one

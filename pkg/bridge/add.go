@@ -2,10 +2,12 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -396,8 +398,23 @@ func claim(a *adding) (err error) {
 // reads it through a packet socket, so the node's kernel sees every frame
 // too.
 func createVeth(a *adding) (err error) {
-	a.hostLink, err = link.CreateVeth(link.VethSpec{HostName: a.hostName, ContName: a.args.IfName, HostDown: a.dhcp(), Promisc: true,
-		ContNSFd: int(a.netns.Fd()), MTU: a.conf.MTU, ContMAC: a.contMAC, Alias: link.Alias(a.conf.Name, a.args.ContainerID, a.args.IfName)})
+	spec := link.VethSpec{HostName: a.hostName, ContName: a.args.IfName, HostDown: a.dhcp(), Promisc: true,
+		ContNSFd: int(a.netns.Fd()), MTU: a.conf.MTU, ContMAC: a.contMAC, Alias: link.Alias(a.conf.Name, a.args.ContainerID, a.args.IfName)}
+	a.hostLink, err = link.CreateVeth(spec)
+	if errors.Is(err, syscall.EEXIST) {
+		// The netns may hold the ifname of a veth that a DEL left to it
+		// ("leaveVethToNetns"): that one goes, another stays.
+		left, lerr := link.LeftToNetns(a.netns, a.args.IfName)
+		if lerr != nil {
+			return lerr
+		}
+		if left != "" {
+			if err := link.Delete(left); err != nil {
+				return err
+			}
+			a.hostLink, err = link.CreateVeth(spec)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,11 @@ type NetConf struct {
 	ConfirmedRanges string `json:"confirmedRanges,omitempty"`
 	// Timeout is how long an ADD may take (cnicmd.ParseTimeout).
 	Timeout string `json:"timeout,omitempty"`
+	// LeaveVethToNetns: DEL takes the veth down and leaves it to go with
+	// the container's netns, which the runtime deletes right after the DEL
+	// (Kubernetes' runtimes do), instead of deleting it: the kernel's
+	// deletion of a link waits for RCU (docs/performance.md).
+	LeaveVethToNetns bool `json:"leaveVethToNetns,omitempty"`
 
 	RuntimeConfig struct {
 		MAC string   `json:"mac,omitempty"`

@@ -788,7 +788,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := l.did("veth", link.Delete(link.HostVethName(args.ContainerID, args.IfName))); err != nil {
+	if err := l.did("veth", dropVeth(conf, args)); err != nil {
 		return err
 	}
 	plugin, stdin, err := releaseWith(conf, args.StdinData, ports)
@@ -801,6 +801,21 @@ func CmdDel(args *skel.CmdArgs) error {
 		}
 	}
 	return nil
+}
+
+// dropVeth deletes the attachment's veth, or with "leaveVethToNetns" takes
+// its host end down (the container end loses its carrier) and leaves the
+// pair to go with the netns: the kernel destroys a veth whose end's netns
+// is deleted, after the DEL, off the runtime's path. A netns that the
+// runtime keeps keeps the pair, down, until an ADD of the same attachment
+// (replacePrevious), an ADD of another one with its ifname (createVeth), or
+// GC deletes it.
+func dropVeth(conf *NetConf, args *skel.CmdArgs) error {
+	name := link.HostVethName(args.ContainerID, args.IfName)
+	if conf.LeaveVethToNetns && args.Netns != "" {
+		return link.SetDown(name)
+	}
+	return link.Delete(name)
 }
 
 // detach is DEL's part in OVSDB and OpenFlow: the attachment's port, flows,

@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -165,6 +166,59 @@ func Delete(name string) error {
 		return fmt.Errorf("deleting link %q: %w", name, err)
 	}
 	return nil
+}
+
+// SetDown takes a link down; a missing link is not an error.
+func SetDown(name string) error {
+	var nf netlink.LinkNotFoundError
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("looking up link %q: %w", name, err)
+	}
+	if err := netlink.LinkSetDown(l); err != nil {
+		if errors.As(err, &nf) || errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
+			return nil
+		}
+		return fmt.Errorf("setting link %q down: %w", name, err)
+	}
+	return nil
+}
+
+// LeftToNetns returns the host end of the veth whose container end is
+// ifname in netns, when it is one of the suite's (named and aliased as
+// CreateVeth makes them) and down, as a DEL that leaves it to the netns
+// leaves it; "" otherwise.
+func LeftToNetns(netns ns.NetNS, ifname string) (string, error) {
+	var peer int
+	err := netns.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		if _, ok := l.(*netlink.Veth); ok {
+			peer = l.Attrs().ParentIndex
+		}
+		return nil
+	})
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) || peer == 0 {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("looking up %q in netns %q: %w", ifname, netns.Path(), err)
+	}
+	l, err := netlink.LinkByIndex(peer)
+	if err != nil {
+		return "", nil // its peer is elsewhere
+	}
+	a := l.Attrs()
+	if !strings.HasPrefix(a.Name, "ovf") || !strings.HasPrefix(a.Alias, "ovsflow:") || a.Flags&net.FlagUp != 0 {
+		return "", nil
+	}
+	return a.Name, nil
 }
 
 // Exists reports whether a link called name exists in the current netns.

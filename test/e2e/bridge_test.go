@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -17,6 +18,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/test/framework"
 )
@@ -229,6 +231,87 @@ func TestBridgeDel(t *testing.T) {
 	if err := n.Cfg.DelNetworkList(context.Background(), n.List, rt); err != nil {
 		t.Errorf("DEL with an empty netns: %v", err)
 	}
+}
+
+// With "leaveVethToNetns" DEL detaches everything but leaves the veth,
+// down, to go with the netns: the container end has no carrier, the pair
+// is gone once the netns is, and a netns that stays does not keep its
+// ifname from the next ADD, of the same attachment or of another; GC
+// deletes a pair left in a netns that stays.
+func TestBridgeDelLeavesVethToNetns(t *testing.T) {
+	requireSandbox(t)
+	br := framework.NewBridge(t, "e2ebr")
+	dir := t.TempDir()
+	n := framework.NewCNI(t, conflist("1.1.0", "leave", framework.BridgeConf(br, ovsdbAddr, dir, map[string]any{"leaveVethToNetns": true})), nil)
+	leftDown := func(t *testing.T, c *framework.Container) {
+		t.Helper()
+		if ports := framework.PortsOf(t, ovsdb.KeyContainerID, c.ID); len(ports) != 0 {
+			t.Errorf("after DEL: ports %v left", ports)
+		}
+		if got := allocations(t, dir, "leave"); len(got) != 0 {
+			t.Errorf("after DEL: allocations %v left", got)
+		}
+		l, err := netlink.LinkByName(c.HostVeth("eth0"))
+		if err != nil {
+			t.Fatalf("after DEL: the host end: %v, want it left, down", err)
+		}
+		if l.Attrs().Flags&net.FlagUp != 0 {
+			t.Errorf("after DEL: the host end %s is up, want it down", l.Attrs().Name)
+		}
+		out, err := c.Exec("ip", "-o", "link", "show", "eth0")
+		if err != nil || !strings.Contains(out, "NO-CARRIER") {
+			t.Errorf("after DEL: the container's eth0: %q, %v; want it without carrier", out, err)
+		}
+	}
+	c := framework.NewContainer(t)
+	n.MustAdd(t, c, "eth0", nil)
+	if err := n.Del(c, "eth0", nil); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	leftDown(t, c)
+	// The same attachment again, then another in the same netns.
+	n.MustAdd(t, c, "eth0", nil)
+	if err := n.Del(c, "eth0", nil); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	d := &framework.Container{ID: c.ID + "-next", NS: c.NS, Name: c.Name}
+	n.MustAdd(t, d, "eth0", nil)
+	if link.Exists(c.HostVeth("eth0")) {
+		t.Errorf("ADD of another attachment on the ifname left in the netns: %s still there", c.HostVeth("eth0"))
+	}
+	if ports := framework.PortsOf(t, ovsdb.KeyContainerID, d.ID); len(ports) != 1 {
+		t.Errorf("ADD of another attachment in the netns: ports %v, want one", ports)
+	}
+	if out, err := d.Exec("ip", "-o", "link", "show", "eth0"); err != nil || !strings.Contains(out, "LOWER_UP") {
+		t.Errorf("ADD of another attachment in the netns: its eth0: %q, %v; want it with carrier", out, err)
+	}
+	if err := n.Del(d, "eth0", nil); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	leftDown(t, d)
+	// GC: no attachment is valid; the pair left in the netns goes.
+	if err := n.GC(context.Background(), t, nil); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if link.Exists(d.HostVeth("eth0")) {
+		t.Errorf("GC left %s", d.HostVeth("eth0"))
+	}
+	// The netns deleted: the pair goes with it.
+	e := framework.NewContainer(t)
+	n.MustAdd(t, e, "eth0", nil)
+	if err := n.Del(e, "eth0", nil); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	e.NS.Close()
+	if _, err := run("ip", "netns", "del", e.Name); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 10*time.Second, "the pair gone with its netns", func() error {
+		if link.Exists(e.HostVeth("eth0")) {
+			return fmt.Errorf("%s still there", e.HostVeth("eth0"))
+		}
+		return nil
+	})
 }
 
 // Bad input gets the right code and leaves nothing behind.

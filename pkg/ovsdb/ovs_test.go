@@ -189,6 +189,17 @@ func TestOperationsFitSchema(t *testing.T) {
 		return err
 	})
 	do("OwnedPorts", func() error { _, err := cli.OwnedPorts(ctx); return err })
+	do("AnyOwnedPortWith", func() error {
+		yes, err := cli.AnyOwnedPortWith(ctx, map[string]string{KeyBridge: br.Name, KeyContainerID: a.ContainerID})
+		if err != nil {
+			return err
+		}
+		no, err := cli.AnyOwnedPortWith(ctx, map[string]string{KeyBridge: br.Name, KeyContainerID: "no-such-container"})
+		if err == nil && (!yes || no) {
+			err = fmt.Errorf("got %v for the port's ids and %v for none's, want true and false", yes, no)
+		}
+		return err
+	})
 	do("Record (claim)", func() error {
 		return cli.Record(ctx, portA, nil, map[string]string{"ovsflow.io/k": "v"}, []string{"ovsflow.io/claim-x"})
 	})

@@ -7,6 +7,7 @@
 #                                 it fails when an ADD or DEL fails or a host port check fails)
 #   sudo hack/bench.sh -bandwidth -levels 1,50   only ovs-bandwidth's chain against the reference
 #                                 bandwidth plugin's (ADD and DEL, both directions limited)
+#   sudo hack/bench.sh -record docs/figures [ARGS...]   the report also into docs/figures/bench-DATE.md
 #   sudo hack/bench.sh ARGS...    any other flags go to the driver (cd hack/bench && go run . -h)
 #   hack/bench.sh -h              this text (installs and starts nothing)
 #
@@ -35,6 +36,14 @@ case ${1:-} in
 	exit 0
 	;;
 esac
+
+# -record DIR (first): the report (stdout) is also written to
+# DIR/bench-DATE.md (docs/figures: the figures docs/performance.md reads).
+record=
+if [ "${1:-}" = -record ]; then
+	record=${2:?-record needs a directory}
+	shift 2
+fi
 
 if [ "$(id -u)" != 0 ]; then
 	echo "bench.sh: needs root (network namespaces, Open vSwitch, netfilter)" >&2
@@ -74,6 +83,10 @@ vars=$(hack/ovs-sandbox.sh start "$name")
 OVSDB=$(sed -n 's/^OVSDB=//p' <<<"$vars")
 NETNS=$(sed -n 's/^NETNS=//p' <<<"$vars")
 
+if [ -n "$record" ]; then
+	mkdir -p "$record"
+	exec > >(tee "$record/bench-$(date -u +%F).md")
+fi
 echo "# ovsflow benchmark"
 echo
 echo "- date: $(date -u +%FT%TZ); tree: $(git describe --always --dirty 2>/dev/null || echo unknown)${BENCH_OURS_DIR:+; ovs-* binaries from $BENCH_OURS_DIR}"

@@ -37,7 +37,7 @@
 #                                         conformance's default selection first, on the fresh cluster), the Go tests of
 #                                         test/cluster; then Multus in front and its tests (containerd only); down
 #   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
-#   hack/ovs-in-docker.sh bench -kube [-nodes N] [-pods P] [-idle S]  a benchmark (hack/ovs-in-docker/bench.sh):
+#   hack/ovs-in-docker.sh bench -kube [-nodes N] [-pods P] [-idle S] [-record DIR]  a benchmark (hack/ovs-in-docker/bench.sh):
 #                                         up -kube (default 3 nodes), deploy; for ovsflow, then the reference chain
 #                                         (containernetworking/plugins bridge + host-local + portmap) in its place:
 #                                         P pods per node (default 110) of one hostPort each scaled up until all are

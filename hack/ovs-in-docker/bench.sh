@@ -17,7 +17,9 @@
 #
 # Pods are IPv6-only unless OID_KPOD4 is set (a node's IPv4 /26 holds 61
 # pods); kubelet's maxPods is P+10 when that exceeds 110 (OID_KMAXPODS
-# overrides). The runs' JSON and the tables stay in $DATA/bench/.
+# overrides). The runs' JSON and the tables stay in $DATA/bench/; -record
+# DIR also writes the tables to DIR/kube-bench-DATE.md (docs/figures: the
+# figures docs/performance.md reads).
 
 # bench_build: the driver and the reference plugins, into $1.
 bench_build() {
@@ -107,13 +109,14 @@ bench_left() {
 }
 
 cmd_bench() {
-	local n=3 pods=110 idle=30 kube=0
+	local n=3 pods=110 idle=30 kube=0 record=
 	while (($#)); do
 		case $1 in
 		-kube) kube=1; shift ;;
 		-nodes) n=$2; shift 2 ;;
 		-pods) pods=$2; shift 2 ;;
 		-idle) idle=$2; shift 2 ;;
+		-record) record=$2; shift 2 ;;
 		*) die "bench: unknown argument $1" ;;
 		esac
 	done
@@ -154,5 +157,8 @@ cmd_bench() {
 		echo
 		"$DATA/bench/scale" -report "$out/ovsflow.json" "$out/reference.json"
 	} | tee "$out/report.md"
+	if [ -n "$record" ]; then
+		mkdir -p "$record" && cp "$out/report.md" "$record/kube-bench-$(date -u +%F).md"
+	fi
 	echo "up -kube: $((tup - t0)) s; deploy: $((tdep - tup)) s; ovsflow: $((tone - tdep)) s; reference: $((SECONDS - tone)) s; total $((SECONDS - t0)) s (figures in $out)"
 }

@@ -67,8 +67,18 @@ func (c *Client) waitCfg(ctx context.Context, n int) error {
 	ctx, cancel := endpoint.Bounded(ctx)
 	defer cancel()
 	start := time.Now()
+	cur := -1 // not read yet
+	notApplied := func() error {
+		return fmt.Errorf("%w: configuration %d not applied within %s (at %d)", endpoint.ErrTimeout, n, time.Since(start).Round(time.Millisecond), cur)
+	}
 	for {
 		res, err := c.transact(ctx, selectRoot("cur_cfg"))
+		if err != nil && cur >= 0 && endpoint.Ended(ctx, err) {
+			// A wait's answer or the read after it ended with ctx's
+			// time (a loaded machine answers late): ovs-vswitchd's
+			// delay, not a lost OVSDB.
+			return notApplied()
+		}
 		if err != nil {
 			return fmt.Errorf("reading cur_cfg: %w", err)
 		}
@@ -76,15 +86,18 @@ func (c *Client) waitCfg(ctx context.Context, n int) error {
 		if err != nil || len(roots) != 1 {
 			return fmt.Errorf("reading cur_cfg: %v", err)
 		}
-		cur := roots[0].CurCfg
+		cur = roots[0].CurCfg
 		if cur >= n {
 			return nil
 		}
 		w := waitTime(ctx)
 		if w < minWait {
-			return fmt.Errorf("%w: configuration %d not applied within %s (at %d)", endpoint.ErrTimeout, n, time.Since(start).Round(time.Millisecond), cur)
+			return notApplied()
 		}
 		_, err = c.transact(ctx, waitOp(tableRoot, allRows, []string{"cur_cfg"}, untilNotEqual, int(w/time.Millisecond), ovsdb.Row{"cur_cfg": cur}))
+		if err != nil && !waitTimedOut(err) && endpoint.Ended(ctx, err) {
+			return notApplied()
+		}
 		if err != nil && !waitTimedOut(err) {
 			return fmt.Errorf("waiting for cur_cfg: %w", err)
 		}

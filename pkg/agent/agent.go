@@ -599,17 +599,6 @@ func (a *Agent) syncRoutes(me podroutes.Peer, selfNode string) error {
 		}
 	}
 	want, skipped := podroutes.Plan(me, local, peers)
-	var tunnel *overlayPass
-	if selfNode != "" {
-		var err error
-		if want, tunnel, err = a.planOverlay(me, want, peers); err != nil {
-			a.say("overlay", "error: "+err.Error())
-			return err
-		}
-		if tunnel != nil {
-			defer tunnel.close()
-		}
-	}
 	notRouted := map[string]int{}
 	seen := map[string]bool{}
 	for _, s := range skipped {
@@ -634,21 +623,22 @@ func (a *Agent) syncRoutes(me podroutes.Peer, selfNode string) error {
 		links[ip.Is4()] = idx
 	}
 	tb := podroutes.Table{Table: a.cfg.RouteTable, Protocol: a.cfg.RouteProtocol}
-	if tunnel != nil && tunnel.active {
-		// The tunnel and its flows before the routes into it.
-		if err := tunnel.apply(); err != nil {
-			errs = append(errs, err)
-		}
+	var res podroutes.Result
+	var installErr error
+	installed := false
+	install := func(routes []podroutes.Route) error {
+		installed, want = true, routes
+		res, installErr = tb.Sync(routes, links)
+		return installErr
 	}
-	res, err := tb.Sync(want, links)
-	if tunnel != nil && !tunnel.active {
-		// The routes into the tunnel are gone: then the tunnel.
-		if err := tunnel.withdraw(); err != nil {
-			errs = append(errs, err)
-		} else {
-			a.tunnelled.Store(false)
-		}
+	if selfNode == "" {
+		install(want)
+	} else if oerr := a.syncOverlay(me, want, peers, install); oerr != nil && !installed {
+		return oerr // said: the routes are kept as they are
+	} else if oerr != nil && oerr != installErr {
+		errs = append(errs, oerr) // the tunnel's withdrawal, after the routes
 	}
+	err = installErr
 	if res.Changed > 0 || res.Removed > 0 {
 		fmt.Fprintf(a.cfg.Log, "%s routes: %d added or changed, %d removed; now %v\n", time.Now().UTC().Format(time.RFC3339), res.Changed, res.Removed, want)
 	}

@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/overlay"
@@ -16,90 +14,76 @@ import (
 // for the overlay.
 const overlayTimeout = 30 * time.Second
 
-// overlayPass is what one route pass does with the tunnel: apply it before
-// the routes into it are put in (active), or withdraw it after they went.
-type overlayPass struct {
-	active bool
-	cli    *ovsdb.Client
-	apply  func() error
-	undo   func() error
-	close  func()
-}
-
-func (p *overlayPass) withdraw() error { return p.undo() }
-
-// planOverlay sorts the host-gw routes want (podroutes.Plan's, to the
-// peers peers) into those that stay and those through the tunnel
-// (overlay.Split), by Config.Overlay and this node's facts me. Without
-// OVSDB, or with overlay.None, the routes are want as they are (the
-// overlay of an earlier configuration is withdrawn, where OVSDB shows
-// one). An explicit geneve or vxlan that this node cannot have is an
-// error: the routes are kept as they are.
-func (a *Agent) planOverlay(me podroutes.Peer, want []podroutes.Route, peers []podroutes.Peer) ([]podroutes.Route, *overlayPass, error) {
+// syncOverlay is the route pass of a Node with the overlay (overlay.Sync):
+// install (the routes' sync) is called with the routes want less those
+// that go through the tunnel and with the routes into it. Without OVSDB it
+// is install(want) with overlay.None and overlay.Hybrid (host-gw, as
+// without the overlay), and an error with an explicit tunnel type: the
+// routes are kept as they are. So it is when OVSDB does not answer while
+// something is tunnelled.
+func (a *Agent) syncOverlay(me podroutes.Peer, want []podroutes.Route, peers []podroutes.Peer, install func([]podroutes.Route) error) error {
 	mode := a.cfg.Overlay
 	if mode == "" {
 		mode = overlay.Hybrid
 	}
 	explicit := mode == overlay.Geneve || mode == overlay.VXLAN
-	if a.cfg.OVSDB.IsZero() {
-		if explicit {
-			return nil, nil, fmt.Errorf("overlay %s needs the node's OVSDB (-ovsdb): the routes are kept as they are", mode)
-		}
-		a.mtu.Store(0)
-		return want, nil, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), overlayTimeout)
-	cli, err := ovsdb.Dial(ctx, a.cfg.OVSDB)
-	if err != nil {
-		cancel()
-		if explicit || a.tunnelled.Load() {
-			return nil, nil, fmt.Errorf("overlay %s: %w: the routes are kept as they are", mode, err)
-		}
-		// Nothing tunnelled so far: host-gw, as without the overlay.
-		a.say("overlay", fmt.Sprintf("%s: cannot tell which Nodes are on other subnets (%v): host-gw to every Node", mode, err))
-		return want, nil, nil
-	}
-	pass := &overlayPass{cli: cli, close: func() { cli.Close(); cancel() }}
-	pass.undo = func() error {
-		had, err := overlay.Withdraw(ctx, cli, a.cfg.OVSDB)
-		if had && err == nil {
-			a.logf("overlay: tunnel withdrawn")
-		}
+	fail := func(err error) error {
+		err = fmt.Errorf("%w: the routes are kept as they are", err)
+		a.say("overlay", "error: "+err.Error())
 		return err
 	}
-	facts, err := overlay.Discover(ctx, cli, mode, me.Addrs, me.PodCIDRs)
+	if a.cfg.OVSDB.IsZero() {
+		if explicit {
+			return fail(fmt.Errorf("overlay %s needs the node's OVSDB (-ovsdb)", mode))
+		}
+		a.setMTU(0)
+		return install(want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), overlayTimeout)
+	defer cancel()
+	cli, err := ovsdb.Dial(ctx, a.cfg.OVSDB)
 	if err != nil {
-		pass.close()
-		return nil, nil, fmt.Errorf("overlay %s: this node's facts: %w: the routes are kept as they are", mode, err)
+		if explicit || a.tunnelled.Load() {
+			return fail(fmt.Errorf("overlay %s: %w", mode, err))
+		}
+		a.say("overlay", fmt.Sprintf("%s: cannot tell which Nodes are on other subnets (%v): host-gw to every Node", mode, err))
+		return install(want)
 	}
-	plan := overlay.Split(facts, want, peers)
-	pass.active = facts.Active(plan)
-	if explicit && !pass.active {
-		pass.close()
-		return nil, nil, fmt.Errorf("overlay %s: this node's InternalIPs %v are not on an Open vSwitch bridge's interface: the routes are kept as they are", mode, me.Addrs)
+	defer cli.Close()
+	installed := false
+	res, err := overlay.Sync(ctx, cli, a.cfg.OVSDB, mode, me, want, peers, func(routes []podroutes.Route) error {
+		installed = true
+		return install(routes)
+	})
+	if res.Withdrawn && err == nil {
+		a.logf("overlay: tunnel withdrawn")
 	}
+	if err != nil && installed {
+		a.say("overlay", "error: "+err.Error())
+		return err
+	}
+	if err != nil {
+		return fail(err)
+	}
+	a.tunnelled.Store(res.Active)
+	a.setMTU(res.MTU)
+	f := res.Facts
 	switch {
 	case mode == overlay.None:
-	case !facts.CanTell():
+	case !f.CanTell() && !res.Active:
 		a.say("overlay", fmt.Sprintf("%s: cannot tell which Nodes are on other subnets (no InternalIP with its subnet on an Open vSwitch bridge's interface): host-gw to every Node", mode))
-	case pass.active:
-		a.say("overlay", fmt.Sprintf("%s: %d pod range(s) through the tunnel from %s on bridge %s, %d by host-gw", mode, len(plan.Tunnel), facts.Local, facts.Bridge, len(plan.HostGW)))
+	case res.Active:
+		a.say("overlay", fmt.Sprintf("%s: %d pod range(s) through the tunnel from %s on bridge %s, %d by host-gw", mode, len(res.Plan.Tunnel), f.Local.Addr(), f.Bridge, len(res.Plan.HostGW)))
 	default:
-		a.say("overlay", fmt.Sprintf("%s: every Node on this node's subnet %s: host-gw", mode, facts.Local.Masked()))
+		a.say("overlay", fmt.Sprintf("%s: every Node on this node's subnet %s: host-gw", mode, f.Local.Masked()))
 	}
-	pass.apply = func() error {
-		if err := overlay.Apply(ctx, cli, a.cfg.OVSDB, facts, plan); err != nil {
-			return err
-		}
-		a.tunnelled.Store(true)
-		return nil
+	return nil
+}
+
+// setMTU records the pods' MTU of the overlay; a change asks for a pass,
+// which writes the conflist with it.
+func (a *Agent) setMTU(mtu int) {
+	if a.mtu.Swap(int64(mtu)) != int64(mtu) {
+		a.trigger()
 	}
-	if mtu := int64(overlay.ConflistMTU(facts, plan)); a.mtu.Swap(mtu) != mtu {
-		a.trigger() // the conflist follows on the next pass
-	}
-	routes := append(slices.Clone(plan.HostGW), plan.Tunnel...)
-	slices.SortFunc(routes, func(a, b podroutes.Route) int {
-		return cmp.Or(cmp.Compare(a.Dst.Addr().BitLen(), b.Dst.Addr().BitLen()), a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()))
-	})
-	return routes, pass, nil
 }

@@ -58,4 +58,3 @@ func Sync(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.Endpoin
 	}
 	return res, err
 }
-

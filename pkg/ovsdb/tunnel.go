@@ -51,10 +51,7 @@ func (s TunnelSpec) options() map[string]string {
 }
 
 func (s TunnelSpec) externalIDs() map[string]string {
-	ids := maps.Clone(s.Record)
-	if ids == nil {
-		ids = map[string]string{}
-	}
+	ids := withSchema(s.Record)
 	ids[KeyOwner], ids[KeyBridge] = OwnerAgentValue, s.Bridge
 	return ids
 }
@@ -91,6 +88,9 @@ func (c *Client) Tunnels(ctx context.Context) ([]Tunnel, error) {
 	}
 	var out []Tunnel
 	for _, p := range ports {
+		if err := CheckSchema(fmt.Sprintf("port %q", p.Name), p.ExternalIDs); err != nil {
+			return nil, err
+		}
 		t := Tunnel{Port: p}
 		for _, i := range is {
 			if len(p.Interfaces) == 1 && i.UUID == p.Interfaces[0] {

@@ -12,7 +12,11 @@ package e2e
 // podroutes.Plan's routes, as the agent runs it from the Node objects.
 //
 //	pod a 198.18.1.x --- node a brov 192.0.2.2/24 ===upl=== router 192.0.2.1 | 203.0.113.1 ===upl=== brov 203.0.113.2/24 node b --- pod b 198.18.2.x
-//	                     (pods' gateway 198.18.1.1)                                                    (pods' gateway 198.18.2.1)
+//	  2001:db8:1::x            2001:db8:a::2/64             2001:db8:a::1 | 2001:db8:b::1             2001:db8:b::2/64            2001:db8:2::x
+//	                     (pods' gateways 198.18.1.1, 2001:db8:1::1)                        (pods' gateways 198.18.2.1, 2001:db8:2::1)
+//
+// The tunnel runs over the nodes' IPv4 InternalIPs (one tunnel family per
+// node) and carries both families of pods.
 
 import (
 	"context"
@@ -45,21 +49,22 @@ const ovBridge = "brov"
 // overlayNode is one node of the lab.
 type overlayNode struct {
 	*framework.Sandbox
-	name   string
-	addr   netip.Prefix // its InternalIP, on ovBridge
-	router netip.Addr   // its default gateway
-	pods   netip.Prefix // its pod range
+	name           string
+	addr, addr6    netip.Prefix // its InternalIPs, on ovBridge
+	router, route6 netip.Addr   // its default gateways
+	pods, pods6    netip.Prefix // its pod ranges
 	ep     endpoint.Endpoint
 	cni    *framework.CNI
 }
 
 // newOverlayNode starts node name: its sandbox, bridge, uplink to router
-// (whose end there gets routerAddr), its InternalIP addr and its pods'
-// network.
-func newOverlayNode(t *testing.T, router *framework.Container, name, addr, routerAddr, pods string) *overlayNode {
+// (whose end there gets routerAddr and routerAddr6), its InternalIPs addr
+// and addr6 and its pods' network on pods and pods6.
+func newOverlayNode(t *testing.T, router *framework.Container, name, addr, routerAddr, pods, addr6, routerAddr6, pods6 string) *overlayNode {
 	t.Helper()
-	n := &overlayNode{Sandbox: framework.NewSandbox(t, "ovsflow-ov"), name: name, addr: netip.MustParsePrefix(addr),
-		router: netip.MustParseAddr(routerAddr), pods: netip.MustParsePrefix(pods)}
+	n := &overlayNode{Sandbox: framework.NewSandbox(t, "ovsflow-ov"), name: name,
+		addr: netip.MustParsePrefix(addr), router: netip.MustParseAddr(routerAddr), pods: netip.MustParsePrefix(pods),
+		addr6: netip.MustParsePrefix(addr6), route6: netip.MustParseAddr(routerAddr6), pods6: netip.MustParsePrefix(pods6)}
 	var err error
 	if n.ep, err = endpoint.Parse(n.OVSDB); err != nil {
 		t.Fatal(err)
@@ -74,9 +79,10 @@ func newOverlayNode(t *testing.T, router *framework.Container, name, addr, route
 	n.must(t, "sysctl", "-qw", "net.ipv4.conf.upl.arp_ignore=8", "net.ipv6.conf.upl.disable_ipv6=1")
 	n.Vsctl(t, "add-port", ovBridge, "upl")
 	n.address(t)
-	n.must(t, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	n.must(t, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 	for _, args := range [][]string{
 		{"ip", "addr", "add", routerAddr + "/24", "dev", rif},
+		{"ip", "addr", "add", routerAddr6 + "/64", "dev", rif, "nodad"},
 		{"ip", "link", "set", rif, "up"},
 		// Userspace conntrack and the node's stack, behind a packet
 		// socket, want complete checksums.
@@ -86,12 +92,14 @@ func newOverlayNode(t *testing.T, router *framework.Container, name, addr, route
 			t.Fatalf("router: %v: %s", err, out)
 		}
 	}
-	gw := n.pods.Addr().Next()
 	n.cni = framework.NewCNI(t, framework.Conflist("1.0.0", "overlay-"+name, map[string]any{
 		"type": "ovs-bridge", "bridge": ovBridge, "ovsdb": n.OVSDB, "isGateway": true,
 		"ipam": map[string]any{"type": "host-local", "dataDir": t.TempDir(),
-			"ranges": []any{[]any{map[string]any{"subnet": pods, "gateway": gw.String()}}},
-			"routes": []any{map[string]any{"dst": "0.0.0.0/0"}}},
+			"ranges": []any{
+				[]any{map[string]any{"subnet": pods, "gateway": n.pods.Addr().Next().String()}},
+				[]any{map[string]any{"subnet": pods6, "gateway": n.pods6.Addr().Next().String()}},
+			},
+			"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}}},
 	}), framework.NetNSExec{Name: n.Name})
 	return n
 }
@@ -101,8 +109,10 @@ func newOverlayNode(t *testing.T, router *framework.Container, name, addr, route
 func (n *overlayNode) address(t *testing.T) {
 	t.Helper()
 	n.must(t, "ip", "addr", "replace", n.addr.String(), "dev", ovBridge)
+	n.must(t, "ip", "addr", "replace", n.addr6.String(), "dev", ovBridge, "nodad")
 	n.must(t, "ip", "link", "set", ovBridge, "up")
 	n.must(t, "ip", "route", "replace", "default", "via", n.router.String())
+	n.must(t, "ip", "-6", "route", "replace", "default", "via", n.route6.String())
 	n.must(t, "ethtool", "-K", ovBridge, "tx", "off")
 }
 
@@ -130,7 +140,7 @@ func (n *overlayNode) logOnFailure(t *testing.T) {
 
 // peer is the node as the other nodes' agents see its Node.
 func (n *overlayNode) peer() podroutes.Peer {
-	return podroutes.Peer{Name: n.name, PodCIDRs: []netip.Prefix{n.pods}, Addrs: []netip.Addr{n.addr.Addr()}}
+	return podroutes.Peer{Name: n.name, PodCIDRs: []netip.Prefix{n.pods, n.pods6}, Addrs: []netip.Addr{n.addr.Addr(), n.addr6.Addr()}}
 }
 
 // sync is the agent's route pass on node n with mode, to the Nodes peers:
@@ -153,9 +163,11 @@ func (n *overlayNode) sync(t *testing.T, mode overlay.Mode, peers ...*overlayNod
 		if len(skipped) > 0 {
 			return fmt.Errorf("not routed: %v", skipped)
 		}
-		link, err := podroutes.LinkOf(n.addr.Addr())
-		if err != nil {
-			return err
+		links := map[bool]int{}
+		for _, a := range []netip.Addr{n.addr.Addr(), n.addr6.Addr()} {
+			if links[a.Is4()], err = podroutes.LinkOf(a); err != nil {
+				return err
+			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), framework.Scaled(30*time.Second))
 		defer cancel()
@@ -166,7 +178,7 @@ func (n *overlayNode) sync(t *testing.T, mode overlay.Mode, peers ...*overlayNod
 		defer cli.Close()
 		tb := podroutes.Table{Protocol: podroutes.DefaultProtocol}
 		res, err = overlay.Sync(ctx, cli, n.ep, mode, me, routes, ps, func(rs []podroutes.Route) error {
-			_, err := tb.Sync(rs, map[bool]int{true: link})
+			_, err := tb.Sync(rs, links)
 			return err
 		})
 		return err
@@ -180,7 +192,7 @@ func (n *overlayNode) sync(t *testing.T, mode overlay.Mode, peers ...*overlayNod
 // overlayPod is a pod of a node.
 type overlayPod struct {
 	*framework.Container
-	v4 netip.Addr
+	v4, v6 netip.Addr
 }
 
 func (n *overlayNode) pod(t *testing.T) *overlayPod {
@@ -188,7 +200,7 @@ func (n *overlayNode) pod(t *testing.T) *overlayPod {
 	c := framework.NewContainer(t)
 	r := n.cni.MustAdd(t, c, "eth0", nil)
 	t.Cleanup(func() { n.cni.Del(c, "eth0", nil) })
-	return &overlayPod{Container: c, v4: netip.MustParseAddr(framework.AddrOf(t, r, false))}
+	return &overlayPod{Container: c, v4: netip.MustParseAddr(framework.AddrOf(t, r, false)), v6: netip.MustParseAddr(framework.AddrOf(t, r, true))}
 }
 
 // dropped is the packet count of the overlay's drop flow of table.
@@ -212,16 +224,33 @@ func (n *overlayNode) dropped(t *testing.T, table uint8) int {
 	return 0
 }
 
-// answers dials from pod from to pod to's TCP and UDP port 80 and checks
-// that to answered and saw from's own address.
-func answers(from, to *overlayPod) error {
+// answers dials from pod from to pod to's TCP and UDP port 80, over IPv4
+// (v6: IPv6), and checks that to answered and saw from's own address.
+func answers(from, to *overlayPod, v6 bool) error {
+	src, dst := from.v4, to.v4
+	if v6 {
+		src, dst = from.v6, to.v6
+	}
 	for _, network := range []string{"tcp", "udp"} {
-		got, err := framework.Dial(from.NS, network, hp(to.v4.String(), 80))
+		got, err := framework.Dial(from.NS, network, hp(dst.String(), 80))
 		if err != nil {
-			return fmt.Errorf("%s %s -> %s: %w", network, from.v4, to.v4, err)
+			return fmt.Errorf("%s %s -> %s: %w", network, src, dst, err)
 		}
-		if want := "hello from " + to.ID + " to " + from.v4.String() + ":"; !strings.HasPrefix(got, want) {
-			return fmt.Errorf("%s %s -> %s: got %q, want %q...", network, from.v4, to.v4, got, want)
+		if want := "hello from " + to.ID + " to " + hp(src.String(), 0); !strings.HasPrefix(got, strings.TrimSuffix(want, "0")) {
+			return fmt.Errorf("%s %s -> %s: got %q, want %q...", network, src, dst, got, want)
+		}
+	}
+	return nil
+}
+
+// bothWays: pods a and b answer each other over IPv4 and IPv6.
+func bothWays(pa, pb *overlayPod) error {
+	for _, v6 := range []bool{false, true} {
+		if err := answers(pa, pb, v6); err != nil {
+			return err
+		}
+		if err := answers(pb, pa, v6); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -238,11 +267,11 @@ func answers(from, to *overlayPod) error {
 func TestOverlayAcrossSubnets(t *testing.T) {
 	requireSandbox(t)
 	router := framework.NewContainer(t)
-	if out, err := router.Exec("sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+	if out, err := router.Exec("sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"); err != nil {
 		t.Fatalf("router: %v: %s", err, out)
 	}
-	a := newOverlayNode(t, router, "a", "192.0.2.2/24", "192.0.2.1", "198.18.1.0/24")
-	b := newOverlayNode(t, router, "b", "203.0.113.2/24", "203.0.113.1", "198.18.2.0/24")
+	a := newOverlayNode(t, router, "a", "192.0.2.2/24", "192.0.2.1", "198.18.1.0/24", "2001:db8:a::2/64", "2001:db8:a::1", "2001:db8:1::/64")
+	b := newOverlayNode(t, router, "b", "203.0.113.2/24", "203.0.113.1", "198.18.2.0/24", "2001:db8:b::2/64", "2001:db8:b::1", "2001:db8:2::/64")
 	pa, pb := a.pod(t), b.pod(t)
 	for _, p := range []*overlayPod{pa, pb} {
 		p.ServeTCP(t, 80)
@@ -250,7 +279,10 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	}
 	// The nodes reach each other through the router.
 	framework.Eventually(t, 20*time.Second, "node a pings node b", func() error {
-		_, err := a.Run("ping", "-c", "1", "-W", "1", b.addr.Addr().String())
+		if _, err := a.Run("ping", "-c", "1", "-W", "1", b.addr.Addr().String()); err != nil {
+			return err
+		}
+		_, err := a.Run("ping", "-6", "-c", "1", "-W", "1", b.addr6.Addr().String())
 		return err
 	})
 
@@ -263,15 +295,17 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	if got := a.must(t, "ip", "route", "show", "proto", fmt.Sprint(podroutes.DefaultProtocol)); !strings.Contains(got, "198.18.2.0/24 via 203.0.113.2 dev "+ovBridge) {
 		t.Fatalf("node a, host-gw: routes %q", got)
 	}
-	if err := answers(pa, pb); err == nil {
-		t.Fatal("control: host-gw carries pod a to pod b across the subnets: the test proves nothing")
+	for _, v6 := range []bool{false, true} {
+		if err := answers(pa, pb, v6); err == nil {
+			t.Fatalf("control: host-gw carries pod a to pod b across the subnets (IPv6 %v): the test proves nothing", v6)
+		}
 	}
 
 	// The overlay: hybrid (the agent's default) tunnels a peer of another subnet.
 	for _, n := range []struct{ self, peer *overlayNode }{{a, b}, {b, a}} {
 		res := n.self.sync(t, overlay.Hybrid, n.peer)
-		if !res.Active || len(res.Plan.Tunnel) != 1 || len(res.Plan.HostGW) != 0 || res.MTU != 1450 {
-			t.Fatalf("node %s, hybrid: active %v, tunnel %v, host-gw %v, conflist MTU %d; want one range tunnelled, MTU 1450",
+		if !res.Active || len(res.Plan.Tunnel) != 2 || len(res.Plan.HostGW) != 0 || res.MTU != 1450 {
+			t.Fatalf("node %s, hybrid: active %v, tunnel %v, host-gw %v, conflist MTU %d; want both ranges tunnelled, MTU 1450",
 				n.self.name, res.Active, res.Plan.Tunnel, res.Plan.HostGW, res.MTU)
 		}
 	}
@@ -289,18 +323,28 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 		!strings.Contains(got, "mtu 1450") {
 		t.Errorf("node a, overlay: routes %q", got)
 	}
-	if got := a.must(t, "ip", "neigh", "show", overlay.NextHop4.String(), "dev", ovBridge); !strings.Contains(got, flows.OverlayMAC.String()) || !strings.Contains(got, "PERMANENT") {
-		t.Errorf("node a: the next hop's neighbour %q", got)
+	if got := a.must(t, "ip", "-6", "route", "show", "proto", fmt.Sprint(podroutes.DefaultProtocol)); !strings.Contains(got, "2001:db8:2::/64 via "+overlay.NextHop6.String()+" dev "+ovBridge) {
+		t.Errorf("node a, overlay: IPv6 routes %q", got)
 	}
+	for _, hop := range []netip.Addr{overlay.NextHop4, overlay.NextHop6} {
+		if got := a.must(t, "ip", "neigh", "show", hop.String(), "dev", ovBridge); !strings.Contains(got, flows.OverlayMAC.String()) || !strings.Contains(got, "PERMANENT") {
+			t.Errorf("node a: the next hop %s's neighbour %q", hop, got)
+		}
+	}
+	// Two classifiers, a send flow per tunnelled range, a receive flow per
+	// known node and range of this node, two drops.
 	ourFlows := framework.FlowsOf(t, a.of(), flows.OverlayCookie())
-	if len(ourFlows) != 6 {
-		t.Errorf("node a: %d overlay flows, want 6:\n%s", len(ourFlows), strings.Join(ourFlows, "\n"))
+	if len(ourFlows) != 8 {
+		t.Errorf("node a: %d overlay flows, want 8:\n%s", len(ourFlows), strings.Join(ourFlows, "\n"))
 	}
-	framework.Eventually(t, 30*time.Second, "pods a and b answer each other through the tunnel", func() error {
-		if err := answers(pa, pb); err != nil {
+	framework.Eventually(t, 30*time.Second, "pods a and b answer each other through the tunnel, IPv4", func() error {
+		if err := answers(pa, pb, false); err != nil {
 			return err
 		}
-		return answers(pb, pa)
+		return answers(pb, pa, false)
+	})
+	framework.Eventually(t, 30*time.Second, "pods a and b answer each other through the tunnel, IPv6", func() error {
+		return bothWays(pa, pb)
 	})
 	if t.Failed() {
 		return
@@ -375,10 +419,7 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	}
 	a.sync(t, overlay.Hybrid, b)
 	framework.Eventually(t, 30*time.Second, "pods a and b answer each other after the restart", func() error {
-		if err := answers(pa, pb); err != nil {
-			return err
-		}
-		return answers(pb, pa)
+		return bothWays(pa, pb)
 	})
 
 	// Node b's Node is deleted: node a's tunnel goes, and all of it.
@@ -394,8 +435,13 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	if got := a.must(t, "ip", "route", "show", "proto", fmt.Sprint(podroutes.DefaultProtocol)); got != "" {
 		t.Errorf("node a without peers: routes %q", got)
 	}
-	if got := a.must(t, "ip", "neigh", "show", overlay.NextHop4.String()); got != "" {
-		t.Errorf("node a without peers: neighbour %q", got)
+	for _, hop := range []netip.Addr{overlay.NextHop4, overlay.NextHop6} {
+		if got := a.must(t, "ip", "neigh", "show", hop.String()); got != "" {
+			t.Errorf("node a without peers: neighbour %q", got)
+		}
+	}
+	if got := a.must(t, "ip", "-6", "route", "show", "proto", fmt.Sprint(podroutes.DefaultProtocol)); got != "" {
+		t.Errorf("node a without peers: IPv6 routes %q", got)
 	}
 }
 

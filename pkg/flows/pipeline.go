@@ -37,6 +37,11 @@
 //	table 44 prio 100 (per rule): the first fragment of a host-port datagram that
 //	  prio 250 could not take whole (see below): drop; prio 0: NORMAL, to the node
 //
+//	ICMP errors about a host-port connection (+rel; path MTU discovery: fragmentation
+//	needed, packet too big) take the same two ways: to a node IP, table 0 prio 204
+//	(shared, per node IP) ct(DNAT zone, nat) -> table 40; from a container, prio 212
+//	(per attachment) ct(SNAT zone, nat) -> tables 42, 43.
+//
 //	overlay (pkg/overlay; tables 50, 51, CookieKindOverlay):
 //	node -> a tunnelled peer's pod range: the node routes it via a next hop whose neighbour is OverlayMAC
 //	table 0  prio 340  in_port=LOCAL, dl_dst=OverlayMAC: table 50
@@ -44,11 +49,6 @@
 //	tunnel -> node:
 //	table 0  prio 340  in_port=tunnel: table 51
 //	table 51 prio 100 (per known node and local range) tun_src=node, nw_dst=range: eth_dst := bridge MAC, output:LOCAL; prio 0: drop
-//
-//	ICMP errors about a host-port connection (+rel; path MTU discovery: fragmentation
-//	needed, packet too big) take the same two ways: to a node IP, table 0 prio 204
-//	(shared, per node IP) ct(DNAT zone, nat) -> table 40; from a container, prio 212
-//	(per attachment) ct(SNAT zone, nat) -> tables 42, 43.
 //
 // Tables and priorities are declared once, in the order packets meet them,
 // in tables (below): each table with its priorities, highest first, each

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -70,7 +71,13 @@ func newOverlayNode(t *testing.T, router *framework.Container, name, addr, route
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.logOnFailure(t) })
-	n.Vsctl(t, "add-br", ovBridge, "--", "set", "bridge", ovBridge, "datapath_type=netdev")
+	// As deploy/node-prep.sh leaves a node's bridge: fail_mode=secure,
+	// tagged as the suite's, with the suite's base flows (NORMAL, and the
+	// drop of the node's own ICMPv6 redirects, which would send a pod
+	// straight to the overlay's virtual MAC).
+	n.Vsctl(t, "add-br", ovBridge, "--", "set", "bridge", ovBridge, "datapath_type=netdev", "fail_mode=secure",
+		"external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
+	n.must(t, filepath.Join(framework.Env.BinDir, "ovs-portmap"), "reconcile", "-ovsdb", n.OVSDB)
 	rif := "r" + name
 	framework.MustRun(t, "ip", "-n", n.Name, "link", "add", "upl", "type", "veth", "peer", "name", rif, "netns", router.Name)
 	n.must(t, "ip", "link", "set", "upl", "up")
@@ -134,6 +141,8 @@ func (n *overlayNode) logOnFailure(t *testing.T) {
 	fl, _ := framework.Run("ovs-ofctl", "--no-names", "-O", "OpenFlow14", "dump-flows", n.of())
 	ports, _ := framework.Run("ovs-vsctl", "--db="+n.OVSDB, "--columns=name,type,ofport,options,error,external_ids", "list", "Interface")
 	routes, _ := n.Run("ip", "route")
+	routes6, _ := n.Run("ip", "-6", "route")
+	routes += routes6
 	neigh, _ := n.Run("ip", "neigh")
 	t.Logf("node %s:\nflows:\n%s\ninterfaces:\n%s\nroutes:\n%s\nneighbours:\n%s", n.name, fl, ports, routes, neigh)
 }

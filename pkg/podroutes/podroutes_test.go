@@ -302,11 +302,18 @@ func TestSyncLinkAndMTU(t *testing.T) {
 	defer func() { netns.Set(orig); ns.Close(); orig.Close() }()
 	la := netlink.NewLinkAttrs()
 	la.Name = "br0"
-	if err := netlink.LinkAdd(&netlink.Dummy{LinkAttrs: la}); err != nil {
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "br0p"}); err != nil {
 		t.Fatal(err)
 	}
 	l, _ := netlink.LinkByName("br0")
-	if err := netlink.LinkSetUp(l); err != nil {
+	for _, name := range []string{"br0", "br0p"} {
+		if p, err := netlink.LinkByName(name); err != nil || netlink.LinkSetUp(p) != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	// The node's address, as on a node's bridge interface.
+	ad, _ := netlink.ParseAddr("192.0.2.2/24")
+	if err := netlink.AddrAdd(l, ad); err != nil {
 		t.Fatal(err)
 	}
 	tb := Table{Protocol: DefaultProtocol}

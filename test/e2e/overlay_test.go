@@ -54,8 +54,8 @@ type overlayNode struct {
 	addr, addr6    netip.Prefix // its InternalIPs, on ovBridge
 	router, route6 netip.Addr   // its default gateways
 	pods, pods6    netip.Prefix // its pod ranges
-	ep     endpoint.Endpoint
-	cni    *framework.CNI
+	ep             endpoint.Endpoint
+	cni            *framework.CNI
 }
 
 // newOverlayNode starts node name: its sandbox, bridge, uplink to router

@@ -272,7 +272,8 @@ func bothWays(pa, pb *overlayPod) error {
 // the peer's address (the packet is well formed); after an ovs-vswitchd
 // restart reconcile rebuilds the overlay's flows from the tunnel port's
 // record; a peer gone takes the tunnel, its flows, routes and neighbours
-// with it.
+// with it; hybrid with a peer on the node's own subnet is host-gw and
+// nothing of the tunnel; ovsflow-agent uninstall removes the tunnel.
 func TestOverlayAcrossSubnets(t *testing.T) {
 	requireSandbox(t)
 	router := framework.NewContainer(t)
@@ -451,6 +452,51 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	}
 	if got := a.must(t, "ip", "-6", "route", "show", "proto", fmt.Sprint(podroutes.DefaultProtocol)); got != "" {
 		t.Errorf("node a without peers: IPv6 routes %q", got)
+	}
+
+	// Hybrid with every Node on this node's subnet (a Node c beside node
+	// a) is host-gw, as without the overlay: no tunnel, no flow, no MTU.
+	c := &overlayNode{name: "c", addr: netip.MustParsePrefix("192.0.2.3/24"), addr6: netip.MustParsePrefix("2001:db8:a::3/64"),
+		pods: netip.MustParsePrefix("198.18.3.0/24"), pods6: netip.MustParsePrefix("2001:db8:3::/64")}
+	if res := a.sync(t, overlay.Hybrid, c); res.Active || len(res.Plan.Tunnel) != 0 || res.MTU != 0 || res.Withdrawn {
+		t.Errorf("node a, hybrid, node c on its subnet: active %v, tunnel %v, MTU %d, withdrawn %v; want host-gw only", res.Active, res.Plan.Tunnel, res.MTU, res.Withdrawn)
+	}
+	if got := a.must(t, "ip", "route", "show", "proto", fmt.Sprint(podroutes.DefaultProtocol)); strings.TrimSpace(got) != "198.18.3.0/24 via 192.0.2.3 dev "+ovBridge+" onlink" {
+		t.Errorf("node a, hybrid, node c on its subnet: routes %q, want host-gw's", got)
+	}
+	if got := a.Vsctl(t, "--bare", "--columns=name", "find", "Interface", "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerAgentValue); got != "" {
+		t.Errorf("node a, hybrid, node c on its subnet: tunnel interfaces %q", got)
+	}
+
+	// ovsflow-agent uninstall takes the tunnel with everything else of the
+	// suite's: its port, flows, neighbours and the routes into it.
+	if res := a.sync(t, overlay.Hybrid, b, c); !res.Active {
+		t.Fatal("node a, hybrid, nodes b and c: no tunnel")
+	}
+	out, err := a.Run(filepath.Join(framework.Env.BinDir, "ovsflow-agent"), "uninstall", "-ovsdb", a.OVSDB, "-plugin-src", "",
+		"-cni-bin-dir", t.TempDir(), "-cni-conf-dir", t.TempDir(), "-conf-template", "/nonexistent/10-ovsflow.conflist")
+	t.Logf("uninstall said:\n%s", out)
+	if err != nil {
+		t.Fatalf("uninstall: %v", err)
+	}
+	if !strings.Contains(out, "removed the overlay's tunnel port") {
+		t.Errorf("uninstall did not say it removed the tunnel port")
+	}
+	if got := a.Vsctl(t, "--bare", "--columns=name", "find", "Interface", "external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerAgentValue); got != "" {
+		t.Errorf("after uninstall: tunnel interfaces %q", got)
+	}
+	if got := framework.FlowsOf(t, a.of(), flows.OverlayCookie()); len(got) != 0 {
+		t.Errorf("after uninstall: overlay flows\n%s", strings.Join(got, "\n"))
+	}
+	for _, fam := range []string{"-4", "-6"} {
+		if got := a.must(t, "ip", fam, "route", "show", "proto", fmt.Sprint(podroutes.DefaultProtocol)); got != "" {
+			t.Errorf("after uninstall: routes %q", got)
+		}
+	}
+	for _, hop := range []netip.Addr{overlay.NextHop4, overlay.NextHop6} {
+		if got := a.must(t, "ip", "neigh", "show", hop.String()); got != "" {
+			t.Errorf("after uninstall: neighbour %q", got)
+		}
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
 	"regexp"
@@ -38,6 +39,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/metrics"
 	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
@@ -392,6 +394,13 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	})
 	if heardFrom(inner.String()) {
 		t.Errorf("pod a got the Geneve packet from %s", forged)
+	}
+	// The node agent's metrics count it by reason.
+	srv := httptest.NewServer(metrics.New(metrics.Config{OVSDB: a.ep, Fresh: time.Millisecond}).Handler())
+	t.Cleanup(srv.Close)
+	refused := map[string]string{"bridge": ovBridge, "reason": flows.ReasonOverlayRefused}
+	if v, ok := value(scrape(t, srv.URL), metrics.NameOverlayDropped, refused); !ok || v < 1 {
+		t.Errorf("%s %v: got %v, %v; want at least 1", metrics.NameOverlayDropped, refused, v, ok)
 	}
 	// The same packet from node b's address is a known node's: it is well
 	// formed, and what the tunnel takes.

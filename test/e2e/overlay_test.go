@@ -273,7 +273,7 @@ func bothWays(pa, pb *overlayPod) error {
 // packet from an address that is no node's, and takes the same packet from
 // the peer's address (the packet is well formed); after an ovs-vswitchd
 // restart reconcile rebuilds the overlay's flows from the tunnel port's
-// record; a peer gone takes the tunnel, its flows, routes and neighbours
+// record; VXLAN carries them as Geneve does; a peer gone takes the tunnel, its flows, routes and neighbours
 // with it; hybrid with a peer on the node's own subnet is host-gw and
 // nothing of the tunnel; ovsflow-agent uninstall removes the tunnel.
 func TestOverlayAcrossSubnets(t *testing.T) {
@@ -438,6 +438,19 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	}
 	a.sync(t, overlay.Hybrid, b)
 	framework.Eventually(t, 30*time.Second, "pods a and b answer each other after the restart", func() error {
+		return bothWays(pa, pb)
+	})
+
+	// -overlay vxlan: the same port, its type changed in place.
+	for _, n := range []struct{ self, peer *overlayNode }{{a, b}, {b, a}} {
+		if res := n.self.sync(t, overlay.VXLAN, n.peer); !res.Active || len(res.Plan.Tunnel) != 2 {
+			t.Fatalf("node %s, vxlan: active %v, tunnel %v", n.self.name, res.Active, res.Plan.Tunnel)
+		}
+		if got := n.self.Vsctl(t, "get", "Interface", overlay.PortName, "type"); got != "vxlan" {
+			t.Errorf("node %s, vxlan: tunnel type %q", n.self.name, got)
+		}
+	}
+	framework.Eventually(t, 30*time.Second, "pods a and b answer each other through VXLAN", func() error {
 		return bothWays(pa, pb)
 	})
 

@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -268,14 +269,16 @@ func bothWays(pa, pb *overlayPod) error {
 }
 
 // TestOverlayAcrossSubnets: pods of two nodes on different subnets reach
-// each other, TCP and UDP both ways, through the nodes' Geneve tunnel,
-// and not by host-gw (the control); the tunnel drops and counts a Geneve
-// packet from an address that is no node's, and takes the same packet from
-// the peer's address (the packet is well formed); after an ovs-vswitchd
-// restart reconcile rebuilds the overlay's flows from the tunnel port's
-// record; VXLAN carries them as Geneve does; a peer gone takes the tunnel, its flows, routes and neighbours
-// with it; hybrid with a peer on the node's own subnet is host-gw and
-// nothing of the tunnel; ovsflow-agent uninstall removes the tunnel.
+// each other, TCP and UDP both ways, IPv4 and IPv6, through the nodes'
+// Geneve tunnel, and not by host-gw (the control); a Service of node a
+// (its own DNAT) reaches a backend on node b; the tunnel drops and counts
+// a Geneve packet from an address that is no node's, and takes the same
+// packet from the peer's address (the packet is well formed); after an
+// ovs-vswitchd restart reconcile rebuilds the overlay's flows from the
+// tunnel port's record; VXLAN carries them as Geneve does; a peer gone
+// takes the tunnel, its flows, routes and neighbours with it; hybrid with
+// a peer on the node's own subnet is host-gw and nothing of the tunnel;
+// ovsflow-agent uninstall removes the tunnel.
 func TestOverlayAcrossSubnets(t *testing.T) {
 	requireSandbox(t)
 	router := framework.NewContainer(t)
@@ -361,6 +364,36 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+
+	// A Service as kube-proxy makes one on node a (its nft DNAT), whose
+	// backend is pod b on node b: the request and its reply go through
+	// node a's stack both ways, which un-DNATs the reply, as on host-gw.
+	svc := filepath.Join(t.TempDir(), "svc.nft")
+	rules := fmt.Sprintf(`table ip ovsflow_overlay_svc {
+	chain prerouting {
+		type nat hook prerouting priority -100; policy accept;
+		ip daddr 198.51.100.80 tcp dport 80 dnat to %s:80
+		ip daddr 198.51.100.80 udp dport 80 dnat to %s:80
+	}
+}
+`, pb.v4, pb.v4)
+	if err := os.WriteFile(svc, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.must(t, "nft", "-f", svc)
+	framework.Eventually(t, 30*time.Second, "pod a reaches the Service on node a whose backend is pod b", func() error {
+		for _, network := range []string{"tcp", "udp"} {
+			got, err := framework.Dial(pa.NS, network, hp("198.51.100.80", 80))
+			if err != nil {
+				return fmt.Errorf("%s: %w", network, err)
+			}
+			// No masquerade: the backend saw pod a.
+			if want := "hello from " + pb.ID + " to " + pa.v4.String() + ":"; !strings.HasPrefix(got, want) {
+				return fmt.Errorf("%s: got %q, want %q...", network, got, want)
+			}
+		}
+		return nil
+	})
 
 	// A Geneve packet from the router with another address than node b's
 	// as its outer source: node a drops it and counts it.

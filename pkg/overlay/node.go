@@ -87,8 +87,15 @@ func Apply(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.Endpoi
 		return fmt.Errorf("bridge interface %s has no MAC", f.Bridge)
 	}
 	target := endpoint.OpenFlow(endpoint.Endpoint{}, ovsdbEndpoint, f.Bridge)
-	if err := openflow.Apply(ctx, target, flows.OverlayBundle(rec.Overlay(uint32(ofport), mac))); err != nil {
-		return fmt.Errorf("overlay flows on bridge %s: %w", f.Bridge, err)
+	o := rec.Overlay(uint32(ofport), mac)
+	// Flows already as they should be stay (and keep their counters, the
+	// overlay's drops among them).
+	c := flows.OverlayCookie()
+	have, err := openflow.Dump(ctx, target, uint64(c), uint64(^flows.Cookie(0)))
+	if err != nil || openflow.Diff(flows.OverlayFlows(o), have) != nil {
+		if err := openflow.Apply(ctx, target, flows.OverlayBundle(o)); err != nil {
+			return fmt.Errorf("overlay flows on bridge %s: %w", f.Bridge, err)
+		}
 	}
 	return ensureNeighbours(f.BridgeLink, p)
 }

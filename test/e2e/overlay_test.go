@@ -435,6 +435,12 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	if v, ok := value(scrape(t, srv.URL), metrics.NameOverlayDropped, refused); !ok || v < 1 {
 		t.Errorf("%s %v: got %v, %v; want at least 1", metrics.NameOverlayDropped, refused, v, ok)
 	}
+	// A pass with nothing changed leaves the flows, and their counters.
+	counted := a.dropped(t, flows.TableOverlayReceive)
+	a.sync(t, overlay.Hybrid, b)
+	if got := a.dropped(t, flows.TableOverlayReceive); got < counted {
+		t.Errorf("a pass with nothing changed reset the drop counter from %d to %d", counted, got)
+	}
 	// The same packet from node b's address is a known node's: it is well
 	// formed, and what the tunnel takes.
 	framework.Eventually(t, 20*time.Second, "pod a gets the Geneve packet from node b's address", func() error {

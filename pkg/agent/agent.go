@@ -6,7 +6,9 @@
 //     CNI conf dir: the template with one range per pod CIDR of this node's
 //     own Node (spec.podCIDRs, pkg/conflist), written atomically;
 //   - a route to every other Node's pod ranges via that node's InternalIP of
-//     the same family (pkg/podroutes: host-gw, the nodes share an L2 segment);
+//     the same family (pkg/podroutes: host-gw, the nodes share an L2 segment),
+//     or, for a Node on another subnet, through the bridge's tunnel port to
+//     that InternalIP (pkg/overlay, Config.Overlay);
 //   - the flows of the node, rebuilt from OVSDB whenever ovs-vswitchd
 //     (re)starts (pkg/reconcile, what `ovs-portmap reconcile -watch` does);
 //   - no orphaned attachment: one whose host veth and netns are gone with
@@ -36,6 +38,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,6 +58,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/memo"
 	"github.com/ovsflow/ovs-cni/pkg/noderanges"
 	"github.com/ovsflow/ovs-cni/pkg/orphan"
+	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
 	"github.com/ovsflow/ovs-cni/pkg/reconcile"
@@ -86,6 +90,10 @@ type Config struct {
 	Routes        bool
 	RouteTable    int
 	RouteProtocol int
+	// Overlay is how the routes reach the Nodes on other subnets
+	// (pkg/overlay; "": overlay.Hybrid). It needs OVSDB: without it every
+	// Node is reached by host-gw.
+	Overlay overlay.Mode
 
 	// HostOnly: the agent of a host that is not a Node (a control-plane
 	// host). It keeps only the routes, to every Node's pod ranges, from
@@ -136,6 +144,9 @@ func (c *Config) Defaults() {
 	if c.RouteProtocol == 0 {
 		c.RouteProtocol = podroutes.DefaultProtocol
 	}
+	if c.Overlay == "" {
+		c.Overlay = overlay.Hybrid
+	}
 	if c.Resync == 0 {
 		c.Resync = 30 * time.Second
 	}
@@ -153,6 +164,9 @@ func (c *Config) Defaults() {
 func (c *Config) validate() error {
 	if c.RouteProtocol < 1 || c.RouteProtocol > 255 {
 		return fmt.Errorf("route protocol %d: want 1-255", c.RouteProtocol)
+	}
+	if _, err := overlay.ParseMode(string(c.Overlay)); err != nil {
+		return err
 	}
 	if c.HostOnly {
 		if !c.Routes {
@@ -183,6 +197,13 @@ type Agent struct {
 	apiServer []netip.Prefix
 
 	ovsChecks *memo.Value[[]check] // the probes' shared read of OVS
+
+	// mtu is the pods' MTU the last route pass found (overlay.ConflistMTU;
+	// 0: the template's), which the conflist follows.
+	mtu atomic.Int64
+	// tunnelled: a pass put the tunnel in (pkg/overlay); a pass that
+	// cannot reach OVSDB then keeps the routes as they are.
+	tunnelled atomic.Bool
 
 	logMu   sync.Mutex
 	lastLog map[string]string // what was last said on each subject
@@ -474,8 +495,9 @@ func (a *Agent) syncConflist(self *corev1.Node, err error) {
 		}
 		var wrote bool
 		if err == nil {
-			if wrote, err = installConflist(a.cfg.ConfTemplate, a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate), own); wrote {
-				a.logf("conflist: installed %s for %v", filepath.Join(a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate)), own)
+			mtu := int(a.mtu.Load())
+			if wrote, err = installConflistMTU(a.cfg.ConfTemplate, a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate), own, mtu); wrote {
+				a.logf("conflist: installed %s for %v%s", filepath.Join(a.cfg.CNIConfDir, filepath.Base(a.cfg.ConfTemplate)), own, mtuNote(mtu))
 			}
 		}
 		if err == nil && confirm != "" {
@@ -518,7 +540,16 @@ func (a *Agent) syncNodeRoutes(self *corev1.Node) error {
 		a.say("routes", "error: "+err.Error())
 		return err
 	}
+	me.PodCIDRs = PodCIDRs(self)
 	return a.syncRoutes(me, self.Name)
+}
+
+// mtuNote says the conflist's MTU in its log line, when the agent sets one.
+func mtuNote(mtu int) string {
+	if mtu == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (mtu %d: the overlay's)", mtu)
 }
 
 // syncHostRoutes: the routes of a host that is not a Node, from its own
@@ -592,7 +623,22 @@ func (a *Agent) syncRoutes(me podroutes.Peer, selfNode string) error {
 		links[ip.Is4()] = idx
 	}
 	tb := podroutes.Table{Table: a.cfg.RouteTable, Protocol: a.cfg.RouteProtocol}
-	res, err := tb.Sync(want, links)
+	var res podroutes.Result
+	var installErr error
+	installed := false
+	install := func(routes []podroutes.Route) error {
+		installed, want = true, routes
+		res, installErr = tb.Sync(routes, links)
+		return installErr
+	}
+	if selfNode == "" {
+		install(want)
+	} else if oerr := a.syncOverlay(me, want, peers, install); oerr != nil && !installed {
+		return oerr // said: the routes are kept as they are
+	} else if oerr != nil && oerr != installErr {
+		errs = append(errs, oerr) // the tunnel's withdrawal, after the routes
+	}
+	err = installErr
 	if res.Changed > 0 || res.Removed > 0 {
 		fmt.Fprintf(a.cfg.Log, "%s routes: %d added or changed, %d removed; now %v\n", time.Now().UTC().Format(time.RFC3339), res.Changed, res.Removed, want)
 	}
@@ -630,6 +676,11 @@ func (a *Agent) reconcileLoop(ctx context.Context) {
 	})
 	reconcile.Watch(ctx, a.cfg.OVSDB, a.cfg.VswitchdControl, reconcile.Hooks{
 		Pass: func(st reconcile.Stats, err error) {
+			// A route pass after each: ovs-vswitchd re-creates the bridge
+			// interface (userspace datapath) without the overlay's
+			// neighbours and routes, and a pass rebuilt the overlay's flows
+			// from a record the agent may have changed since it read it.
+			defer a.trigger()
 			if a.cfg.Events != nil {
 				a.cfg.Events.ReconcileDone(st.Took, err)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/metrics"
 	"github.com/ovsflow/ovs-cni/pkg/orphan"
+	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
 )
 
@@ -82,6 +83,12 @@ func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error
 	fs.Var(&cfg.OVSDB, "ovsdb", "the node's OVSDB (\"\": no reconcile)")
 	fs.StringVar(&cfg.VswitchdControl, "vswitchd-control", "", "ovs-vswitchd's control socket, when ADD recorded none")
 	fs.BoolVar(&cfg.Routes, "routes", true, "keep a route to every other Node's pod ranges via its InternalIP")
+	cfg.Overlay = overlay.Hybrid
+	fs.Func("overlay", "how the routes reach Nodes: geneve or vxlan (every Node through the bridge's tunnel), none (host-gw to every Node), hybrid (host-gw on this node's subnet, Geneve to the others; host-gw to all where the node cannot tell) (default hybrid)", func(s string) error {
+		m, err := overlay.ParseMode(s)
+		cfg.Overlay = m
+		return err
+	})
 	orphans := fs.Duration("orphan-interval", orphan.DefaultInterval, "replay the DEL of an attachment whose host veth has been gone this long, with no ADD or DEL in flight (0: never)")
 	withMetrics := fs.Bool("metrics", true, "serve /metrics (Prometheus text format) next to the probes")
 	if err := fs.Parse(args); err != nil {

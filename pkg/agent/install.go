@@ -86,11 +86,17 @@ func installPlugins(src, dst string, plugins, optional []string) (installed []st
 // installConflist renders the template at templatePath for the node's pod
 // ranges and installs it as dir/name.
 func installConflist(templatePath, dir, name string, cidrs []netip.Prefix) (bool, error) {
+	return installConflistMTU(templatePath, dir, name, cidrs, 0)
+}
+
+// installConflistMTU is installConflist with the pods' MTU, when set
+// (conflist.RenderMTU).
+func installConflistMTU(templatePath, dir, name string, cidrs []netip.Prefix, mtu int) (bool, error) {
 	tmpl, err := os.ReadFile(templatePath)
 	if err != nil {
 		return false, fmt.Errorf("conflist template: %w", err)
 	}
-	out, err := conflist.Render(tmpl, cidrs)
+	out, err := conflist.RenderMTU(tmpl, cidrs, mtu)
 	if err != nil {
 		return false, fmt.Errorf("conflist template %s: %w", templatePath, err)
 	}

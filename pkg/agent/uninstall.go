@@ -19,6 +19,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/noderanges"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
+	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
 	"github.com/ovsflow/ovs-cni/pkg/record"
@@ -63,7 +64,7 @@ func Uninstall(ctx context.Context, cfg Config) error {
 	if cfg.Routes {
 		n, err := podroutes.Table{Table: cfg.RouteTable, Protocol: cfg.RouteProtocol}.RemoveAll()
 		say("removed %d route(s) of protocol %d", n, cfg.RouteProtocol)
-		errs = append(errs, err)
+		errs = append(errs, err, overlay.RemoveNeighbours())
 	}
 	if !cfg.OVSDB.IsZero() {
 		errs = append(errs, uninstallOVS(ctx, cfg.OVSDB, say))
@@ -141,6 +142,14 @@ func uninstallOVS(ctx context.Context, ovsdbEndpoint endpoint.Endpoint, say func
 		if err := uninstallMeters(ctx, target, br.Name, say); err != nil {
 			errs = append(errs, fmt.Errorf("bridge %s: %w", br.Name, err))
 		}
+	}
+	// The overlay's tunnel port is the agent's own row (not an
+	// attachment's): its flows went with the suite's, its neighbours go
+	// with it.
+	if had, err := overlay.Withdraw(ctx, cli, ovsdbEndpoint); err != nil {
+		errs = append(errs, err)
+	} else if had {
+		say("OVSDB: removed the overlay's tunnel port")
 	}
 	f, err := cli.ForgetSuite(ctx)
 	if err != nil {

@@ -47,6 +47,43 @@ func Render(template []byte, prefixes []netip.Prefix) ([]byte, error) {
 	return render(template, prefixes, false)
 }
 
+// RenderMTU is Render that also gives every ovs-bridge entry the pods'
+// MTU mtu (the node agent's overlay: the uplink's less the tunnel's
+// overhead), or keeps the template's where it is lower; 0 leaves the
+// template's.
+func RenderMTU(template []byte, prefixes []netip.Prefix, mtu int) ([]byte, error) {
+	if mtu <= 0 {
+		return Render(template, prefixes)
+	}
+	var conf map[string]any
+	if err := json.Unmarshal(template, &conf); err != nil {
+		return nil, fmt.Errorf("template: %w", err)
+	}
+	entries := []map[string]any{conf}
+	if plugins, ok := conf["plugins"].([]any); ok {
+		entries = nil
+		for _, pl := range plugins {
+			if m, ok := pl.(map[string]any); ok {
+				entries = append(entries, m)
+			}
+		}
+	}
+	for _, m := range entries {
+		if m["type"] != "ovs-bridge" {
+			continue
+		}
+		if have, ok := m["mtu"].(float64); ok && have > 0 && int(have) <= mtu {
+			continue
+		}
+		m["mtu"] = mtu
+	}
+	b, err := json.Marshal(conf)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the conflist: %w", err)
+	}
+	return Render(b, prefixes)
+}
+
 // RenderStatic is Render for a node without the node agent
 // (deploy/install-cni.sh, given the node's pod CIDRs): without the key by
 // which ovs-bridge waits for the agent to confirm the ranges

@@ -99,3 +99,34 @@ func TestRenderBadRoutes(t *testing.T) {
 		t.Errorf("single plugin: got error %v, want %q", err, want)
 	}
 }
+
+// RenderMTU gives every ovs-bridge entry the MTU, keeps a lower one of the
+// template's, and touches nothing else; 0 is Render.
+func TestRenderMTU(t *testing.T) {
+	tmpl := []byte(`{"cniVersion":"1.0.0","name":"n","plugins":[` +
+		`{"type":"ovs-bridge","bridge":"br0","ipam":{"type":"host-local","ranges":[]}},` +
+		`{"type":"ovs-bridge","bridge":"br1","mtu":1400},{"type":"ovs-portmap"}]}`)
+	cidrs := []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}
+	out, err := RenderMTU(tmpl, cidrs, 1450)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(out, &conf); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []any{float64(1450), float64(1400), nil} {
+		if got := conf.Plugins[i]["mtu"]; got != want {
+			t.Errorf("plugins[%d].mtu: got %v, want %v", i, got, want)
+		}
+	}
+	plain, err := Render(tmpl, cidrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same, err := RenderMTU(tmpl, cidrs, 0); err != nil || string(same) != string(plain) {
+		t.Errorf("RenderMTU(0): %v\n%s\nwant Render's\n%s", err, same, plain)
+	}
+}

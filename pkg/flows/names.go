@@ -13,6 +13,7 @@ const (
 	GroupTombstone                 // CookieKindTombstone: ports being deleted
 	GroupBandwidth                 // CookieKindBandwidth: one port's egress limit (ovs-bandwidth)
 	GroupGateway                   // CookieKindGateway: one gateway of a bridge (isGateway)
+	GroupOverlay                   // CookieKindOverlay: the overlay's flows of a bridge (pkg/overlay)
 )
 
 func (g Group) String() string {
@@ -29,6 +30,8 @@ func (g Group) String() string {
 		return "bandwidth"
 	case GroupGateway:
 		return "gateway"
+	case GroupOverlay:
+		return "overlay"
 	}
 	return "other"
 }
@@ -51,6 +54,8 @@ func GroupOf(c Cookie) Group {
 		return GroupBandwidth
 	case CookieKindGateway:
 		return GroupGateway
+	case CookieKindOverlay:
+		return GroupOverlay
 	}
 	return GroupOther
 }
@@ -74,6 +79,12 @@ const (
 	// Nor this: an ICMPv6 redirect the node sent into the bridge
 	// (PriorityNodeRedirect).
 	ReasonNodeRedirect = "node-redirect"
+	// The overlay's (PriorityOverlayDrop): a frame the node routed to
+	// OverlayMAC that no tunnelled peer's range holds, and a packet from
+	// the tunnel port from a node that is not a known peer's, or not for a
+	// pod range of this node.
+	ReasonOverlayNoPeer  = "overlay-no-peer"
+	ReasonOverlayRefused = "overlay-refused"
 )
 
 // DropReason returns the reason of a flow of the pipeline that drops what

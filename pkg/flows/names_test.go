@@ -30,6 +30,7 @@ func allFlows(t *testing.T) []Flow {
 	all = append(all, pl.NodeIPFlows(a)...)
 	all = append(all, pl.AttachmentFlows(a)...)
 	all = append(all, BaseFlows()...)
+	all = append(all, OverlayFlows(sampleOverlay())...)
 	all = append(all, BandwidthFlows(Bandwidth{Cookie: a.Cookie, OFPort: 10, RateKbps: 1000, BurstKb: 100})...)
 	metered := a
 	metered.ConnRate, metered.ConnBurst = 10, 10

@@ -42,6 +42,14 @@
 //	(shared, per node IP) ct(DNAT zone, nat) -> table 40; from a container, prio 212
 //	(per attachment) ct(SNAT zone, nat) -> tables 42, 43.
 //
+//	overlay (pkg/overlay; tables 50, 51, CookieKindOverlay):
+//	node -> a tunnelled peer's pod range: the node routes it via a next hop whose neighbour is OverlayMAC
+//	table 0  prio 340  in_port=LOCAL, dl_dst=OverlayMAC: table 50
+//	table 50 prio 100 (per peer range) tun_dst := peer's InternalIP, tun_id := OverlayVNI, output:tunnel; prio 0: drop
+//	tunnel -> node:
+//	table 0  prio 340  in_port=tunnel: table 51
+//	table 51 prio 100 (per known node and local range) tun_src=node, nw_dst=range: eth_dst := bridge MAC, output:LOCAL; prio 0: drop
+//
 // Tables and priorities are declared once, in the order packets meet them,
 // in tables (below): each table with its priorities, highest first, each
 // priority with what its flows are for under each cookie kind it is
@@ -67,8 +75,8 @@
 //	reg1[2]            RegBandwidthMetered     table 0: the frame went through its port's meter (ovs-bandwidth)
 //	reg1[3]            RegGatewayTracked       table 0: the frame went through PriorityGatewaySkip or PriorityGatewayTrack once
 //	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
-//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3, CookieKindBandwidth 4, CookieKindGateway 5
-//	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname (CookieKindGateway: of the gateway prefix)
+//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3, CookieKindBandwidth 4, CookieKindGateway 5, CookieKindOverlay 6
+//	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname (CookieKindGateway: of the gateway prefix; CookieKindOverlay: 0)
 //	meter[28..31] = 1  MeterSuiteFirst-MeterSuiteLast  every meter of the suite, and no other (uninstall and the sweeps delete these only)
 //	meter = 0x1ff00000 | ofport  MeterOf  the egress meter of a container port (ovs-bandwidth): one per port, numbered after the port
 //	meter = 0x10000000 | ofport<<12 | i  ConnMeterOf  new connections of the i-th mapping (protocol, host port) of an attachment (ovs-portmap's newConnectionRate)
@@ -157,6 +165,14 @@ const (
 	// a node IP that no rule's PriorityFragmentCommit took, reassembled
 	// again by PriorityFragmentMiss's ct: to the node, a host port's never.
 	TablePortmapFragmentMiss uint8 = 44
+	// TableOverlaySend receives what the node routed to the overlay
+	// (OverlayMAC, from LOCAL): to the node of the peer range its
+	// destination is in, through the tunnel port (overlay.go).
+	TableOverlaySend uint8 = 50
+	// TableOverlayReceive receives what came in through the tunnel port:
+	// to the node's own stack when it comes from a known node and is for
+	// one of this node's pod ranges.
+	TableOverlayReceive uint8 = 51
 )
 
 // Priorities of table 0 (TableClassifier), highest first: a container
@@ -229,6 +245,12 @@ const (
 	PriorityPortSecNDDrop uint16 = 405
 	PriorityPortSecAllow  uint16 = 400
 	PriorityPortSecDrop   uint16 = 390
+	// PriorityOverlay sends the frames of the overlay to its tables: from
+	// LOCAL to OverlayMAC (the node routed them to a tunnelled peer's pod
+	// range) to TableOverlaySend, from the tunnel port to
+	// TableOverlayReceive. Above every other flow that matches LOCAL's
+	// frames (the node's redirects, the gateway's): these leave the node.
+	PriorityOverlay uint16 = 340
 	// PriorityNodeRedirect drops the ICMPv6 redirects the node sends into
 	// the bridge (from LOCAL), with the base flow: the bridge's interface
 	// is both the pods' gateway and the way to the other hosts on the
@@ -350,6 +372,28 @@ const (
 	PriorityMiss uint16 = 0
 )
 
+// Priorities of tables 50 and 51 (the overlay, overlay.go).
+const (
+	// PriorityOverlayPeer: in TableOverlaySend, one flow per pod range of
+	// a tunnelled peer; in TableOverlayReceive, one per known node and pod
+	// range of this node.
+	PriorityOverlayPeer uint16 = 100
+	// PriorityOverlayDrop is the miss flow of both: what matches no peer
+	// is dropped, and counted by its reason.
+	PriorityOverlayDrop uint16 = 0
+)
+
+// OverlayMAC is the next hop of every route of the node to a tunnelled
+// peer's pod range: a static neighbour of the bridge interface with this
+// MAC (pkg/overlay), which no NIC has (locally administered, the suite's
+// tag in it), so that PriorityOverlay tells the node's overlay traffic by
+// its destination MAC alone.
+var OverlayMAC = openflow.MAC{0x02, 0x0f, 0xc5, 0x00, 0x00, 0x01}
+
+// OverlayVNI is the tunnel key (Geneve or VXLAN VNI) the overlay's packets
+// carry: one overlay per cluster. The receiving side does not match it.
+const OverlayVNI = 0x0FC5
+
 // A tableDecl declares a table of the pipeline: its number and constant,
 // what it holds (the design doc's Tables table) and its priorities,
 // highest first.
@@ -427,6 +471,9 @@ var tables = []tableDecl{
 			{Value: PriorityPortSecDrop, Const: "PriorityPortSecDrop", Group: GroupPortSecurity,
 				Drops: []dropDecl{{ReasonSpoofed, "the port-security drop of any other frame (another source MAC or address, a VLAN tag)"}},
 				Doc:   "any other frame from a container port"},
+			{Value: PriorityOverlay, Const: "PriorityOverlay", Group: GroupOverlay,
+				Name: "the overlay's classifier (to table 50 or 51)",
+				Doc:  "from LOCAL to the overlay's virtual MAC (`02:0f:c5:00:00:01`, the next hop of the node's routes to tunnelled peers): table 50; from the tunnel port: table 51"},
 			{Value: PriorityNodeRedirect, Const: "PriorityNodeRedirect", Group: GroupShared,
 				Drops: []dropDecl{{ReasonNodeRedirect, "the drop of the node's own ICMPv6 redirects into the bridge (a secure bridge's, with its base flow)"}},
 				Doc:   "an ICMPv6 redirect from LOCAL (the node's own, which IPv6 has no sysctl to stop): drop; a base flow, with priority 0's NORMAL"},
@@ -541,6 +588,24 @@ var tables = []tableDecl{
 				Doc:   "a host port's first fragment that priority 250 did not take whole: drop"},
 			{Value: PriorityMiss, Const: "PriorityMiss", Group: GroupShared,
 				Name: "the fragment fallback to the node (NORMAL)"},
+		}},
+	{ID: TableOverlaySend, Const: "TableOverlaySend",
+		Doc: "what the node routed to a tunnelled peer's pod range: through the tunnel port to that peer's node",
+		Prios: []prioDecl{
+			{Value: PriorityOverlayPeer, Const: "PriorityOverlayPeer", Group: GroupOverlay,
+				Name: "the overlay's send to a peer's node",
+				Doc:  "table 50: a peer's pod range: `tun_dst` := the peer's InternalIP, `tun_id` := 0xfc5, output to the tunnel port; table 51: from a known node (`tun_src`) to a pod range of this node: `eth_dst` := the bridge interface's MAC, `output:LOCAL` (the node routes it as host-gw traffic)"},
+			{Value: PriorityOverlayDrop, Const: "PriorityOverlayDrop", Group: GroupOverlay,
+				Drops: []dropDecl{{ReasonOverlayNoPeer, "the overlay's drop of what no tunnelled peer's range holds"}},
+				Doc:   "anything else: drop (50: no peer's range holds it; 51: an unknown node's, or not for this node's pods)"},
+		}},
+	{ID: TableOverlayReceive, Const: "TableOverlayReceive",
+		Doc: "what came in through the tunnel port: from a known node to this node's pod ranges, to the node's stack",
+		Prios: []prioDecl{
+			{Value: PriorityOverlayPeer, Const: "PriorityOverlayPeer", Group: GroupOverlay,
+				Name: "the overlay's delivery to the node from a known node"},
+			{Value: PriorityOverlayDrop, Const: "PriorityOverlayDrop", Group: GroupOverlay,
+				Drops: []dropDecl{{ReasonOverlayRefused, "the overlay's drop of a tunnelled packet from an unknown node or not for this node's pods"}}},
 		}},
 }
 
@@ -672,6 +737,9 @@ const (
 	// (isGateway): its hash is that of the gateway prefix (GatewayCookie),
 	// not of an attachment.
 	CookieKindGateway uint8 = 5
+	// CookieKindOverlay marks the overlay's flows of a bridge (hash 0:
+	// one set per bridge, which the agent and reconcile replace whole).
+	CookieKindOverlay uint8 = 6
 	// AttachmentMask selects suite tag and hash, any kind: every flow of one
 	// attachment, for the single masked delete of ovs-bridge's DEL.
 	AttachmentMask Cookie = SuiteMask | CookieHashMask

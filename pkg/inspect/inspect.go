@@ -166,7 +166,8 @@ func hasPort(ports []ovsdb.OwnedPort, in string) bool {
 
 func uplink(ports []ovsdb.OwnedPort) string {
 	for _, p := range ports {
-		if p.Port.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue || p.Interface.Type == "internal" ||
+		// Not ours (an attachment, the overlay's tunnel), not the bridge's own.
+		if p.Port.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerValue || p.Port.ExternalIDs[ovsdb.KeyOwner] == ovsdb.OwnerAgentValue || p.Interface.Type == "internal" ||
 			p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
 			continue
 		}

@@ -73,7 +73,7 @@ type Drops struct {
 type Collector struct {
 	cfg Config
 
-	dropped, hostPorts, flowCount, ctEntries, ctLimit, up *prometheus.Desc
+	dropped, hostPorts, flowCount, ctEntries, ctLimit, up, overlayDropped *prometheus.Desc
 
 	reconciles       *prometheus.CounterVec
 	reconcileSeconds prometheus.Histogram
@@ -105,6 +105,7 @@ type dropKey struct {
 // Metric names.
 const (
 	NameDropped          = "ovsflow_port_security_dropped_packets_total"
+	NameOverlayDropped   = "ovsflow_overlay_dropped_packets_total"
 	NameHostPorts        = "ovsflow_host_ports"
 	NameFlows            = "ovsflow_flows"
 	NameConntrackEntries = "ovsflow_conntrack_entries"
@@ -139,10 +140,13 @@ func New(cfg Config) *Collector {
 		dropped: prometheus.NewDesc(NameDropped,
 			"Packets the port security of an attachment dropped, by reason (the packet counters of its drop flows; they restart when the flows are reinstalled).",
 			append(slices.Clone(attachmentLabels), "reason"), nil),
+		overlayDropped: prometheus.NewDesc(NameOverlayDropped,
+			"Packets the overlay of a bridge dropped, by reason (overlay-refused: from the tunnel, from no tunnelled Node or for none of this node's pods; overlay-no-peer: routed to the overlay for no Node's range; the packet counters of its drop flows).",
+			[]string{"bridge", "reason"}, nil),
 		hostPorts: prometheus.NewDesc(NameHostPorts,
 			"Host ports an attachment publishes (resolved rules: protocol, node address, host port).", attachmentLabels, nil),
 		flowCount: prometheus.NewDesc(NameFlows,
-			"Flows of the pipeline on a bridge, by group (port security, host ports, shared pipeline, tombstone, bandwidth, gateway).", []string{"bridge", "group"}, nil),
+			"Flows of the pipeline on a bridge, by group (port security, host ports, shared pipeline, tombstone, bandwidth, gateway, overlay).", []string{"bridge", "group"}, nil),
 		ctEntries: prometheus.NewDesc(NameConntrackEntries,
 			"Conntrack entries of a zone of the pipeline, per datapath.", []string{"datapath", "zone"}, nil),
 		ctLimit: prometheus.NewDesc(NameConntrackLimit,
@@ -232,7 +236,7 @@ func (c *Collector) Handler() http.Handler {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.dropped, c.hostPorts, c.flowCount, c.ctEntries, c.ctLimit, c.up} {
+	for _, d := range []*prometheus.Desc{c.dropped, c.hostPorts, c.flowCount, c.ctEntries, c.ctLimit, c.up, c.overlayDropped} {
 		ch <- d
 	}
 	c.reconciles.Describe(ch)
@@ -299,6 +303,7 @@ type bridgeState struct {
 	ports   map[flows.Cookie]port // by the attachment's cookie (kind 0)
 	zones   map[uint16]bool
 	control string
+	tunnel  bool // the overlay's tunnel is on it
 }
 
 // collect reads the node; the error says only that OVSDB could not be
@@ -310,6 +315,10 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 		return err
 	}
 	owned, err := cli.OwnedPorts(ctx)
+	var tunnels []ovsdb.Tunnel
+	if err == nil {
+		tunnels, err = cli.Tunnels(ctx)
+	}
 	cli.Close()
 	if err != nil {
 		c.scrapeErrors.WithLabelValues("ovsdb").Inc()
@@ -343,6 +352,17 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 		}
 		state(target, bridge).ports[v] = pt
 	}
+	// The bridges of the overlay's tunnels, for its drops.
+	for _, tun := range tunnels {
+		if !slices.ContainsFunc(slices.Collect(maps.Values(byTarget)), func(s *bridgeState) bool { return s.name == tun.Bridge() }) {
+			state(endpoint.OpenFlow(endpoint.Endpoint{}, c.cfg.OVSDB, tun.Bridge()), tun.Bridge())
+		}
+		for _, s := range byTarget {
+			if s.name == tun.Bridge() {
+				s.tunnel = true
+			}
+		}
+	}
 	moved := map[dropKey]uint64{}
 	sockets := map[string]map[uint16]bool{}
 	for target, s := range byTarget {
@@ -354,11 +374,17 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 		}
 		groups := map[flows.Group]int{}
 		drops := map[dropKey]uint64{}
+		overlayDrops := map[string]uint64{}
 		secured := map[flows.Cookie]bool{} // attachments with port security flows
 		for _, f := range fs {
 			cookie := flows.Cookie(f.Cookie)
 			g := flows.GroupOf(cookie)
 			groups[g]++
+			if g == flows.GroupOverlay {
+				if r := flows.DropReason(f.Flow); r != "" {
+					overlayDrops[r] += f.Packets
+				}
+			}
 			if g != flows.GroupPortSecurity {
 				continue
 			}
@@ -370,8 +396,13 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 				}
 			}
 		}
-		for _, g := range []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone, flows.GroupBandwidth, flows.GroupGateway} {
+		for _, g := range []flows.Group{flows.GroupPortSecurity, flows.GroupHostPorts, flows.GroupShared, flows.GroupTombstone, flows.GroupBandwidth, flows.GroupGateway, flows.GroupOverlay} {
 			c.emit(ch, c.flowCount, prometheus.GaugeValue, float64(groups[g]), s.name, g.String())
+		}
+		if s.tunnel {
+			for _, r := range []string{flows.ReasonOverlayNoPeer, flows.ReasonOverlayRefused} {
+				c.emit(ch, c.overlayDropped, prometheus.CounterValue, float64(overlayDrops[r]), s.name, r)
+			}
 		}
 		// Every reason of every attachment with port security flows, so
 		// that a counter exists before its first drop.

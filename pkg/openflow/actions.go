@@ -22,9 +22,31 @@ var (
 	FieldEthSrc  = Field{"NXM_OF_ETH_SRC", classNXM0, 2, 6}
 	FieldCTMark  = Field{"NXM_NX_CT_MARK", classNXM1, nxmCTMark, 4}
 	FieldCTLabel = Field{"NXM_NX_CT_LABEL", classNXM1, nxmCTLabel, 16}
+	// The tunnel metadata of a packet to a flow-based tunnel port
+	// (options:remote_ip=flow, options:key=flow): its outer destination
+	// (IPv4 or IPv6) and its key (the Geneve VNI, the VXLAN VNI).
+	FieldTunID      = Field{"NXM_NX_TUN_ID", classNXM1, nxmTunID, 8}
+	FieldTunIPv4Dst = Field{"NXM_NX_TUN_IPV4_DST", classNXM1, nxmTunIPv4Dst, 4}
+	FieldTunIPv6Dst = Field{"NXM_NX_TUN_IPV6_DST", classNXM1, nxmTunIPv6Dst, 16}
 )
 
-var fixedFields = []Field{FieldInPort, FieldEthDst, FieldEthSrc, FieldCTMark, FieldCTLabel}
+var fixedFields = []Field{FieldInPort, FieldEthDst, FieldEthSrc, FieldCTMark, FieldCTLabel, FieldTunID, FieldTunIPv4Dst, FieldTunIPv6Dst}
+
+// LoadTunDst returns the loads that set a packet's tunnel destination
+// (its outer destination address) to a: one load for IPv4, two of 64 bits
+// for IPv6 (NXAST_REG_LOAD carries 64 bits).
+func LoadTunDst(a netip.Addr) Actions {
+	a = a.Unmap()
+	if a.Is4() {
+		b := a.As4()
+		return Actions{Load{Value: uint64(binary.BigEndian.Uint32(b[:])), Dst: FieldTunIPv4Dst.All()}}
+	}
+	b := a.As16()
+	return Actions{
+		Load{Value: binary.BigEndian.Uint64(b[:8]), Dst: FieldTunIPv6Dst.Bits(64, 127)},
+		Load{Value: binary.BigEndian.Uint64(b[8:]), Dst: FieldTunIPv6Dst.Bits(0, 63)},
+	}
+}
 
 // Reg returns register n (0-15), NXM_NX_REGn.
 func Reg(n int) Field {

@@ -200,6 +200,9 @@ func (m *Match) decodeField(class uint16, field uint8, val, mask []byte, vid, pc
 		*m = m.InPort(uint32(u()))
 	case class == classNXM1 && field < 16 && len(val) == 4:
 		*m = m.Reg(int(field), uint32(u()), uint32(um()))
+	case class == classNXM1 && (field == nxmTunIPv4Src && len(val) == 4 || field == nxmTunIPv6Src && len(val) == 16) && mask == nil:
+		a, _ := netip.AddrFromSlice(val)
+		*m = m.TunSrc(a)
 	case class == classNXM0 && field == nxmVLANTCI && len(val) == 2:
 		*m = m.VLANTCI(uint16(u()), uint16(um()))
 	case class == classBasic && field == oxmVLANVID && len(val) == 2:

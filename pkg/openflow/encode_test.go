@@ -119,6 +119,14 @@ func corpus(t testing.TB) map[string]of.Bundle {
 	out["gateway"] = flows.GatewayBundle(gws...)
 	out["tombstone"] = append(flows.TombstoneBundle(7, 0xfeff), flows.AttachmentCookie("ps-dual", "eth0").AttachmentDelete())
 	out["edge"] = edge()
+	// The overlay's, over IPv4 and over IPv6 (tun_src, tun_ipv6_src, the
+	// loads of the tunnel's destination and key).
+	for name, remote := range map[string]netip.Addr{"overlay_v4": netip.MustParseAddr("203.0.113.2"), "overlay_v6": netip.MustParseAddr("2001:db8:2::2")} {
+		out[name] = flows.OverlayBundle(flows.Overlay{TunnelPort: 3, BridgeMAC: of.MAC(mac),
+			Local: []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24"), netip.MustParsePrefix("2001:db8:1::/64")},
+			Peers: []flows.OverlayPeer{{Dst: netip.MustParsePrefix("198.18.2.0/24"), Remote: remote},
+				{Dst: netip.MustParsePrefix("2001:db8:2::/64"), Remote: remote}}})
+	}
 	return out
 }
 

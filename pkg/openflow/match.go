@@ -115,6 +115,7 @@ type Match struct {
 	icmpCode       uint8
 	ndTarget       netip.Addr
 	ndSLL, ndTLL   MAC
+	tunSrc         netip.Addr // tun_src or tun_ipv6_src by family
 }
 
 type masked32 struct{ v, m uint32 }
@@ -313,6 +314,11 @@ func (m Match) NDSLL(a MAC) Match { m.ndSLL, m.has = a, m.has|hasNDSLL; return m
 // NDTLL matches nd_tll (neighbour advertisements).
 func (m Match) NDTLL(a MAC) Match { m.ndTLL, m.has = a, m.has|hasNDTLL; return m }
 
+// TunSrc matches the outer source address of a packet that came in on a
+// tunnel port: tun_src, or tun_ipv6_src for an IPv6 address. It has no
+// prerequisite.
+func (m Match) TunSrc(a netip.Addr) Match { m.tunSrc = a.Unmap(); return m }
+
 // keywords are ovs-ofctl's protocol keywords by ethertype and IP protocol.
 var keywords = map[[2]uint16]string{
 	{EthIPv4, 0}: "ip", {EthIPv6, 0}: "ipv6", {EthARP, 0}: "arp",
@@ -343,6 +349,13 @@ func (m Match) String() string {
 	}
 	if m.has&hasInPort != 0 {
 		f = append(f, "in_port="+portName(m.inPort))
+	}
+	if m.tunSrc.IsValid() {
+		if m.tunSrc.Is4() {
+			f = append(f, "tun_src="+m.tunSrc.String())
+		} else {
+			f = append(f, "tun_ipv6_src="+m.tunSrc.String())
+		}
 	}
 	for i, r := range m.regs {
 		if r.m != 0 {
@@ -519,15 +532,20 @@ const (
 	oxmNDSLL    = 32
 	oxmNDTLL    = 33
 
-	nxmVLANTCI   = 4   // NXM0
-	nxmIPFrag    = 26  // NXM1
-	nxmCTState   = 105 // NXM1
-	nxmCTZone    = 106
-	nxmCTMark    = 107
-	nxmCTLabel   = 108
-	nxmCTNWProto = 119
-	nxmCTTPSrc   = 124
-	nxmCTTPDst   = 125
+	nxmVLANTCI    = 4  // NXM0
+	nxmTunID      = 16 // NXM1
+	nxmTunIPv4Src = 31
+	nxmTunIPv4Dst = 32
+	nxmTunIPv6Src = 109
+	nxmTunIPv6Dst = 110
+	nxmIPFrag     = 26  // NXM1
+	nxmCTState    = 105 // NXM1
+	nxmCTZone     = 106
+	nxmCTMark     = 107
+	nxmCTLabel    = 108
+	nxmCTNWProto  = 119
+	nxmCTTPSrc    = 124
+	nxmCTTPDst    = 125
 )
 
 // l4Base returns the OXM field of tp_src for the IP protocol (tp_dst is +1).
@@ -548,6 +566,13 @@ func l4Base(proto uint8) uint8 {
 func (m Match) Encode(b []byte) []byte {
 	if m.has&hasInPort != 0 {
 		b = oxm(b, classBasic, oxmInPort, be32(m.inPort), nil)
+	}
+	if m.tunSrc.IsValid() {
+		f := uint8(nxmTunIPv6Src)
+		if m.tunSrc.Is4() {
+			f = nxmTunIPv4Src
+		}
+		b = oxm(b, classNXM1, f, m.tunSrc.AsSlice(), nil)
 	}
 	for i, r := range m.regs {
 		if r.m != 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -356,6 +357,27 @@ func TestOperationsFitSchema(t *testing.T) {
 	do("SyncPending", func() error { return cli.SyncPending(ctx) })
 	do("DetachPortsAndSync", func() error { return cli.DetachPortsAndSync(ctx, portB) })
 	do("DetachPorts", func() error { return cli.DetachPorts(ctx, portA) })
+	tun := TunnelSpec{Bridge: br.Name, Name: newName("ovsdbtun"), Type: "geneve", LocalIP: netip.MustParseAddr("192.0.2.99"),
+		Record: map[string]string{"ovsflow.io/overlay": "{}"}}
+	do("EnsureTunnel (new)", func() error { _, err := cli.EnsureTunnel(ctx, tun); return err })
+	do("EnsureTunnel (as it is)", func() error { _, err := cli.EnsureTunnel(ctx, tun); return err })
+	tun.Type, tun.Record = "vxlan", map[string]string{"ovsflow.io/overlay": `{"local":[]}`}
+	do("EnsureTunnel (changed)", func() error { _, err := cli.EnsureTunnel(ctx, tun); return err })
+	do("Tunnels", func() error {
+		ts, err := cli.Tunnels(ctx)
+		if err == nil && (len(ts) != 1 || ts[0].Interface.Type != "vxlan" || ts[0].Options["remote_ip"] != "flow" ||
+			ts[0].Options["local_ip"] != "192.0.2.99" || ts[0].Bridge() != br.Name || ts[0].OFPort() <= 0 ||
+			ts[0].Port.ExternalIDs["ovsflow.io/overlay"] != `{"local":[]}`) {
+			err = fmt.Errorf("got %+v, want the one vxlan tunnel on %s", ts, br.Name)
+		}
+		return err
+	})
+	do("RemoveTunnels", func() error {
+		if n, err := cli.RemoveTunnels(ctx); n != 1 || err != nil {
+			return fmt.Errorf("removed %d, %v; want 1", n, err)
+		}
+		return nil
+	})
 
 	schema, err := schemaOnce()
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 var embeddedSchema []byte
 
 // extraColumns are written by operations but not read into models.
-var extraColumns = map[string][]string{tablePort: {"vlan_mode", "qos"}, tableInterface: {"ofport_request"}, tableQoS: {"queues"}, tableRoot: {"other_config"}}
+var extraColumns = map[string][]string{tablePort: {"vlan_mode", "qos"}, tableInterface: {"ofport_request", "options"}, tableQoS: {"queues"}, tableRoot: {"other_config"}}
 
 // schemaOnce is the embedded schema, decoded.
 var schemaOnce = sync.OnceValues(func() (ovsdb.DatabaseSchema, error) {

@@ -46,9 +46,19 @@ type Route struct {
 	Dst  netip.Prefix
 	Via  netip.Addr
 	Node string // the peer it is for (not on the wire)
+	// Link, when set, is the index of the link the route goes out of
+	// (else the link Sync is given for its family), and MTU its mtu
+	// metric (0: none, the link's): an overlay route's (pkg/overlay).
+	Link, MTU int
 }
 
-func (r Route) String() string { return r.Dst.String() + " via " + r.Via.String() }
+func (r Route) String() string {
+	s := r.Dst.String() + " via " + r.Via.String()
+	if r.MTU > 0 {
+		s += fmt.Sprintf(" mtu %d", r.MTU)
+	}
+	return s
+}
 
 // Why a pod range is not routed (Skipped.Kind), for the metrics.
 const (
@@ -253,6 +263,7 @@ func (t Table) List() ([]Installed, error) {
 			if a, ok := netip.AddrFromSlice(r.Gw); ok {
 				in.Via = a.Unmap()
 			}
+			in.MTU = r.MTU
 			out = append(out, in)
 		}
 	}
@@ -281,11 +292,16 @@ func (t Table) Sync(want []Route, linkIndex map[bool]int) (Result, error) {
 	var errs []error
 	for _, r := range want {
 		idx, ok := linkIndex[r.Dst.Addr().Is4()]
+		if r.Link != 0 {
+			idx, ok = r.Link, true
+		}
 		if !ok {
 			errs = append(errs, fmt.Errorf("route %s: no link for its family", r))
 			continue
 		}
-		if slices.ContainsFunc(have, func(h Installed) bool { return h.Dst == r.Dst && h.Via == r.Via && h.LinkIndex == idx }) {
+		if slices.ContainsFunc(have, func(h Installed) bool {
+			return h.Dst == r.Dst && h.Via == r.Via && h.LinkIndex == idx && h.MTU == r.MTU
+		}) {
 			continue
 		}
 		if foreign, err := t.foreign(r.Dst); err != nil {
@@ -355,7 +371,7 @@ func (t Table) del(h Installed) error {
 
 func (t Table) netlinkRoute(r Route, linkIndex int) *netlink.Route {
 	nr := &netlink.Route{LinkIndex: linkIndex, Table: t.table(), Protocol: netlink.RouteProtocol(t.Protocol),
-		Scope: netlink.SCOPE_UNIVERSE}
+		Scope: netlink.SCOPE_UNIVERSE, MTU: r.MTU}
 	if r.Dst.IsValid() { // else a default route (of our protocol, found by List)
 		nr.Dst = &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())}
 	}

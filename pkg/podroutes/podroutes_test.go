@@ -281,3 +281,59 @@ func TestSync(t *testing.T) {
 		t.Errorf("the route of protocol 4 is gone: %v", rs)
 	}
 }
+
+// A route with a link of its own and an MTU (an overlay's route into the
+// bridge, pkg/overlay): installed there with its mtu, changed when the MTU
+// changes, left alone when nothing does.
+func TestSyncLinkAndMTU(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("*** not root: Table.Sync NOT tested ***")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { netns.Set(orig); ns.Close(); orig.Close() }()
+	la := netlink.NewLinkAttrs()
+	la.Name = "br0"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "br0p"}); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := netlink.LinkByName("br0")
+	for _, name := range []string{"br0", "br0p"} {
+		if p, err := netlink.LinkByName(name); err != nil || netlink.LinkSetUp(p) != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	// The node's address, as on a node's bridge interface.
+	ad, _ := netlink.ParseAddr("192.0.2.2/24")
+	if err := netlink.AddrAdd(l, ad); err != nil {
+		t.Fatal(err)
+	}
+	tb := Table{Protocol: DefaultProtocol}
+	r := Route{Dst: netip.MustParsePrefix("198.18.2.0/24"), Via: netip.MustParseAddr("169.254.253.1"), Link: l.Attrs().Index, MTU: 1450}
+	for _, step := range []struct {
+		what    string
+		mtu     int
+		changed int
+	}{{"first", 1450, 1}, {"again", 1450, 0}, {"another MTU", 1430, 1}} {
+		r.MTU = step.mtu
+		res, err := tb.Sync([]Route{r}, nil)
+		if err != nil || res.Changed != step.changed || res.Removed != 0 {
+			t.Errorf("%s: %+v, %v; want changed %d", step.what, res, err, step.changed)
+		}
+		have, err := tb.List()
+		if err != nil || len(have) != 1 || have[0].LinkIndex != l.Attrs().Index || have[0].MTU != step.mtu || have[0].Via != r.Via {
+			t.Errorf("%s: routes of ours %+v, %v; want %s on br0", step.what, have, err, r)
+		}
+	}
+	if n, err := tb.RemoveAll(); n != 1 || err != nil {
+		t.Errorf("RemoveAll: %d, %v; want 1, nil", n, err)
+	}
+}

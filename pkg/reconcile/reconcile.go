@@ -2,7 +2,8 @@
 // when it restarts: the flows of every live attachment (port security from
 // pkg/portsec, host ports from pkg/hostport, egress limits and their meters
 // from pkg/bandwidth), the node-local nft elements and
-// the gateway addresses of the bridges and their flows; it removes the flows of attachments
+// the gateway addresses of the bridges and their flows, the overlay's flows
+// (pkg/overlay, from its tunnel port's record); it removes the flows of attachments
 // that are gone. `ovs-portmap reconcile` runs it once, or on every
 // ovs-vswitchd start (Run).
 package reconcile
@@ -23,6 +24,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/gateway"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
+	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
 	"github.com/ovsflow/ovs-cni/pkg/record"
@@ -89,6 +91,10 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 		return st, err
 	}
 	ports, err := cli.OwnedPorts(ctx)
+	if err != nil {
+		return st, err
+	}
+	tunnels, err := cli.Tunnels(ctx)
 	if err != nil {
 		return st, err
 	}
@@ -202,6 +208,20 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 				if fl := flows.GatewayFlows(g); len(fl) > 0 {
 					addFlows(gt, flows.GatewayCookie(g), fl)
 				}
+			}
+		}
+		// The overlay's flows, from its tunnel port's record (pkg/overlay);
+		// without one they are stale.
+		for _, tun := range tunnels {
+			if tun.Bridge() != br.Name {
+				continue
+			}
+			if _, fl, ok := overlay.Rebuild(tun); ok {
+				ot := t
+				if pt, ok := portTarget[br.Name]; ok {
+					ot = get(pt)
+				}
+				addFlows(ot, flows.OverlayCookie(), fl)
 			}
 		}
 	}

@@ -149,27 +149,14 @@ func SetUp(l netlink.Link) error {
 }
 
 // Delete removes a link (and so its veth peer); a missing link is not an error.
-func Delete(name string) error {
-	var nf netlink.LinkNotFoundError
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		if errors.As(err, &nf) {
-			return nil
-		}
-		return fmt.Errorf("looking up link %q: %w", name, err)
-	}
-	if err := netlink.LinkDel(l); err != nil {
-		// ENODEV: the kernel removed it meanwhile (its peer's netns went away).
-		if errors.As(err, &nf) || errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
-			return nil
-		}
-		return fmt.Errorf("deleting link %q: %w", name, err)
-	}
-	return nil
-}
+func Delete(name string) error { return onLink(name, "deleting", netlink.LinkDel) }
 
 // SetDown takes a link down; a missing link is not an error.
-func SetDown(name string) error {
+func SetDown(name string) error { return onLink(name, "setting down", netlink.LinkSetDown) }
+
+// onLink does f to the link called name, when there is one: gone before
+// or meanwhile (ENODEV: its peer's netns went away) is not an error.
+func onLink(name, doing string, f func(netlink.Link) error) error {
 	var nf netlink.LinkNotFoundError
 	l, err := netlink.LinkByName(name)
 	if err != nil {
@@ -178,11 +165,11 @@ func SetDown(name string) error {
 		}
 		return fmt.Errorf("looking up link %q: %w", name, err)
 	}
-	if err := netlink.LinkSetDown(l); err != nil {
+	if err := f(l); err != nil {
 		if errors.As(err, &nf) || errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
 			return nil
 		}
-		return fmt.Errorf("setting link %q down: %w", name, err)
+		return fmt.Errorf("%s link %q: %w", doing, name, err)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"testing"
 
@@ -18,30 +17,12 @@ import (
 // retry them (netlinksafe) and never fail for it. The control, a raw dump,
 // shows that the churn does interrupt dumps.
 func TestDumpsUnderChurn(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("*** not root: the dumps under churn NOT tested ***")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
+	l := vethInPrivateNetns(t, "the dumps under churn", "up0", "up1")
+	ns, err := netns.Get() // the private one, for the churn's thread
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { netns.Set(orig); ns.Close(); orig.Close() }()
-	la := netlink.NewLinkAttrs()
-	la.Name = "up0"
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "up1"}); err != nil {
-		t.Fatal(err)
-	}
-	l, _ := netlink.LinkByName("up0")
-	netlink.LinkSetUp(l)
-	if p, err := netlink.LinkByName("up1"); err == nil {
-		netlink.LinkSetUp(p)
-	}
+	defer ns.Close()
 	ad, _ := netlink.ParseAddr("203.0.113.1/24")
 	if err := netlink.AddrAdd(l, ad); err != nil {
 		t.Fatal(err)

@@ -159,30 +159,7 @@ func TestPlanOneFamily(t *testing.T) {
 // TestSync applies plans in a private network namespace: routes appear,
 // change and go; a route of another protocol is never touched.
 func TestSync(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("*** not root: Table.Sync NOT tested ***")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { netns.Set(orig); ns.Close(); orig.Close() }()
-	la := netlink.NewLinkAttrs()
-	la.Name = "up0"
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "up1"}); err != nil {
-		t.Fatal(err)
-	}
-	l, _ := netlink.LinkByName("up0")
-	netlink.LinkSetUp(l)
-	if p, err := netlink.LinkByName("up1"); err == nil {
-		netlink.LinkSetUp(p)
-	}
+	l := vethInPrivateNetns(t, "Table.Sync", "up0", "up1")
 	for _, a := range []string{"203.0.113.1/24", "2001:db8:f::1/64"} {
 		ad, _ := netlink.ParseAddr(a)
 		ad.Flags = 0x80 // IFA_F_NODAD
@@ -286,31 +263,7 @@ func TestSync(t *testing.T) {
 // bridge, pkg/overlay): installed there with its mtu, changed when the MTU
 // changes, left alone when nothing does.
 func TestSyncLinkAndMTU(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("*** not root: Table.Sync NOT tested ***")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { netns.Set(orig); ns.Close(); orig.Close() }()
-	la := netlink.NewLinkAttrs()
-	la.Name = "br0"
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "br0p"}); err != nil {
-		t.Fatal(err)
-	}
-	l, _ := netlink.LinkByName("br0")
-	for _, name := range []string{"br0", "br0p"} {
-		if p, err := netlink.LinkByName(name); err != nil || netlink.LinkSetUp(p) != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
+	l := vethInPrivateNetns(t, "Table.Sync", "br0", "br0p")
 	// The node's address, as on a node's bridge interface.
 	ad, _ := netlink.ParseAddr("192.0.2.2/24")
 	if err := netlink.AddrAdd(l, ad); err != nil {
@@ -336,4 +289,40 @@ func TestSyncLinkAndMTU(t *testing.T) {
 	if n, err := tb.RemoveAll(); n != 1 || err != nil {
 		t.Errorf("RemoveAll: %d, %v; want 1, nil", n, err)
 	}
+}
+
+// vethInPrivateNetns moves the test's thread into a network namespace of
+// its own, until the test ends, with a veth pair a, b there, both up, and
+// returns link a. It skips, loudly, without root.
+func vethInPrivateNetns(t *testing.T, what, a, b string) netlink.Link {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("*** not root: " + what + " NOT tested ***")
+	}
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := netns.New()
+	if err != nil {
+		orig.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.Set(orig); ns.Close(); orig.Close(); runtime.UnlockOSThread() })
+	la := netlink.NewLinkAttrs()
+	la.Name = a
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: b}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{a, b} {
+		if p, err := netlink.LinkByName(name); err != nil || netlink.LinkSetUp(p) != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	l, err := netlink.LinkByName(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

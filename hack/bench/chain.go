@@ -27,8 +27,9 @@ const (
 	refSubnet   = "198.19.0.0/16" // chains B and C (each in a netns of its own)
 	refGateway  = "198.19.0.1"
 	refBridge   = "cni0"
-	portBase    = 20000 // host port of the i-th filler container: portBase+i
-	probePort   = 40000 // host port of the measured container
+	portBase    = 20000 // first host port of the i-th filler container: portBase+i*portsPer()
+	probePort   = 40000 // first host port of the measured container
+	replayPort  = 41000 // the replay's container
 	ctrPort     = 80
 )
 
@@ -63,11 +64,26 @@ type container struct {
 
 func (c *container) rt(hostPort int) *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{ContainerID: c.id, NetNS: c.ns.Path(), IfName: "eth0",
-		CapabilityArgs: map[string]any{"portMappings": []map[string]any{
-			{"hostPort": hostPort, "containerPort": ctrPort, "protocol": "tcp"},
-			// UDP: its ADD and DEL flush the mapping's conntrack entries.
-			{"hostPort": hostPort, "containerPort": ctrPort, "protocol": "udp"}}}}
+		CapabilityArgs: map[string]any{"portMappings": portMappings(hostPort, *mappings)}}
 }
+
+// portMappings are the k mappings of a container whose first host port is
+// hostPort: hostPort+j/2, TCP for even j, UDP for odd (UDP: its ADD and DEL
+// flush the mapping's conntrack entries).
+func portMappings(hostPort, k int) []map[string]any {
+	out := make([]map[string]any, 0, k)
+	for j := range k {
+		proto := "tcp"
+		if j%2 == 1 {
+			proto = "udp"
+		}
+		out = append(out, map[string]any{"hostPort": hostPort + j/2, "containerPort": ctrPort, "protocol": proto})
+	}
+	return out
+}
+
+// portsPer is how many host ports a container publishes.
+func portsPer() int { return (*mappings + 1) / 2 }
 
 // ovsNode is where an OVS chain lives: its bridge, node address and pod subnet.
 type ovsNode struct {
@@ -201,7 +217,7 @@ func (ch *chain) newContainer() (*container, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &container{id: id, ns: n, hostPort: portBase + made}, nil
+	return &container{id: id, ns: n, hostPort: portBase + made*portsPer()}, nil
 }
 
 // parallel runs ADDs (grow) or DELs (shrink) with `callers` concurrent

@@ -60,6 +60,7 @@ var (
 	churners = flag.Int("churn-callers", 3, "DEL under churn: callers that keep ADDing while DELs are measured (0: no churn scenario)")
 	churnRnd = flag.Int("churn-rounds", 0, "DEL under churn: rounds per chain (default 3; -quick: 2)")
 	churnDel = flag.Int("churn-dels", 5, "DEL under churn: DELs measured per round")
+	mappings = flag.Int("mappings", 2, "port mappings of every container: host ports hostPort, hostPort+1, ..., each TCP, then UDP (2: one host port, TCP and UDP); N containers publish N times this")
 	traceF   = flag.Bool("trace", true, "at the first and last N, trace one ADD and DEL of A and F: ovs-vswitchd's reconfigurations, link and OVSDB events")
 	coldDial = flag.String("cold-dial", "", "internal: time the first and a second ovsdb.Dial in this fresh process, print them, exit")
 )

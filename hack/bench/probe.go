@@ -162,8 +162,8 @@ func (r *replayer) portmapConf(prev []byte) []byte {
 	b, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "bench-replay", "type": "ovs-portmap",
 		"ovsdb": r.ovsdbEP, "prevResult": json.RawMessage(prev),
 		"runtimeConfig": map[string]any{"portMappings": []any{
-			map[string]any{"hostPort": probePort + 1, "containerPort": ctrPort, "protocol": "tcp"},
-			map[string]any{"hostPort": probePort + 1, "containerPort": ctrPort, "protocol": "udp"}}}})
+			map[string]any{"hostPort": replayPort, "containerPort": ctrPort, "protocol": "tcp"},
+			map[string]any{"hostPort": replayPort, "containerPort": ctrPort, "protocol": "udp"}}}})
 	return b
 }
 

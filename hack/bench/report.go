@@ -90,6 +90,9 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 		keys[i] = ch.key
 	}
 	fmt.Fprintf(w, "\n## Chains\n\n")
+	if *mappings != 2 {
+		fmt.Fprintf(w, "Every container publishes %d port mappings (%d host ports, TCP and UDP): N containers attached hold N × %d.\n\n", *mappings, portsPer(), *mappings)
+	}
 	for _, ch := range chains {
 		check := sanity[ch.key]
 		switch {

@@ -23,6 +23,9 @@ type datapathGroup struct {
 }
 
 var kernelDatapath = []datapathGroup{
+	{"pods of two nodes on two subnets through a Geneve or VXLAN tunnel: the datapath's tunnel ports, a forged outer source dropped", []string{
+		"TestOverlayAcrossSubnets",
+	}},
 	{"frames through port security: spoofing, ARP and ND, DHCP, VRRP, VLAN hopping", []string{
 		"TestPortSecurity", "TestAttackAllowedAddresses", "TestAttackVRRP", "TestVIPFailover",
 		"TestAttackDHCPServerPorts", "TestAttackVLANHopping", "TestAttackRogueDHCP",
@@ -78,6 +81,9 @@ var kernelDatapath = []datapathGroup{
 }
 
 var anyDatapath = []datapathGroup{
+	{"a DEL that leaves the veth to its netns: links, OVSDB rows and IPAM stores; no traffic", []string{
+		"TestBridgeDelLeavesVethToNetns",
+	}},
 	{"admission: refused or serialised on OVSDB claims before anything is installed; traffic only as a control", []string{
 		"TestAttackRuntimeMAC", "TestAttackNodeNetNS", "TestAttackAddressClaim", "TestAddressClaimConcurrent",
 		"TestAttackAddressClaimPoisoning", "TestAllowedAddressesConcurrentConflict", "TestBusyCookieCollision",

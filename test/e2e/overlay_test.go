@@ -3,7 +3,7 @@ package e2e
 // The overlay (pkg/overlay) between two nodes on different subnets: each
 // node is an Open vSwitch of its own in a network namespace of its own
 // (framework.NewSandbox: ovsdb-server and ovs-vswitchd with a private run
-// directory, a bridge on the userspace datapath), its InternalIP on its
+// directory, a bridge on the suite's datapath), its InternalIP on its
 // bridge's interface as in docs/design.md ("The node"), its uplink a port of
 // the bridge; a third namespace routes between the two subnets. Each node
 // has a pod (ovs-bridge, executed by libcni inside the node's namespace, as
@@ -78,9 +78,10 @@ func newOverlayNode(t *testing.T, router *framework.Container, name, addr, route
 	// tagged as the suite's, with the suite's base flows (NORMAL, and the
 	// drop of the node's own ICMPv6 redirects, which would send a pod
 	// straight to the overlay's virtual MAC).
-	n.Vsctl(t, "add-br", ovBridge, "--", "set", "bridge", ovBridge, "datapath_type=netdev", "fail_mode=secure",
+	n.Vsctl(t, "add-br", ovBridge, "--", "set", "bridge", ovBridge, "datapath_type="+framework.Datapath, "fail_mode=secure",
 		"external_ids:"+ovsdb.KeyOwner+"="+ovsdb.OwnerValue)
 	n.must(t, filepath.Join(framework.Env.BinDir, "ovs-portmap"), "reconcile", "-ovsdb", n.OVSDB)
+	t.Logf("node %s: bridge %s, datapath_type %s", name, ovBridge, strings.TrimSpace(n.Vsctl(t, "get", "bridge", ovBridge, "datapath_type")))
 	rif := "r" + name
 	framework.MustRun(t, "ip", "-n", n.Name, "link", "add", "upl", "type", "veth", "peer", "name", rif, "netns", router.Name)
 	n.must(t, "ip", "link", "set", "upl", "up")

@@ -14,18 +14,22 @@
 #                                           NODE <name> <node IPv4> <node IPv6> <pod IPv4 CIDR> <pod IPv6 CIDR>
 #   hack/ovs-in-docker.sh exec NODE CMD...  run CMD in a node (stdin passed through, its exit status)
 #   hack/ovs-in-docker.sh restart NODE    docker restart of a node, until it has booted again
+#   hack/ovs-in-docker.sh pid NAME        the host's process ID of a container's first process (a node, cp, router)
 #   hack/ovs-in-docker.sh test [-nodes N] up (default 3 nodes), the Go tests of test/multinode, "N passed, M failed", down
 #   hack/ovs-in-docker.sh demo            up, a host port pod on each node reached across nodes and from here, down
 #   hack/ovs-in-docker.sh down [-images]  remove the nodes, network, volumes (and the images with -images);
 #                                         stops the private dockerd if this script started it. Idempotent.
 #
 # A Kubernetes cluster (hack/ovs-in-docker/cluster.sh; the binaries of hack/lib/kube.sh's cached build):
-#   hack/ovs-in-docker.sh up -kube [-multus] [-nodes N] [-runtime containerd|crio]  a control-plane container (cp) and
+#   hack/ovs-in-docker.sh up -kube [-multus] [-nodes N] [-runtime containerd|crio] [-subnets 2]  a control-plane container (cp) and
 #                                         N nodes (default 3, at most 4) running containerd 2.x (-runtime crio: CRI-O,
 #                                         of hack/install-runtimes.sh), kubelet, kube-proxy; one line per node:
 #                                           NODE <name> <node IPv4> <node IPv6> <pod CIDRs from its Node object>
 #                                         and KUBECONFIG=<the admin's kubeconfig>; -multus: deploy puts Multus
-#                                         (thin plugin, hack/lib/kube.sh's cached build) in front of ovsflow
+#                                         (thin plugin, hack/lib/kube.sh's cached build) in front of ovsflow;
+#                                         -subnets 2: the even nodes on a second Docker network (OID_NET4B, OID_NET6B)
+#                                         behind a router container, the control plane on both: across the two, pods
+#                                         reach each other through the node agent's tunnel (test/cluster/harness/topology)
 #   hack/ovs-in-docker.sh kubectl ARGS...  kubectl against the cluster
 #   hack/ovs-in-docker.sh deploy          the DaemonSet's image (this tree) into every node, deploy/ovsflow-cni.yaml applied (server-side),
 #                                         then the cluster DNS (CoreDNS, deploy/coredns.yaml) until Ready
@@ -33,7 +37,7 @@
 #   hack/ovs-in-docker.sh image TAG       another image of this tree, tagged and stamped TAG, into every node
 #                                         (for an upgrade: kubectl set image); prints IMAGE=<name>
 #   hack/ovs-in-docker.sh stats [SECONDS] CPU and memory of each container and of each node's pods
-#   hack/ovs-in-docker.sh test -kube [-nodes N] [-runtime crio] [-conformance]  up -kube, deploy, (-conformance:
+#   hack/ovs-in-docker.sh test -kube [-nodes N] [-runtime crio] [-subnets 2] [-conformance]  up -kube, deploy, (-conformance:
 #                                         conformance's default selection first, on the fresh cluster), the Go tests of
 #                                         test/cluster; then Multus in front and its tests (containerd only); down
 #   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
@@ -138,7 +142,7 @@ cmd=${1:-}
 case $cmd in
 up) cmd_up "$@" ;;
 down) cmd_down "$@" ;;
-exec | restart) exec "$OID_TOOL" "$cmd" "$@" ;;
+exec | restart | pid) exec "$OID_TOOL" "$cmd" "$@" ;;
 kubectl) cmd_kubectl "$@" ;;
 deploy) cmd_deploy "$@" ;;
 image) cmd_image "$@" ;;

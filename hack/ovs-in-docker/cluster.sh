@@ -5,6 +5,11 @@
 # machine), the PKI and the configs, written here under $KSTATE and mounted
 # read-only at the same path.
 #
+# With -subnets 2 (OID_SUBNETS=2) the even nodes are on a second Docker
+# network, behind a router container ($P-router), and the control plane on
+# both (test/cluster/harness/topology): pods across the two reach each other
+# through the node agent's tunnel (its -overlay hybrid).
+#
 #   container $P-cp   etcd, kube-apiserver (https://CP4:6443), kube-controller-manager
 #                     (--allocate-node-cidrs, dual stack), kube-scheduler, and the
 #                     routes to the nodes' pod ranges (`ovsflow-agent routes`) (cp-init.sh)
@@ -125,15 +130,17 @@ kube_mounts() {
 	echo -v "$kube_prefix/bin:/opt/ovsflow-kube/bin:ro" -v "$KSTATE:$KSTATE:ro" -e "OID_KUBE=$KSTATE"
 }
 
-# kube_control_plane: the control-plane container, until the API server is ready.
+# kube_control_plane: the control-plane container (on both subnets' networks
+# with two), until the API server is ready.
 kube_control_plane() {
 	# shellcheck disable=SC2046 # kube_mounts is a list of arguments
-	docker run -d --name "$P-cp" --hostname cp --label "$LABEL" \
+	docker create --name "$P-cp" --hostname cp --label "$LABEL" \
 		--network "$P-net" --ip "$(cp4)" --ip6 "$(cp6)" \
 		$(kube_mounts) --tmpfs /run:rw,exec,size=64m --cap-add NET_ADMIN \
 		-e OID_CP4="$(cp4)" -e OID_CLUSTER_CIDRS="$(kube_cluster_cidrs)" -e OID_SERVICE_CIDRS="$SVC4,$SVC6" \
 		-e OID_MASK4="$(kube_mask4)" -e OID_MASK6=$KMASK6 \
 		--entrypoint /usr/local/sbin/cp-init.sh "$(node_image)" 2> >(grep -v 'IPv4 forwarding is disabled' >&2) >/dev/null
+	oid connect cp && docker start "$P-cp" >/dev/null || die "the control plane did not start"
 	oid kube-wait -kubeconfig "$(admin_kubeconfig)" -container cp -timeout 3m && return 0
 	docker exec "$P-cp" tail -n 5 /var/log/oid/etcd.log /var/log/oid/kube-apiserver.log >&2 || true
 	die "the API server $(kube_server) did not become ready"
@@ -145,7 +152,7 @@ kube_wait_nodes() {
 	oid kube-wait -kubeconfig "$(admin_kubeconfig)" -nodes "$1" -timeout 5m || die "up -kube failed"
 }
 
-# kube_up [-nodes N] [-multus] [-runtime containerd|crio] (up -kube): the
+# kube_up [-nodes N] [-multus] [-runtime containerd|crio] [-subnets 1|2] (up -kube): the
 # images, the PKI and configs, the nodes' network, the control plane, N nodes
 # (default 3) on the runtime (default containerd), until every Node is
 # registered with its pod CIDRs; one line per node and KUBECONFIG=.
@@ -157,6 +164,7 @@ kube_up() {
 		-kube) shift ;;
 		-multus) multus=1; shift ;;
 		-runtime) runtime=$2; shift 2 ;;
+		-subnets) export OID_SUBNETS=$2; shift 2 ;;
 		*) die "up: unknown argument $1" ;;
 		esac
 	done
@@ -190,7 +198,7 @@ kube_up() {
 	kube_wait_nodes "$n"
 	local dp
 	dp=$(oid datapath)
-	log "$n nodes up in $((SECONDS - t1)) s ($((SECONDS - t0)) s with the images); datapath $dp$([ "$dp" = netdev ] && echo " (no openvswitch kernel module on this host)")"
+	log "$n nodes up in $((SECONDS - t1)) s ($((SECONDS - t0)) s with the images)$([ "${OID_SUBNETS:-1}" = 1 ] || echo " on ${OID_SUBNETS} subnets"); datapath $dp$([ "$dp" = netdev ] && echo " (no openvswitch kernel module on this host)")"
 	echo "DATAPATH $dp"
 	for ((i = 1; i <= n; i++)); do kube_node_line "$i"; done
 	echo "KUBECONFIG=$(admin_kubeconfig)"
@@ -350,7 +358,7 @@ kube_down() {
 kube_crio_run='^(TestPodsReachEveryPodAcrossNodes|TestClusterIPServiceFromPodsOnEveryNode|TestHostPortOnEveryNodeFromOtherNodesPodsAndHost|TestHostPortFromPodOnSameNode|TestStatusReadyOnlyOnceBridgeServed|TestPodDeleteLeavesNothingOnNode|TestNodeRestartBringsBackPodsWithHostPorts|TestUninstallLeavesNodeAsPrepared)$'
 kube_test() {
 	local n=$1 conf=${2:-0} runtime=${3:-containerd} t0=$SECONDS rc=0 run=${OID_RUN:-}
-	cmd_up -kube -nodes "$n" -runtime "$runtime" >/dev/null || die "up -kube failed"
+	cmd_up -kube -nodes "$n" -runtime "$runtime" -subnets "${OID_SUBNETS:-1}" >/dev/null || die "up -kube failed"
 	[ "$runtime" != crio ] || run=${OID_RUN:-$kube_crio_run}
 	local tup=$SECONDS
 	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
@@ -364,13 +372,16 @@ kube_test() {
 		tconf="conformance: $((SECONDS - tdep)) s; "
 	fi
 	local tgo=$SECONDS
-	cluster_go_test -skip '^TestMultus' ${run:+-run "$run"} || rc=$?
+	# The overlay's tests need nodes on two subnets (-subnets 2).
+	local skip='^TestMultus'
+	[ "${OID_SUBNETS:-1}" = 2 ] || skip+='|^TestOverlay'
+	cluster_go_test -skip "$skip" ${run:+-run "$run"} || rc=$?
 	local tone=$SECONDS
 	if [ "$runtime" = containerd ] && { [ -z "${OID_RUN:-}" ] || [[ $OID_RUN == *Multus* ]]; }; then
 		kube_build_multus && echo "$multus_version" >"$KSTATE/multus" && deploy_multus || die "putting Multus in front failed"
 		OVSFLOW_CLUSTER_MULTUS=1 cluster_go_test -run "${OID_RUN:-^TestMultus}" || rc=$?
 	fi
-	echo "up -kube -nodes $n -runtime $runtime: $((tup - t0)) s; deploy: $((tdep - tup)) s; ${tconf}tests: $((tone - tgo)) s; with Multus in front: $((SECONDS - tone)) s; total $((SECONDS - t0)) s"
+	echo "up -kube -nodes $n -runtime $runtime -subnets ${OID_SUBNETS:-1}: $((tup - t0)) s; deploy: $((tdep - tup)) s; ${tconf}tests: $((tone - tgo)) s; with Multus in front: $((SECONDS - tone)) s; total $((SECONDS - t0)) s"
 	return $rc
 }
 
@@ -378,7 +389,7 @@ kube_test() {
 cluster_go_test() {
 	(
 		cd test/cluster &&
-			OVSFLOW_CLUSTER_KUBECONFIG=$(admin_kubeconfig) OVSFLOW_CLUSTER_HARNESS=$PWD/../../hack/ovs-in-docker.sh \
+			OVSFLOW_CLUSTER_KUBECONFIG=$(admin_kubeconfig) OVSFLOW_CLUSTER_HARNESS=$PWD/../../hack/ovs-in-docker.sh OVSFLOW_CLUSTER_SUBNETS=${OID_SUBNETS:-1} \
 				go test -count=1 -v -timeout 30m "$@" .
 	)
 }

@@ -36,8 +36,9 @@ supervise() {
 }
 
 # The nodes' userspace conntrack drops packets whose checksum was left to
-# offload (a veth's default): the control plane's go out complete.
-ethtool -K eth0 tx off >/dev/null
+# offload (a veth's default): the control plane's go out complete (on both
+# subnets' networks, with two).
+for i in /sys/class/net/eth*; do ethtool -K "${i##*/}" tx off >/dev/null; done
 log "control plane: API server on $OID_CP4, pods $OID_CLUSTER_CIDRS, services $OID_SERVICE_CIDRS"
 kube_etcd_cmd "$bin/etcd" /var/lib/etcd "$(hostname)"
 supervise etcd "${kube_cmd[@]}"

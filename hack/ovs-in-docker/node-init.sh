@@ -6,7 +6,9 @@
 #   2. deploy/node-prep.sh: br0 (fail_mode=secure, its base flow installed
 #      by the image's ovs-portmap reconcile) with the uplink eth0, addresses
 #      moved, uplink isolation (netdev), forwarding; then routes to the other
-#      nodes' pod CIDRs ($OID_ROUTES: "CIDR via ADDR" separated by commas);
+#      nodes' pod CIDRs ($OID_ROUTES: "CIDR via ADDR" separated by commas),
+#      and, on two subnets, to the other subnet and the control plane
+#      ($OID_UNDERLAY_ROUTES, the same form; with or without Kubernetes);
 #   3. containerd with its CRI plugin, the pause and app images imported;
 #   4. install-cni.sh as the DaemonSet's init container runs it (its env,
 #      /host/... paths), with this node's $OVSFLOW_POD_CIDRS;
@@ -16,7 +18,7 @@
 # then /run/oid/ready. Logs in /var/log/oid/.
 #
 # A node of a Kubernetes cluster (`up -kube`, $OID_KUBE set) does 1 and 2
-# without routes (cross-node pod routes are the node agent's), then runs
+# without pod routes (cross-node pod routes are the node agent's), then runs
 # containerd 2.x (or CRI-O, when the harness wrote crio.conf for the node),
 # kubelet and kube-proxy of hack/lib/kube.sh's cached build
 # (mounted read-only at /opt/ovsflow-kube/bin) with the configs the harness
@@ -75,7 +77,7 @@ if [ ! -f /etc/oid/prepared ]; then
 	mkdir -p /etc/oid
 	oid-snapshot br0 >/etc/oid/prepared.new && mv /etc/oid/prepared.new /etc/oid/prepared
 fi
-IFS=, read -ra routes <<<"${OID_ROUTES:-}"
+IFS=, read -ra routes <<<"${OID_UNDERLAY_ROUTES:+$OID_UNDERLAY_ROUTES,}${OID_ROUTES:-}"
 for r in "${routes[@]}"; do
 	[ -n "$r" ] || continue
 	fam=-4

@@ -14,10 +14,12 @@ cmd_test() {
 		-kube) kube=1; shift ;;
 		-conformance) conf=1; shift ;;
 		-runtime) runtime=$2; shift 2 ;;
+		-subnets) export OID_SUBNETS=$2; shift 2 ;;
 		*) die "test: unknown argument $1" ;;
 		esac
 	done
 	((kube)) && { kube_test "$n" "$conf" "$runtime"; return; }
+	[ "${OID_SUBNETS:-1}" = 1 ] || die "test: -subnets goes with -kube"
 	((!conf)) || die "test: -conformance goes with -kube"
 	[ "$runtime" = containerd ] || die "test: -runtime goes with -kube"
 	oid test "${args[@]}"

@@ -632,6 +632,15 @@ func (a *Agent) syncRoutes(me podroutes.Peer, selfNode string) error {
 		return installErr
 	}
 	if selfNode == "" {
+		// A host on several networks (a control-plane host on each of the
+		// Nodes' subnets) reaches each Node on the network that holds it.
+		for i, r := range want {
+			if idx, err := podroutes.LinkOn(r.Via); err != nil {
+				errs = append(errs, err)
+			} else if idx != 0 {
+				want[i].Link = idx
+			}
+		}
 		install(want)
 	} else if oerr := a.syncOverlay(me, want, peers, install); oerr != nil && !installed {
 		return oerr // said: the routes are kept as they are

@@ -3,11 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
+	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
 // overlayTimeout bounds what a route pass does with OVSDB and the bridge
@@ -68,6 +71,9 @@ func (a *Agent) syncOverlay(me podroutes.Peer, want []podroutes.Route, peers []p
 	a.tunnelled.Store(res.Active)
 	a.setMTU(res.MTU)
 	f := res.Facts
+	if res.Active {
+		a.warmTunnel(ctx, cli, f.Bridge, res.Plan)
+	}
 	switch {
 	case mode == overlay.None:
 	case !f.CanTell() && !res.Active:
@@ -86,4 +92,33 @@ func (a *Agent) setMTU(mtu int) {
 	if a.mtu.Swap(int64(mtu)) != int64(mtu) {
 		a.trigger()
 	}
+}
+
+// warmTunnel puts the next hops towards the tunnelled peers into the
+// userspace datapath's tunnel neighbour cache (overlay.WarmNeighbours),
+// so that the first packet to a peer is not the one that resolves it. The
+// kernel datapath resolves them in the kernel; nothing to do there.
+func (a *Agent) warmTunnel(ctx context.Context, cli *ovsdb.Client, bridge string, p overlay.Plan) {
+	br, err := cli.Bridge(ctx, bridge)
+	if err != nil || br == nil || br.DatapathType != "netdev" {
+		return
+	}
+	var remotes []netip.Addr
+	for _, peer := range p.Peers {
+		if !slices.Contains(remotes, peer.Remote) {
+			remotes = append(remotes, peer.Remote)
+		}
+	}
+	sock, err := unixctl.Find(a.cfg.OVSDB, a.cfg.VswitchdControl)
+	if err == nil {
+		var n int
+		if n, err = overlay.WarmNeighbours(ctx, sock, bridge, remotes); n > 0 {
+			a.logf("overlay: %d next hop(s) put into the tunnels' neighbour cache", n)
+		}
+	}
+	if err != nil {
+		a.say("overlay neighbours", "the tunnels' next hops: "+err.Error()+" (the first packet to such a peer resolves it, and is lost)")
+		return
+	}
+	a.say("overlay neighbours", fmt.Sprintf("the next hops towards %d tunnelled node(s) are in the tunnels' neighbour cache", len(remotes)))
 }

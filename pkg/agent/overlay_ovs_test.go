@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/internal/ovstest"
 	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
+	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 	"github.com/ovsflow/ovs-cni/test/framework"
 )
 
@@ -73,7 +76,19 @@ func TestSyncOverlay(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a, store, _, _ := testAgent(t, goodTemplate)
+	// The underlay: node b behind a router of the bridge's subnet, whose
+	// neighbour the kernel knows.
+	routerMAC, _ := net.ParseMAC("02:00:00:00:fe:01")
+	if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: l.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: net.ParseIP("192.0.2.254"), HardwareAddr: routerMAC}); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: net.IP{203, 0, 113, 0}, Mask: net.CIDRMask(24, 32)},
+		Gw: net.ParseIP("192.0.2.254")}); err != nil {
+		t.Fatal(err)
+	}
+
+	a, store, _, log := testAgent(t, goodTemplate)
 	a.cfg.OVSDB = endpoint.MustParse(sb.DB)
 	store.Add(kubeNode("a", 0, []string{"198.18.1.0/24"}, "192.0.2.2"))
 	store.Add(kubeNode("b", 1, []string{"198.18.2.0/24"}, "203.0.113.2"))
@@ -92,6 +107,15 @@ func TestSyncOverlay(t *testing.T) {
 	if got := vsctl("get", "Interface", overlay.PortName, "type"); got != "geneve" {
 		t.Errorf("tunnel type %q, want geneve", got)
 	}
+	// The userspace datapath's tunnels find the router in their own
+	// neighbour cache before any packet needs it.
+	sock, err := unixctl.Find(a.cfg.OVSDB, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cached, err := unixctl.TunnelNeighbours(t.Context(), sock); err != nil || !cached[netip.MustParseAddr("192.0.2.254")] {
+		t.Errorf("the tunnels' neighbour cache %v (%v): want the router 192.0.2.254; agent log:\n%s", cached, err, log)
+	}
 	select {
 	case <-a.kick:
 	default:
@@ -100,6 +124,38 @@ func TestSyncOverlay(t *testing.T) {
 	a.syncOnce(false)
 	if b, err := os.ReadFile(conflist); err != nil || !strings.Contains(string(b), `"mtu": 1450`) {
 		t.Errorf("conflist after the tunnel: %v\n%s\nwant mtu 1450", err, b)
+	}
+
+	// The bridge gets an uplink (1500) and a pod's port of ours at the
+	// tunnel's MTU; Open vSwitch gives the bridge interface the smallest
+	// port's MTU: the tunnel's MTU still follows the uplink's, pass after
+	// pass.
+	for _, v := range []struct {
+		name string
+		mtu  int
+		ids  []string
+	}{{"upl0", 1500, nil}, {"pod0", 1450, []string{"--", "set", "Port", "pod0", "external_ids:" + ovsdb.KeyOwner + "=" + ovsdb.OwnerValue}}} {
+		la := netlink.NewLinkAttrs()
+		la.Name, la.MTU = v.name, v.mtu
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: v.name + "p"}); err != nil {
+			t.Fatal(err)
+		}
+		vsctl(append([]string{"add-port", br, v.name}, v.ids...)...)
+	}
+	if err := netlink.LinkSetMTU(l, 1450); err != nil {
+		t.Fatal(err)
+	}
+	if !framework.Until(10*time.Second, func() bool { return vsctl("get", "Interface", "upl0", "mtu") == "1500" }) {
+		t.Fatalf("uplink upl0's MTU in OVSDB: %s", vsctl("get", "Interface", "upl0", "mtu"))
+	}
+	for range 2 {
+		a.syncOnce(false)
+	}
+	if got, want := ours(t), []string{"198.18.2.0/24 via " + overlay.NextHop4.String() + " mtu 1450"}; !slices.Equal(got, want) {
+		t.Errorf("routes with the bridge interface at 1450: got %q, want %q", got, want)
+	}
+	if b, err := os.ReadFile(conflist); err != nil || !strings.Contains(string(b), `"mtu": 1450`) {
+		t.Errorf("conflist with the bridge interface at 1450: %v\n%s\nwant mtu 1450 (the uplink's less the tunnel's)", err, b)
 	}
 
 	store.Delete(kubeNode("b", 1, nil))

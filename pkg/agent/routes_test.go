@@ -2,6 +2,7 @@ package agent
 
 import (
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -291,6 +292,53 @@ func TestHostOnlyRoutes(t *testing.T) {
 	}
 	if got := ours(t); len(got) != 0 {
 		t.Errorf("routes after uninstall: got %q, want none", got)
+	}
+}
+
+// TestHostOnlyRoutesTwoNetworks: a host on two of the Nodes' networks (a
+// control-plane host on each subnet) routes each Node's pod ranges on the
+// link of the network that holds the Node's address.
+func TestHostOnlyRoutesTwoNetworks(t *testing.T) {
+	inNetns(t, "203.0.113.100/24")
+	up0, err := netlink.LinkByName("up0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: up0.Attrs().Index, Gw: netip.MustParseAddr("203.0.113.254").AsSlice()}); err != nil {
+		t.Fatal(err)
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = "net2"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "net2p"}); err != nil {
+		t.Fatal(err)
+	}
+	net2, _ := netlink.LinkByName("net2")
+	netlink.LinkSetUp(net2)
+	if p, err := netlink.LinkByName("net2p"); err == nil {
+		netlink.LinkSetUp(p)
+	}
+	ad, _ := netlink.ParseAddr("198.18.0.100/24")
+	if err := netlink.AddrAdd(net2, ad); err != nil {
+		t.Fatal(err)
+	}
+	a, store, _, _ := testAgent(t, goodTemplate)
+	a.cfg.HostOnly, a.cfg.NodeName = true, ""
+	store.Add(kubeNode("a", 0, []string{"198.51.100.0/26"}, "203.0.113.1"))
+	store.Add(kubeNode("c", 1, []string{"192.0.2.0/26"}, "198.18.0.3"))
+	store.Add(kubeNode("far", 2, []string{"192.0.2.64/26"}, "192.0.2.200"))
+	a.syncOnce(true)
+	have, err := podroutes.Table{Protocol: podroutes.DefaultProtocol}.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]int{}
+	for _, h := range have {
+		links[h.Route.String()] = h.LinkIndex
+	}
+	want := map[string]int{"198.51.100.0/26 via 203.0.113.1": up0.Attrs().Index, "192.0.2.0/26 via 198.18.0.3": net2.Attrs().Index,
+		"192.0.2.64/26 via 192.0.2.200": up0.Attrs().Index} // on no network of the host: the default route's link, as before
+	if !maps.Equal(links, want) {
+		t.Errorf("routes and their links: got %v, want %v", links, want)
 	}
 }
 

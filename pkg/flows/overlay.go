@@ -21,6 +21,9 @@ import (
 //	  table 50 PriorityOverlayPeer  ip, nw_dst=the peer's range:
 //	    tun_dst := the peer's InternalIP, tun_id := OverlayVNI, output:tunnel
 //	  table 50 PriorityOverlayDrop  anything else: drop (ReasonOverlayNoPeer)
+//	  table 43 PriorityOverlayReply  a host port's reply (+rpl), nw_dst=a peer's range:
+//	    the same (its request came from the peer's pod by the underlay, through
+//	    a router that has no route back to pods)
 //	receiving:
 //	  table 0  PriorityOverlay  in_port=tunnel: table 51
 //	  table 51 PriorityOverlayPeer  tun_src=a known node, ip, nw_dst=a pod range of this node:
@@ -83,8 +86,10 @@ func OverlayFlows(o Overlay) []Flow {
 		as := openflow.Actions{}
 		as = append(as, openflow.LoadTunDst(p.Remote)...)
 		as = append(as, openflow.Load{Value: OverlayVNI, Dst: openflow.FieldTunID.All()}, openflow.Output{Port: o.TunnelPort})
-		out = append(out, flow(c, TableOverlaySend, PriorityOverlayPeer,
-			openflow.Match{}.EthType(ethOf(p.Dst.Addr())).IPDst(p.Dst), as...))
+		m := openflow.Match{}.EthType(ethOf(p.Dst.Addr())).IPDst(p.Dst)
+		reply := openflow.CTTrk | openflow.CTRpl
+		out = append(out, flow(c, TableOverlaySend, PriorityOverlayPeer, m, as...),
+			flow(c, TablePortmapReplyRestore, PriorityOverlayReply, m.CTState(reply, reply), as...))
 		remotes = append(remotes, p.Remote)
 	}
 	slices.SortFunc(remotes, netip.Addr.Compare)

@@ -32,8 +32,11 @@ func TestOverlayFlows(t *testing.T) {
 		"table=0,priority=340,in_port=LOCAL,dl_dst=02:0f:c5:00:00:01,actions=goto_table:50",
 		"table=0,priority=340,in_port=3,actions=goto_table:51",
 		"table=50,priority=100,ip,nw_dst=198.18.2.0/24,actions=load:3405803778->NXM_NX_TUN_IPV4_DST[],load:4037->NXM_NX_TUN_ID[],output:3",
+		"table=43,priority=110,ip,ct_state=+trk+rpl,nw_dst=198.18.2.0/24,actions=load:3405803778->NXM_NX_TUN_IPV4_DST[],load:4037->NXM_NX_TUN_ID[],output:3",
 		"table=50,priority=100,ip,nw_dst=198.18.3.0/24,actions=load:3405803779->NXM_NX_TUN_IPV4_DST[],load:4037->NXM_NX_TUN_ID[],output:3",
+		"table=43,priority=110,ip,ct_state=+trk+rpl,nw_dst=198.18.3.0/24,actions=load:3405803779->NXM_NX_TUN_IPV4_DST[],load:4037->NXM_NX_TUN_ID[],output:3",
 		"table=50,priority=100,ipv6,ipv6_dst=2001:db8:b::/64,actions=load:3405803778->NXM_NX_TUN_IPV4_DST[],load:4037->NXM_NX_TUN_ID[],output:3",
+		"table=43,priority=110,ipv6,ct_state=+trk+rpl,ipv6_dst=2001:db8:b::/64,actions=load:3405803778->NXM_NX_TUN_IPV4_DST[],load:4037->NXM_NX_TUN_ID[],output:3",
 		"table=51,priority=100,ip,tun_src=203.0.113.2,nw_dst=198.18.1.0/24,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
 		"table=51,priority=100,ipv6,tun_src=203.0.113.2,ipv6_dst=2001:db8:a::/64,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
 		"table=51,priority=100,ip,tun_src=203.0.113.3,nw_dst=198.18.1.0/24,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
@@ -68,11 +71,11 @@ func TestOverlayFlowsEdges(t *testing.T) {
 		Peers: []OverlayPeer{{Dst: netip.MustParsePrefix("2001:db8:b::/64"), Remote: netip.MustParseAddr("2001:db8:2::2")}}}
 	fl := OverlayFlows(o)
 	want := "actions=load:2306139568115679232->NXM_NX_TUN_IPV6_DST[64..127],load:2->NXM_NX_TUN_IPV6_DST[0..63],load:4037->NXM_NX_TUN_ID[],output:9"
-	if len(fl) != 6 || !strings.HasSuffix(fl[2].String(), want) {
+	if len(fl) != 7 || !strings.HasSuffix(fl[2].String(), want) || !strings.HasSuffix(fl[3].String(), want) {
 		t.Errorf("IPv6 tunnel: got %d flows, the send %s; want its actions %s", len(fl), fl[2], want)
 	}
-	if !strings.Contains(fl[3].String(), "tun_ipv6_src=2001:db8:2::2,ipv6_dst=2001:db8:a::/64") {
-		t.Errorf("IPv6 tunnel: receive %s", fl[3])
+	if !strings.Contains(fl[4].String(), "tun_ipv6_src=2001:db8:2::2,ipv6_dst=2001:db8:a::/64") {
+		t.Errorf("IPv6 tunnel: receive %s", fl[4])
 	}
 	for _, bad := range []Overlay{{BridgeMAC: o.BridgeMAC}, {TunnelPort: 9}, {TunnelPort: openflow.PortLocal, BridgeMAC: o.BridgeMAC}} {
 		if fl := OverlayFlows(bad); len(fl) != 0 {

@@ -381,6 +381,12 @@ const (
 	// PriorityOverlayDrop is the miss flow of both: what matches no peer
 	// is dropped, and counted by its reason.
 	PriorityOverlayDrop uint16 = 0
+	// PriorityOverlayReply, in TablePortmapReplyRestore (above
+	// PriorityReplyNAT): a host port's reply to a client in a tunnelled
+	// peer's pod range goes through the tunnel, as the node would route
+	// it, not back to the hop its request came from (a router between
+	// the subnets, which has no route to pods).
+	PriorityOverlayReply uint16 = 110
 )
 
 // OverlayMAC is the next hop of every route of the node to a tunnelled
@@ -572,6 +578,9 @@ var tables = []tableDecl{
 	{ID: TablePortmapReplyRestore, Const: "TablePortmapReplyRestore",
 		Doc: "replies after un-DNAT: back to where the request came from, by ct_label",
 		Prios: []prioDecl{
+			{Value: PriorityOverlayReply, Const: "PriorityOverlayReply", Group: GroupOverlay,
+				Name: "the overlay's host-port reply to a tunnelled peer's pod",
+				Doc:  "a reply to a tunnelled peer's pod range: through the tunnel port to that peer's node, as table 50 sends"},
 			{Value: PriorityReplyNAT, Const: "PriorityReplyNAT", Group: GroupShared,
 				Name: "the host-port reply restore (back where the request came from)"},
 			{Value: PriorityReplyContainer, Const: "PriorityReplyContainer", Group: GroupShared,

@@ -59,8 +59,39 @@ func Discover(ctx context.Context, cli *ovsdb.Client, mode Mode, addrs []netip.A
 	}
 	if br != nil {
 		f.Bridge = br.Name
+		mtu, err := uplinkMTU(ctx, cli, br.Name)
+		if err != nil {
+			return f, err
+		}
+		if mtu > 0 {
+			f.MTU = mtu
+		}
 	}
 	return f, nil
+}
+
+// uplinkMTU is the largest MTU of the uplinks of bridge: its ports that
+// are not ours (no owner of this suite), not internal and not tunnels; 0
+// where it has none. It, not the bridge interface's, is what the tunnel's
+// packets leave by: Open vSwitch gives a bridge interface the smallest
+// MTU of the bridge's ports, the pods' among them, which the tunnel's
+// own MTU would then lower at each pass.
+func uplinkMTU(ctx context.Context, cli *ovsdb.Client, bridge string) (int, error) {
+	ports, err := cli.BridgePorts(ctx, bridge)
+	if err != nil {
+		return 0, err
+	}
+	mtu := 0
+	for _, p := range ports {
+		if p.Port.ExternalIDs[ovsdb.KeyOwner] != "" || p.Interface.MTU == nil {
+			continue
+		}
+		switch p.Interface.Type {
+		case "", "system", "dpdk", "afxdp", "afxdp-nonpmd":
+			mtu = max(mtu, *p.Interface.MTU)
+		}
+	}
+	return mtu, nil
 }
 
 // Apply makes the node's tunnel what f and p say, before the caller puts

@@ -105,7 +105,9 @@ type Facts struct {
 	Local netip.Prefix
 	// Bridge is the Open vSwitch bridge whose interface holds Local (the
 	// tunnel goes on it; "": that link is not a bridge's, and the node
-	// cannot tell), BridgeLink that interface's index and MTU its MTU.
+	// cannot tell), BridgeLink that interface's index and MTU the MTU
+	// the tunnel's packets leave with: the bridge's uplinks' (its own
+	// where it has none).
 	Bridge     string
 	BridgeLink int
 	MTU        int

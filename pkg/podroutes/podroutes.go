@@ -426,6 +426,28 @@ func isDefault(n *net.IPNet) bool {
 	return ones == 0
 }
 
+// LinkOn returns the index of the link with an address whose subnet
+// holds a (a next hop on one of this host's networks), or 0 where no
+// network of this host holds it.
+func LinkOn(a netip.Addr) (int, error) {
+	fam := netlink.FAMILY_V6
+	if a.Is4() {
+		fam = netlink.FAMILY_V4
+	}
+	addrs, err := netlinksafe.AddrList(nil, fam)
+	if err != nil {
+		return 0, fmt.Errorf("listing addresses: %w", err)
+	}
+	for _, ad := range addrs {
+		ip, ok := netip.AddrFromSlice(ad.IP)
+		ones, _ := ad.Mask.Size()
+		if ok && ones < ip.Unmap().BitLen() && netip.PrefixFrom(ip.Unmap(), ones).Masked().Contains(a) {
+			return ad.LinkIndex, nil
+		}
+	}
+	return 0, nil
+}
+
 // LinkOf returns the index of the link that holds address a (the node's own
 // address: the peers' next hops are on its segment).
 func LinkOf(a netip.Addr) (int, error) {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -81,6 +82,8 @@ var commands = map[string]func(env, []string) error{
 	"images":     cmdImages,
 	"network":    cmdNetwork,
 	"run":        cmdRun,
+	"connect":    cmdConnect,
+	"pid":        cmdPid,
 	"wait-ready": cmdWaitReady,
 	"nodes":      cmdNodes,
 	"addr":       cmdAddr,
@@ -99,7 +102,7 @@ var commands = map[string]func(env, []string) error{
 // Main runs the command of args (its name first).
 func Main(args []string) error {
 	if len(args) == 0 || commands[args[0]] == nil {
-		return usageError{"want a command: up, down, exec, restart, test, engine, images, network, run, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
+		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
 	}
 	plan, err := topology.FromEnv(os.Getenv)
 	if err != nil {
@@ -216,7 +219,50 @@ func cmdRun(e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return nodes.Run(eng, e.plan, nodes.Spec{Name: args[0], IPv4: args[1], IPv6: args[2], Volume: true, Args: args[3:]})
+	s := nodes.Spec{Name: args[0], IPv4: args[1], IPv6: args[2], Volume: true, Args: args[3:]}
+	// Node i of the plan: on its subnet's network, with the routes to
+	// what is not on it.
+	if i, err := strconv.Atoi(strings.TrimPrefix(s.Name, "n")); err == nil && topology.Node(i) == s.Name {
+		s.Subnet = e.plan.Subnet(i)
+		if r := e.plan.UnderlayRoutes(i); r != "" {
+			s.Args = append([]string{"-e", "OID_UNDERLAY_ROUTES=" + r}, s.Args...)
+		}
+	}
+	return nodes.Run(eng, e.plan, s)
+}
+
+// cmdPid: pid NAME: the process ID (on this host) of a container's first
+// process, for a test that enters its network namespace.
+func cmdPid(e env, args []string) error {
+	if err := parse(flags("pid"), args, 1); err != nil {
+		return err
+	}
+	eng, err := e.engine()
+	if err != nil {
+		return err
+	}
+	pid, err := eng.Run("inspect", "-f", "{{.State.Pid}}", e.plan.Container(args[0]))
+	if err != nil {
+		return err
+	}
+	fmt.Println(pid)
+	return nil
+}
+
+// cmdConnect: connect NAME: the control plane's container (created, not
+// started) also on the second subnet's network, with two subnets.
+func cmdConnect(e env, args []string) error {
+	if err := parse(flags("connect"), args, 1); err != nil {
+		return err
+	}
+	if e.plan.Subnets < 2 {
+		return nil
+	}
+	eng, err := e.engine()
+	if err != nil {
+		return err
+	}
+	return nodes.Connect(eng, e.plan, args[0], 1, topology.ControlPlaneAt)
 }
 
 // cmdWaitReady: wait-ready [-timeout D] NODE...: until each node's init says it is ready.
@@ -324,6 +370,9 @@ func cmdUp(e env, args []string) error {
 func (e env) up(n int) (*engine.Engine, []string, error) {
 	if err := e.plan.CheckNodes(n); err != nil {
 		return nil, nil, usageError{"up: " + err.Error()}
+	}
+	if e.plan.Subnets > 1 {
+		return nil, nil, usageError{"up: -subnets 2 needs -kube (the nodes' pod routes across subnets are the node agent's tunnel)"}
 	}
 	if os.Geteuid() != 0 && os.Getenv("DOCKER_HOST") == "" && syscall.Access("/var/run/docker.sock", 2) != nil {
 		return nil, nil, errors.New("up: needs root (or a Docker engine of yours)")

@@ -38,7 +38,7 @@ func DefaultBase(mirror string) Base {
 		mirror = "http://deb.debian.org/debian"
 	}
 	return Base{Suite: "bookworm", Mirror: mirror, Packages: strings.Fields(
-		"openvswitch-switch iproute2 iputils-ping ethtool nftables procps kmod containerd runc conmon podman containernetworking-plugins util-linux iptables conntrack")}
+		"openvswitch-switch iproute2 iputils-ping ethtool nftables procps kmod containerd runc conmon podman containernetworking-plugins util-linux iptables conntrack socat")}
 }
 
 // Name is the base image's name: the prefix's, tagged with the recipe's digest.

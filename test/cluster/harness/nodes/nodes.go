@@ -28,33 +28,83 @@ func Datapath() string {
 	return "netdev"
 }
 
-// List is the names of the harness's containers without the prefix ("cp", "n1", ...), sorted.
+// List is the names of the harness's nodes without the prefix ("cp", "n1", ...), sorted:
+// its containers but the router.
 func List(e *engine.Engine, p topology.Plan) ([]string, error) {
-	names, err := e.List("ps", "-a", "--filter", "label="+p.Label(), "--format", "{{.Names}}")
+	all, err := e.List("ps", "-a", "--filter", "label="+p.Label(), "--format", "{{.Names}}")
 	if err != nil {
 		return nil, err
 	}
-	for i, n := range names {
-		names[i] = strings.TrimPrefix(n, p.Prefix+"-")
+	var names []string
+	for _, n := range all {
+		if n = strings.TrimPrefix(n, p.Prefix+"-"); n != Router {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	return names, nil
 }
 
-// CreateNetwork makes the nodes' Docker network: dual stack, no masquerade,
-// its Linux bridge named after the prefix (checksums computed on the host's
+// Router is the name of the router between two subnets (a container of
+// the harness, no node).
+const Router = "router"
+
+// CreateNetwork makes the nodes' Docker network (with two subnets, both
+// networks and the router between them): dual stack, no masquerade, its
+// Linux bridge named after the prefix (checksums computed on the host's
 // side: the nodes' userspace conntrack drops packets left to offload).
 func CreateNetwork(e *engine.Engine, p topology.Plan, logf func(string, ...any)) error {
-	if _, err := e.Run("network", "create", "--label", p.Label(), "--driver", "bridge",
-		"--subnet", p.Net4.String(), "--gateway", p.Net4At(1).String(), "--ipv6", "--subnet", p.Net6.String(), "--gateway", p.Net6At(1).String(),
-		"-o", "com.docker.network.bridge.enable_ip_masquerade=false", "-o", "com.docker.network.bridge.name="+p.BridgeName(),
-		p.Network()); err != nil {
-		return err
+	for s := range p.Subnets {
+		n4, n6 := p.Nets(s)
+		if _, err := e.Run("network", "create", "--label", p.Label(), "--driver", "bridge",
+			"--subnet", n4.String(), "--gateway", p.SubnetAt4(s, 1).String(), "--ipv6", "--subnet", n6.String(), "--gateway", p.SubnetAt6(s, 1).String(),
+			"-o", "com.docker.network.bridge.enable_ip_masquerade=false", "-o", "com.docker.network.bridge.name="+p.BridgeNameOf(s),
+			p.NetworkOf(s)); err != nil {
+			return err
+		}
+		if err := ethtoolTxOff(p.BridgeNameOf(s)); err != nil {
+			logf("warning: could not turn TX checksum offload off on %s: the nodes may drop this host's connections to host ports (%v)", p.BridgeNameOf(s), err)
+		}
 	}
-	if err := ethtoolTxOff(p.BridgeName()); err != nil {
-		logf("warning: could not turn TX checksum offload off on %s: the nodes may drop this host's connections to host ports (%v)", p.BridgeName(), err)
+	if p.Subnets == 2 {
+		return runRouter(e, p)
 	}
 	return nil
+}
+
+// runRouter starts the router between the two subnets: a container of the
+// node image on both networks, forwarding both families, its interfaces'
+// checksums computed in software (what it forwards reaches the nodes'
+// userspace conntrack complete).
+func runRouter(e *engine.Engine, p topology.Plan) error {
+	c := p.Container(Router)
+	if _, err := e.Run("create", "--name", c, "--hostname", "router", "--label", p.Label(),
+		"--network", p.NetworkOf(0), "--ip", p.SubnetAt4(0, topology.RouterAt).String(), "--ip6", p.Router6(0).String(),
+		"--cap-add", "NET_ADMIN", "--sysctl", "net.ipv4.ip_forward=1", "--sysctl", "net.ipv6.conf.all.forwarding=1",
+		"--entrypoint", "/bin/sh", images.Node(p),
+		"-c", `for i in /sys/class/net/eth*; do ethtool -K "${i##*/}" tx off >/dev/null; done; trap 'exit 0' TERM; sleep infinity & wait`); err != nil {
+		return err
+	}
+	if err := Connect(e, p, Router, 1, topology.RouterAt); err != nil {
+		return err
+	}
+	_, err := e.Run("start", c)
+	return err
+}
+
+// Connect attaches container name (created, not started) to subnet s's
+// network at its address k (and ::fd or ::fe for the router's and the
+// control plane's k).
+func Connect(e *engine.Engine, p topology.Plan, name string, s, k int) error {
+	a6 := p.SubnetAt6(s, k)
+	switch k {
+	case topology.RouterAt:
+		a6 = p.Router6(s)
+	case topology.ControlPlaneAt:
+		a6 = p.ControlPlane6(s)
+	}
+	_, err := e.Run("network", "connect", "--ip", p.SubnetAt4(s, k).String(), "--ip6", a6.String(), p.NetworkOf(s), p.Container(name))
+	return err
 }
 
 // Spec is how one container of the harness is run.
@@ -64,13 +114,14 @@ type Spec struct {
 	IPv6     string   //
 	Hostname string   // its hostname: Name when empty
 	Args     []string // docker run's arguments before the image, beside the harness's own
+	Subnet   int      // the subnet whose network it is on (topology.Plan.Subnet)
 	Volume   bool     // volumes of its own at /var/lib/containerd and /var/lib/containers (a node's images and snapshots, containerd's or CRI-O's: overlayfs needs a directory not on the container's own overlay)
 }
 
 // RunNode starts node i of the plan without Kubernetes: its pod ranges and
 // routes to the other nodes' (n nodes) in its environment, for node-init.sh.
 func RunNode(e *engine.Engine, p topology.Plan, i, n int) error {
-	return Run(e, p, Spec{Name: topology.Node(i), IPv4: p.Node4(i).String(), IPv6: p.Node6(i).String(), Volume: true,
+	return Run(e, p, Spec{Name: topology.Node(i), IPv4: p.Node4(i).String(), IPv6: p.Node6(i).String(), Subnet: p.Subnet(i), Volume: true,
 		Args: []string{"-e", fmt.Sprintf("OVSFLOW_POD_CIDRS=%s,%s", p.Pod4Of(i), p.Pod6Of(i)), "-e", "OID_ROUTES=" + p.Routes(i, n)}})
 }
 
@@ -82,7 +133,7 @@ func Run(e *engine.Engine, p topology.Plan, s Spec) error {
 		s.Hostname = s.Name
 	}
 	args := []string{"run", "-d", "--name", c, "--hostname", s.Hostname, "--label", p.Label(),
-		"--network", p.Network(), "--ip", s.IPv4, "--ip6", s.IPv6,
+		"--network", p.NetworkOf(s.Subnet), "--ip", s.IPv4, "--ip6", s.IPv6,
 		"--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE", "--device", "/dev/net/tun",
 		"--security-opt", "apparmor=unconfined", "--security-opt", "seccomp=unconfined", "--security-opt", "systempaths=unconfined",
 		"--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",

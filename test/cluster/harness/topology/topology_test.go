@@ -72,3 +72,39 @@ func TestRefused(t *testing.T) {
 		t.Errorf("got %v, want node 3 refused for a /30", err)
 	}
 }
+
+func TestTwoSubnets(t *testing.T) {
+	p, err := FromEnv(env("OID_SUBNETS", "2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ got, want string }{
+		{p.NodeLine(1), "NODE n1 203.0.113.162 2001:db8:10::2 198.51.100.0/26 2001:db8:10:1::/64"},
+		{p.NodeLine(2), "NODE n2 203.0.113.227 2001:db8:11::3 198.51.100.64/26 2001:db8:10:2::/64"},
+		{p.NodeLine(3), "NODE n3 203.0.113.164 2001:db8:10::4 198.51.100.128/26 2001:db8:10:3::/64"},
+		{p.NetworkOf(1), "ovsflow-oid-net2"},
+		{p.BridgeNameOf(1), "ovsflow-oid-2"},
+		{p.UnderlayRoutes(1), "203.0.113.224/27 via 203.0.113.189 src 203.0.113.162,2001:db8:11::/64 via 2001:db8:10::fd src 2001:db8:10::2"},
+		{p.UnderlayRoutes(2), "203.0.113.160/27 via 203.0.113.253 src 203.0.113.227,2001:db8:10::/64 via 2001:db8:11::fd src 2001:db8:11::3," +
+			"203.0.113.190/32 via 203.0.113.254 src 203.0.113.227,2001:db8:10::fe/128 via 2001:db8:11::fe src 2001:db8:11::3"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+	if err := p.CheckNodes(4); err != nil {
+		t.Error(err)
+	}
+	one, _ := FromEnv(env())
+	if r := one.UnderlayRoutes(2); r != "" {
+		t.Errorf("one subnet: underlay routes %q", r)
+	}
+	if got := (Plan{Prefix: "oidr-long-prefix"}).BridgeNameOf(1); got != "oidr-long-pre-2" {
+		t.Errorf("second bridge %q", got)
+	}
+	for _, e := range []func(string) string{env("OID_SUBNETS", "3"), env("OID_SUBNETS", "2", "OID_NET4B", "203.0.113.160/28")} {
+		if _, err := FromEnv(e); err == nil {
+			t.Error("a bad two-subnet plan accepted")
+		}
+	}
+}

@@ -32,7 +32,7 @@ func runHarness(ctx context.Context, args ...string) (string, error) {
 // identity), and the cookies of the attachments' flows.
 type nodeRecord struct {
 	Ports      map[string]string // container id -> identity (low 40 bits of the cookie)
-	FlowOwners map[string]int    // identity -> flows of that identity (kinds other than shared, tombstone and gateway)
+	FlowOwners map[string]int    // identity -> flows of that identity (kinds other than shared, tombstone, gateway and overlay)
 	Sandboxes  map[string]bool   // ready sandboxes (crictl)
 	// GatewayFlows counts the flows of the bridge's gateways (cookie kind
 	// 5, one identity per gateway prefix), Gateways the gateways br0
@@ -65,7 +65,7 @@ func readRecord(t *testing.T, ctx context.Context, nodeName string) nodeRecord {
 	}
 	for _, m := range reCookie.FindAllStringSubmatch(parts[1], -1) {
 		switch kind := m[1]; kind {
-		case "0", "3": // shared flows, tombstones of ports being deleted
+		case "0", "3", "6": // shared flows, tombstones of ports being deleted, the overlay's (the node agent's tunnel: TestOverlay*)
 		case "5":
 			r.GatewayFlows++
 		default:

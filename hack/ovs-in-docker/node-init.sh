@@ -72,11 +72,6 @@ log "boot of $(hostname): pod CIDRs ${OVSFLOW_POD_CIDRS:-those of its Node objec
 rm -f /run/oid/ready
 start_ovs
 OVS_PORTMAP=/opt/ovsflow/bin/ovs-portmap /usr/local/sbin/node-prep.sh br0 eth0
-# The node as node-prep.sh left it on its first boot (oid-snapshot).
-if [ ! -f /etc/oid/prepared ]; then
-	mkdir -p /etc/oid
-	oid-snapshot br0 >/etc/oid/prepared.new && mv /etc/oid/prepared.new /etc/oid/prepared
-fi
 IFS=, read -ra routes <<<"${OID_UNDERLAY_ROUTES:+$OID_UNDERLAY_ROUTES,}${OID_ROUTES:-}"
 for r in "${routes[@]}"; do
 	[ -n "$r" ] || continue
@@ -86,6 +81,12 @@ for r in "${routes[@]}"; do
 	ip $fam route replace $r dev br0
 	log "route $r"
 done
+# The node as node-prep.sh and the harness's routes left it on its first
+# boot (oid-snapshot).
+if [ ! -f /etc/oid/prepared ]; then
+	mkdir -p /etc/oid
+	oid-snapshot br0 >/etc/oid/prepared.new && mv /etc/oid/prepared.new /etc/oid/prepared
+fi
 
 # supervise NAME CMD...: CMD in the background, started again a second after it exits.
 supervise() {

@@ -211,7 +211,7 @@ func podPorts(t *testing.T, ctx context.Context, p *corev1.Pod) map[string]ovsPo
 func TestMultusSecondaryVLANReachesOtherNode(t *testing.T) {
 	ctx := testContext(t)
 	needMultus(t, ctx)
-	nodes := readyNodes(t, ctx, 2)
+	nodes := oneSegment(t, ctx)
 	ns := namespace(t, ctx)
 	createNAD(t, ctx, ns, secureNAD, vlanNAD(t, secureNAD, vlanSecure, secureV4, secureV6, true))
 	names := []string{"a", "b"}
@@ -321,7 +321,7 @@ func echoCount(t *testing.T, ctx context.Context, p *corev1.Pod) int {
 func TestMultusSecondarySpoofDropped(t *testing.T) {
 	ctx := testContext(t)
 	needMultus(t, ctx)
-	nodes := readyNodes(t, ctx, 2)
+	nodes := oneSegment(t, ctx)
 	ns := namespace(t, ctx)
 	createNAD(t, ctx, ns, secureNAD, vlanNAD(t, secureNAD, vlanSecure, secureV4, secureV6, true))
 	createNAD(t, ctx, ns, openN, vlanNAD(t, openN, vlanOpen, open4, open6, false))
@@ -409,7 +409,7 @@ ip link set %[1]s address "$m"
 func TestMultusPortMappingsToDelegate(t *testing.T) {
 	ctx := testContext(t)
 	needMultus(t, ctx)
-	nodes := readyNodes(t, ctx, 2)
+	nodes := oneSegment(t, ctx)
 	ns := namespace(t, ctx)
 	createNAD(t, ctx, ns, secureNAD, vlanNAD(t, secureNAD, vlanSecure, secureV4, secureV6, true))
 	const hp = 18100
@@ -462,7 +462,7 @@ func TestMultusPortMappingsToDelegate(t *testing.T) {
 func TestMultusOVSCNIConfigNAD(t *testing.T) {
 	ctx := testContext(t)
 	needMultus(t, ctx)
-	nodes := readyNodes(t, ctx, 2)
+	nodes := oneSegment(t, ctx)
 	ns := namespace(t, ctx)
 	const nad, vlan, subnet = "ovs-cni-style", 102, "198.51.100.208/28" // as in examples/multus-ovs-cni-nad.yaml
 	createNAD(t, ctx, ns, nad, exampleNAD(t, "multus-ovs-cni-nad.yaml"))

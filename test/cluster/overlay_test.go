@@ -23,14 +23,42 @@ import (
 // them not at all).
 
 // needSubnets stops a test of the overlay on a cluster whose nodes share
-// one subnet, and returns the ready nodes by subnet (the prefix of each
-// one's InternalIP on its bridge interface), at least two of them.
+// one subnet, and returns the ready nodes by subnet, at least two of them.
 func needSubnets(t *testing.T, ctx context.Context) map[netip.Prefix][]node {
 	t.Helper()
 	needCluster(t)
 	if os.Getenv("OVSFLOW_CLUSTER_SUBNETS") != "2" {
 		t.Skip("*** the nodes share one subnet (OVSFLOW_CLUSTER_SUBNETS is not 2): the overlay NOT tested ***")
 	}
+	by := nodesBySubnet(t, ctx)
+	if len(by) < 2 {
+		t.Fatalf("nodes by subnet %v: want two subnets", by)
+	}
+	return by
+}
+
+// oneSegment returns the ready nodes of the subnet that has the most of
+// them, at least two: a secondary network on a VLAN of the bridges is one
+// L2 segment across the nodes' uplinks, which a router between subnets
+// does not join.
+func oneSegment(t *testing.T, ctx context.Context) []node {
+	t.Helper()
+	var most []node
+	for _, ns := range nodesBySubnet(t, ctx) {
+		if len(ns) > len(most) {
+			most = ns
+		}
+	}
+	if len(most) < 2 {
+		t.Fatalf("no two ready nodes on one subnet (one L2 segment): %v", most)
+	}
+	return most
+}
+
+// nodesBySubnet returns the ready nodes (two at least) by subnet: the
+// prefix of each one's InternalIP on its bridge interface.
+func nodesBySubnet(t *testing.T, ctx context.Context) map[netip.Prefix][]node {
+	t.Helper()
 	by := map[netip.Prefix][]node{}
 	for _, nd := range readyNodes(t, ctx, 2) {
 		out, err := onNode(ctx, nd.Name, "ip -o -4 addr show dev br0")
@@ -47,9 +75,6 @@ func needSubnets(t *testing.T, ctx context.Context) map[netip.Prefix][]node {
 		if !found {
 			t.Fatalf("node %s: no address %s on br0: %s", nd.Name, nd.IPv4, out)
 		}
-	}
-	if len(by) < 2 {
-		t.Fatalf("nodes by subnet %v: want two subnets", by)
 	}
 	return by
 }

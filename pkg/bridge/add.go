@@ -119,6 +119,9 @@ func CmdAdd(args *skel.CmdArgs) (retErr error) {
 	if err != nil {
 		return err
 	}
+	if ran, err := handOffTLS(args, conf); ran {
+		return err
+	}
 	if err := notOwnNetNS(args.Netns); err != nil {
 		return err
 	}

@@ -1028,12 +1028,12 @@ func (a *adding) hostPorts() error {
 		return nil
 	}
 	plan, err := hostport.Resolve(hostport.Options{Mappings: a.conf.Mappings, SNAT: true, OVSDB: a.conf.Endpoints.OVSDB,
-		VswitchdControl: a.conf.VswitchdControl},
+		VswitchdControl: a.conf.VswitchdControl, Pipeline: flows.DefaultPipeline()},
 		a.args.ContainerID, a.args.IfName, port, v4, v6, a.ps.MAC)
 	if err != nil {
 		return err
 	}
-	if err := hostport.Publish(a.ctx, a.cli, plan.Port, plan.Target, plan.Control, flows.DefaultPipeline(), plan.HostPorts, nil); err != nil {
+	if err := plan.Publish(a.ctx, a.cli); err != nil {
 		return err
 	}
 	cnilog.Note("host ports %v", plan.HostPorts.Rules)

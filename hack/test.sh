@@ -41,10 +41,12 @@ trap '[ -z "$cluster" ] || kill -- -"$cluster" 2>/dev/null || true; [ -z "$crio"
 clusters() {
 	echo "== ovs-in-docker (multi-node: nodes as Docker containers, hack/ovs-in-docker.sh; then with Kubernetes)"
 	hack/ovs-in-docker.sh test
-	# A Kubernetes cluster of two nodes in Docker: the DaemonSet, Kubernetes'
-	# own HostPort, Networking Granular Checks: Pods, Conntrack and DNS tests
-	# (e2e.test), then test/cluster.
-	hack/ovs-in-docker.sh test -kube -nodes 2 -conformance
+	# A Kubernetes cluster of two nodes in Docker, on two subnets behind a
+	# router (pods across them through the node agent's tunnel; the CRI-O
+	# cluster below is on one: host-gw): the DaemonSet, Kubernetes' own
+	# HostPort, Networking Granular Checks: Pods, Conntrack and DNS tests
+	# (e2e.test), then test/cluster, the overlay's tests among them.
+	hack/ovs-in-docker.sh test -kube -nodes 2 -subnets 2 -conformance
 }
 crio_cluster() {
 	echo "== ovs-in-docker with Kubernetes on CRI-O nodes"

@@ -430,6 +430,22 @@ func isDefault(n *net.IPNet) bool {
 // holds a (a next hop on one of this host's networks), or 0 where no
 // network of this host holds it.
 func LinkOn(a netip.Addr) (int, error) {
+	return linkWith(a, func(p netip.Prefix) bool { return !p.IsSingleIP() && p.Masked().Contains(a) })
+}
+
+// LinkOf returns the index of the link that holds address a (the node's own
+// address: the peers' next hops are on its segment).
+func LinkOf(a netip.Addr) (int, error) {
+	idx, err := linkWith(a, func(p netip.Prefix) bool { return p.Addr() == a })
+	if err == nil && idx == 0 {
+		err = fmt.Errorf("no link holds the node address %s", a)
+	}
+	return idx, err
+}
+
+// linkWith returns the index of the link of the first address of a's
+// family (with its prefix length) that match takes, 0 for none.
+func linkWith(a netip.Addr, match func(netip.Prefix) bool) (int, error) {
 	fam := netlink.FAMILY_V6
 	if a.Is4() {
 		fam = netlink.FAMILY_V4
@@ -441,28 +457,9 @@ func LinkOn(a netip.Addr) (int, error) {
 	for _, ad := range addrs {
 		ip, ok := netip.AddrFromSlice(ad.IP)
 		ones, _ := ad.Mask.Size()
-		if ok && ones < ip.Unmap().BitLen() && netip.PrefixFrom(ip.Unmap(), ones).Masked().Contains(a) {
+		if ok && match(netip.PrefixFrom(ip.Unmap(), ones)) {
 			return ad.LinkIndex, nil
 		}
 	}
 	return 0, nil
-}
-
-// LinkOf returns the index of the link that holds address a (the node's own
-// address: the peers' next hops are on its segment).
-func LinkOf(a netip.Addr) (int, error) {
-	fam := netlink.FAMILY_V6
-	if a.Is4() {
-		fam = netlink.FAMILY_V4
-	}
-	addrs, err := netlinksafe.AddrList(nil, fam)
-	if err != nil {
-		return 0, fmt.Errorf("listing addresses: %w", err)
-	}
-	for _, ad := range addrs {
-		if ip, ok := netip.AddrFromSlice(ad.IP); ok && ip.Unmap() == a {
-			return ad.LinkIndex, nil
-		}
-	}
-	return 0, fmt.Errorf("no link holds the node address %s", a)
 }

@@ -269,9 +269,10 @@ func routesTo(ctx context.Context, nodeName string, cidrs []string) (string, err
 }
 
 // TestDeletedNodeRoutesDropped: every node routes the pod CIDRs of every other
-// node (the node agent's routes, via that node's InternalIP); after `kubectl
+// node (the node agent's routes, via that node's InternalIP, or through the
+// tunnel with its flows where the node is on another subnet); after `kubectl
 // delete node`, the other nodes drop the routes to the deleted node's pod
-// CIDRs. The node is booted again at the end (kubelet registers it anew).
+// CIDRs, and the tunnel's flows for it. The node is booted again at the end (kubelet registers it anew).
 func TestDeletedNodeRoutesDropped(t *testing.T) {
 	needCluster(t)
 	ctx := testContext(t)
@@ -283,8 +284,13 @@ func TestDeletedNodeRoutesDropped(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !strings.Contains(out, "via "+gone.IPv4) || !strings.Contains(out, "via "+gone.IPv6) {
-				return fmt.Errorf("routes to %v: %q, want them via %s and %s", gone.PodCIDRs, out, gone.IPv4, gone.IPv6)
+			direct := strings.Contains(out, "via "+gone.IPv4) && strings.Contains(out, "via "+gone.IPv6)
+			tunnelled := strings.Contains(out, "via 169.254.253.1") && strings.Contains(out, "via fe80::fc5:1")
+			if !direct && !tunnelled {
+				return fmt.Errorf("routes to %v: %q, want them via %s and %s, or through the tunnel (another subnet)", gone.PodCIDRs, out, gone.IPv4, gone.IPv6)
+			}
+			if flows, err := tunnelFlowsFor(ctx, nd.Name, gone); err != nil || tunnelled != (flows != "") {
+				return fmt.Errorf("tunnel flows of %s: %q (%v); routes %q", gone.Name, flows, err, out)
 			}
 			return nil
 		})
@@ -318,9 +324,23 @@ func TestDeletedNodeRoutesDropped(t *testing.T) {
 			if out != "" {
 				return fmt.Errorf("routes to %v still there: %q", gone.PodCIDRs, out)
 			}
+			if flows, err := tunnelFlowsFor(ctx, nd.Name, gone); err != nil || flows != "" {
+				return fmt.Errorf("tunnel flows of %s still there: %q (%v)", gone.Name, flows, err)
+			}
 			return nil
 		})
 	}
+}
+
+// tunnelFlowsFor: the overlay's flows of a node that name node gone (its
+// pod CIDRs, its InternalIP as the tunnel's source), without counters.
+func tunnelFlowsFor(ctx context.Context, nodeName string, gone node) (string, error) {
+	pat := "tun_src=" + gone.IPv4 + ","
+	for _, c := range gone.PodCIDRs {
+		pat += "|_dst=" + c + "( |,)"
+	}
+	out, err := onNode(ctx, nodeName, fmt.Sprintf("ovs-ofctl --no-stats dump-flows br0 | grep -E '%s' || true", pat))
+	return strings.TrimSpace(out), err
 }
 
 // TestReregisteredNodePodsOnItsNewRanges: a pod pinned to a node that is

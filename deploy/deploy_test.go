@@ -344,7 +344,7 @@ func newInstaller(t *testing.T) *installer {
 			t.Fatal(err)
 		}
 	}
-	for _, p := range []string{"ovs-bridge", "ovs-portmap", "host-local", "loopback"} {
+	for _, p := range []string{"ovs-bridge", "ovs-bridge-tls", "ovs-portmap", "host-local", "loopback"} {
 		if err := os.WriteFile(filepath.Join(in.src, p), []byte("#!/bin/sh\necho "+p+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -734,7 +734,7 @@ func TestManifestRBAC(t *testing.T) {
 // times, import neither client-go nor prometheus (only the agent does).
 func TestPluginsImportNoHeavyLibraries(t *testing.T) {
 	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps",
-		"../cmd/ovs-bridge", "../cmd/ovs-portmap", "../cmd/ovsflow-conflist").CombinedOutput()
+		"../cmd/ovs-bridge", "../cmd/ovs-bridge-tls", "../cmd/ovs-portmap", "../cmd/ovsflow-conflist").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v: %s", err, out)
 	}

@@ -18,7 +18,7 @@
 #   CNI_BIN_DIR       the node's CNI bin dir, mounted  /host/opt/cni/bin
 #   CNI_CONF_DIR      the node's CNI conf dir, mounted /host/etc/cni/net.d
 #   CNI_CONF_SRC      the conflist template (ConfigMap key) /etc/ovsflow/10-ovsflow.conflist
-#   PLUGINS           always installed                 "ovs-bridge ovs-portmap"
+#   PLUGINS           always installed                 "ovs-bridge ovs-bridge-tls ovs-portmap"
 #   OPTIONAL_PLUGINS  installed only where the node has none of that name: "host-local loopback"
 #   WATCH_INTERVAL    seconds between two passes of --watch: 30
 #
@@ -33,7 +33,7 @@ SRC_BIN_DIR=${SRC_BIN_DIR:-/opt/ovsflow/bin}
 CNI_BIN_DIR=${CNI_BIN_DIR:-/host/opt/cni/bin}
 CNI_CONF_DIR=${CNI_CONF_DIR:-/host/etc/cni/net.d}
 CNI_CONF_SRC=${CNI_CONF_SRC:-/etc/ovsflow/10-ovsflow.conflist}
-PLUGINS=${PLUGINS:-ovs-bridge ovs-portmap}
+PLUGINS=${PLUGINS:-ovs-bridge ovs-bridge-tls ovs-portmap}
 WATCH_INTERVAL=${WATCH_INTERVAL:-30}
 OPTIONAL_PLUGINS=${OPTIONAL_PLUGINS-host-local loopback}
 

@@ -166,7 +166,7 @@ log "containerd up, images imported"
 # The DaemonSet's init container: its environment (deploy/ovsflow-cni.yaml)
 # and mounts (/host/opt/cni/bin, /host/etc/cni/net.d are the node's dirs).
 env SRC_BIN_DIR=/opt/ovsflow/bin CNI_BIN_DIR=/host/opt/cni/bin CNI_CONF_DIR=/host/etc/cni/net.d \
-	CNI_CONF_SRC=/etc/ovsflow/10-ovsflow.conflist PLUGINS="ovs-bridge ovs-portmap ovs-bandwidth" \
+	CNI_CONF_SRC=/etc/ovsflow/10-ovsflow.conflist PLUGINS="ovs-bridge ovs-bridge-tls ovs-portmap ovs-bandwidth" \
 	OPTIONAL_PLUGINS="host-local loopback" OVSFLOW_POD_CIDRS="$OVSFLOW_POD_CIDRS" /install-cni.sh
 
 /usr/local/sbin/oid-reconcile >>/var/log/oid/reconcile.log 2>&1 &

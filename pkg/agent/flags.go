@@ -75,7 +75,7 @@ func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error
 	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's Node object (default $NODE_NAME)")
 	fs.StringVar(&cfg.PluginSrc, "plugin-src", "/opt/ovsflow/bin", "where the plugins to install are (\"\": install none)")
 	fs.StringVar(&cfg.CNIBinDir, "cni-bin-dir", "/host/opt/cni/bin", "the node's CNI bin dir")
-	plugins := fs.String("plugins", "ovs-bridge,ovs-portmap,ovs-bandwidth", "plugins always installed")
+	plugins := fs.String("plugins", "ovs-bridge,ovs-bridge-tls,ovs-portmap,ovs-bandwidth", "plugins always installed")
 	optional := fs.String("optional-plugins", "host-local,loopback", "plugins installed only where the node has none of that name")
 	fs.StringVar(&cfg.ConfTemplate, "conf-template", "/etc/ovsflow/10-ovsflow.conflist", "the conflist template (installed under its base name)")
 	fs.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/host/etc/cni/net.d", "the node's CNI conf dir")

@@ -25,6 +25,9 @@ func CmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if ran, err := handOffTLS(args, conf); ran {
+		return err
+	}
 	prev, err := cnicmd.PrevResult(&conf.PluginConf, "CHECK needs a prevResult")
 	if err != nil {
 		return err

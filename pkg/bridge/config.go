@@ -18,7 +18,6 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
-	_ "github.com/ovsflow/ovs-cni/pkg/endpoint/tlsdial" // an ssl: "ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -292,6 +291,18 @@ func (n *NetConf) GCScope() (string, string, []types.GCAttachment) {
 }
 
 func loadConf(args *skel.CmdArgs) (*NetConf, error) { return LoadConf(args.StdinData, args.Args) }
+
+// TLSBuild is ovs-bridge with the dialer of ssl: endpoints linked in
+// (cmd/ovs-bridge-tls, installed next to ovs-bridge): a command whose
+// "ovsdb" is ssl: runs there (cnicmd.HandOffTLS).
+const TLSBuild = "ovs-bridge-tls"
+
+// handOffTLS runs the command in TLSBuild when conf's "ovsdb" is ssl: and
+// this binary does not dial it; it reports whether it did, and the
+// command's error.
+func handOffTLS(args *skel.CmdArgs, conf *NetConf) (bool, error) {
+	return cnicmd.HandOffTLS(args, conf.Endpoints.OVSDB, TLSBuild)
+}
 
 // ovsCNIEndpoint resolves ovs-cni's "socket_file" (and the one of the file
 // "configuration_path" names) into n.OVSDB: a path is unix:PATH, the

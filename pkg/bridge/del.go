@@ -34,6 +34,9 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if ran, err := handOffTLS(args, conf); ran {
+		return err
+	}
 	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, conf.Budget, args)
 	if errors.Is(err, cnicmd.ErrNeverServed) {
 		return nil

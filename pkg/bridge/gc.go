@@ -16,7 +16,14 @@ import (
 // in cni.dev/valid-attachments, each as DEL does (collect), then delegates
 // GC to IPAM.
 func CmdGC(args *skel.CmdArgs) error {
-	gc, err := cnicmd.OpenGC(args, loadConf)
+	conf, err := loadConf(args)
+	if err != nil {
+		return err
+	}
+	if ran, err := handOffTLS(args, conf); ran {
+		return err
+	}
+	gc, err := cnicmd.OpenGC(args, func(*skel.CmdArgs) (*NetConf, error) { return conf, nil })
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,9 @@ func CmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if ran, err := handOffTLS(args, conf); ran {
+		return err
+	}
 	if err := rangesConfirmed(conf, args.StdinData, cnierr.Unavailable); err != nil {
 		return err
 	}

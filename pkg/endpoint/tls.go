@@ -45,6 +45,10 @@ var tlsDial func(ctx context.Context, addr string, t TLS) (net.Conn, error)
 // it when it is linked in).
 func RegisterTLS(d func(ctx context.Context, addr string, t TLS) (net.Conn, error)) { tlsDial = d }
 
+// TLSLinked reports whether this binary dials ssl: endpoints (package
+// tlsdial is linked in).
+func TLSLinked() bool { return tlsDial != nil }
+
 func dialTLS(ctx context.Context, addr string, t TLS) (net.Conn, error) {
 	if tlsDial == nil {
 		return nil, ErrNoTLS

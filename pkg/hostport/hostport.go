@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -23,137 +24,193 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
 
-// Publish records and programs the attachment's host ports on port p,
-// replacing what an earlier ADD of the same attachment left. target is the
-// bridge's OpenFlow endpoint, control the control socket of its
-// ovs-vswitchd ("": found by unixctl.Find, once for the revalidation wait
-// and the zone limits); ids are other external_ids the
-// port takes in the same transaction as the record. It installs
-// nothing when a claim is held by another attachment (*ovsdb.ClaimedError),
-// and removes what it did when a later step fails.
-func Publish(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target endpoint.Endpoint, control string, pl flows.Pipeline, a flows.HostPorts, ids map[string]string) (retErr error) {
-	// An earlier ADD's meters that no flow of a uses, from the record p
-	// holds before this ADD: removed once the new flows are in.
-	stale := staleConnMeters(p, a)
-	meters := flows.ConnMeters(a)
-	if err := a.Validate(); err != nil {
-		return fmt.Errorf("host ports of port %q: %w", p.Port.Name, err)
-	}
-	unset, set, claims, err := record.PublishHostPorts(p, target, control, pl, a)
-	if err != nil {
+// Publish records and programs the host ports of the plan on its port,
+// replacing what an earlier ADD of the same attachment left, as a sequence
+// of named steps, each arming the removal of what it made on one rollback
+// list, which a failed publish runs last armed first. It installs nothing
+// when a claim is held by another attachment (*ovsdb.ClaimedError).
+func (plan *Plan) Publish(ctx context.Context, cli *ovsdb.Client) (retErr error) {
+	p := &publishing{Plan: plan, ctx: ctx, cli: cli, bridge: plan.Port.Port.ExternalIDs[ovsdb.KeyBridge]}
+	defer func() {
+		if retErr != nil {
+			p.undo.Run(ctx)
+		}
+		p.reval.Close()
+	}()
+	if err := p.facts(); err != nil {
 		return err
 	}
-	for k, v := range ids {
-		set[k] = v
+	if err := p.claim(); err != nil {
+		return err
 	}
+	if err := p.program(); err != nil {
+		return err
+	}
+	if err := p.localnet(); err != nil {
+		return err
+	}
+	if err := p.zoneLimits(); err != nil {
+		return err
+	}
+	if err := p.dropStaleMeters(); err != nil {
+		return err
+	}
+	return p.reval.WaitAtMost(ctx, revalidationCap)
+}
+
+// publishing is one Publish under way: its plan, what its steps found or
+// made so far, and the clean-up armed as each step succeeded (undo).
+type publishing struct {
+	*Plan
+	ctx    context.Context
+	cli    *ovsdb.Client
+	bridge string // the port's bridge
+
+	stale       []uint32             // an earlier ADD's meters that no flow of HostPorts uses
+	meters      []openflow.MeterBand // the new-connection meters of HostPorts
+	unset       []string             // the port's external_ids the record replaces
+	set         map[string]string    // the record, and IDs
+	claims      []string             // the record's exclusive claims
+	localnetOff bool                 // route_localnet is off on the bridge interface: publish turns it on
+	br          *ovsdb.Bridge        // the port's bridge, as the record's transaction read it
+	ctl         string               // ovs-vswitchd's control socket ("": not ours to reach)
+	ctlErr      error                // the control socket not found
+	reval       *unixctl.Revalidation
+	nftIn       bool // the node-local nft elements are in
+	undo        rollback.List
+}
+
+// facts checks the host ports and derives what the steps write: the
+// record, the meters, stale and new, and whether loopback host ports need
+// route_localnet turned on.
+func (p *publishing) facts() error {
+	a := p.HostPorts
+	// An earlier ADD's meters that no flow of a uses, from the record the
+	// port holds before this ADD: removed once the new flows are in.
+	p.stale = staleConnMeters(p.Port, a)
+	p.meters = flows.ConnMeters(a)
+	if err := a.Validate(); err != nil {
+		return fmt.Errorf("host ports of port %q: %w", p.Port.Port.Name, err)
+	}
+	var err error
+	if p.unset, p.set, p.claims, err = record.PublishHostPorts(p.Port, p.Target, p.Control, p.Pipeline, a); err != nil {
+		return err
+	}
+	maps.Copy(p.set, p.IDs)
 	// Loopback host ports need route_localnet on the bridge interface: if
 	// it is off, the record notes on the bridge that this ADD turns it on
 	// (after the guards), for uninstall.
-	bridge := p.Port.ExternalIDs[ovsdb.KeyBridge]
-	localnetOff := false
 	if len(a.Loopback) > 0 {
-		on, err := routeLocalnetOn(bridge)
+		on, err := routeLocalnetOn(p.bridge)
 		if err != nil {
 			return err
 		}
-		localnetOff = !on
+		p.localnetOff = !on
 	}
+	return nil
+}
+
+// claim writes the record and its claims on the port (and on the bridge,
+// that route_localnet is turned on). Meanwhile it registers the wait that
+// makes the host ports effective on return: until the datapath's flow
+// cache follows the new flows (unixctl.StartRevalidation), registered
+// before the change and collected last. The registration is a round trip
+// to ovs-vswitchd, whose control socket is found once for the wait and the
+// zone limits. Not found, there is no wait (as with a tcp: target), and
+// the zone limits fail once the flows are in (zoneLimits): ovs-vswitchd
+// serves the bridge then, so its socket is elsewhere than the config says.
+func (p *publishing) claim() error {
 	var bridgeSet map[string]string
-	if localnetOff {
+	if p.localnetOff {
 		bridgeSet = map[string]string{record.KeyRouteLocalnet: "1"}
 	}
-	// Effective on return: wait until the datapath's flow cache follows the
-	// new flows (unixctl.StartRevalidation), registered before the change
-	// and collected last. The registration is a round trip to ovs-vswitchd;
-	// ovsdb-server records the claims meanwhile.
 	type recorded struct {
 		br  *ovsdb.Bridge
 		err error
 	}
 	recc := make(chan recorded, 1)
 	go func() {
-		br, err := cli.RecordOnBridge(ctx, p.Port.UUID, unset, set, claims, bridge, bridgeSet)
+		br, err := p.cli.RecordOnBridge(p.ctx, p.Port.Port.UUID, p.unset, p.set, p.claims, p.bridge, bridgeSet)
 		recc <- recorded{br, err}
 	}()
-	// ovs-vswitchd's control socket, found once for the wait and the zone
-	// limits. Not found, there is no wait (as with a tcp: target), and the
-	// zone limits fail once the flows are in: ovs-vswitchd serves the bridge
-	// then, so its socket is elsewhere than the config says.
-	ctl, ctlErr := controlSocket(target, control)
-	reval, revalErr := unixctl.StartRevalidation(ctx, ctl)
-	defer reval.Close()
+	p.ctl, p.ctlErr = controlSocket(p.Target, p.Control)
+	var revalErr error
+	p.reval, revalErr = unixctl.StartRevalidation(p.ctx, p.ctl)
 	rec := <-recc
-	br := rec.br
 	if rec.err != nil {
 		return rec.err
 	}
-	var undo rollback.List
-	defer func() {
-		if retErr != nil {
-			undo.Run(ctx)
-		}
-	}()
-	undo.Arm(func(ctx context.Context) {
-		_ = cli.Record(ctx, p.Port.UUID, append(claims, record.KeyHostPorts), nil, nil)
+	p.br = rec.br
+	p.undo.Arm(func(ctx context.Context) {
+		_ = p.cli.Record(ctx, p.Port.Port.UUID, append(p.claims, record.KeyHostPorts), nil, nil)
 	})
-	if revalErr != nil {
-		return revalErr
-	}
-	// The flows, then the conntrack entries that traffic to the host ports
-	// left before there were flows for them (flows.ConntrackFlushes). Their
-	// removal is armed first: a bundle whose connection breaks mid-commit
-	// may have been applied, and a failure after it (zone limits, nft) must
-	// not leave them. The node-local nft elements go to the kernel
-	// meanwhile, not to ovs-vswitchd.
-	undo.Arm(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
+	return revalErr
+}
+
+// program puts in the meters, the flows, then the conntrack entries that
+// traffic to the host ports left before there were flows for them
+// (flows.ConntrackFlushes), and the node-local nft elements, which go to
+// the kernel meanwhile, not to ovs-vswitchd. The flows' removal is armed
+// first: a bundle whose connection breaks mid-commit may have been applied,
+// and a failure after it (zone limits, nft) must not leave them.
+func (p *publishing) program() error {
+	a, target := p.HostPorts, p.Target
+	p.undo.Arm(func(ctx context.Context) { _ = openflow.DeleteFlows(ctx, target, a.Cookie.Delete()) })
 	// The new-connection meters go before the flows that use them (they
 	// cannot be part of the bundle); set again, they keep their flows.
-	if len(meters) > 0 {
-		undo.Arm(func(ctx context.Context) { _ = openflow.DeleteMeters(ctx, target, meterIDs(meters)...) })
-		if err := openflow.SetMeters(ctx, target, meters...); err != nil {
+	if len(p.meters) > 0 {
+		p.undo.Arm(func(ctx context.Context) { _ = openflow.DeleteMeters(ctx, target, meterIDs(p.meters)...) })
+		if err := openflow.SetMeters(p.ctx, target, p.meters...); err != nil {
 			return err
 		}
 	}
 	nftc := make(chan error, 1)
-	go func() { nftc <- applyNodeLocal(ctx, nodeLocalRules(a), false) }()
-	nftIn := false // the elements' removal is armed now, for once they are in
-	undo.Arm(func(ctx context.Context) {
-		if nftIn {
+	go func() { nftc <- applyNodeLocal(p.ctx, nodeLocalRules(a), false) }()
+	// The elements' removal is armed now, for once they are in.
+	p.undo.Arm(func(ctx context.Context) {
+		if p.nftIn {
 			_ = applyNodeLocal(ctx, nodeLocalRules(a), true)
 		}
 	})
-	err = openflow.Apply(ctx, target, pl.Bundle(a), flows.ConntrackFlushes(pl, a.Rules)...)
+	err := openflow.Apply(p.ctx, target, p.Pipeline.Bundle(a), flows.ConntrackFlushes(p.Pipeline, a.Rules)...)
 	if flushUnsupported(err) {
 		// An ovs-vswitchd before 3.1 (no NXT_CT_FLUSH): the flows are in;
 		// stale entries of the host ports expire instead, as on DEL.
 		err = nil
 	}
 	if nerr := <-nftc; nerr == nil {
-		nftIn = true
+		p.nftIn = true
 	} else if err == nil {
 		err = nerr
 	}
-	if err != nil {
-		return err
+	return err
+}
+
+// localnet turns route_localnet on where facts found it off: the guards
+// are in with the localhost map's elements.
+func (p *publishing) localnet() error {
+	if !p.localnetOff {
+		return nil
 	}
-	if localnetOff {
-		// The guards are in with the localhost map's elements.
-		if err := setRouteLocalnet(bridge, true); err != nil {
-			return err
-		}
+	return setRouteLocalnet(p.bridge, true)
+}
+
+// zoneLimits sets the zone limits through the control socket
+// (ensureZoneLimits), which must have been found.
+func (p *publishing) zoneLimits() error {
+	if p.ctlErr != nil {
+		return p.ctlErr
 	}
-	if ctlErr != nil {
-		return ctlErr
+	return ensureZoneLimits(p.ctx, p.cli, p.br, p.ctl, p.Pipeline)
+}
+
+// dropStaleMeters removes the meters of an earlier ADD that no new flow
+// uses.
+func (p *publishing) dropStaleMeters() error {
+	if len(p.stale) == 0 {
+		return nil
 	}
-	if err := ensureZoneLimits(ctx, cli, br, ctl, pl); err != nil {
-		return err
-	}
-	if len(stale) > 0 {
-		if err := openflow.DeleteMeters(ctx, target, stale...); err != nil {
-			return err
-		}
-	}
-	return reval.WaitAtMost(ctx, revalidationCap)
+	return openflow.DeleteMeters(p.ctx, p.Target, p.stale...)
 }
 
 // nodeLocalRules are the rules of a that nft serves to the node's own

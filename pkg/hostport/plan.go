@@ -124,12 +124,16 @@ func vlanZero(port ovsdb.OwnedPort, mappings int) error {
 	return nil
 }
 
-// Plan is what an ADD resolved for one attachment.
+// Plan is what an ADD resolved for one attachment: what Publish publishes.
 type Plan struct {
-	Port      ovsdb.OwnedPort
-	Target    endpoint.Endpoint
-	Control   string // ovs-vswitchd's control socket ("": unixctl.Find)
+	Port      ovsdb.OwnedPort   // the attachment's port, as read before this ADD
+	Target    endpoint.Endpoint // the bridge's OpenFlow endpoint
+	Control   string            // ovs-vswitchd's control socket ("": unixctl.Find)
+	Pipeline  flows.Pipeline
 	HostPorts flows.HostPorts
+	// IDs are other external_ids the port takes in the same transaction
+	// as the record.
+	IDs map[string]string
 }
 
 // Options are the host port settings of a network.
@@ -143,6 +147,7 @@ type Options struct {
 	OVSDB    endpoint.Endpoint // OVSDB endpoint, to derive the default OpenFlow target
 	// VswitchdControl is ovs-vswitchd's control socket ("": unixctl.Find).
 	VswitchdControl string
+	Pipeline        flows.Pipeline // the pipeline's zones and limits
 	// ConnRate and ConnBurst bound each mapping's new connections per
 	// second (0: no bound; see flows.TablePortmapNew).
 	ConnRate, ConnBurst uint32
@@ -221,5 +226,5 @@ func Resolve(conf Options, containerID, ifname string, port ovsdb.OwnedPort, v4,
 		a.IPv6 = netip.Addr{}
 	}
 	return &Plan{Port: port, Target: endpoint.OpenFlow(conf.OpenFlow, conf.OVSDB, bridge),
-		Control: conf.VswitchdControl, HostPorts: a}, nil
+		Control: conf.VswitchdControl, Pipeline: conf.Pipeline, HostPorts: a}, nil
 }

@@ -36,7 +36,7 @@ func prefix(t *testing.T, s string) net.IPNet {
 
 // containerLink makes, in a scratch netns, the container end eth0 of a veth
 // whose peer is up, with duplicate address detection off as ovs-bridge
-// leaves it (bridge.prepareContainer), and IPv6 off on eth0 and lo as some
+// leaves it (ovs-bridge's prepareContEnd), and IPv6 off on eth0 and lo as some
 // runtimes leave a netns. It returns the netns.
 func containerLink(t *testing.T) ns.NetNS {
 	t.Helper()

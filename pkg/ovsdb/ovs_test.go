@@ -191,16 +191,18 @@ func TestOperationsFitSchema(t *testing.T) {
 	})
 	do("OwnedPorts", func() error { _, err := cli.OwnedPorts(ctx); return err })
 	do("AnyOwnedPortWith", func() error {
-		yes, err := cli.AnyOwnedPortWith(ctx, map[string]string{KeyBridge: br.Name, KeyContainerID: a.ContainerID})
-		if err != nil {
-			return err
-		}
-		no, err := cli.AnyOwnedPortWith(ctx, map[string]string{KeyBridge: br.Name, KeyContainerID: "no-such-container"})
-		if err == nil && (!yes || no) {
-			err = fmt.Errorf("got %v for the port's ids and %v for none's, want true and false", yes, no)
+		got, err := cli.AnyOwnedPortWith(ctx,
+			map[string]string{KeyBridge: br.Name, KeyContainerID: a.ContainerID},
+			map[string]string{KeyBridge: br.Name, KeyContainerID: "no-such-container"},
+			map[string]string{KeyBridge: br.Name, KeyContainerID: b.ContainerID})
+		if err == nil && !slices.Equal(got, []bool{true, false, true}) {
+			err = fmt.Errorf("got %v for port a's ids, none's and port b's, want [true false true]", got)
 		}
 		return err
 	})
+	if n := len(steps[len(steps)-1].txns); n != 1 {
+		t.Errorf("AnyOwnedPortWith of 3 id sets: %d transactions, want 1", n)
+	}
 	do("Record (claim)", func() error {
 		return cli.Record(ctx, portA, nil, map[string]string{"ovsflow.io/k": "v"}, []string{"ovsflow.io/claim-x"})
 	})

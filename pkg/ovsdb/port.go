@@ -327,22 +327,34 @@ func (c *Client) OwnedPortsWith(ctx context.Context, key, value string) ([]Owned
 	return c.ownedPorts(ctx, []ovsdb.Condition{cond("external_ids", fnIncludes, strMap{KeyOwner: OwnerValue, key: value}.ovs())})
 }
 
-// AnyOwnedPortWith reports whether a port of ours holds every pair of ids
-// in its external_ids. It reads their UUIDs alone: on a node of hundreds
-// of ports, the answer a DEL needs without the cost of reading every
-// record (OwnedPorts).
-func (c *Client) AnyOwnedPortWith(ctx context.Context, ids map[string]string) (bool, error) {
-	want := strMap{KeyOwner: OwnerValue}
-	for k, v := range ids {
-		want[k] = v
+// AnyOwnedPortWith reports, for each set of ids, whether a port of ours
+// holds every pair of it in its external_ids, in one transaction of a
+// select per set. It reads their UUIDs alone: on a node of hundreds of
+// ports, the answer a DEL needs without the cost of reading every record
+// (OwnedPorts).
+func (c *Client) AnyOwnedPortWith(ctx context.Context, sets ...map[string]string) ([]bool, error) {
+	if len(sets) == 0 {
+		return nil, nil
 	}
-	op := selectOp(tablePort, cond("external_ids", fnIncludes, want.ovs()))
-	op.Columns = []string{"_uuid"}
-	res, err := c.transact(ctx, op)
+	ops := make([]operation, 0, len(sets))
+	for _, ids := range sets {
+		want := strMap{KeyOwner: OwnerValue}
+		for k, v := range ids {
+			want[k] = v
+		}
+		op := selectOp(tablePort, cond("external_ids", fnIncludes, want.ovs()))
+		op.Columns = []string{"_uuid"}
+		ops = append(ops, op)
+	}
+	res, err := c.transact(ctx, ops...)
 	if err != nil {
-		return false, fmt.Errorf("looking for a port with %v: %w", ids, err)
+		return nil, fmt.Errorf("looking for ports with %v: %w", sets, err)
 	}
-	return len(res[0].Rows) > 0, nil
+	found := make([]bool, len(sets))
+	for i := range sets {
+		found[i] = len(res[i].Rows) > 0
+	}
+	return found, nil
 }
 
 func (c *Client) ownedPorts(ctx context.Context, where []ovsdb.Condition) ([]OwnedPort, error) {

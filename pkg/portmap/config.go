@@ -192,7 +192,8 @@ func loadConf(args *skel.CmdArgs) (*Conf, error) { return LoadConf(args.StdinDat
 
 func (c *Conf) options() hostport.Options {
 	return hostport.Options{Mappings: c.Mappings, NodeIPs: c.NodeIPs, SNAT: *c.SNAT, MasqAll: c.MasqAll,
-		OpenFlow: c.Endpoints.OpenFlow, OVSDB: c.Endpoints.OVSDB, VswitchdControl: c.VswitchdControl, ConnRate: c.ConnRate, ConnBurst: c.ConnBurst}
+		OpenFlow: c.Endpoints.OpenFlow, OVSDB: c.Endpoints.OVSDB, VswitchdControl: c.VswitchdControl, ConnRate: c.ConnRate, ConnBurst: c.ConnBurst,
+		Pipeline: c.Pipeline}
 }
 
 func invalid(format string, a ...any) error {

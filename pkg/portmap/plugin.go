@@ -58,11 +58,10 @@ func CmdAdd(args *skel.CmdArgs) error {
 	}
 	// ovs-bridge records the pod with the port; a port of an older one
 	// gets it here, with the host ports.
-	var ids map[string]string
 	if pod != "" && port.Port.ExternalIDs[record.KeyPod] != pod {
-		ids = map[string]string{record.KeyPod: pod}
+		plan.IDs = map[string]string{record.KeyPod: pod}
 	}
-	if err := hostport.Publish(ctx, cli, plan.Port, plan.Target, plan.Control, conf.Pipeline, plan.HostPorts, ids); err != nil {
+	if err := plan.Publish(ctx, cli); err != nil {
 		return err
 	}
 	return types.PrintResult(conf.PrevResult, conf.CNIVersion)

@@ -1,6 +1,6 @@
 // Package rollback is the clean-up of a failed ADD: one list, a step armed
 // as each step of the ADD succeeds, run last armed first. ovs-bridge's ADD,
-// hostport.Publish and ovs-bandwidth's limit all undo through it.
+// hostport's Publish and ovs-bandwidth's limit all undo through it.
 //
 // The clean-up has time of its own. A command keeps part of its time back
 // from its work (Reserve): the work's context may have ended (ovs-vswitchd

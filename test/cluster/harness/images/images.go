@@ -98,7 +98,7 @@ func Node(p topology.Plan) string { return p.Prefix + "-node:latest" }
 
 // The node image's build context, from the repository (paths relative to it).
 var (
-	plugins = []string{"./cmd/ovs-bridge", "./cmd/ovs-portmap", "./cmd/ovs-bandwidth", "./cmd/ovsflow-conflist", "./cmd/ovsflow-agent",
+	plugins = []string{"./cmd/ovs-bridge", "./cmd/ovs-bridge-tls", "./cmd/ovs-portmap", "./cmd/ovs-bandwidth", "./cmd/ovsflow-conflist", "./cmd/ovsflow-agent",
 		"github.com/containernetworking/plugins/plugins/ipam/host-local",
 		"github.com/containernetworking/plugins/plugins/main/loopback"}
 	deployFiles = []string{"deploy/install-cni.sh", "deploy/node-prep.sh"}

@@ -347,11 +347,12 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 			t.Errorf("node a: the next hop %s's neighbour %q", hop, got)
 		}
 	}
-	// Two classifiers, a send flow per tunnelled range, a receive flow per
-	// known node and range of this node, two drops.
+	// Two classifiers, a send flow and a host-port reply flow per tunnelled
+	// range, a receive flow per known node and range of this node, two
+	// drops.
 	ourFlows := framework.FlowsOf(t, a.of(), flows.OverlayCookie())
-	if len(ourFlows) != 8 {
-		t.Errorf("node a: %d overlay flows, want 8:\n%s", len(ourFlows), strings.Join(ourFlows, "\n"))
+	if len(ourFlows) != 10 {
+		t.Errorf("node a: %d overlay flows, want 10:\n%s", len(ourFlows), strings.Join(ourFlows, "\n"))
 	}
 	framework.Eventually(t, 30*time.Second, "pods a and b answer each other through the tunnel, IPv4", func() error {
 		if err := answers(pa, pb, false); err != nil {

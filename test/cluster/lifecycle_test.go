@@ -147,6 +147,13 @@ func agentImage(ds *appsv1.DaemonSet) string {
 // is done: every node runs an available pod of the new template.
 func setAgentImage(t *testing.T, ctx context.Context, image string) {
 	t.Helper()
+	setAgent(t, ctx, "image "+image, func(c *corev1.Container) { c.Image = image })
+}
+
+// setAgent changes the DaemonSet's agent container by change (what names
+// the change) and waits until the rollout is done.
+func setAgent(t *testing.T, ctx context.Context, what string, change func(*corev1.Container)) {
+	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ds, err := kube.AppsV1().DaemonSets(dsNamespace).Get(ctx, dsName, metav1.GetOptions{})
 		if err != nil {
@@ -154,14 +161,14 @@ func setAgentImage(t *testing.T, ctx context.Context, image string) {
 		}
 		for i := range ds.Spec.Template.Spec.Containers {
 			if ds.Spec.Template.Spec.Containers[i].Name == dsContainer {
-				ds.Spec.Template.Spec.Containers[i].Image = image
+				change(&ds.Spec.Template.Spec.Containers[i])
 			}
 		}
 		_, err = kube.AppsV1().DaemonSets(dsNamespace).Update(ctx, ds, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
-		t.Fatalf("setting the DaemonSet's image to %s: %v", image, err)
+		t.Fatalf("setting the DaemonSet's agent's %s: %v", what, err)
 	}
 	waitRolledOut(t, ctx)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The overlay's tests need nodes on two subnets behind a router
@@ -321,4 +323,85 @@ func ipv4UDP(src, dst netip.Addr, sport, dport uint16, body []byte) []byte {
 	sum += sum >> 16
 	binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
 	return append(h, udp...)
+}
+
+// TestOverlayControlWithoutTunnel: the control. With the agents at
+// -overlay none (host-gw to every Node), a pod reaches no pod of the other
+// subnet (the next hop of those pod ranges, the other node's address, is
+// on no link of this node), and still reaches a pod of its own subnet's
+// other node; the DaemonSet as it was (hybrid), across the subnets again.
+func TestOverlayControlWithoutTunnel(t *testing.T) {
+	ctx := testContext(t)
+	a, b, same := acrossSubnets(t, needSubnets(t, ctx))
+	ns := namespace(t, ctx)
+	createPods(t, ctx, ns,
+		appPod("client", a.Name, map[string]string{"role": "client"}),
+		appPod("far", b.Name, map[string]string{"role": "far"}))
+	client := waitPodsReady(t, ctx, ns, "role=client", 1)[0]
+	far := waitPodsReady(t, ctx, ns, "role=far", 1)[0]
+	var near *corev1.Pod
+	if same != nil {
+		createPods(t, ctx, ns, appPod("near", same.Name, map[string]string{"role": "near"}))
+		near = &waitPodsReady(t, ctx, ns, "role=near", 1)[0]
+	}
+	// failed: the probes of client to dst (TCP, both families) that went
+	// unanswered.
+	failed := func(dst *corev1.Pod) []string {
+		var ps []probe
+		for _, fam := range []int{4, 6} {
+			ps = append(ps, probe{"tcp", podIP(t, dst, fam), 80})
+		}
+		out, err := inPod(ctx, &client, probeScript(ps))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := answers(out)
+		var bad []string
+		for _, pr := range ps {
+			if !strings.HasPrefix(got[pr], "hello from "+dst.Name+" to ") {
+				bad = append(bad, pr.String())
+			}
+		}
+		return bad
+	}
+	reaches := func(dst *corev1.Pod) func() error {
+		return func() error {
+			if bad := failed(dst); len(bad) > 0 {
+				return fmt.Errorf("unanswered: %v", bad)
+			}
+			return nil
+		}
+	}
+	eventually(t, ctx, 30*time.Second, "the client reaches the pod on the other subnet (hybrid)", reaches(&far))
+
+	const flag = "-overlay=none"
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			setAgent(t, ctx, "command without "+flag, func(c *corev1.Container) {
+				c.Command = slices.DeleteFunc(c.Command, func(s string) bool { return s == flag })
+			})
+		}
+	}
+	t.Cleanup(restore)
+	setAgent(t, ctx, "command with "+flag, func(c *corev1.Container) { c.Command = append(c.Command, flag) })
+	eventually(t, ctx, time.Minute, "no tunnel on node "+a.Name+" and its routes to node "+b.Name+"'s pods via "+b.IPv4, func() error {
+		out, err := onNode(ctx, a.Name, fmt.Sprintf("ovs-vsctl --bare --columns=name find Interface name=ovsflow-tun; ip -o route get %s", podIP(t, &far, 4)))
+		if err != nil {
+			return err
+		}
+		if strings.Contains(out, "ovsflow-tun") || !strings.Contains(out, " via "+b.IPv4+" ") {
+			return fmt.Errorf("%s", out)
+		}
+		return nil
+	})
+	if bad := failed(&far); len(bad) != 2 {
+		t.Errorf("-overlay none: from %s to the pod on %s (another subnet), unanswered %v: want both families unanswered", a.Name, b.Name, bad)
+	}
+	if near != nil {
+		eventually(t, ctx, 30*time.Second, "-overlay none: the pod on "+same.Name+" (the same subnet) still answers", reaches(near))
+	}
+	restore()
+	eventually(t, ctx, time.Minute, "the tunnel back: the pod on the other subnet answers again", reaches(&far))
 }

@@ -131,6 +131,7 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 		t.print(w)
 	}
 
+	goalsTable(w, results, pr, floors, rss)
 	floorTable(w, results)
 	churnTable(w, churn, results, calls)
 
@@ -552,4 +553,60 @@ func traceTables(w io.Writer, traces []*traceResult) {
 		}
 		t.print(w)
 	}
+}
+
+// goalsTable holds the run against docs/performance.md's goals (issue
+// figures a node's chain should reach): chain A against the Open vSwitch
+// floor (F) and the reference chain (B) at each N, 8 callers against B,
+// each plugin's start-up against the reference bridge's, chain A's peak
+// RSS per plugin.
+func goalsTable(w io.Writer, results []*levelResult, pr parResult, floors map[string][]time.Duration, rss map[string]map[string][]int64) {
+	fmt.Fprintf(w, "## Against the goals (medians of this run; lower is better but for the callers)\n\n")
+	t := &table{head: []string{"figure", "goal"}}
+	for _, lr := range results {
+		t.head = append(t.head, fmt.Sprintf("N=%d", lr.n))
+	}
+	row := func(name, goal, op, other string) {
+		r := []string{name, goal}
+		for _, lr := range results {
+			m := lr.add
+			if op == "DEL" {
+				m = lr.del
+			}
+			if len(m["A"]) == 0 || len(m[other]) == 0 {
+				r = append(r, "–")
+				continue
+			}
+			r = append(r, ratio(pct(m["A"], 50), pct(m[other], 50)))
+		}
+		t.add(r...)
+	}
+	row("ADD / the floor (chain F)", "≤ 1.35", "ADD", "F")
+	row("DEL / the floor", "≤ 1.2", "DEL", "F")
+	row("ADD / the reference chain (B, iptables)", "≤ 0.3", "ADD", "B")
+	row("DEL / the reference chain", "≤ 0.25", "DEL", "B")
+	t.print(w)
+	t = &table{head: []string{"figure", "goal", "this run"}}
+	if pr.addTime["A"] > 0 && pr.addTime["B"] > 0 {
+		t.add(fmt.Sprintf("%d callers: A's ADD rate / B's", *callers), "≥ 4", fmt.Sprintf("%.2f", pr.addTime["B"].Seconds()/pr.addTime["A"].Seconds()))
+	}
+	if ref := floors["bridge"]; len(ref) > 0 {
+		for _, b := range []string{"ovs-bridge", "ovs-portmap"} {
+			if v := floors[b]; len(v) > 0 {
+				t.add(b+" start-up (VERSION) / the reference bridge's", "≤ 1", ratio(pct(v, 50), pct(ref, 50)))
+			}
+		}
+	}
+	for _, p := range []string{"ovs-bridge", "ovs-portmap"} {
+		var peak int64
+		for cmd, v := range rss["A"] {
+			if strings.HasPrefix(cmd, p+" ") {
+				peak = max(peak, maxI(v))
+			}
+		}
+		if peak > 0 {
+			t.add(p+" peak RSS (chain A, MiB)", "≤ 8", mib(peak))
+		}
+	}
+	t.print(w)
 }

@@ -108,10 +108,34 @@ bench_left() {
 	done
 }
 
+# bench_overlay RECORD: the overlay's benchmark (test/cluster/overlaybench):
+# up -kube -nodes 3 -subnets 2, deploy, host-gw against the tunnel from one
+# pod; RECORD: also DIR/overlay-bench-DATE.md; down.
+bench_overlay() {
+	local record=$1 t0=$SECONDS out
+	[ "$(id -u)" = 0 ] || die "bench -overlay: needs root (up -kube)"
+	out=$DATA/bench/$(date -u +%Y%m%dT%H%M%SZ)
+	mkdir -p "$out"
+	(cd test/cluster && go build -o "$DATA/bench/overlaybench" ./overlaybench) || die "building test/cluster/overlaybench"
+	cmd_up -kube -nodes 3 -subnets 2 >"$out/up.txt" || die "up -kube failed"
+	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
+	cmd_deploy || die "deploy failed"
+	"$DATA/bench/overlaybench" -kubeconfig "$(admin_kubeconfig)" -harness "$0" -out "$out/overlay.md" || die "the overlay benchmark failed"
+	{
+		echo
+		echo "$(date -u +%FT%TZ), $(nproc) CPUs, datapath $(sed -n 's/^DATAPATH //p' "$out/up.txt"), $(version)"
+	} | tee -a "$out/overlay.md"
+	if [ -n "$record" ]; then
+		mkdir -p "$record" && cp "$out/overlay.md" "$record/overlay-bench-$(date -u +%F).md"
+	fi
+	echo "bench -overlay: total $((SECONDS - t0)) s (figures in $out)"
+}
+
 cmd_bench() {
-	local n=3 pods=110 idle=30 kube=0 record=
+	local n=3 pods=110 idle=30 kube=0 record= overlay=0
 	while (($#)); do
 		case $1 in
+		-overlay) overlay=1; shift ;;
 		-kube) kube=1; shift ;;
 		-nodes) n=$2; shift 2 ;;
 		-pods) pods=$2; shift 2 ;;
@@ -120,7 +144,8 @@ cmd_bench() {
 		*) die "bench: unknown argument $1" ;;
 		esac
 	done
-	((kube)) || die "bench: -kube is required (the benchmark is of a Kubernetes cluster)"
+	((overlay)) && { bench_overlay "$record"; return; }
+	((kube)) || die "bench: -kube or -overlay is required (the benchmarks are of a Kubernetes cluster)"
 	[[ $pods =~ ^[0-9]+$ ]] && ((pods >= 1 && pods <= 1000)) || die "bench: -pods $pods: want 1 to 1000"
 	[[ $idle =~ ^[0-9]+$ ]] || die "bench: -idle $idle: want seconds"
 	[ -n "${OID_KPOD4:-}" ] || KPOD4=none

@@ -33,8 +33,12 @@ const (
 	// about 96% of the rate, UDP's (1200-byte datagrams) 97%.
 	bwTolerance = 0.15
 	// bwControl is how far above the band's top the same traffic gets
-	// without the plugin, at least: the shaped figure is the limit's.
-	bwControl = 2
+	// without the plugin, at least: the shaped figure is the limit's. 1.3:
+	// clearly above what the limit lets through, which the emulated
+	// guest's UDP sender still offers beside a loaded host (CI's guest
+	// beside the three-node cluster: 33-77 Mbit/s unshaped, the sender
+	// offering 42-90), where twice the top was out of the sender's reach.
+	bwControl = 1.3
 	// bwUDPRate is the rate the UDP sender offers: 5 times the limit.
 	bwUDPRate = 5 * bwRate
 )

@@ -72,7 +72,7 @@ func (a *Agent) syncOverlay(me podroutes.Peer, want []podroutes.Route, peers []p
 	a.setMTU(res.MTU)
 	f := res.Facts
 	if res.Active {
-		a.warmTunnel(ctx, cli, f.Bridge, res.Plan)
+		a.warmTunnel(ctx, f, res.Plan)
 	}
 	switch {
 	case mode == overlay.None:
@@ -98,9 +98,9 @@ func (a *Agent) setMTU(mtu int) {
 // userspace datapath's tunnel neighbour cache (overlay.WarmNeighbours),
 // so that the first packet to a peer is not the one that resolves it. The
 // kernel datapath resolves them in the kernel; nothing to do there.
-func (a *Agent) warmTunnel(ctx context.Context, cli *ovsdb.Client, bridge string, p overlay.Plan) {
-	br, err := cli.Bridge(ctx, bridge)
-	if err != nil || br == nil || br.DatapathType != "netdev" {
+// The bridge's datapath is the one Discover read (no OVSDB round trip more).
+func (a *Agent) warmTunnel(ctx context.Context, f overlay.Facts, p overlay.Plan) {
+	if f.Datapath != "netdev" {
 		return
 	}
 	var remotes []netip.Addr
@@ -112,7 +112,7 @@ func (a *Agent) warmTunnel(ctx context.Context, cli *ovsdb.Client, bridge string
 	sock, err := unixctl.Find(a.cfg.OVSDB, a.cfg.VswitchdControl)
 	if err == nil {
 		var n int
-		if n, err = overlay.WarmNeighbours(ctx, sock, bridge, remotes); n > 0 {
+		if n, err = overlay.WarmNeighbours(ctx, sock, f.Bridge, remotes); n > 0 {
 			a.logf("overlay: %d next hop(s) put into the tunnels' neighbour cache", n)
 		}
 	}

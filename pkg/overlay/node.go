@@ -58,7 +58,7 @@ func Discover(ctx context.Context, cli *ovsdb.Client, mode Mode, addrs []netip.A
 		return f, err
 	}
 	if br != nil {
-		f.Bridge = br.Name
+		f.Bridge, f.Datapath = br.Name, br.DatapathType
 		mtu, err := uplinkMTU(ctx, cli, br.Name)
 		if err != nil {
 			return f, err

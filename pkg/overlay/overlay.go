@@ -111,6 +111,9 @@ type Facts struct {
 	Bridge     string
 	BridgeLink int
 	MTU        int
+	// Datapath is the bridge's datapath_type ("netdev": the userspace
+	// datapath, whose tunnels resolve their next hops themselves).
+	Datapath string
 	// PodCIDRs are this node's pod ranges: what the tunnel delivers.
 	PodCIDRs []netip.Prefix
 }

@@ -173,7 +173,7 @@ func (p Plan) Nets(s int) (netip.Prefix, netip.Prefix) {
 func (p Plan) SubnetAt4(s, k int) netip.Addr { n4, _ := p.Nets(s); return add(n4.Addr(), k) }
 func (p Plan) SubnetAt6(s, k int) netip.Addr { _, n6 := p.Nets(s); return add(n6.Addr(), k) }
 
-// Router6At and ControlPlane6At are the IPv6 addresses of the router and
+// Router6 and ControlPlane6 are the IPv6 addresses of the router and
 // of the control plane on subnet s (::fd, ::fe).
 func (p Plan) Router6(s int) netip.Addr       { return p.SubnetAt6(s, 0xfd) }
 func (p Plan) ControlPlane6(s int) netip.Addr { return p.SubnetAt6(s, 0xfe) }

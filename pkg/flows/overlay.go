@@ -26,7 +26,7 @@ import (
 //	    a router that has no route back to pods)
 //	receiving:
 //	  table 0  PriorityOverlay  in_port=tunnel: table 51
-//	  table 51 PriorityOverlayPeer  tun_src=a known node, ip, nw_dst=a pod range of this node:
+//	  table 51 PriorityOverlayPeer  tun_src=a known node, tun_id=OverlayVNI, ip, nw_dst=a pod range of this node:
 //	    eth_dst := the bridge interface's MAC, output:LOCAL (the node routes it to its pod)
 //	  table 51 PriorityOverlayDrop  anything else: drop (ReasonOverlayRefused)
 //
@@ -106,7 +106,7 @@ func OverlayFlows(o Overlay) []Flow {
 				continue
 			}
 			out = append(out, flow(c, TableOverlayReceive, PriorityOverlayPeer,
-				openflow.Match{}.TunSrc(r).EthType(ethOf(l.Addr())).IPDst(l),
+				openflow.Match{}.TunSrc(r).TunID(OverlayVNI).EthType(ethOf(l.Addr())).IPDst(l),
 				openflow.SetField{Field: openflow.FieldEthDst, MAC: o.BridgeMAC}, openflow.Output{Port: openflow.PortLocal}))
 		}
 	}

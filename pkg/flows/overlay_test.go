@@ -37,10 +37,10 @@ func TestOverlayFlows(t *testing.T) {
 		"table=43,priority=110,ip,ct_state=+trk+rpl,nw_dst=198.18.3.0/24,actions=load:3405803779->NXM_NX_TUN_IPV4_DST[],load:4037->NXM_NX_TUN_ID[],output:3",
 		"table=50,priority=100,ipv6,ipv6_dst=2001:db8:b::/64,actions=load:3405803778->NXM_NX_TUN_IPV4_DST[],load:4037->NXM_NX_TUN_ID[],output:3",
 		"table=43,priority=110,ipv6,ct_state=+trk+rpl,ipv6_dst=2001:db8:b::/64,actions=load:3405803778->NXM_NX_TUN_IPV4_DST[],load:4037->NXM_NX_TUN_ID[],output:3",
-		"table=51,priority=100,ip,tun_src=203.0.113.2,nw_dst=198.18.1.0/24,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
-		"table=51,priority=100,ipv6,tun_src=203.0.113.2,ipv6_dst=2001:db8:a::/64,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
-		"table=51,priority=100,ip,tun_src=203.0.113.3,nw_dst=198.18.1.0/24,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
-		"table=51,priority=100,ipv6,tun_src=203.0.113.3,ipv6_dst=2001:db8:a::/64,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
+		"table=51,priority=100,ip,tun_src=203.0.113.2,tun_id=0xfc5,nw_dst=198.18.1.0/24,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
+		"table=51,priority=100,ipv6,tun_src=203.0.113.2,tun_id=0xfc5,ipv6_dst=2001:db8:a::/64,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
+		"table=51,priority=100,ip,tun_src=203.0.113.3,tun_id=0xfc5,nw_dst=198.18.1.0/24,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
+		"table=51,priority=100,ipv6,tun_src=203.0.113.3,tun_id=0xfc5,ipv6_dst=2001:db8:a::/64,actions=set_field:02:00:00:00:00:0a->eth_dst,output:LOCAL",
 		"table=50,priority=0,actions=drop",
 		"table=51,priority=0,actions=drop",
 	}
@@ -74,7 +74,7 @@ func TestOverlayFlowsEdges(t *testing.T) {
 	if len(fl) != 7 || !strings.HasSuffix(fl[2].String(), want) || !strings.HasSuffix(fl[3].String(), want) {
 		t.Errorf("IPv6 tunnel: got %d flows, the send %s; want its actions %s", len(fl), fl[2], want)
 	}
-	if !strings.Contains(fl[4].String(), "tun_ipv6_src=2001:db8:2::2,ipv6_dst=2001:db8:a::/64") {
+	if !strings.Contains(fl[4].String(), "tun_ipv6_src=2001:db8:2::2,tun_id=0xfc5,ipv6_dst=2001:db8:a::/64") {
 		t.Errorf("IPv6 tunnel: receive %s", fl[4])
 	}
 	for _, bad := range []Overlay{{BridgeMAC: o.BridgeMAC}, {TunnelPort: 9}, {TunnelPort: openflow.PortLocal, BridgeMAC: o.BridgeMAC}} {

@@ -48,7 +48,7 @@
 //	table 50 prio 100 (per peer range) tun_dst := peer's InternalIP, tun_id := OverlayVNI, output:tunnel; prio 0: drop
 //	tunnel -> node:
 //	table 0  prio 340  in_port=tunnel: table 51
-//	table 51 prio 100 (per known node and local range) tun_src=node, nw_dst=range: eth_dst := bridge MAC, output:LOCAL; prio 0: drop
+//	table 51 prio 100 (per known node and local range) tun_src=node, tun_id=OverlayVNI, nw_dst=range: eth_dst := bridge MAC, output:LOCAL; prio 0: drop
 //
 // Tables and priorities are declared once, in the order packets meet them,
 // in tables (below): each table with its priorities, highest first, each
@@ -397,7 +397,7 @@ const (
 var OverlayMAC = openflow.MAC{0x02, 0x0f, 0xc5, 0x00, 0x00, 0x01}
 
 // OverlayVNI is the tunnel key (Geneve or VXLAN VNI) the overlay's packets
-// carry: one overlay per cluster. The receiving side does not match it.
+// carry: one overlay per cluster. The receiving side takes only this key.
 const OverlayVNI = 0x0FC5
 
 // A tableDecl declares a table of the pipeline: its number and constant,
@@ -603,7 +603,7 @@ var tables = []tableDecl{
 		Prios: []prioDecl{
 			{Value: PriorityOverlayPeer, Const: "PriorityOverlayPeer", Group: GroupOverlay,
 				Name: "the overlay's send to a peer's node",
-				Doc:  "table 50: a peer's pod range: `tun_dst` := the peer's InternalIP, `tun_id` := 0xfc5, output to the tunnel port; table 51: from a known node (`tun_src`) to a pod range of this node: `eth_dst` := the bridge interface's MAC, `output:LOCAL` (the node routes it as host-gw traffic)"},
+				Doc:  "table 50: a peer's pod range: `tun_dst` := the peer's InternalIP, `tun_id` := 0xfc5, output to the tunnel port; table 51: from a known node (`tun_src`) with the overlay's key (`tun_id`) to a pod range of this node: `eth_dst` := the bridge interface's MAC, `output:LOCAL` (the node routes it as host-gw traffic)"},
 			{Value: PriorityOverlayDrop, Const: "PriorityOverlayDrop", Group: GroupOverlay,
 				Drops: []dropDecl{{ReasonOverlayNoPeer, "the overlay's drop of what no tunnelled peer's range holds"}},
 				Doc:   "anything else: drop (50: no peer's range holds it; 51: an unknown node's, or not for this node's pods)"},

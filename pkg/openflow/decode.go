@@ -203,6 +203,8 @@ func (m *Match) decodeField(class uint16, field uint8, val, mask []byte, vid, pc
 	case class == classNXM1 && (field == nxmTunIPv4Src && len(val) == 4 || field == nxmTunIPv6Src && len(val) == 16) && mask == nil:
 		a, _ := netip.AddrFromSlice(val)
 		*m = m.TunSrc(a)
+	case (class == classNXM1 && field == nxmTunID || class == classBasic && field == oxmTunnelID) && len(val) == 8 && mask == nil:
+		*m = m.TunID(u())
 	case class == classNXM0 && field == nxmVLANTCI && len(val) == 2:
 		*m = m.VLANTCI(uint16(u()), uint16(um()))
 	case class == classBasic && field == oxmVLANVID && len(val) == 2:

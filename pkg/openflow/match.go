@@ -116,6 +116,7 @@ type Match struct {
 	ndTarget       netip.Addr
 	ndSLL, ndTLL   MAC
 	tunSrc         netip.Addr // tun_src or tun_ipv6_src by family
+	tunID          uint64
 }
 
 type masked32 struct{ v, m uint32 }
@@ -145,6 +146,7 @@ const (
 	hasCTTPSrc
 	hasCTTPDst
 	hasCTMark
+	hasTunID
 )
 
 // IP fragment flags (NXM_NX_IP_FRAG): FragAny is set on every fragment,
@@ -319,6 +321,10 @@ func (m Match) NDTLL(a MAC) Match { m.ndTLL, m.has = a, m.has|hasNDTLL; return m
 // prerequisite.
 func (m Match) TunSrc(a netip.Addr) Match { m.tunSrc = a.Unmap(); return m }
 
+// TunID matches the tunnel key (Geneve's VNI, VXLAN's) of a packet that
+// came in on a flow-based tunnel port (key=flow): tun_id.
+func (m Match) TunID(id uint64) Match { m.tunID, m.has = id, m.has|hasTunID; return m }
+
 // keywords are ovs-ofctl's protocol keywords by ethertype and IP protocol.
 var keywords = map[[2]uint16]string{
 	{EthIPv4, 0}: "ip", {EthIPv6, 0}: "ipv6", {EthARP, 0}: "arp",
@@ -356,6 +362,9 @@ func (m Match) String() string {
 		} else {
 			f = append(f, "tun_ipv6_src="+m.tunSrc.String())
 		}
+	}
+	if m.has&hasTunID != 0 {
+		f = append(f, fmt.Sprintf("tun_id=%#x", m.tunID))
 	}
 	for i, r := range m.regs {
 		if r.m != 0 {
@@ -531,6 +540,7 @@ const (
 	oxmNDTarget = 31
 	oxmNDSLL    = 32
 	oxmNDTLL    = 33
+	oxmTunnelID = 38
 
 	nxmVLANTCI    = 4  // NXM0
 	nxmTunID      = 16 // NXM1
@@ -573,6 +583,9 @@ func (m Match) Encode(b []byte) []byte {
 			f = nxmTunIPv4Src
 		}
 		b = oxm(b, classNXM1, f, m.tunSrc.AsSlice(), nil)
+	}
+	if m.has&hasTunID != 0 {
+		b = oxm(b, classNXM1, nxmTunID, binary.BigEndian.AppendUint64(nil, m.tunID), nil)
 	}
 	for i, r := range m.regs {
 		if r.m != 0 {

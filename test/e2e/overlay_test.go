@@ -421,7 +421,7 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	forged := netip.MustParseAddr("198.51.100.99")
 	before := a.dropped(t, flows.TableOverlayReceive)
 	framework.Eventually(t, 20*time.Second, "node a counts the Geneve packet from "+forged.String(), func() error {
-		sendGeneve(t, router, forged, a.addr.Addr(), inner, pa.v4, 9)
+		sendGeneve(t, router, forged, a.addr.Addr(), inner, pa.v4, 9, flows.OverlayVNI)
 		if got := a.dropped(t, flows.TableOverlayReceive); got <= before {
 			return fmt.Errorf("%s drops in table %d, as before", fmt.Sprint(got), flows.TableOverlayReceive)
 		}
@@ -443,10 +443,23 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	if got := a.dropped(t, flows.TableOverlayReceive); got < counted {
 		t.Errorf("a pass with nothing changed reset the drop counter from %d to %d", counted, got)
 	}
+	// From node b's address with another key: not the overlay's, dropped.
+	keyed := netip.MustParseAddr("198.18.2.78")
+	counted = a.dropped(t, flows.TableOverlayReceive)
+	framework.Eventually(t, 20*time.Second, "node a counts the Geneve packet with key 0x77", func() error {
+		sendGeneve(t, router, b.addr.Addr(), a.addr.Addr(), keyed, pa.v4, 9, 0x77)
+		if got := a.dropped(t, flows.TableOverlayReceive); got <= counted {
+			return fmt.Errorf("%d drops in table %d, as before", got, flows.TableOverlayReceive)
+		}
+		return nil
+	})
+	if heardFrom(keyed.String()) {
+		t.Errorf("pod a got the Geneve packet with key 0x77")
+	}
 	// The same packet from node b's address is a known node's: it is well
 	// formed, and what the tunnel takes.
 	framework.Eventually(t, 20*time.Second, "pod a gets the Geneve packet from node b's address", func() error {
-		sendGeneve(t, router, b.addr.Addr(), a.addr.Addr(), inner, pa.v4, 9)
+		sendGeneve(t, router, b.addr.Addr(), a.addr.Addr(), inner, pa.v4, 9, flows.OverlayVNI)
 		if !heardFrom(inner.String()) {
 			return fmt.Errorf("pod a heard only %v", heard)
 		}
@@ -566,7 +579,7 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 // sendGeneve sends, from netns from, a Geneve packet from outerSrc to
 // outerDst's port 6081 (a raw socket: any source), carrying a UDP datagram
 // from innerSrc to innerDst:port.
-func sendGeneve(t *testing.T, from *framework.Container, outerSrc, outerDst, innerSrc, innerDst netip.Addr, port uint16) {
+func sendGeneve(t *testing.T, from *framework.Container, outerSrc, outerDst, innerSrc, innerDst netip.Addr, port uint16, vni uint32) {
 	t.Helper()
 	payload := []byte("geneve")
 	udp := func(sport, dport uint16, body []byte) []byte {
@@ -594,7 +607,6 @@ func sendGeneve(t *testing.T, from *framework.Container, outerSrc, outerDst, inn
 		return append(h, body...)
 	}
 	frame := append([]byte{0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x08, 0x00}, ipv4(innerSrc, innerDst, udp(4000, port, payload))...)
-	vni := uint32(flows.OverlayVNI)
 	geneve := append([]byte{0, 0, 0x65, 0x58, byte(vni >> 16), byte(vni >> 8), byte(vni), 0}, frame...)
 	pkt := ipv4(outerSrc, outerDst, udp(50000, 6081, geneve))
 	err := from.NS.Do(func(ns.NetNS) error {

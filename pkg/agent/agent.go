@@ -94,6 +94,9 @@ type Config struct {
 	// (pkg/overlay; "": overlay.Hybrid). It needs OVSDB: without it every
 	// Node is reached by host-gw.
 	Overlay overlay.Mode
+	// Underlay is the address family the tunnel runs over ("":
+	// overlay.Auto, IPv4 where the node has it).
+	Underlay overlay.Underlay
 
 	// HostOnly: the agent of a host that is not a Node (a control-plane
 	// host). It keeps only the routes, to every Node's pod ranges, from
@@ -147,6 +150,9 @@ func (c *Config) Defaults() {
 	if c.Overlay == "" {
 		c.Overlay = overlay.Hybrid
 	}
+	if c.Underlay == "" {
+		c.Underlay = overlay.Auto
+	}
 	if c.Resync == 0 {
 		c.Resync = 30 * time.Second
 	}
@@ -166,6 +172,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("route protocol %d: want 1-255", c.RouteProtocol)
 	}
 	if _, err := overlay.ParseMode(string(c.Overlay)); err != nil {
+		return err
+	}
+	if _, err := overlay.ParseUnderlay(string(c.Underlay)); err != nil {
 		return err
 	}
 	if c.HostOnly {

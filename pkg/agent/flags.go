@@ -89,6 +89,12 @@ func ParseArgs(args []string, out io.Writer) (mode string, cfg Config, err error
 		cfg.Overlay = m
 		return err
 	})
+	cfg.Underlay = overlay.Auto
+	fs.Func("underlay", "the address family the tunnel runs over, the same on every node: ipv4, ipv6 (each node's InternalIP of that family), auto (IPv4 where the node has an IPv4 InternalIP) (default auto)", func(s string) error {
+		u, err := overlay.ParseUnderlay(s)
+		cfg.Underlay = u
+		return err
+	})
 	orphans := fs.Duration("orphan-interval", orphan.DefaultInterval, "replay the DEL of an attachment whose host veth has been gone this long, with no ADD or DEL in flight (0: never)")
 	withMetrics := fs.Bool("metrics", true, "serve /metrics (Prometheus text format) next to the probes")
 	if err := fs.Parse(args); err != nil {

@@ -54,7 +54,7 @@ func (a *Agent) syncOverlay(me podroutes.Peer, want []podroutes.Route, peers []p
 	}
 	defer cli.Close()
 	installed := false
-	res, err := overlay.Sync(ctx, cli, a.cfg.OVSDB, mode, me, want, peers, func(routes []podroutes.Route) error {
+	res, err := overlay.Sync(ctx, cli, a.cfg.OVSDB, overlay.Config{Mode: mode, Underlay: a.cfg.Underlay}, me, want, peers, func(routes []podroutes.Route) error {
 		installed = true
 		return install(routes)
 	})

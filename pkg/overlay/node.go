@@ -17,20 +17,20 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
-// Discover reads the node's facts for mode: of its InternalIPs addrs, the
-// one the tunnel goes from (IPv4 first), the subnet its link gives it,
-// and whether that link is the interface of a bridge of OVSDB cli (nil:
-// none; the node cannot tell).
-func Discover(ctx context.Context, cli *ovsdb.Client, mode Mode, addrs []netip.Addr, podCIDRs []netip.Prefix) (Facts, error) {
-	f := Facts{Mode: mode, PodCIDRs: podCIDRs}
-	if mode == None {
+// Discover reads the node's facts for c: of its InternalIPs addrs, the
+// one the tunnel goes from (of c.Underlay's family; IPv4 first where it
+// is Auto), the subnet its link gives it, and whether that link is the
+// interface of a bridge of OVSDB cli (nil: none; the node cannot tell).
+func Discover(ctx context.Context, cli *ovsdb.Client, c Config, addrs []netip.Addr, podCIDRs []netip.Prefix) (Facts, error) {
+	f := Facts{Mode: c.Mode, PodCIDRs: podCIDRs}
+	if c.Mode == None {
 		return f, nil
 	}
 	all, err := netlinksafe.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return f, fmt.Errorf("listing addresses: %w", err)
 	}
-	for _, v4 := range []bool{true, false} {
+	for _, v4 := range c.Underlay.families() {
 		for _, a := range addrs {
 			if a.Is4() != v4 || f.Local.IsValid() {
 				continue

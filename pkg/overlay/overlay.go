@@ -58,6 +58,49 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("overlay %q: want geneve, vxlan, none or hybrid", s)
 }
 
+// Underlay is the address family the tunnel's packets travel in (the
+// agent's -underlay): that of the node's InternalIP the tunnel goes from
+// and of each peer's it goes to. One family per cluster: a node takes a
+// tunnel's packets only at its own tunnel address.
+type Underlay string
+
+const (
+	// Auto: IPv4 where the node has an IPv4 InternalIP on a link, IPv6
+	// where it has only that.
+	Auto Underlay = "auto"
+	IPv4 Underlay = "ipv4"
+	IPv6 Underlay = "ipv6"
+)
+
+// ParseUnderlay reads an underlay ("": Auto).
+func ParseUnderlay(s string) (Underlay, error) {
+	switch u := Underlay(s); u {
+	case "":
+		return Auto, nil
+	case Auto, IPv4, IPv6:
+		return u, nil
+	}
+	return "", fmt.Errorf("underlay %q: want ipv4, ipv6 or auto", s)
+}
+
+// families are the families of InternalIP the tunnel may go from, in the
+// order tried (true: IPv4).
+func (u Underlay) families() []bool {
+	switch u {
+	case IPv4:
+		return []bool{true}
+	case IPv6:
+		return []bool{false}
+	}
+	return []bool{true, false}
+}
+
+// Config is how a node tunnels: the agent's -overlay and -underlay.
+type Config struct {
+	Mode     Mode
+	Underlay Underlay
+}
+
 // TunnelType is the Interface type of the mode's tunnel port.
 func (m Mode) TunnelType() string {
 	if m == VXLAN {
@@ -99,7 +142,7 @@ func Overhead(outer netip.Addr) int {
 type Facts struct {
 	Mode Mode
 	// Local is this node's InternalIP that the tunnel's packets come from
-	// (options:local_ip; IPv4 where the node has one) with the prefix
+	// (options:local_ip; of the Underlay's family) with the prefix
 	// length of its subnet, as an address of the link that holds it; not
 	// valid: the node cannot tell (no such address, or no subnet).
 	Local netip.Prefix

@@ -22,7 +22,7 @@ type Result struct {
 }
 
 // Sync is one route pass of a node with the overlay. Of podroutes.Plan's
-// host-gw routes to peers, it tunnels those Split says, for mode and this
+// host-gw routes to peers, it tunnels those Split says, for c and this
 // node's InternalIPs and pod ranges me (Discover reads the rest from the
 // node and OVSDB cli), and calls install with every route of the pass
 // (the caller's podroutes.Table.Sync, with its links): after the tunnel
@@ -31,17 +31,18 @@ type Result struct {
 // more. Where an explicit Geneve or VXLAN cannot be had, or the tunnel
 // cannot be put in, it returns an error without calling install: the
 // routes are kept as they are.
-func Sync(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.Endpoint, mode Mode, me podroutes.Peer,
+func Sync(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.Endpoint, c Config, me podroutes.Peer,
 	routes []podroutes.Route, peers []podroutes.Peer, install func([]podroutes.Route) error) (Result, error) {
 	var res Result
-	f, err := Discover(ctx, cli, mode, me.Addrs, me.PodCIDRs)
+	mode := c.Mode
+	f, err := Discover(ctx, cli, c, me.Addrs, me.PodCIDRs)
 	if err != nil {
 		return res, fmt.Errorf("overlay %s: this node's facts: %w", mode, err)
 	}
 	p := Split(f, routes, peers)
 	res.Facts, res.Plan, res.Active, res.MTU = f, p, f.Active(p), ConflistMTU(f, p)
 	if (mode == Geneve || mode == VXLAN) && !res.Active {
-		return res, fmt.Errorf("overlay %s: this node's InternalIPs %v are not on an Open vSwitch bridge's interface", mode, me.Addrs)
+		return res, fmt.Errorf("overlay %s: no InternalIP of this node's %v of the underlay's family (%s) is on an Open vSwitch bridge's interface", mode, me.Addrs, c.Underlay)
 	}
 	if res.Active {
 		if err := Apply(ctx, cli, ovsdbEndpoint, f, p); err != nil {

@@ -161,6 +161,12 @@ func (n *overlayNode) peer() podroutes.Peer {
 // namespace.
 func (n *overlayNode) sync(t *testing.T, mode overlay.Mode, peers ...*overlayNode) overlay.Result {
 	t.Helper()
+	return n.syncOver(t, overlay.Config{Mode: mode}, peers...)
+}
+
+// syncOver is sync with c's underlay.
+func (n *overlayNode) syncOver(t *testing.T, c overlay.Config, peers ...*overlayNode) overlay.Result {
+	t.Helper()
 	var res overlay.Result
 	err := n.NS.Do(func(ns.NetNS) error {
 		me := n.peer()
@@ -190,14 +196,14 @@ func (n *overlayNode) sync(t *testing.T, mode overlay.Mode, peers ...*overlayNod
 		}
 		defer cli.Close()
 		tb := podroutes.Table{Protocol: podroutes.DefaultProtocol}
-		res, err = overlay.Sync(ctx, cli, n.ep, mode, me, routes, ps, func(rs []podroutes.Route) error {
+		res, err = overlay.Sync(ctx, cli, n.ep, c, me, routes, ps, func(rs []podroutes.Route) error {
 			_, err := tb.Sync(rs, links)
 			return err
 		})
 		return err
 	})
 	if err != nil {
-		t.Fatalf("node %s: route pass (%s): %v", n.name, mode, err)
+		t.Fatalf("node %s: route pass (%s over %s): %v", n.name, c.Mode, c.Underlay, err)
 	}
 	return res
 }
@@ -507,6 +513,43 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	framework.Eventually(t, 30*time.Second, "pods a and b answer each other through VXLAN", func() error {
 		return bothWays(pa, pb)
 	})
+
+	// -underlay ipv6: the same port from the nodes' IPv6 InternalIPs, its
+	// local_ip changed in place; both families of pods over it, the pods'
+	// MTU 70 bytes less than the uplink's.
+	for _, n := range []struct{ self, peer *overlayNode }{{a, b}, {b, a}} {
+		res := n.self.syncOver(t, overlay.Config{Mode: overlay.Geneve, Underlay: overlay.IPv6}, n.peer)
+		if !res.Active || len(res.Plan.Tunnel) != 2 || res.MTU != 1430 || res.Facts.Local.Addr() != n.self.addr6.Addr() {
+			t.Fatalf("node %s, geneve over IPv6: active %v, tunnel %v, MTU %d, from %s; want both ranges tunnelled from %s, MTU 1430",
+				n.self.name, res.Active, res.Plan.Tunnel, res.MTU, res.Facts.Local, n.self.addr6.Addr())
+		}
+		for col, want := range map[string]string{"type": "geneve", "options:local_ip": n.self.addr6.Addr().String()} {
+			if got := strings.Trim(n.self.Vsctl(t, "get", "Interface", overlay.PortName, col), `"`); got != want {
+				t.Errorf("node %s, geneve over IPv6: tunnel %s %q, want %q", n.self.name, col, got, want)
+			}
+		}
+	}
+	if got := strings.Join(framework.FlowsOf(t, a.of(), flows.OverlayCookie()), "\n"); !strings.Contains(got, "tun_ipv6_src="+b.addr6.Addr().String()) ||
+		!strings.Contains(got, "NXM_NX_TUN_IPV6_DST") {
+		t.Errorf("node a, geneve over IPv6: overlay flows\n%s", got)
+	}
+	framework.Eventually(t, 30*time.Second, "pods a and b answer each other through Geneve over IPv6", func() error {
+		return bothWays(pa, pb)
+	})
+	// A pod whose own MTU is larger than the tunnel's learns the path's
+	// from the node (fragmentation needed, packet too big: the first
+	// datagram's answer is EMSGSIZE) and fragments the next to fit.
+	for _, p := range [][2]*overlayPod{{pa, pb}, {pb, pa}} {
+		for _, dst := range []netip.Addr{p[1].v4, p[1].v6} {
+			framework.Eventually(t, 20*time.Second, fmt.Sprintf("a 4,000-byte datagram to %s through Geneve over IPv6 answered", dst), func() error {
+				got, err := framework.DialDatagram(p[0].NS, hp(dst.String(), 80), 4000)
+				if want := "hello from " + p[1].ID; err != nil || !strings.HasPrefix(got, want) {
+					return fmt.Errorf("got %q, %v; want %q...", got, err, want)
+				}
+				return nil
+			})
+		}
+	}
 
 	// Node b's Node is deleted: node a's tunnel goes, and all of it.
 	if res := a.sync(t, overlay.Hybrid); res.Active || !res.Withdrawn {

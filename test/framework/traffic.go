@@ -77,6 +77,36 @@ func ServeUDPWith(t testing.TB, netns ns.NetNS, port int, reply func(k int, addr
 	}()
 }
 
+// DialDatagram sends, from inside netns n (nil: the node), one UDP
+// datagram of size bytes to addr and returns the server's answer.
+func DialDatagram(n ns.NetNS, addr string, size int) (string, error) {
+	var out string
+	do := func(ns.NetNS) error {
+		conn, err := net.DialTimeout("udp", addr, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(3 * time.Second))
+		out, err = exchange(conn, make([]byte, size))
+		return err
+	}
+	if n == nil {
+		return out, do(nil)
+	}
+	return out, n.Do(do)
+}
+
+// exchange writes one datagram on conn and reads one back.
+func exchange(conn net.Conn, b []byte) (string, error) {
+	if _, err := conn.Write(b); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 65536)
+	k, err := conn.Read(buf)
+	return string(buf[:k]), err
+}
+
 // Dial connects from inside netns n (nil: the node) over network ("tcp",
 // "udp", either family), sends a datagram for UDP, and returns what the
 // server said (for TCP, all it sent until it closed).
@@ -90,12 +120,7 @@ func Dial(n ns.NetNS, network, addr string) (string, error) {
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(3 * time.Second))
 		if network == "udp" || network == "udp4" || network == "udp6" {
-			if _, err := conn.Write([]byte("ping")); err != nil {
-				return err
-			}
-			buf := make([]byte, 1500)
-			n, err := conn.Read(buf)
-			out = string(buf[:n])
+			out, err = exchange(conn, []byte("ping"))
 			return err
 		}
 		b, err := io.ReadAll(conn)

@@ -6,11 +6,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -275,6 +277,43 @@ func inContainer(ctx context.Context, p *corev1.Pod, script string) (string, err
 	return inSandbox(ctx, p, fmt.Sprintf(`id=$(crictl ps -q --pod "$pod" --name '^app$' --state running | head -1)
 [ -n "$id" ] || { echo "no running app container in pod %s/%s"; exit 1; }
 exec crictl exec "$id" /bin/sh -c "$0"`, p.Namespace, p.Name), script)
+}
+
+// inNetns runs fn on a thread of its own in the network namespace at path
+// (/proc/PID/ns/net, or a netns file seen through /proc/PID/root), which
+// is never given back: it ends with fn's goroutine, the thread locked.
+func inNetns(path string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		f, err := os.Open(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("entering the netns %s: %w", path, err)
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
+// podNetns is the path, from this host, of pod p's network namespace:
+// its sandbox's netns file (crictl) under its node's /proc/PID/root.
+func podNetns(t *testing.T, ctx context.Context, p *corev1.Pod) string {
+	t.Helper()
+	out, err := inSandbox(ctx, p, `crictl inspectp -o go-template --template '{{range .info.runtimeSpec.linux.namespaces}}{{if eq .type "network"}}{{.path}}{{end}}{{end}}' "$pod"`, "")
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(out), "/") {
+		t.Fatalf("pod %s/%s's netns: %q, %v", p.Namespace, p.Name, out, err)
+	}
+	pid, err := exec.CommandContext(ctx, harness, "pid", p.Spec.NodeName).Output()
+	if err != nil {
+		t.Fatalf("node %s's process: %v", p.Spec.NodeName, err)
+	}
+	return "/proc/" + strings.TrimSpace(string(pid)) + "/root" + strings.TrimSpace(out)
 }
 
 // inSandbox runs, on p's node, enter with $pod set to p's ready sandbox and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -287,7 +288,9 @@ func (p *tcpProber) failed() (failed, longest int) {
 
 // TestDaemonSetUpgradeKeepsHostPorts: a hostPort pod on every node, each
 // reached from this host on both node addresses by a UDP flow of numbered
-// datagrams (one every 20 ms) and by a new TCP connection every 100 ms; the DaemonSet is rolled to another image of
+// datagrams (one every 20 ms) and by a new TCP connection every 100 ms
+// (with nodes on two subnets, also from a pod to a pod of the other
+// subnet, both families, through the tunnel); the DaemonSet is rolled to another image of
 // the same tree (hack/ovs-in-docker.sh image: another tag, another version
 // stamped into the agent and the plugins it installs). Every datagram is
 // answered and every connection served (no datapath state changes: the
@@ -359,6 +362,38 @@ func TestDaemonSetUpgradeKeepsHostPorts(t *testing.T) {
 			wg.Add(2)
 			go func(s *udpStream) { defer wg.Done(); s.run(stop) }(udp[key])
 			go func(p *tcpProber) { defer wg.Done(); p.run(stop) }(tcp[key])
+		}
+	}
+	// With nodes on two subnets, the same from a pod to a pod of a node on
+	// the other subnet, through the tunnel (the client's side in its pod's
+	// netns).
+	if os.Getenv("OVSFLOW_CLUSTER_SUBNETS") == "2" {
+		a, b, _ := acrossSubnets(t, nodesBySubnet(t, ctx))
+		createPods(t, ctx, ns,
+			appPod("tun-client", a.Name, map[string]string{"role": "tun-client"}),
+			appPod("tun-server", b.Name, map[string]string{"role": "tun-server"}))
+		client := waitPodsReady(t, ctx, ns, "role=tun-client", 1)[0]
+		server := waitPodsReady(t, ctx, ns, "role=tun-server", 1)[0]
+		netns := podNetns(t, ctx, &client)
+		for _, fam := range []int{4, 6} {
+			dst := podIP(t, &server, fam)
+			key := "tunnel " + client.Name + "@" + a.Name + " -> " + server.Name + "@" + b.Name + "/" + dst
+			targets = append(targets, key)
+			udp[key] = &udpStream{addr: net.JoinHostPort(dst, "53"), interval: 20 * time.Millisecond}
+			tcp[key] = &tcpProber{addr: net.JoinHostPort(dst, "80"), interval: 100 * time.Millisecond}
+			wg.Add(2)
+			go func(s *udpStream) {
+				defer wg.Done()
+				if err := inNetns(netns, func() error { s.run(stop); return nil }); err != nil {
+					s.err = err
+				}
+			}(udp[key])
+			go func(p *tcpProber) {
+				defer wg.Done()
+				if err := inNetns(netns, func() error { p.run(stop); return nil }); err != nil {
+					p.ok = append(p.ok, false)
+				}
+			}(tcp[key])
 		}
 	}
 	stopped := false

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,6 +109,41 @@ func acrossSubnets(t *testing.T, by map[netip.Prefix][]node) (a, b node, same *n
 func TestOverlayAcrossSubnets(t *testing.T) {
 	ctx := testContext(t)
 	a, b, same := acrossSubnets(t, needSubnets(t, ctx))
+	podsThroughTunnel(t, ctx, a, b, same, 50)
+}
+
+// TestOverlayOverIPv6Underlay: with -underlay=ipv6 on every node's agent
+// the tunnel goes from each node's IPv6 InternalIP (the tunnel port's
+// local_ip, changed in place) and carries both families of pods as over
+// IPv4, with the pods' MTU 70 bytes less than the uplink's.
+func TestOverlayOverIPv6Underlay(t *testing.T) {
+	ctx := testContext(t)
+	a, b, same := acrossSubnets(t, needSubnets(t, ctx))
+	const flag = "-underlay=ipv6"
+	t.Cleanup(func() {
+		setAgent(t, ctx, "command without "+flag, func(c *corev1.Container) {
+			c.Command = slices.DeleteFunc(c.Command, func(s string) bool { return s == flag })
+		})
+	})
+	setAgent(t, ctx, "command with "+flag, func(c *corev1.Container) { c.Command = append(c.Command, flag) })
+	for _, nd := range []node{a, b} {
+		eventually(t, ctx, time.Minute, "node "+nd.Name+"'s tunnel from its IPv6 InternalIP "+nd.IPv6, func() error {
+			out, err := onNode(ctx, nd.Name, "ovs-vsctl get Interface ovsflow-tun options:local_ip")
+			if got := strings.Trim(strings.TrimSpace(out), `"`); err != nil || netip.MustParseAddr(nd.IPv6).String() != got {
+				return fmt.Errorf("local_ip %q (%v)", got, err)
+			}
+			return nil
+		})
+	}
+	podsThroughTunnel(t, ctx, a, b, same, 70)
+}
+
+// podsThroughTunnel: a client pod on node a and a server pod on node b
+// (another subnet) reach each other through the tunnel, whose overhead
+// is what the pods' MTU is below the uplink's; same, a node on a's
+// subnet, is reached by host-gw.
+func podsThroughTunnel(t *testing.T, ctx context.Context, a, b node, same *node, overhead int) {
+	t.Helper()
 	ns := namespace(t, ctx)
 	createPods(t, ctx, ns,
 		appPod("client", a.Name, map[string]string{"role": "client"}),
@@ -145,8 +179,8 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u, _ := strconv.Atoi(mtuOf(uplink)); mtuOf(out) != strconv.Itoa(u-50) {
-		t.Errorf("pod %s's MTU %s, want node %s's uplink's %s less 50", client.Name, mtuOf(out), a.Name, mtuOf(uplink))
+	if u, _ := strconv.Atoi(mtuOf(uplink)); mtuOf(out) != strconv.Itoa(u-overhead) {
+		t.Errorf("pod %s's MTU %s, want node %s's uplink's %s less %d", client.Name, mtuOf(out), a.Name, mtuOf(uplink), overhead)
 	}
 
 	for _, fam := range []int{4, 6} {
@@ -277,30 +311,15 @@ func sendGeneve(t *testing.T, ctx context.Context, src, to, inner, pod netip.Add
 	geneve := append([]byte{0, 0, 0x65, 0x58, vni >> 16, vni >> 8 & 0xff, vni & 0xff, 0}, frame...)
 	pkt := ipv4UDP(src, to, 50000, 6081, geneve)
 
-	done := make(chan error, 1)
-	go func() {
-		// A thread of its own, in the router's netns, never given back
-		// (it ends with the goroutine, the thread locked).
-		runtime.LockOSThread()
-		f, err := os.Open("/proc/" + strings.TrimSpace(string(pid)) + "/ns/net")
-		if err != nil {
-			done <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("entering the router's netns: %w", err)
-			return
-		}
+	err = inNetns("/proc/"+strings.TrimSpace(string(pid))+"/ns/net", func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
 		if err != nil {
-			done <- err
-			return
+			return err
 		}
 		defer unix.Close(fd)
-		done <- unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: to.As4()})
-	}()
-	if err := <-done; err != nil {
+		return unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: to.As4()})
+	})
+	if err != nil {
 		t.Fatalf("sending a Geneve packet from %s to %s: %v", src, to, err)
 	}
 }

@@ -47,9 +47,11 @@
 #                                         P pods per node (default 110) of one hostPort each scaled up until all are
 #                                         Ready and down until all are gone, the node agent's RSS and CPU (idle S s,
 #                                         default 30, with no pods and with all); the tables; down. IPv6-only pods.
-#   hack/ovs-in-docker.sh bench -overlay [-record DIR]  the overlay's benchmark (test/cluster/overlaybench): up -kube
-#                                         -nodes 3 -subnets 2, deploy, from one pod TCP throughput and RTT to a pod of its
-#                                         subnet (host-gw) and of the other (the tunnel), both families, as ratios; down
+#   hack/ovs-in-docker.sh bench -overlay [-record DIR] [-parts paths,peers] [-peers N] [-window D]  the overlay's
+#                                         benchmark (test/cluster/overlaybench): up -kube -nodes 3 -subnets 2, deploy, from
+#                                         one pod TCP throughput and RTT to a pod of its subnet (host-gw) and of the other
+#                                         (the tunnel), both families, as ratios (paths); the node agent's CPU and RSS with
+#                                         the cluster's Nodes and with simulated ones up to N (default 50) (peers); down
 #   hack/ovs-in-docker.sh conformance [-selection default|network] [-focus RE] [-skip RE] [-chain ovsflow|reference]
 #                                         [-procs P] [-nodes N] [-build]  Kubernetes' own e2e suite (e2e.test,
 #                                         hack/ovs-in-docker/conformance.sh): builds it and its images, up -kube and deploy

@@ -108,11 +108,13 @@ bench_left() {
 	done
 }
 
-# bench_overlay RECORD: the overlay's benchmark (test/cluster/overlaybench):
-# up -kube -nodes 3 -subnets 2, deploy, host-gw against the tunnel from one
-# pod; RECORD: also DIR/overlay-bench-DATE.md; down.
+# bench_overlay RECORD [ARGS]: the overlay's benchmark (test/cluster/overlaybench,
+# with ARGS): up -kube -nodes 3 -subnets 2, deploy, host-gw against the
+# tunnel from one pod, the agent with simulated Nodes; RECORD: also
+# DIR/overlay-bench-DATE.md; down.
 bench_overlay() {
 	local record=$1 t0=$SECONDS out
+	shift
 	[ "$(id -u)" = 0 ] || die "bench -overlay: needs root (up -kube)"
 	out=$DATA/bench/$(date -u +%Y%m%dT%H%M%SZ)
 	mkdir -p "$out"
@@ -120,7 +122,7 @@ bench_overlay() {
 	cmd_up -kube -nodes 3 -subnets 2 >"$out/up.txt" || die "up -kube failed"
 	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
 	cmd_deploy || die "deploy failed"
-	"$DATA/bench/overlaybench" -kubeconfig "$(admin_kubeconfig)" -harness "$0" -out "$out/overlay.md" || die "the overlay benchmark failed"
+	"$DATA/bench/overlaybench" -kubeconfig "$(admin_kubeconfig)" -harness "$0" -out "$out/overlay.md" "$@" || die "the overlay benchmark failed"
 	{
 		echo
 		echo "$(date -u +%FT%TZ), $(nproc) CPUs, datapath $(sed -n 's/^DATAPATH //p' "$out/up.txt"), $(version)"
@@ -132,10 +134,11 @@ bench_overlay() {
 }
 
 cmd_bench() {
-	local n=3 pods=110 idle=30 kube=0 record= overlay=0
+	local n=3 pods=110 idle=30 kube=0 record= overlay=0 oargs=()
 	while (($#)); do
 		case $1 in
 		-overlay) overlay=1; shift ;;
+		-parts | -peers | -window) oargs+=("$1" "$2"); shift 2 ;;
 		-kube) kube=1; shift ;;
 		-nodes) n=$2; shift 2 ;;
 		-pods) pods=$2; shift 2 ;;
@@ -144,7 +147,7 @@ cmd_bench() {
 		*) die "bench: unknown argument $1" ;;
 		esac
 	done
-	((overlay)) && { bench_overlay "$record"; return; }
+	((overlay)) && { bench_overlay "$record" "${oargs[@]}"; return; }
 	((kube)) || die "bench: -kube or -overlay is required (the benchmarks are of a Kubernetes cluster)"
 	[[ $pods =~ ^[0-9]+$ ]] && ((pods >= 1 && pods <= 1000)) || die "bench: -pods $pods: want 1 to 1000"
 	[[ $idle =~ ^[0-9]+$ ]] || die "bench: -idle $idle: want seconds"

@@ -305,7 +305,9 @@ func inNetns(path string, fn func() error) error {
 // its sandbox's netns file (crictl) under its node's /proc/PID/root.
 func podNetns(t *testing.T, ctx context.Context, p *corev1.Pod) string {
 	t.Helper()
-	out, err := inSandbox(ctx, p, `crictl inspectp -o go-template --template '{{range .info.runtimeSpec.linux.namespaces}}{{if eq .type "network"}}{{.path}}{{end}}{{end}}' "$pod"`, "")
+	// (readlink: /var/run is a symlink to /run there, which the host would
+	// resolve in its own root)
+	out, err := inSandbox(ctx, p, `readlink -f "$(crictl inspectp -o go-template --template '{{range .info.runtimeSpec.linux.namespaces}}{{if eq .type "network"}}{{.path}}{{end}}{{end}}' "$pod")"`, "")
 	if err != nil || !strings.HasPrefix(strings.TrimSpace(out), "/") {
 		t.Fatalf("pod %s/%s's netns: %q, %v", p.Namespace, p.Name, out, err)
 	}

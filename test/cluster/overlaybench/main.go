@@ -8,7 +8,10 @@
 // userspace datapath's absolute figures mean nothing elsewhere). A
 // benchmark: it prints figures and asserts none.
 //
-//	overlaybench -kubeconfig F -harness hack/ovs-in-docker.sh [-mb 200] [-reps 3] [-pings 200] [-out FILE]
+// Then the node agent's CPU and RSS with the cluster's Nodes and with
+// simulated Nodes up to -peers (peers.go).
+//
+//	overlaybench -kubeconfig F -harness hack/ovs-in-docker.sh [-mb 200] [-reps 3] [-pings 200] [-peers 50] [-window 60s] [-parts paths,peers] [-out FILE]
 package main
 
 import (
@@ -43,6 +46,9 @@ func main() {
 	mb := flag.Int("mb", 200, "MB per TCP transfer")
 	reps := flag.Int("reps", 3, "transfers per path and family (the median is kept)")
 	pings := flag.Int("pings", 200, "echo requests per path and family")
+	peers := flag.Int("peers", 50, "Nodes in all, simulated ones added to the cluster's, for the agent's figures")
+	window := flag.Duration("window", time.Minute, "how long each state is held for the agent's CPU figure")
+	parts := flag.String("parts", "paths,peers", "what to measure: paths (host-gw against the tunnel), peers (the agent with many Nodes)")
 	out := flag.String("out", "", "also write the report to this file")
 	flag.Parse()
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -61,8 +67,22 @@ func main() {
 		defer f.Close()
 		w = io.MultiWriter(os.Stdout, f)
 	}
-	if err := b.run(ctx, w, *mb, *reps, *pings); err != nil {
+	client, near, far, err := b.nodes(ctx)
+	if err != nil {
 		fail(err)
+	}
+	for _, part := range strings.Split(*parts, ",") {
+		switch part {
+		case "paths":
+			err = b.run(ctx, w, client, near, far, *mb, *reps, *pings)
+		case "peers":
+			err = b.peers(ctx, w, client, *peers, *window)
+		default:
+			err = fmt.Errorf("-parts: unknown part %q", part)
+		}
+		if err != nil {
+			fail(err)
+		}
 	}
 }
 
@@ -72,16 +92,13 @@ func fail(err error) {
 }
 
 // run places the pods, measures both paths and both families, and prints the report.
-func (b *bench) run(ctx context.Context, w io.Writer, mb, reps, pings int) error {
-	client, near, far, err := b.nodes(ctx)
-	if err != nil {
-		return err
-	}
+func (b *bench) run(ctx context.Context, w io.Writer, client, near, far string, mb, reps, pings int) error {
 	if _, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	defer b.kube.CoreV1().Namespaces().Delete(context.Background(), b.ns, metav1.DeleteOptions{})
 	pods := map[string]*corev1.Pod{}
+	var err error
 	for role, node := range map[string]string{"client": client, "near": near, "far": far} {
 		if pods[role], err = b.pod(ctx, role, node); err != nil {
 			return err

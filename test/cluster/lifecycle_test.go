@@ -309,6 +309,20 @@ func TestDaemonSetUpgradeKeepsHostPorts(t *testing.T) {
 		createPods(t, ctx, ns, appPod("up-"+nd.Name, nd.Name, map[string]string{"role": "upgrade"}, hostPorts(hp, "")...))
 	}
 	waitPodsReady(t, ctx, ns, "role=upgrade", len(nodes))
+	// Nodes on two subnets: a client pod and a server pod on either side
+	// of the tunnel.
+	var tunClient, tunServer *corev1.Pod
+	var tunNetns string
+	var tunnelFams []int
+	if os.Getenv("OVSFLOW_CLUSTER_SUBNETS") == "2" {
+		a, b, _ := acrossSubnets(t, nodesBySubnet(t, ctx))
+		createPods(t, ctx, ns,
+			appPod("tun-client", a.Name, map[string]string{"role": "tun-client"}),
+			appPod("tun-server", b.Name, map[string]string{"role": "tun-server"}))
+		tunClient = &waitPodsReady(t, ctx, ns, "role=tun-client", 1)[0]
+		tunServer = &waitPodsReady(t, ctx, ns, "role=tun-server", 1)[0]
+		tunNetns, tunnelFams = podNetns(t, ctx, tunClient), []int{4, 6}
+	}
 
 	ds, err := kube.AppsV1().DaemonSets(dsNamespace).Get(ctx, dsName, metav1.GetOptions{})
 	if err != nil {
@@ -367,34 +381,25 @@ func TestDaemonSetUpgradeKeepsHostPorts(t *testing.T) {
 	// With nodes on two subnets, the same from a pod to a pod of a node on
 	// the other subnet, through the tunnel (the client's side in its pod's
 	// netns).
-	if os.Getenv("OVSFLOW_CLUSTER_SUBNETS") == "2" {
-		a, b, _ := acrossSubnets(t, nodesBySubnet(t, ctx))
-		createPods(t, ctx, ns,
-			appPod("tun-client", a.Name, map[string]string{"role": "tun-client"}),
-			appPod("tun-server", b.Name, map[string]string{"role": "tun-server"}))
-		client := waitPodsReady(t, ctx, ns, "role=tun-client", 1)[0]
-		server := waitPodsReady(t, ctx, ns, "role=tun-server", 1)[0]
-		netns := podNetns(t, ctx, &client)
-		for _, fam := range []int{4, 6} {
-			dst := podIP(t, &server, fam)
-			key := "tunnel " + client.Name + "@" + a.Name + " -> " + server.Name + "@" + b.Name + "/" + dst
-			targets = append(targets, key)
-			udp[key] = &udpStream{addr: net.JoinHostPort(dst, "53"), interval: 20 * time.Millisecond}
-			tcp[key] = &tcpProber{addr: net.JoinHostPort(dst, "80"), interval: 100 * time.Millisecond}
-			wg.Add(2)
-			go func(s *udpStream) {
-				defer wg.Done()
-				if err := inNetns(netns, func() error { s.run(stop); return nil }); err != nil {
-					s.err = err
-				}
-			}(udp[key])
-			go func(p *tcpProber) {
-				defer wg.Done()
-				if err := inNetns(netns, func() error { p.run(stop); return nil }); err != nil {
-					p.ok = append(p.ok, false)
-				}
-			}(tcp[key])
-		}
+	for _, fam := range tunnelFams {
+		dst := podIP(t, tunServer, fam)
+		key := "tunnel " + tunClient.Name + "@" + tunClient.Spec.NodeName + " -> " + tunServer.Name + "@" + tunServer.Spec.NodeName + "/" + dst
+		targets = append(targets, key)
+		udp[key] = &udpStream{addr: net.JoinHostPort(dst, "53"), interval: 20 * time.Millisecond}
+		tcp[key] = &tcpProber{addr: net.JoinHostPort(dst, "80"), interval: 100 * time.Millisecond}
+		wg.Add(2)
+		go func(s *udpStream) {
+			defer wg.Done()
+			if err := inNetns(tunNetns, func() error { s.run(stop); return nil }); err != nil {
+				s.err = err
+			}
+		}(udp[key])
+		go func(p *tcpProber) {
+			defer wg.Done()
+			if err := inNetns(tunNetns, func() error { p.run(stop); return nil }); err != nil {
+				p.ok = append(p.ok, false)
+			}
+		}(tcp[key])
 	}
 	stopped := false
 	halt := func() {

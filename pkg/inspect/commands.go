@@ -82,7 +82,9 @@ func TraceMain(args []string, stdout, stderr io.Writer) int {
 	hostIP := fs.String("host-ip", "", "the node address of the host port asked about (default: any)")
 	hostPort := fs.Uint("host-port", 0, "the host port asked about (default: any)")
 	proto := fs.String("proto", "", "the protocol of the host port asked about: tcp, udp, sctp (default: any, tcp first)")
-	v6 := fs.Bool("6", false, "ask about IPv6 (host port rules, frames)")
+	v6 := fs.Bool("6", false, "ask about IPv6 (host port rules, frames, the tunnel's inner packets)")
+	dst := fs.String("dst", "", "-q tunnel: the destination, in a tunnelled peer's pod range (default: the first address of the first such range of the tunnel's record)")
+	tunSrc := fs.String("tun-src", "", "-q fromtunnel: the outer source, a peer's node (default: the node of the first range of the tunnel's record)")
 	inPort := fs.String("in-port", "", "the OpenFlow port clients outside come in by (default: the bridge's uplink, the first port that is neither ours nor internal)")
 	raw := fs.Bool("raw", false, "print the packet and ofproto/trace's output after the verdict")
 	if err := fs.Parse(args); err != nil {
@@ -109,6 +111,18 @@ func TraceMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		ask.IPv6 = ask.HostIP.Is6()
+	}
+	for _, a := range []struct {
+		flag, s string
+		to      *netip.Addr
+	}{{"dst", *dst, &ask.Dst}, {"tun-src", *tunSrc, &ask.TunSrc}} {
+		if a.s == "" {
+			continue
+		}
+		if *a.to, err = netip.ParseAddr(a.s); err != nil {
+			fmt.Fprintf(stderr, "trace: -%s: %v\n", a.flag, err)
+			return 2
+		}
 	}
 	if *proto != "" {
 		if ask.Protocol, err = flows.ParseProtocol(*proto); err != nil {
@@ -152,7 +166,7 @@ func TraceMain(args []string, stdout, stderr io.Writer) int {
 			code = 1
 			continue
 		}
-		fmt.Fprintf(stdout, "%-8s %s\n", q, verdict)
+		fmt.Fprintf(stdout, "%-10s %s\n", q, verdict)
 	}
 	return code
 }
@@ -180,6 +194,11 @@ func (c *common) trace(ctx context.Context, ask trace.Ask) (verdict, raw string,
 			ip = at.facts.IPv6
 		}
 		ask.Peer = peer(ports, at.port.Attachment(), ip)
+	}
+	if ask.Question == trace.Tunnel || ask.Question == trace.FromTunnel {
+		if err := at.readOverlay(ctx, cli, ports); err != nil {
+			return "", "", fmt.Errorf("%s: %w", c.which, err)
+		}
 	}
 	probe, err := trace.Build(at.facts, ask)
 	if err == nil && ask.Question == trace.Node {
@@ -219,6 +238,14 @@ func (c *common) trace(ctx context.Context, ask trace.Ask) (verdict, raw string,
 	}) {
 		return trace.WipedHostPortsVerdict, "", nil
 	}
+	if probe.TunnelPort != 0 {
+		oc := flows.OverlayCookie()
+		if fl, err := openflow.Dump(ctx, at.target, uint64(oc), uint64(^flows.Cookie(0))); err != nil {
+			return "", "", fmt.Errorf("%s: %w", c.which, err)
+		} else if len(fl) == 0 {
+			return fmt.Sprintf("no overlay flow on bridge %s: run reconcile", at.facts.Bridge), "", nil
+		}
+	}
 	ctl := at.control
 	if ctl == "" {
 		ctl = c.control
@@ -227,15 +254,27 @@ func (c *common) trace(ctx context.Context, ask trace.Ask) (verdict, raw string,
 	if err != nil {
 		return "", "", err
 	}
-	out, err := unixctl.Trace(ctx, sock, at.facts.Bridge, probe.Packet.String(), probe.CTNext...)
-	if err != nil {
-		return "", "", fmt.Errorf("%s: %w", c.which, err)
+	// Each leg: the pod's packet, then what the node sends on.
+	var verdicts []string
+	for p := &probe; p != nil; p = p.Then {
+		if p == &probe && p.Then != nil && p.Packet.EthDst != nil {
+			// Where NORMAL sends the frame to the node's MAC.
+			if p.Ask.Learned, err = unixctl.LearnedPort(ctx, sock, at.facts.Bridge, p.Packet.EthDst, p.Packet.VLAN); err != nil {
+				return "", "", fmt.Errorf("%s: %w", c.which, err)
+			}
+		}
+		out, err := unixctl.Trace(ctx, sock, at.facts.Bridge, p.Packet.String(), p.CTNext...)
+		if err != nil {
+			return "", "", fmt.Errorf("%s: %w", c.which, err)
+		}
+		raw += "packet: " + p.Packet.String() + "\n"
+		if len(p.CTNext) > 0 {
+			raw += "ct-next: " + strings.Join(p.CTNext, " ") + "\n"
+		}
+		raw += out
+		verdicts = append(verdicts, trace.Verdict(*p, trace.Parse(out), at.declared))
 	}
-	raw = "packet: " + probe.Packet.String() + "\n"
-	if len(probe.CTNext) > 0 {
-		raw += "ct-next: " + strings.Join(probe.CTNext, " ") + "\n"
-	}
-	return trace.Verdict(probe, trace.Parse(out), at.declared), raw + out, nil
+	return strings.Join(verdicts, "; "), raw, nil
 }
 
 // FlowsMain is `ovs-portmap flows`: the attachment's flows with their

@@ -17,6 +17,8 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
+	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/portsec"
 	"github.com/ovsflow/ovs-cni/pkg/record"
@@ -193,4 +195,38 @@ func peer(ports []ovsdb.OwnedPort, self ovsdb.Attachment, ip netip.Addr) trace.P
 		}
 	}
 	return trace.Peer{}
+}
+
+// readOverlay reads the overlay's tunnel port of the attachment's bridge
+// (pkg/overlay: its record, ofport and name) and the bridge interface's
+// MAC (mac_in_use of its row in ports), and declares the overlay's flows.
+// A bridge without a tunnel leaves the facts' Overlay zero.
+func (at *attachment) readOverlay(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+	ts, err := cli.Tunnels(ctx)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ts, func(t ovsdb.Tunnel) bool { return t.Bridge() == at.facts.Bridge && t.OFPort() > 0 })
+	if i < 0 {
+		return nil
+	}
+	t := ts[i]
+	rec, err := overlay.ParseRecord(t.Port.ExternalIDs[overlay.KeyRecord])
+	if err != nil {
+		return fmt.Errorf("tunnel port %s: %w", t.Port.Name, err)
+	}
+	var mac openflow.MAC
+	for _, p := range ports {
+		if p.Interface.Name == at.facts.Bridge && p.Interface.MACInUse != nil {
+			if m, err := net.ParseMAC(*p.Interface.MACInUse); err == nil {
+				mac, _ = openflow.MACFrom(m)
+			}
+		}
+	}
+	if mac.IsZero() {
+		return fmt.Errorf("bridge %s: its interface has no MAC in OVSDB (mac_in_use)", at.facts.Bridge)
+	}
+	at.facts.Overlay, at.facts.TunnelName = rec.Overlay(uint32(t.OFPort()), mac), t.Port.Name
+	at.declared = append(at.declared, flows.OverlayFlows(at.facts.Overlay)...)
+	return nil
 }

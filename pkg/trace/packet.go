@@ -26,6 +26,10 @@ import (
 // names its parser needs (udp_src, not tp_src; icmpv6_type for ICMPv6).
 type Packet struct {
 	InPort string // an OpenFlow port number, or LOCAL
+	// TunSrc and TunID are the outer source and the key of a packet that
+	// came in on a tunnel port; zero: none.
+	TunSrc netip.Addr
+	TunID  uint64
 	// Reg1 is preset on the packet (RegPortSecurityChecked: a frame that
 	// passed the port security of its own port); 0: none.
 	Reg1           uint32
@@ -50,6 +54,15 @@ func (p Packet) String() string {
 		kw += "6"
 	}
 	f := []string{kw, "in_port=" + p.InPort}
+	switch {
+	case p.TunSrc.Is4():
+		f = append(f, "tun_src="+p.TunSrc.String())
+	case p.TunSrc.Is6():
+		f = append(f, "tun_ipv6_src="+p.TunSrc.String())
+	}
+	if p.TunID != 0 {
+		f = append(f, fmt.Sprintf("tun_id=%#x", p.TunID))
+	}
 	if p.Reg1 != 0 {
 		f = append(f, fmt.Sprintf("reg1=0x%x", p.Reg1))
 	}

@@ -21,8 +21,11 @@ type Step struct {
 // Result is ofproto/trace's answer, read.
 type Result struct {
 	Steps []Step
-	// Datapath holds the datapath actions of each pass.
+	// Datapath holds the datapath actions of each pass, Final the flow at
+	// the end of each (the fields the actions set: a tunnel's tun_dst and
+	// tun_id).
 	Datapath []string
+	Final    []string
 }
 
 // stepLine is compiled on first use: ovs-portmap's CNI commands, which
@@ -44,6 +47,11 @@ func Parse(out string) Result {
 		}
 		if s, ok := strings.CutPrefix(line, "Datapath actions: "); ok {
 			r.Datapath = append(r.Datapath, strings.TrimSpace(s))
+			cur = -1
+			continue
+		}
+		if s, ok := strings.CutPrefix(line, "Final flow: "); ok {
+			r.Final = append(r.Final, strings.TrimSpace(s))
 			cur = -1
 			continue
 		}
@@ -70,7 +78,7 @@ func Parse(out string) Result {
 			}
 			continue
 		}
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "Final flow") || strings.HasPrefix(line, "Megaflow") {
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "Megaflow") {
 			cur = -1
 		}
 	}

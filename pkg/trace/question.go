@@ -39,8 +39,16 @@ const (
 	Own6   Question = "own6"   // IPv6 from its own address (the control)
 )
 
+// The overlay's tunnel (pkg/overlay), as the node carries a pod's packets
+// through it: the node routes them, so each goes through OVS twice on the
+// sending node (the pod to LOCAL, then LOCAL to the tunnel).
+const (
+	Tunnel     Question = "tunnel"     // from the pod to Ask.Dst in a tunnelled peer's pod range
+	FromTunnel Question = "fromtunnel" // from a peer's node (Ask.TunSrc) through the tunnel to the pod
+)
+
 // Questions lists every question, host ports first.
-var Questions = []Question{Outside, Pod, Hairpin, Node, HostIP, UDP, RA, DHCP4, DHCP6, ARP, ND, Spoof4, Spoof6, VLAN, Frag, Own4, Own6}
+var Questions = []Question{Outside, Pod, Hairpin, Node, HostIP, UDP, RA, DHCP4, DHCP6, ARP, ND, Spoof4, Spoof6, VLAN, Frag, Own4, Own6, Tunnel, FromTunnel}
 
 // ParseQuestion parses a question's name.
 func ParseQuestion(s string) (Question, error) {
@@ -78,6 +86,12 @@ type Attachment struct {
 	SNAT      bool
 	PortSec   bool // port security is on (a record, not disabled)
 	HostPorts bool // a host port record
+	// Overlay is the overlay's record of the bridge's tunnel port
+	// (pkg/overlay) with the port's ofport and the bridge interface's
+	// MAC, TunnelName the port's name; TunnelPort 0: the bridge has no
+	// tunnel.
+	Overlay    flows.Overlay
+	TunnelName string
 }
 
 // Peer is a client of the Pod question: another attachment's port, MAC and
@@ -108,6 +122,15 @@ type Ask struct {
 	// element). Unread, the translation is taken to be the rule's.
 	NodeLocal     netip.AddrPort
 	NodeLocalRead bool
+	// Dst is the destination of the Tunnel question (zero: the first
+	// address of the first tunnelled peer's range of the family), TunSrc
+	// the outer source of the FromTunnel question (zero: the node of that
+	// range).
+	Dst, TunSrc netip.Addr
+	// Learned is the port the bridge learned the first packet's
+	// destination MAC on (fdb/show), which NORMAL sends it to; "": not
+	// read.
+	Learned string
 }
 
 // Probe is one question made concrete: the packet, the conntrack state of
@@ -124,6 +147,14 @@ type Probe struct {
 	// Decided is the verdict when there is nothing to trace: the packet
 	// never reaches OVS as the question wants.
 	Decided string
+	// Then is what the node sends into the bridge in turn, once OVS has
+	// delivered Packet to it (LOCAL): the pod's packet it routed to the
+	// overlay's next hop (the Tunnel question).
+	Then *Probe
+	// TunnelName and TunnelPort are the tunnel port, which the verdict
+	// names with the packet's tun_dst and tun_id.
+	TunnelName string
+	TunnelPort uint32
 }
 
 // Addresses of the clients the probes stand for: documentation ranges
@@ -199,6 +230,9 @@ func asked(proto flows.Protocol, k Ask) string {
 
 // Build makes the probe of a question about attachment a.
 func Build(a Attachment, k Ask) (Probe, error) {
+	if k.Question == Tunnel || k.Question == FromTunnel {
+		return overlayProbe(a, k)
+	}
 	p := Probe{Ask: k}
 	in := k.InPort
 	if in == "" {
@@ -329,4 +363,74 @@ func containerIP(at Attachment, a netip.Addr) netip.Addr {
 		return at.IPv4
 	}
 	return at.IPv6
+}
+
+// overlayProbe makes the probe of a question about the overlay's tunnel.
+// A bridge without a tunnel, or a tunnel without a peer to ask about, is
+// a verdict (Decided), not an error: it is what the node does.
+func overlayProbe(a Attachment, k Ask) (Probe, error) {
+	o := a.Overlay
+	p := Probe{Ask: k, TunnelName: a.TunnelName, TunnelPort: o.TunnelPort}
+	if o.TunnelPort == 0 {
+		p.Decided = fmt.Sprintf("no tunnel: bridge %s has no overlay tunnel port, the node tunnels to no peer", a.Bridge)
+		return p, nil
+	}
+	v6 := k.IPv6
+	if k.Question == Tunnel && k.Dst.IsValid() {
+		v6 = k.Dst.Is6()
+	}
+	fam, own := "IPv4", a.IPv4
+	if v6 {
+		fam, own = "IPv6", a.IPv6
+	}
+	if !own.IsValid() {
+		return p, fmt.Errorf("question %s: %w (no %s address)", k.Question, ErrNoAddress, fam)
+	}
+	tunnel := fmt.Sprintf("tunnel %s (port %d)", a.TunnelName, o.TunnelPort)
+	bridgeMAC := o.BridgeMAC.HardwareAddr()
+	switch k.Question {
+	case Tunnel:
+		dst := k.Dst
+		if !dst.IsValid() {
+			i := slices.IndexFunc(o.Peers, func(pr flows.OverlayPeer) bool { return pr.Dst.Addr().Is6() == v6 })
+			if i < 0 {
+				p.Decided = fmt.Sprintf("no peer: the record of %s holds no tunnelled %s pod range", tunnel, fam)
+				return p, nil
+			}
+			dst = o.Peers[i].Dst.Masked().Addr().Next()
+		}
+		// The pod's gateway is the bridge interface (isGateway): the pod
+		// sends to its MAC, and the node routes the packet back into the
+		// bridge to the overlay's next hop.
+		pk := Packet{InPort: fmt.Sprint(a.OFPort), EthSrc: a.MAC, EthDst: bridgeMAC, Proto: "udp",
+			Src: own, Dst: dst, SrcPort: 40000, DstPort: 53, ICMPType: -1}
+		p.Prefix, p.Packet = "from the pod to the node: ", pk
+		routed := p
+		routed.Prefix = fmt.Sprintf("then the node routes it to %s via the overlay's next hop: ", dst)
+		routed.Packet.InPort, routed.Packet.EthSrc, routed.Packet.EthDst = "LOCAL", bridgeMAC, flows.OverlayMAC.HardwareAddr()
+		p.Then = &routed
+	case FromTunnel:
+		src := k.TunSrc
+		if !src.IsValid() {
+			if len(o.Peers) == 0 {
+				p.Decided = fmt.Sprintf("no peer: the record of %s holds no tunnelled node (give the outer source)", tunnel)
+				return p, nil
+			}
+			src = o.Peers[0].Remote
+		}
+		// The inner source: a pod of the sending node's range of the
+		// family, as its node routed it to the overlay's MAC.
+		inner := clientV4
+		if v6 {
+			inner = clientV6
+		}
+		if i := slices.IndexFunc(o.Peers, func(pr flows.OverlayPeer) bool { return pr.Remote == src && pr.Dst.Addr().Is6() == v6 }); i >= 0 {
+			inner = o.Peers[i].Dst.Masked().Addr().Next()
+		}
+		p.Packet = Packet{InPort: fmt.Sprint(o.TunnelPort), TunSrc: src, TunID: flows.OverlayVNI,
+			EthSrc: clientMAC, EthDst: flows.OverlayMAC.HardwareAddr(), Proto: "udp",
+			Src: inner, Dst: own, SrcPort: 40000, DstPort: 53, ICMPType: -1}
+		p.Prefix = fmt.Sprintf("from %s through %s: ", src, tunnel)
+	}
+	return p, nil
 }

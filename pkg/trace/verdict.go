@@ -2,8 +2,10 @@ package trace
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -25,7 +27,11 @@ var (
 	natDst = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`nat\(dst=([^)]+)\)`) })
 	natSrc = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`nat\(src=([^)]+)\)`) })
 	zoneOf = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`zone=(\d+)`) })
-	output = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^output:(\d+|LOCAL)$`) })
+	// ofproto/trace prints an output to LOCAL as "LOCAL".
+	output = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(?:output:(\d+|LOCAL)|(LOCAL))$`) })
+	tunSet = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^(set_field|load):(\S+)->(tun_dst|tun_ipv6_dst|tun_id|NXM_NX_TUN_IPV4_DST\[\]|NXM_NX_TUN_ID\[\])$`)
+	})
 )
 
 // Verdict says in one line what the trace of probe p shows: the
@@ -63,6 +69,17 @@ func Verdict(p Probe, r Result, declared []flows.Flow) string {
 	if last.NoMatch {
 		return p.Prefix + fmt.Sprintf("dropped: no flow matched in table %d", last.Table)
 	}
+	// Into a tunnel, ofproto/trace goes on with the outer packet in the
+	// bridge that routes it: the flow that decided is the one that
+	// output to the tunnel port.
+	tunnelled := false
+	if p.TunnelPort != 0 {
+		port := fmt.Sprint(p.TunnelPort)
+		if i := slices.IndexFunc(r.Steps, func(st Step) bool { return outputPort(st) == port }); i >= 0 {
+			last, tunnelled = r.Steps[i], true
+			where = fmt.Sprintf("table %d, priority %d", last.Table, last.Priority)
+		}
+	}
 	name := nameOf(last, declared)
 	dp := ""
 	if len(r.Datapath) > 0 {
@@ -70,12 +87,28 @@ func Verdict(p Probe, r Result, declared []flows.Flow) string {
 	}
 	var out string
 	switch {
+	case tunnelled:
+		out = fmt.Sprintf("into tunnel %s (port %d)", p.TunnelName, p.TunnelPort)
+		dst, id := tunnelFields(last, r.Final)
+		if dst != "" {
+			out += ", tun_dst " + dst
+		}
+		if id != "" {
+			out += ", tun_id " + id
+		}
+		// The outer packet's own fate is the underlay's.
+		dp = ""
 	case dropped(last):
 		return p.Prefix + fmt.Sprintf("dropped by %s (%s)", name, where)
+	case p.Ask.Question == FromTunnel && outputPort(last) == "LOCAL":
+		out = "to LOCAL, the node routes it to the pod"
 	case outputPort(last) != "":
 		out = "output port " + outputPort(last)
 	case slices.Contains(last.Actions, "NORMAL"):
 		out = "NORMAL: " + normalResult(last)
+		if p.Ask.Learned != "" && strings.HasPrefix(out, "NORMAL: to the learned port") {
+			out += " " + p.Ask.Learned
+		}
 	case dp == "drop":
 		out = "dropped"
 	default:
@@ -106,10 +139,49 @@ func dropped(st Step) bool {
 func outputPort(st Step) string {
 	for _, a := range st.Actions {
 		if m := output().FindStringSubmatch(a); m != nil {
-			return m[1]
+			return m[1] + m[2]
 		}
 	}
 	return ""
+}
+
+// tunnelFields returns the outer destination and the key the packet
+// entered the tunnel with: set by the step's actions (set_field, or load
+// of an IPv4 address), else as the final flow of the first pass has them
+// (an IPv6 tun_dst, loaded in two halves).
+func tunnelFields(st Step, final []string) (dst, id string) {
+	for _, a := range st.Actions {
+		m := tunSet().FindStringSubmatch(a)
+		if m == nil {
+			continue
+		}
+		v := m[2]
+		switch m[3] {
+		case "tun_dst", "tun_ipv6_dst":
+			dst = v
+		case "NXM_NX_TUN_IPV4_DST[]":
+			if n, err := strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 32); err == nil {
+				dst = netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}).String()
+			}
+		case "tun_id", "NXM_NX_TUN_ID[]":
+			id = v
+		}
+	}
+	if len(final) > 0 {
+		for _, f := range strings.Split(final[0], ",") {
+			k, v, _ := strings.Cut(f, "=")
+			if a, err := netip.ParseAddr(v); err == nil && a.IsUnspecified() {
+				continue // the other family's
+			}
+			switch {
+			case dst == "" && (k == "tun_dst" || k == "tun_ipv6_dst"):
+				dst = v
+			case id == "" && k == "tun_id":
+				id = v
+			}
+		}
+	}
+	return dst, id
 }
 
 // normalResult says what NORMAL did, from ofproto/trace's note under it.

@@ -3,6 +3,7 @@ package unixctl
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -90,4 +91,30 @@ func Datapaths(ctx context.Context, sock string) ([]string, error) {
 		return nil, err
 	}
 	return strings.Fields(out), nil
+}
+
+// LearnedPort returns the port bridge's MAC learning table holds mac on,
+// on VLAN vlan (fdb/show): an OpenFlow port number or LOCAL, which NORMAL
+// sends a frame to mac to; "" when it holds none.
+func LearnedPort(ctx context.Context, sock, bridge string, mac net.HardwareAddr, vlan uint16) (string, error) {
+	out, err := call(ctx, sock, "fdb/show", bridge)
+	if err != nil {
+		return "", err
+	}
+	return ParseLearnedPort(out, mac, vlan), nil
+}
+
+// ParseLearnedPort reads fdb/show's table (" port  VLAN  MAC  Age") for
+// mac on vlan.
+func ParseLearnedPort(out string, mac net.HardwareAddr, vlan uint16) string {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[1] != strconv.Itoa(int(vlan)) {
+			continue
+		}
+		if m, err := net.ParseMAC(f[2]); err == nil && m.String() == mac.String() {
+			return f[0]
+		}
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package unixctl
 
 import (
+	"net"
 	"slices"
 	"testing"
 )
@@ -19,6 +20,23 @@ func TestParseZoneCounts(t *testing.T) {
 	for _, bad := range []string{"zone=70000,limit=1,count=0", "zone=1,limit=x,count=0"} {
 		if _, err := ParseZoneCounts(bad); err == nil {
 			t.Errorf("%q: got no error", bad)
+		}
+	}
+}
+
+func TestParseLearnedPort(t *testing.T) {
+	// As OVS 3.1's fdb/show prints it.
+	out := " port  VLAN  MAC                Age\n" +
+		"LOCAL     0  9e:e9:f1:8a:39:44    2\n" +
+		"47859     0  7a:36:80:f4:d5:c1    1\n" +
+		"    1    10  9e:e9:f1:8a:39:44  static\n"
+	mac, _ := net.ParseMAC("9E:E9:F1:8A:39:44")
+	for _, tc := range []struct {
+		vlan uint16
+		want string
+	}{{0, "LOCAL"}, {10, "1"}, {20, ""}} {
+		if got := ParseLearnedPort(out, mac, tc.vlan); got != tc.want {
+			t.Errorf("VLAN %d: got %q, want %q", tc.vlan, got, tc.want)
 		}
 	}
 }

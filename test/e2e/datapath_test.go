@@ -23,7 +23,7 @@ type datapathGroup struct {
 }
 
 var kernelDatapath = []datapathGroup{
-	{"pods of two nodes on two subnets through a Geneve or VXLAN tunnel: the datapath's tunnel ports, a forged outer source dropped", []string{
+	{"pods of two nodes on two subnets through a Geneve or VXLAN tunnel: the datapath's tunnel ports, a forged outer source dropped, ofproto/trace into and out of the tunnel", []string{
 		"TestOverlayAcrossSubnets",
 	}},
 	{"frames through port security: spoofing, ARP and ND, DHCP, VRRP, VLAN hopping", []string{

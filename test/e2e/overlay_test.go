@@ -374,6 +374,9 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 		return
 	}
 
+	// ovs-portmap trace follows pod a's packets into the tunnel and out.
+	traceTunnel(t, a, b, pa)
+
 	// A Service as kube-proxy makes one on node a (its nft DNAT), whose
 	// backend is pod b on node b: the request and its reply go through
 	// node a's stack both ways, which un-DNATs the reply, as on host-gw.
@@ -537,6 +540,12 @@ func TestOverlayAcrossSubnets(t *testing.T) {
 	framework.Eventually(t, 30*time.Second, "pods a and b answer each other through Geneve over IPv6", func() error {
 		return bothWays(pa, pb)
 	})
+	// ovs-portmap trace follows the pod's packet into the IPv6 tunnel.
+	args := []string{"trace", "-ovsdb", a.OVSDB, "-container", pa.ID, "-q", "tunnel"}
+	traced, err := framework.Run(filepath.Join(framework.Env.BinDir, "ovs-portmap"), args...)
+	if want := fmt.Sprintf("tun_dst %s, tun_id %#x", b.addr6.Addr(), flows.OverlayVNI); err != nil || !strings.Contains(traced, want) {
+		t.Errorf("ovs-portmap %s over IPv6: %v\ngot  %s\nwant ...%s...", strings.Join(args, " "), err, traced, want)
+	}
 	// Path MTU discovery through the tunnel, TCP: the pods' own MTU (the
 	// lab's conflist gives none: 1500) is larger than the tunnel's 1430;
 	// 2 MB sent with DF arrive whole once the node's "fragmentation
@@ -670,6 +679,54 @@ func sendBulk(n ns.NetNS, addr string, size int) (string, error) {
 type zeros struct{}
 
 func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
+
+// traceTunnel asks `ovs-portmap trace` the overlay's questions about pod
+// pa of node a, whose tunnel goes to node b: the pod's packet to a pod of
+// node b reaches the node (LOCAL), and the node's routed packet goes into
+// the tunnel to node b's InternalIP with the overlay's VNI, over IPv4 and
+// IPv6; an address that no peer's range holds is dropped in table 50; a
+// packet from node b through the tunnel is the node's to route to the pod,
+// and one from an address that is no node's is dropped in table 51.
+func traceTunnel(t *testing.T, a, b *overlayNode, pa *overlayPod) {
+	t.Helper()
+	ofport := a.Vsctl(t, "get", "Interface", overlay.PortName, "ofport")
+	tunnel := fmt.Sprintf("tunnel %s (port %s)", overlay.PortName, ofport)
+	into := regexp.QuoteMeta(fmt.Sprintf("into %s, tun_dst %s, tun_id %#x (the overlay's send to a peer's node, table %d, priority %d)",
+		tunnel, b.addr.Addr(), flows.OverlayVNI, flows.TableOverlaySend, flows.PriorityOverlayPeer))
+	toNode := regexp.QuoteMeta("from the pod to the node: NORMAL: to the learned port LOCAL (") + `[^;]*\); `
+	routed := func(dst string) string {
+		return regexp.QuoteMeta("then the node routes it to " + dst + " via the overlay's next hop: ")
+	}
+	delivered := regexp.QuoteMeta(fmt.Sprintf("from %s through %s: to LOCAL, the node routes it to the pod (the overlay's delivery to the node from a known node, table %d, priority %d)",
+		b.addr.Addr(), tunnel, flows.TableOverlayReceive, flows.PriorityOverlayPeer))
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // a regular expression of the whole line
+	}{
+		{"tunnel", []string{"-q", "tunnel"}, toNode + routed("198.18.2.1") + into},
+		{"tunnel-ipv6", []string{"-q", "tunnel", "-6"}, toNode + routed("2001:db8:2::1") + into},
+		{"tunnel-dst", []string{"-q", "tunnel", "-dst", "198.18.2.77"}, toNode + routed("198.18.2.77") + into},
+		{"tunnel-no-peer", []string{"-q", "tunnel", "-dst", "198.51.100.5"}, toNode + routed("198.51.100.5") +
+			regexp.QuoteMeta(fmt.Sprintf("dropped by the overlay's drop of what no tunnelled peer's range holds (table %d, priority %d)", flows.TableOverlaySend, flows.PriorityOverlayDrop))},
+		{"fromtunnel", []string{"-q", "fromtunnel"}, delivered},
+		{"fromtunnel-ipv6", []string{"-q", "fromtunnel", "-6"}, delivered},
+		{"fromtunnel-forged", []string{"-q", "fromtunnel", "-tun-src", "198.51.100.99"}, regexp.QuoteMeta(fmt.Sprintf(
+			"from 198.51.100.99 through %s: dropped by the overlay's drop of a tunnelled packet from an unknown node or not for this node's pods (table %d, priority %d)",
+			tunnel, flows.TableOverlayReceive, flows.PriorityOverlayDrop))},
+	} {
+		t.Run("trace-"+tc.name, func(t *testing.T) {
+			args := append([]string{"trace", "-ovsdb", a.OVSDB, "-container", pa.ID}, tc.args...)
+			out, err := framework.Run(filepath.Join(framework.Env.BinDir, "ovs-portmap"), args...)
+			got := strings.TrimSpace(out)
+			t.Logf("ovs-portmap %s\n%s", strings.Join(args, " "), got)
+			if err != nil || !regexp.MustCompile("^"+tc.want+"$").MatchString(got) {
+				raw, _ := framework.Run(filepath.Join(framework.Env.BinDir, "ovs-portmap"), append(args, "-raw")...)
+				t.Errorf("ovs-portmap %s: %v\ngot  %s\nwant %s\n%s", strings.Join(args, " "), err, got, tc.want, raw)
+			}
+		})
+	}
+}
 
 // sendGeneve sends, from netns from, a Geneve packet from outerSrc to
 // outerDst's port 6081 (a raw socket: any source), carrying a UDP datagram

@@ -119,6 +119,7 @@ func TestTraceVerdicts(t *testing.T) {
 		{"frag", []string{"-q", "frag"}, guard("fragments that do not reassemble")},
 		{"control-own4", []string{"-q", "own4"}, normal},
 		{"control-own6", []string{"-q", "own6"}, normal},
+		{"tunnel-none", []string{"-q", "tunnel"}, regexp.QuoteMeta("no tunnel: bridge " + l.Bridge + " has no overlay tunnel port, the node tunnels to no peer")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"-pod", "shop/web-0", "-in-port", uplink}, tc.args...)

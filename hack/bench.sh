@@ -7,7 +7,7 @@
 #                                 it fails when an ADD or DEL fails or a host port check fails)
 #   sudo hack/bench.sh -bandwidth -levels 1,50   only ovs-bandwidth's chain against the reference
 #                                 bandwidth plugin's (ADD and DEL, both directions limited)
-#   sudo hack/bench.sh -record docs/figures [ARGS...]   the report also into docs/figures/bench-DATE.md
+#   sudo hack/bench.sh -record docs/figures [ARGS...]   the report also into docs/figures/bench-DATE.md (-record F.md: into F.md)
 #   sudo hack/bench.sh ARGS...    any other flags go to the driver (cd hack/bench && go run . -h)
 #   hack/bench.sh -h              this text (installs and starts nothing)
 #
@@ -38,7 +38,8 @@ case ${1:-} in
 esac
 
 # -record DIR (first): the report (stdout) is also written to
-# DIR/bench-DATE.md (docs/figures: the figures docs/performance.md reads).
+# DIR/bench-DATE.md (docs/figures: the figures docs/performance.md reads);
+# -record FILE.md: to that file.
 record=
 if [ "${1:-}" = -record ]; then
 	record=${2:?-record needs a directory}
@@ -84,8 +85,9 @@ OVSDB=$(sed -n 's/^OVSDB=//p' <<<"$vars")
 NETNS=$(sed -n 's/^NETNS=//p' <<<"$vars")
 
 if [ -n "$record" ]; then
-	mkdir -p "$record"
-	exec > >(tee "$record/bench-$(date -u +%F).md")
+	[[ $record == *.md ]] || record=$record/bench-$(date -u +%F).md
+	mkdir -p "$(dirname "$record")"
+	exec > >(tee "$record")
 fi
 echo "# ovsflow benchmark"
 echo

@@ -8,13 +8,13 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
-	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/gateway"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/ipam"
+	"github.com/ovsflow/ovs-cni/pkg/limit"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -165,5 +165,5 @@ func withdrawLimits(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedP
 			limited = append(limited, p)
 		}
 	}
-	return bandwidth.Withdraw(ctx, cli, limited)
+	return limit.Withdraw(ctx, cli, limited)
 }

@@ -1,7 +1,7 @@
 // Package reconcile rebuilds, from OVSDB alone, what ovs-vswitchd forgets
 // when it restarts: the flows of every live attachment (port security from
 // pkg/portsec, host ports from pkg/hostport, egress limits and their meters
-// from pkg/bandwidth), the node-local nft elements and
+// from pkg/limit), the node-local nft elements and
 // the gateway addresses of the bridges and their flows, the overlay's flows
 // (pkg/overlay, from its tunnel port's record); it removes the flows of attachments
 // that are gone. `ovs-portmap reconcile` runs it once, or on every
@@ -18,11 +18,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/gateway"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
+	"github.com/ovsflow/ovs-cni/pkg/limit"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -142,7 +142,7 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 				}
 			}
 		}
-		if target, meter, fl, ok := bandwidth.Rebuild(p); ok {
+		if target, meter, fl, ok := limit.Rebuild(p); ok {
 			t := get(target)
 			t.meters = append(t.meters, meter)
 			addFlows(t, flows.Cookie(fl[0].Cookie), fl)

@@ -1,4 +1,18 @@
-package bandwidth
+// Package limit is the bandwidth limits of one attachment, on its
+// ovs-bridge port (ovs-bandwidth's feature; the plugin is pkg/bandwidth):
+//
+//   - ingress, the traffic to the container, leaves Open vSwitch on the
+//     port: a linux-htb QoS row with one queue shapes it there (a tc htb
+//     qdisc on the host veth, which both datapaths send through);
+//   - egress, the traffic from the container, enters Open vSwitch on the
+//     port: an OpenFlow meter (pkg/flows, PriorityBandwidth) drops what is
+//     above the rate, before port security and everything else sees it.
+//
+// The QoS and Queue rows carry the attachment's identity in their
+// external_ids and the port records the limits (record.Bandwidth), so that
+// DEL and GC find what is theirs and reconcile puts the meter back after an
+// ovs-vswitchd restart (the rows survive it, the meter does not).
+package limit
 
 import (
 	"context"
@@ -14,6 +28,26 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/record"
 	"github.com/ovsflow/ovs-cni/pkg/rollback"
 )
+
+// Entry is one set of limits, as the reference plugin and the CNI
+// conventions' runtimeConfig.bandwidth spell it: rates in bits per second,
+// bursts in bits, 0 for no limit; a rate needs its burst and a burst its
+// rate.
+type Entry struct {
+	IngressRate  uint64 `json:"ingressRate"`
+	IngressBurst uint64 `json:"ingressBurst"`
+	EgressRate   uint64 `json:"egressRate"`
+	EgressBurst  uint64 `json:"egressBurst"`
+}
+
+// IsZero reports whether no limit is set.
+func (e Entry) IsZero() bool {
+	return e.IngressRate == 0 && e.IngressBurst == 0 && e.EgressRate == 0 && e.EgressBurst == 0
+}
+
+// Ingress and Egress report whether the direction is limited.
+func (e Entry) Ingress() bool { return e.IngressRate > 0 && e.IngressBurst > 0 }
+func (e Entry) Egress() bool  { return e.EgressRate > 0 && e.EgressBurst > 0 }
 
 // QoSType is the QoS of the ingress limit: tc htb on the port's device.
 // Both datapaths send to a veth through the kernel's qdisc (the kernel

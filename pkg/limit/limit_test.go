@@ -1,4 +1,4 @@
-package bandwidth
+package limit
 
 import (
 	"testing"
@@ -56,5 +56,13 @@ func TestQoSSpec(t *testing.T) {
 	if s == nil || s.Type != "linux-htb" || s.OtherConfig["max-rate"] != "20000000" ||
 		s.QueueConfig["max-rate"] != "20000000" || s.QueueConfig["burst"] != "10000000" || s.ExternalIDs[ovsdb.KeyNetwork] != "net" {
 		t.Errorf("got %+v", s)
+	}
+}
+
+func TestKilo(t *testing.T) {
+	for bits, want := range map[uint64]uint32{1: 1, 499: 1, 1499: 1, 1500: 2, 20_000_000: 20000} {
+		if got := kilo(bits); got != want {
+			t.Errorf("kilo(%d) = %d, want %d", bits, got, want)
+		}
 	}
 }

@@ -198,19 +198,39 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec rec
 	return cli.ClearPortQoS(ctx, []string{record.KeyBandwidth}, p.Attachment())
 }
 
-// Rebuild returns what the record of port p needs to be programmed again
-// (reconcile): the OpenFlow target, the meter and the flows; ok is false
-// when the port has no egress limit.
-func Rebuild(p ovsdb.OwnedPort) (target endpoint.Endpoint, meter openflow.MeterBand, fl []flows.Flow, ok bool) {
+// Feature is the limits as a feature of an attachment (pkg/feature).
+type Feature struct{}
+
+// Name names the feature.
+func (Feature) Name() string { return "limits" }
+
+// Withdraw withdraws the limits of the ports that record some (Withdraw):
+// a port without a record has no rows of ours (ADD writes both in one
+// transaction).
+func (Feature) Withdraw(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+	var limited []ovsdb.OwnedPort
+	for _, p := range ports {
+		if _, ok := p.Port.ExternalIDs[record.KeyBandwidth]; ok {
+			limited = append(limited, p)
+		}
+	}
+	return Withdraw(ctx, cli, limited)
+}
+
+// Rebuild returns what the record of port p needs to be programmed again:
+// the OpenFlow target, the meter and the flows; ok is false when the port
+// has no egress limit.
+func (Feature) Rebuild(p ovsdb.OwnedPort) (record.Rebuilt, bool) {
 	rec, ok, err := record.BandwidthOf(p)
 	if err != nil || !ok || rec.EgressRate == 0 || rec.EgressBurst == 0 || rec.OpenFlow.IsZero() {
-		return target, openflow.MeterBand{}, nil, false
+		return record.Rebuilt{}, false
 	}
 	bw, err := egress(p, Entry{EgressRate: rec.EgressRate, EgressBurst: rec.EgressBurst})
 	if err != nil {
-		return target, openflow.MeterBand{}, nil, false
+		return record.Rebuilt{}, false
 	}
-	return rec.OpenFlow, bw.Meter(), flows.BandwidthFlows(bw), true
+	return record.Rebuilt{Target: rec.OpenFlow, Cookie: bw.Cookie.WithKind(flows.CookieKindBandwidth),
+		Flows: flows.BandwidthFlows(bw), Meters: []openflow.MeterBand{bw.Meter()}}, true
 }
 
 // ErrLimitMissing says that CHECK found a limit of the config missing or

@@ -26,15 +26,16 @@ func port(t *testing.T, rec *record.Bandwidth, ofport int) ovsdb.OwnedPort {
 // and the ofport OVSDB holds now.
 func TestRebuild(t *testing.T) {
 	rec := record.Bandwidth{OpenFlow: endpoint.MustParse("unix:/run/br0.mgmt"), IngressRate: 8000, IngressBurst: 800, EgressRate: 20_000_000, EgressBurst: 10_000_000}
-	target, meter, fl, ok := Rebuild(port(t, &rec, 40000))
-	if !ok || target != rec.OpenFlow {
-		t.Fatalf("Rebuild: got %q, %v; want %q", target, ok, rec.OpenFlow)
+	r, ok := Feature{}.Rebuild(port(t, &rec, 40000))
+	if !ok || r.Target != rec.OpenFlow || len(r.Meters) != 1 {
+		t.Fatalf("Rebuild: got %q, %d meters, %v; want %q, 1 meter", r.Target, len(r.Meters), ok, rec.OpenFlow)
 	}
+	meter, fl := r.Meters[0], r.Flows
 	bw := flows.Bandwidth{Cookie: flows.AttachmentCookie("ctr", "eth0"), OFPort: 40000, RateKbps: 20000, BurstKb: 10000}
 	if meter != bw.Meter() {
 		t.Errorf("meter: got %s, want %s", meter, bw.Meter())
 	}
-	if want := flows.BandwidthFlows(bw); len(fl) != 1 || fl[0].String() != want[0].String() {
+	if want := flows.BandwidthFlows(bw); len(fl) != 1 || fl[0].String() != want[0].String() || r.Cookie != flows.Cookie(want[0].Cookie) {
 		t.Errorf("flows: got %v, want %v", fl, want)
 	}
 	for name, p := range map[string]ovsdb.OwnedPort{
@@ -42,7 +43,7 @@ func TestRebuild(t *testing.T) {
 		"ingress only":   port(t, &record.Bandwidth{OpenFlow: rec.OpenFlow, IngressRate: 8000, IngressBurst: 800}, 40000),
 		"no ofport (-1)": port(t, &rec, -1),
 	} {
-		if _, _, _, ok := Rebuild(p); ok {
+		if _, ok := (Feature{}).Rebuild(p); ok {
 			t.Errorf("%s: Rebuild says there is an egress limit", name)
 		}
 	}

@@ -443,3 +443,28 @@ func Gateways(ids map[string]string) []netip.Prefix {
 	}
 	return addrs
 }
+
+// Rebuilt is what the record of one feature of an attachment (port
+// security, host ports, limits: pkg/feature) asks of its bridge and node,
+// with the ofport OVSDB holds now. reconcile installs it, CHECK compares
+// the bridge with it, trace names flows by it.
+type Rebuilt struct {
+	// Target is the bridge's OpenFlow endpoint, as recorded.
+	Target endpoint.Endpoint
+	// Flows replace every flow of Cookie; Meters go in before them.
+	Cookie flows.Cookie
+	Flows  []flows.Flow
+	Meters []openflow.MeterBand
+	// The facts of a feature that its flows are not the whole of, nil for
+	// the others: the port's table-0 facts, whose target the bridge's own
+	// flows (gateways, overlay) follow; the host ports' translations,
+	// served to the node by nft too, and their conntrack pipeline, whose
+	// shared flows (and Shared, those of the node addresses, which several
+	// attachments may want) go once on a bridge and whose zone limits go
+	// through ovs-vswitchd's Control socket ("": found, unixctl.Find).
+	PortSecurity *flows.PortSecurity
+	HostPorts    *flows.HostPorts
+	Pipeline     *flows.Pipeline
+	Shared       []flows.Flow
+	Control      string
+}

@@ -183,38 +183,18 @@ func ClaimKey(r flows.Rule) string {
 }
 
 // HostPorts is what ADD resolved for the host ports of an attachment, stored
-// as JSON in the port's external_ids[KeyHostPorts].
+// as JSON in the port's external_ids[KeyHostPorts]: the facts of its flows,
+// the pipeline they run through, and where ovs-vswitchd answers. The JSON is
+// that of records written before it embedded the facts
+// (testdata/hostports_*.json).
 type HostPorts struct {
 	Version  int               `json:"v"`
 	OpenFlow endpoint.Endpoint `json:"openflow"` // the bridge's OpenFlow target
 	// VswitchdControl is the control socket of ovs-vswitchd ADD was given
 	// ("": found as unixctl.Find finds it).
 	VswitchdControl string `json:"vswitchdControl,omitempty"`
-	DNATZone        uint16 `json:"dnatZone"`
-	SNATZone        uint16 `json:"snatZone"`
-	// ContainerZone and the limits: 0 in records written before they existed.
-	ContainerZone  uint16 `json:"containerZone,omitempty"`
-	Limit          uint32 `json:"conntrackLimit,omitempty"`
-	ContainerLimit uint32 `json:"containerConntrackLimit,omitempty"`
-	Cookie         string `json:"cookie"`
-	OFPort         uint32 `json:"ofport"`
-	MAC            string `json:"mac"`
-	// NodeMAC: "" in records written before it existed.
-	NodeMAC string `json:"nodeMAC,omitempty"`
-
-	IPv4      netip.Addr   `json:"ipv4,omitzero"`
-	IPv6      netip.Addr   `json:"ipv6,omitzero"`
-	HairpinV4 netip.Addr   `json:"hairpinV4,omitzero"`
-	HairpinV6 netip.Addr   `json:"hairpinV6,omitzero"`
-	SNAT      bool         `json:"snat"`
-	MasqAll   bool         `json:"masqAll"`
-	Rules     []flows.Rule `json:"rules"`
-	// Loopback: the node-local translations of loopback addresses
-	// (flows.HostPorts.Loopback), none in records written before them.
-	Loopback []flows.Rule `json:"loopback,omitempty"`
-	// ConnRate and ConnBurst: 0 without newConnectionRate.
-	ConnRate  uint32 `json:"newConnectionRate,omitempty"`
-	ConnBurst uint32 `json:"newConnectionBurst,omitempty"`
+	flows.Pipeline
+	flows.HostPorts
 }
 
 // PublishHostPorts is the change of port p's external_ids that records the
@@ -222,9 +202,7 @@ type HostPorts struct {
 // arguments): the keys of an earlier record and its claims to remove, the
 // record to set, and the claims to take.
 func PublishHostPorts(p ovsdb.OwnedPort, target endpoint.Endpoint, control string, pl flows.Pipeline, a flows.HostPorts) (unset []string, set map[string]string, claims []string, err error) {
-	rec := newHostPorts(target, pl, a)
-	rec.VswitchdControl = control
-	raw, err := json.Marshal(rec)
+	raw, err := json.Marshal(HostPorts{Version: 1, OpenFlow: target, VswitchdControl: control, Pipeline: pl, HostPorts: a})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("host port record of port %q: %w", p.Port.Name, err)
 	}
@@ -235,46 +213,10 @@ func PublishHostPorts(p ovsdb.OwnedPort, target endpoint.Endpoint, control strin
 	return HostPortKeys(p), map[string]string{KeyHostPorts: string(raw)}, claims, nil
 }
 
-// newHostPorts is the record of attachment a on the bridge at target.
-func newHostPorts(target endpoint.Endpoint, pl flows.Pipeline, a flows.HostPorts) HostPorts {
-	return HostPorts{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
-		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
-		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), NodeMAC: macString(a.NodeMAC), IPv4: a.IPv4, IPv6: a.IPv6,
-		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules,
-		Loopback: a.Loopback, ConnRate: a.ConnRate, ConnBurst: a.ConnBurst}
-}
-
-// macString renders a MAC, "" for none.
-func macString(m openflow.MAC) string {
-	if m.IsZero() {
-		return ""
-	}
-	return m.String()
-}
-
-// Facts rebuilds the flow facts from the record.
+// Facts returns the flow facts of the record. It fails on none: the record
+// decodes into them (HostPortsOf).
 func (r HostPorts) Facts() (flows.Pipeline, flows.HostPorts, error) {
-	var c uint64
-	if _, err := fmt.Sscanf(r.Cookie, "0x%x", &c); err != nil {
-		return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record cookie %q: %w", r.Cookie, err)
-	}
-	mac, err := openflow.ParseMAC(r.MAC)
-	if err != nil {
-		return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record MAC %q: %w", r.MAC, err)
-	}
-	var nodeMAC openflow.MAC
-	if r.NodeMAC != "" {
-		if nodeMAC, err = openflow.ParseMAC(r.NodeMAC); err != nil {
-			return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record node MAC %q: %w", r.NodeMAC, err)
-		}
-	}
-	pl := flows.Pipeline{DNATZone: r.DNATZone, SNATZone: r.SNATZone, ContainerZone: r.ContainerZone,
-		Limit: r.Limit, ContainerLimit: r.ContainerLimit}
-	return pl, flows.HostPorts{
-		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, NodeMAC: nodeMAC, IPv4: r.IPv4, IPv6: r.IPv6,
-		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, Loopback: r.Loopback, SNAT: r.SNAT, MasqAll: r.MasqAll,
-		ConnRate: r.ConnRate, ConnBurst: r.ConnBurst,
-	}, nil
+	return r.Pipeline, r.HostPorts, nil
 }
 
 // NodeIPs lists the node addresses the recorded rules use.
@@ -319,52 +261,34 @@ func HostPortKeys(p ovsdb.OwnedPort) []string {
 	return keys
 }
 
-// PortSecurity is the stored form of flows.PortSecurity: ovs-bridge's record
-// of a port's table-0 flows (port security and VLAN isolation), stored as
-// JSON in the port's external_ids[KeyPortSecurity]. It holds what the flows
-// need besides the ofport, which reconcile reads from OVSDB, and the cookie,
-// which the port's identity gives, and the link-local address, which is the
-// EUI-64 one of the MAC. Made by NewPortSecurity, read back by Facts; the
-// JSON is the same as that of records written before it was derived from
-// the facts (testdata/portsec_*.json).
+// PortSecurity is ovs-bridge's record of a port's table-0 flows (port
+// security and VLAN isolation), stored as JSON in the port's
+// external_ids[KeyPortSecurity]: their facts and the bridge's OpenFlow
+// target. The facts leave out what the port gives again: the ofport, which
+// reconcile reads from OVSDB, the cookie, which the port's identity gives,
+// and the link-local address, which is the EUI-64 one of the MAC. Made by
+// NewPortSecurity, read back by Facts; the JSON is the same as that of
+// records written before it was derived from the facts
+// (testdata/portsec_*.json).
 type PortSecurity struct {
 	OpenFlow endpoint.Endpoint `json:"openflow"`
-	MAC      openflow.MAC      `json:"mac"`
-	IPs      []netip.Addr      `json:"ips,omitempty"`
-	L2Only   bool              `json:"l2only,omitempty"`
-	// Allowed and AllowVRRP are the network's allowedAddresses and
-	// allowVRRP.
-	Allowed   []netip.Prefix `json:"allowed,omitempty"`
-	AllowVRRP bool           `json:"allowVRRP,omitempty"`
-	// AllowRouter and AllowDHCPServer are the network's allowRouter and
-	// allowDHCPServer.
-	AllowRouter     bool `json:"allowRouter,omitempty"`
-	AllowDHCPServer bool `json:"allowDHCPServer,omitempty"`
-	// VLAN is how the port's VLAN is configured (flows.PortVLAN).
-	VLAN flows.PortVLAN `json:"vlan,omitempty"`
-	// Disabled: portSecurity is off, only VLAN isolation is recorded.
-	Disabled bool `json:"disabled,omitempty"`
-	// Gateways are the gateways of the network on the bridge
-	// (isGateway), for the flows of the port's Service replies; none in
-	// records written before them.
-	Gateways []netip.Prefix `json:"gateways,omitempty"`
+	flows.PortSecurity
 }
 
 // NewPortSecurity is the record of ps, whose flows go to the bridge at
 // target.
 func NewPortSecurity(target endpoint.Endpoint, ps flows.PortSecurity) PortSecurity {
-	return PortSecurity{OpenFlow: target, MAC: ps.MAC, IPs: ps.IPs, L2Only: ps.L2Only, Allowed: ps.Allowed,
-		AllowVRRP: ps.AllowVRRP, AllowRouter: ps.AllowRouter, AllowDHCPServer: ps.AllowDHCPServer, VLAN: ps.VLAN, Disabled: ps.Disabled,
-		Gateways: ps.Gateways}
+	ps.Cookie, ps.OFPort, ps.LinkLocal = 0, 0, netip.Addr{}
+	return PortSecurity{OpenFlow: target, PortSecurity: ps}
 }
 
 // Facts returns the flow facts of the record for ofport and cookie c. The
 // link-local address is the EUI-64 one of the MAC, which ovs-bridge pins on
 // the container interface.
 func (r PortSecurity) Facts(c flows.Cookie, ofport uint32) flows.PortSecurity {
-	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: r.MAC, IPs: r.IPs, LinkLocal: flows.LinkLocalOf(r.MAC.HardwareAddr()),
-		L2Only: r.L2Only, Allowed: r.Allowed, AllowVRRP: r.AllowVRRP, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled,
-		Gateways: r.Gateways}
+	f := r.PortSecurity
+	f.Cookie, f.OFPort, f.LinkLocal = c, ofport, flows.LinkLocalOf(r.MAC.HardwareAddr())
+	return f
 }
 
 // Value is the external_ids value of the record, when it has flows to

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/limit"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
@@ -23,7 +24,7 @@ func TestRebuildAll(t *testing.T) {
 		}
 		return string(b)
 	}
-	bw, err := record.Bandwidth{OpenFlow: endpoint.MustParse("unix:/run/openvswitch/br0.mgmt"), EgressRate: 20_000_000, EgressBurst: 10_000_000}.Value()
+	bw, err := limit.Record{OpenFlow: endpoint.MustParse("unix:/run/openvswitch/br0.mgmt"), Entry: limit.Entry{EgressRate: 20_000_000, EgressBurst: 10_000_000}}.Value()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package limit
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
@@ -9,7 +12,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
 
-func port(t *testing.T, rec *record.Bandwidth, ofport int) ovsdb.OwnedPort {
+func port(t *testing.T, rec *Record, ofport int) ovsdb.OwnedPort {
 	t.Helper()
 	ids := map[string]string{ovsdb.KeyOwner: ovsdb.OwnerValue, ovsdb.KeyContainerID: "ctr", ovsdb.KeyIfName: "eth0"}
 	if rec != nil {
@@ -25,7 +28,7 @@ func port(t *testing.T, rec *record.Bandwidth, ofport int) ovsdb.OwnedPort {
 // Rebuild gives reconcile the meter and flow ADD installed, from the record
 // and the ofport OVSDB holds now.
 func TestRebuild(t *testing.T) {
-	rec := record.Bandwidth{OpenFlow: endpoint.MustParse("unix:/run/br0.mgmt"), IngressRate: 8000, IngressBurst: 800, EgressRate: 20_000_000, EgressBurst: 10_000_000}
+	rec := Record{OpenFlow: endpoint.MustParse("unix:/run/br0.mgmt"), Entry: Entry{IngressRate: 8000, IngressBurst: 800, EgressRate: 20_000_000, EgressBurst: 10_000_000}}
 	r, ok := Feature{}.Rebuild(port(t, &rec, 40000))
 	if !ok || r.Target != rec.OpenFlow || len(r.Meters) != 1 {
 		t.Fatalf("Rebuild: got %q, %d meters, %v; want %q, 1 meter", r.Target, len(r.Meters), ok, rec.OpenFlow)
@@ -40,7 +43,7 @@ func TestRebuild(t *testing.T) {
 	}
 	for name, p := range map[string]ovsdb.OwnedPort{
 		"no record":      port(t, nil, 40000),
-		"ingress only":   port(t, &record.Bandwidth{OpenFlow: rec.OpenFlow, IngressRate: 8000, IngressBurst: 800}, 40000),
+		"ingress only":   port(t, &Record{OpenFlow: rec.OpenFlow, Entry: Entry{IngressRate: 8000, IngressBurst: 800}}, 40000),
 		"no ofport (-1)": port(t, &rec, -1),
 	} {
 		if _, ok := (Feature{}).Rebuild(p); ok {
@@ -65,5 +68,34 @@ func TestKilo(t *testing.T) {
 		if got := kilo(bits); got != want {
 			t.Errorf("kilo(%d) = %d, want %d", bits, got, want)
 		}
+	}
+}
+
+// The records in testdata are as ovs-bandwidth wrote them before the record
+// embedded the limits: each decodes to the limits it was written from, and
+// those give back the same JSON to the byte.
+func TestRecordGolden(t *testing.T) {
+	br0 := endpoint.MustParse("unix:/run/openvswitch/br0.mgmt")
+	for file, want := range map[string]Record{
+		"bandwidth_full.json": {OpenFlow: br0, Entry: Entry{IngressRate: 20_000_000, IngressBurst: 10_000_000, EgressRate: 8_000_000, EgressBurst: 4_000_000},
+			EgressOFPort: 7},
+		"bandwidth_ingress.json":  {OpenFlow: br0, Entry: Entry{IngressRate: 20_000_000, IngressBurst: 10_000_000}},
+		"bandwidth_noofport.json": {OpenFlow: endpoint.MustParse("tcp:127.0.0.1:6653"), Entry: Entry{EgressRate: 8_000_000, EgressBurst: 4_000_000}},
+	} {
+		t.Run(file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := strings.TrimSuffix(string(b), "\n")
+			p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{record.KeyBandwidth: stored}}}
+			got, ok, err := RecordOf(p)
+			if !ok || err != nil || got != want {
+				t.Fatalf("RecordOf: %+v, %v, %v; want %+v", got, ok, err, want)
+			}
+			if raw, err := want.Value(); err != nil || raw != stored {
+				t.Errorf("record of the limits\n%s, %v\nwant\n%s", raw, err, stored)
+			}
+		})
 	}
 }

@@ -1,8 +1,9 @@
 // Package record is the OVSDB schema of an attachment beyond its identity:
 // the external_ids keys the plugins write on their Port rows (the host port
-// record, its exclusive claims, the port security record) and on Bridge rows
-// (the gateway addresses, the zone limits set), with the JSON records they
-// hold. The identity keys (owner, container ID, ifname, netns, network,
+// record, its exclusive claims, the port security record; the limits'
+// record is pkg/limit's) and on Bridge rows (the gateway addresses, the
+// zone limits set), with the JSON records they hold, and what a feature's
+// record rebuilds (Rebuilt). The identity keys (owner, container ID, ifname, netns, network,
 // bridge, MAC), by which pkg/ovsdb finds the rows, are declared there.
 //
 // The records are what survives an ovs-vswitchd restart: the flows of every
@@ -42,7 +43,8 @@ const (
 	// K8S_POD_NAME in CNI_ARGS: how the node tools and the metrics name
 	// it.
 	KeyPod = "ovsflow.io/pod"
-	// KeyBandwidth holds ovs-bandwidth's Bandwidth record (JSON).
+	// KeyBandwidth holds ovs-bandwidth's record of the limits (JSON,
+	// pkg/limit's Record).
 	KeyBandwidth = "ovsflow.io/bandwidth"
 	// KeyIPAM holds the "ipam" section (JSON) of the network config that
 	// ovs-bridge's ADD allocated the addresses with: its DEL releases them
@@ -313,46 +315,6 @@ func PortSecurityOf(p ovsdb.OwnedPort) (PortSecurity, bool) {
 		return PortSecurity{}, false
 	}
 	return r, true
-}
-
-// Bandwidth is ovs-bandwidth's record of a port's limits, stored as JSON in
-// the port's external_ids[KeyBandwidth]: what reconcile needs to put the
-// egress meter and its flow back (the ingress limit is the port's QoS row,
-// which OVSDB keeps), and what CHECK compares the config with. Rates are in
-// bits per second, bursts in bits, as in the config.
-type Bandwidth struct {
-	OpenFlow     endpoint.Endpoint `json:"openflow"`
-	IngressRate  uint64            `json:"ingressRate,omitempty"`
-	IngressBurst uint64            `json:"ingressBurst,omitempty"`
-	EgressRate   uint64            `json:"egressRate,omitempty"`
-	EgressBurst  uint64            `json:"egressBurst,omitempty"`
-	// EgressOFPort is the ofport whose meter (flows.MeterOf) holds the
-	// egress limit, for the DEL that finds the Interface without one (its
-	// veth gone, on the kernel datapath); 0 in records written before it.
-	EgressOFPort uint32 `json:"egressOFPort,omitempty"`
-}
-
-// Value is the external_ids value of the record.
-func (r Bandwidth) Value() (string, error) {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return "", fmt.Errorf("bandwidth record: %w", err)
-	}
-	return string(b), nil
-}
-
-// BandwidthOf reads the bandwidth record of a port; ok is false when it
-// has none.
-func BandwidthOf(p ovsdb.OwnedPort) (Bandwidth, bool, error) {
-	var r Bandwidth
-	raw, ok := p.Port.ExternalIDs[KeyBandwidth]
-	if !ok {
-		return r, false, nil
-	}
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return r, true, fmt.Errorf("bandwidth record of port %q: %w", p.Port.Name, err)
-	}
-	return r, true, nil
 }
 
 // Gateways lists the gateway addresses recorded in a bridge's external_ids.

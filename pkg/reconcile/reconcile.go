@@ -3,8 +3,9 @@
 // feature of pkg/feature rebuilds its own from its record), the node-local
 // nft elements of the host ports, the gateway addresses of the bridges and
 // their flows, the overlay's flows (pkg/overlay, from its tunnel port's
-// record); it removes the flows of attachments that are gone. `ovs-portmap reconcile` runs it once, or on every
-// ovs-vswitchd start (Run).
+// record); it removes the flows of attachments that are gone.
+// `ovs-portmap reconcile` runs it once, or on every ovs-vswitchd start
+// (Run).
 package reconcile
 
 import (

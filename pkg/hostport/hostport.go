@@ -359,7 +359,8 @@ type Feature struct{}
 // Name names the feature.
 func (Feature) Name() string { return "host ports" }
 
-// Withdraw is the package's Withdraw.
+// Withdraw withdraws the host ports of the ports as ovs-portmap's DEL does
+// (Withdraw).
 func (Feature) Withdraw(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
 	return Withdraw(ctx, cli, ports)
 }

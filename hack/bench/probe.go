@@ -69,6 +69,7 @@ var bridgeSteps = map[string]phase{
 	"DEL claimed flows":     {"OpenFlow delete: flows of an ADD that died before its insert (none here)", true},
 	"DEL host ports":        {"host ports (Mesos only; ovs-portmap's are gone)", true},
 	"DEL limits":            {"limits of ovs-bandwidth, had its DEL not run (none here)", true},
+	"DEL port security":     {"nothing: its flows went with the attachment's cookie, its record goes with the port", true},
 	"DEL port":              {"OVSDB transaction: port deleted, mark removed (no wait)", true},
 	"DEL veth":              {"netlink: veth delete (kernel)", false},
 	"DEL ipam":              {"IPAM: host-local DEL (exec)", false},
@@ -302,13 +303,13 @@ func (r *replayer) once(ctx context.Context, res *replayResult) (err error) {
 	cli.Close()
 	// The port security bundle again: what an OpenFlow call costs once
 	// ovs-vswitchd is idle (the split of "port flows" in the report).
-	if target, c, fl, ok := portsec.Rebuild(ports[0]); ok {
-		b := openflow.Bundle{c.Delete()}
-		for _, f := range fl {
+	if r, ok := (portsec.Feature{}).Rebuild(ports[0]); ok {
+		b := openflow.Bundle{r.Cookie.Delete()}
+		for _, f := range r.Flows {
 			b = append(b, f)
 		}
 		start = time.Now()
-		if err := openflow.Apply(ctx, target, b); err != nil {
+		if err := openflow.Apply(ctx, r.Target, b); err != nil {
 			return err
 		}
 		res.extra[bundleAgain] = append(res.extra[bundleAgain], time.Since(start))

@@ -2,19 +2,8 @@
 // bandwidth plugin's contract (capability "bandwidth", ingressRate,
 // ingressBurst, egressRate, egressBurst in bits per second and bits,
 // prevResult passed through) with the limits enforced inside Open vSwitch
-// on the attachment's port:
-//
-//   - ingress, the traffic to the container, leaves Open vSwitch on the
-//     port: a linux-htb QoS row with one queue shapes it there (a tc htb
-//     qdisc on the host veth, which both datapaths send through);
-//   - egress, the traffic from the container, enters Open vSwitch on the
-//     port: an OpenFlow meter (pkg/flows, PriorityBandwidth) drops what is
-//     above the rate, before port security and everything else sees it.
-//
-// The QoS and Queue rows carry the attachment's identity in their
-// external_ids and the port records the limits (record.Bandwidth), so that
-// DEL and GC find what is theirs and reconcile puts the meter back after an
-// ovs-vswitchd restart (the rows survive it, the meter does not).
+// on the attachment's port by pkg/limit (the ingress a QoS queue, the
+// egress an OpenFlow meter).
 package bandwidth
 
 import (
@@ -26,27 +15,8 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnierr"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/limit"
 )
-
-// Entry is one set of limits, as the reference plugin and the CNI
-// conventions' runtimeConfig.bandwidth spell it: rates in bits per second,
-// bursts in bits, 0 for no limit; a rate needs its burst and a burst its
-// rate.
-type Entry struct {
-	IngressRate  uint64 `json:"ingressRate"`
-	IngressBurst uint64 `json:"ingressBurst"`
-	EgressRate   uint64 `json:"egressRate"`
-	EgressBurst  uint64 `json:"egressBurst"`
-}
-
-// IsZero reports whether no limit is set.
-func (e Entry) IsZero() bool {
-	return e.IngressRate == 0 && e.IngressBurst == 0 && e.EgressRate == 0 && e.EgressBurst == 0
-}
-
-// Ingress and Egress report whether the direction is limited.
-func (e Entry) Ingress() bool { return e.IngressRate > 0 && e.IngressBurst > 0 }
-func (e Entry) Egress() bool  { return e.EgressRate > 0 && e.EgressBurst > 0 }
 
 // Conf is the network configuration of ovs-bandwidth.
 type Conf struct {
@@ -56,13 +26,13 @@ type Conf struct {
 	// The limits may be keys of the config itself, as with the reference
 	// plugin: when any of them is there, runtimeConfig.bandwidth is not
 	// looked at.
-	*Entry
+	*limit.Entry
 	// UnshapedSubnets and ShapedSubnets are refused: see LoadConf.
 	UnshapedSubnets []string `json:"unshapedSubnets,omitempty"`
 	ShapedSubnets   []string `json:"shapedSubnets,omitempty"`
 
 	RuntimeConfig struct {
-		Bandwidth *Entry `json:"bandwidth,omitempty"`
+		Bandwidth *limit.Entry `json:"bandwidth,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 	LogFile string `json:"logFile,omitempty"` // see package cnilog
 	// Timeout is how long an ADD may take (cnicmd.ParseTimeout).
@@ -72,7 +42,7 @@ type Conf struct {
 	// Limits the limits in force; all resolved by LoadConf.
 	Endpoints cnicmd.Endpoints `json:"-"`
 	Budget    cnicmd.Budget    `json:"-"`
-	Limits    Entry            `json:"-"`
+	Limits    limit.Entry      `json:"-"`
 }
 
 // Meter bounds: an OpenFlow meter counts kilobits (1000 bits) in 32 bits.

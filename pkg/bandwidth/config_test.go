@@ -6,24 +6,26 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/ovsflow/ovs-cni/pkg/limit"
 )
 
 func TestLoadConf(t *testing.T) {
 	const head = `{"cniVersion":"1.0.0","name":"net","type":"ovs-bandwidth"`
 	for _, tc := range []struct {
 		name, conf string
-		want       Entry
+		want       limit.Entry
 		code       uint     // 0: no error
 		field      string   // named in the error
 		msg        []string // in the error too
 	}{
 		{name: "none", conf: head + `}`},
 		{name: "config keys", conf: head + `,"ingressRate":8000,"ingressBurst":800,"egressRate":16000,"egressBurst":1600}`,
-			want: Entry{8000, 800, 16000, 1600}},
+			want: limit.Entry{IngressRate: 8000, IngressBurst: 800, EgressRate: 16000, EgressBurst: 1600}},
 		{name: "runtimeConfig", conf: head + `,"runtimeConfig":{"bandwidth":{"ingressRate":8000,"ingressBurst":800}}}`,
-			want: Entry{IngressRate: 8000, IngressBurst: 800}},
+			want: limit.Entry{IngressRate: 8000, IngressBurst: 800}},
 		{name: "config keys win over runtimeConfig", conf: head + `,"egressRate":1000,"egressBurst":100,"runtimeConfig":{"bandwidth":{"ingressRate":8000,"ingressBurst":800}}}`,
-			want: Entry{EgressRate: 1000, EgressBurst: 100}},
+			want: limit.Entry{EgressRate: 1000, EgressBurst: 100}},
 		{name: "rate without burst", conf: head + `,"ingressRate":8000}`, code: 7, field: `"ingressBurst"`, msg: []string{"if rate is set, burst must also be set"}},
 		{name: "burst without rate", conf: head + `,"egressBurst":8000}`, code: 7, field: `"egressRate"`, msg: []string{"if burst is set, rate must also be set"}},
 		{name: "runtime rate without burst", conf: head + `,"runtimeConfig":{"bandwidth":{"egressRate":8000}}}`, code: 7,
@@ -59,14 +61,6 @@ func TestLoadConf(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestKilo(t *testing.T) {
-	for bits, want := range map[uint64]uint32{1: 1, 499: 1, 1499: 1, 1500: 2, 20_000_000: 20000} {
-		if got := kilo(bits); got != want {
-			t.Errorf("kilo(%d) = %d, want %d", bits, got, want)
-		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/limit"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 )
 
@@ -51,7 +52,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	defer done()
-	if err := Apply(ctx, cli, port, target, conf.Name, conf.Limits); err != nil {
+	if err := limit.Apply(ctx, cli, port, target, conf.Name, conf.Limits); err != nil {
 		return err
 	}
 	l := conf.Limits
@@ -80,7 +81,7 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := Withdraw(ctx, cli, ports); err != nil {
+	if err := limit.Withdraw(ctx, cli, ports); err != nil {
 		return err
 	}
 	// Rows of a port that is gone already.
@@ -102,7 +103,7 @@ func CmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	defer done()
-	return Check(ctx, cli, port, target, conf.Limits)
+	return limit.Check(ctx, cli, port, target, conf.Limits)
 }
 
 // CmdGC removes the limits of our attachments of the network not in
@@ -114,7 +115,7 @@ func CmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	defer gc.Close()
-	if err := Withdraw(gc.Ctx, gc.OVSDB, gc.Stale); err != nil {
+	if err := limit.Withdraw(gc.Ctx, gc.OVSDB, gc.Stale); err != nil {
 		return err
 	}
 	owned, err := gc.OVSDB.OwnedQoSAttachments(gc.Ctx)
@@ -134,7 +135,7 @@ func CmdGC(args *skel.CmdArgs) error {
 	if err := gc.OVSDB.ClearPortQoS(gc.Ctx, nil, orphans...); err != nil {
 		return err
 	}
-	return RemoveOrphans(gc.Ctx, gc.OVSDB, gc.Conf.Endpoints)
+	return limit.RemoveOrphans(gc.Ctx, gc.OVSDB, gc.Conf.Endpoints)
 }
 
 // CmdStatus reports OVSDB unreachable as code 50.

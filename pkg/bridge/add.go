@@ -349,7 +349,7 @@ func (a *adding) replacePrevious() error {
 		if err := cutOff(a.ctx, a.conf, a.previous); err != nil {
 			return err
 		}
-		if err := withdrawChained(a.ctx, a.cli, a.previous); err != nil {
+		if err := withdrawChained(a.ctx, a.cli, a.previous, untimed); err != nil {
 			return err
 		}
 		err = a.cli.DetachPortsAndSync(a.ctx, ovsdb.PortUUIDs(a.previous)...)

@@ -11,12 +11,13 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
+	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/feature"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ipam"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
-	"github.com/ovsflow/ovs-cni/pkg/portsec"
 )
 
 // CmdCheck verifies that what ADD built is still there, naming what drifted.
@@ -132,36 +133,57 @@ func CmdCheck(args *skel.CmdArgs) error {
 	})
 }
 
-// checkFlows compares the port's table-0 flows with what its record says
-// they must be (openflow.Diff), and finds the flows of any other attachment
-// on its ofport.
+// checkFlows compares, for each feature of pkg/feature that the port
+// records, its flows with what its record says they must be
+// (openflow.Diff), and, with port security, finds the flows of any other
+// attachment on its ofport.
 func checkFlows(ctx context.Context, p ovsdb.OwnedPort) error {
-	target, c, want, ok := portsec.Rebuild(p)
-	if !ok {
-		return nil // port security off and untagged: no flows of its own
-	}
 	ofport := uint32(*p.Interface.OFPort)
-	suite := flows.SuiteDelete()
-	dumped, err := openflow.Dump(ctx, target, suite.Cookie, suite.Mask)
-	if err != nil {
-		return err
+	dumps := map[endpoint.Endpoint][]openflow.Flow{} // the suite's flows, one dump an endpoint
+	for _, f := range feature.All {
+		r, ok := f.Rebuild(p)
+		if !ok {
+			continue // not recorded, as port security off and untagged: no flows of its own
+		}
+		dumped, ok := dumps[r.Target]
+		if !ok {
+			suite := flows.SuiteDelete()
+			var err error
+			if dumped, err = openflow.Dump(ctx, r.Target, suite.Cookie, suite.Mask); err != nil {
+				return err
+			}
+			dumps[r.Target] = dumped
+		}
+		if r.PortSecurity != nil {
+			if err := othersOnPort(p, r.Cookie, dumped); err != nil {
+				return err
+			}
+		}
+		var got []openflow.Flow
+		for _, d := range dumped {
+			if flows.Cookie(d.Cookie) == r.Cookie {
+				got = append(got, d)
+			}
+		}
+		if err := openflow.Diff(r.Flows, got); err != nil {
+			return fmt.Errorf("port %q (ofport %d): %s flows: %w", p.Port.Name, ofport, f.Name(), err)
+		}
 	}
-	var got []openflow.Flow
+	return nil
+}
+
+// othersOnPort finds, among the dumped flows, a table-0 flow of another
+// attachment than c's that matches port p's frames.
+func othersOnPort(p ovsdb.OwnedPort, c flows.Cookie, dumped []openflow.Flow) error {
+	ofport := uint32(*p.Interface.OFPort)
 	own, _ := c.AnyKind()
 	for _, f := range dumped {
 		fc := flows.Cookie(f.Cookie)
-		if fc == c {
-			got = append(got, f)
-			continue
-		}
 		v, _ := fc.AnyKind()
 		if in, ok := f.Match.InPortOf(); ok && in == ofport && f.Table == flows.TableClassifier && v != own &&
 			fc.Kind() != flows.CookieKindShared && fc.Kind() != flows.CookieKindTombstone {
 			return fmt.Errorf("port %q (ofport %d): a flow of another attachment matches its frames: %s", p.Port.Name, ofport, f)
 		}
-	}
-	if err := openflow.Diff(want, got); err != nil {
-		return fmt.Errorf("port %q (ofport %d): port security flows: %w", p.Port.Name, ofport, err)
 	}
 	return nil
 }

@@ -5,15 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
-	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnilog"
+	"github.com/ovsflow/ovs-cni/pkg/feature"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/gateway"
-	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/ipam"
 	"github.com/ovsflow/ovs-cni/pkg/link"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -106,10 +106,7 @@ func detach(ctx context.Context, cli *ovsdb.Client, conf *NetConf, args *skel.Cm
 			return nil, err
 		}
 	}
-	if err := l.did("host ports", hostport.Withdraw(ctx, cli, ports)); err != nil {
-		return nil, err
-	}
-	if err := l.did("limits", withdrawLimits(ctx, cli, ports)); err != nil {
+	if err := withdrawChained(ctx, cli, ports, l.did); err != nil {
 		return nil, err
 	}
 	if err := l.did("port", cli.Finish(ctx, del)); err != nil {
@@ -144,26 +141,22 @@ func withdrawGateways(ctx context.Context, cli *ovsdb.Client, conf *NetConf, por
 	}
 }
 
-// withdrawChained removes what is recorded on ports besides ovs-bridge's
-// own flows: the host ports (by ovs-portmap, or by ovs-bridge itself for
-// Mesos) and the limits (ovs-bandwidth's egress meter and QoS rows, which
-// OVSDB and ovs-vswitchd keep when the port and its flows go). So nothing
-// outlives the port when the chained plugin's DEL is never called: a GC
-// (ovs-bridge's runs first), an ADD that replaces the attachment.
-func withdrawChained(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
-	if err := hostport.Withdraw(ctx, cli, ports); err != nil {
-		return err
-	}
-	return withdrawLimits(ctx, cli, ports)
-}
-
-// withdrawLimits removes the limits recorded on ports (withdrawChained).
-func withdrawLimits(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
-	var limited []ovsdb.OwnedPort
-	for _, p := range ports {
-		if _, ok := p.Port.ExternalIDs[record.KeyBandwidth]; ok {
-			limited = append(limited, p)
+// withdrawChained removes what the features of pkg/feature recorded on
+// ports besides ovs-bridge's own flows (port security's go with the
+// attachment's cookie and the port): the host ports (by ovs-portmap, or by
+// ovs-bridge itself for Mesos) and the limits (ovs-bandwidth's egress meter
+// and QoS rows, which OVSDB and ovs-vswitchd keep when the port and its
+// flows go). So nothing outlives the port when the chained plugin's DEL is
+// never called: a GC (ovs-bridge's runs first), an ADD that replaces the
+// attachment. Each feature's outcome goes through step (a DEL's laps).
+func withdrawChained(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort, step func(name string, err error) error) error {
+	for _, f := range slices.Backward(feature.All) {
+		if err := step(f.Name(), f.Withdraw(ctx, cli, ports)); err != nil {
+			return err
 		}
 	}
-	return bandwidth.Withdraw(ctx, cli, limited)
+	return nil
 }
+
+// untimed is a step of no laps.
+func untimed(_ string, err error) error { return err }

@@ -108,7 +108,7 @@ func collect(ctx context.Context, cli *ovsdb.Client, conf *NetConf, a ovsdb.Atta
 	if err := cutOff(ctx, conf, ports); err != nil {
 		return false, err
 	}
-	if err := withdrawChained(ctx, cli, ports); err != nil {
+	if err := withdrawChained(ctx, cli, ports, untimed); err != nil {
 		return false, err
 	}
 	if err := cli.Finish(ctx, del); err != nil {

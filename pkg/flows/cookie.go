@@ -3,6 +3,8 @@ package flows
 import (
 	"fmt"
 	"hash/fnv"
+	"strconv"
+	"strings"
 
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 )
@@ -31,6 +33,20 @@ func (c Cookie) Kind() uint8 { return uint8(c >> CookieKindShift) }
 
 // String renders the cookie as ovs-ofctl prints it: 0x%016x.
 func (c Cookie) String() string { return fmt.Sprintf("0x%016x", uint64(c)) }
+
+// MarshalText renders c as String does, for the records that hold it.
+func (c Cookie) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText parses a cookie in hex after "0x", as String renders it.
+func (c *Cookie) UnmarshalText(b []byte) error {
+	hex, ok := strings.CutPrefix(string(b), "0x")
+	v, err := strconv.ParseUint(hex, 16, 64)
+	if !ok || err != nil {
+		return fmt.Errorf("cookie %q: not 0x and at most 16 hex digits", b)
+	}
+	*c = Cookie(v)
+	return nil
+}
 
 // Delete selects every flow with exactly this cookie, in every table.
 func (c Cookie) Delete() openflow.Delete { return openflow.Delete{Cookie: uint64(c), Mask: ^uint64(0)} }

@@ -15,39 +15,43 @@ type Flow = openflow.Flow
 
 // HostPorts is everything the host port flows of one container interface
 // (its attachment's cookie, CookieKindAttachment) depend on; the facts of
-// its port flows are PortSecurity. record.HostPorts is its stored form.
+// its port flows are PortSecurity. record.HostPorts stores it as JSON.
 type HostPorts struct {
-	Cookie Cookie
+	Cookie Cookie `json:"cookie"`
 	// OFPort is the OpenFlow port of the container's host-side interface.
-	OFPort uint32
+	OFPort uint32 `json:"ofport"`
 	// MAC is the container interface's MAC address.
-	MAC openflow.MAC
+	MAC openflow.MAC `json:"mac"`
 	// NodeMAC is the MAC of the bridge's internal interface, which holds the
 	// node addresses: requests are translated only when sent to it, since
 	// their destination MAC becomes the reply's source (LabelOrigEthDst).
 	// Zero (records from before it): any destination MAC.
-	NodeMAC openflow.MAC
+	NodeMAC openflow.MAC `json:"nodeMAC,omitzero"`
 	// IPv4 and IPv6 are the container's addresses; either may be zero.
-	IPv4, IPv6 netip.Addr
+	IPv4 netip.Addr `json:"ipv4,omitzero"`
+	IPv6 netip.Addr `json:"ipv6,omitzero"`
 	// HairpinV4 and HairpinV6 are node addresses used as the source of
 	// hairpin (SNAT) and masqueraded (MasqAll) requests.
-	HairpinV4, HairpinV6 netip.Addr
+	HairpinV4 netip.Addr `json:"hairpinV4,omitzero"`
+	HairpinV6 netip.Addr `json:"hairpinV6,omitzero"`
+	// SNAT makes hairpin work: container → its own host port.
+	SNAT bool `json:"snat"`
+	// MasqAll SNATs every request to the container to the hairpin address,
+	// hiding the client's address.
+	MasqAll bool `json:"masqAll"`
 	// Rules are the resolved translations to this container (see Resolve).
-	Rules []Rule
+	Rules []Rule `json:"rules"`
 	// Loopback are the translations of the node's IPv4 loopback addresses
 	// (127.0.0.1 for a mapping without a host IP). They are served to the
 	// node's own processes by the kernel's nat/output hook (pkg/hostport),
 	// never by a flow: a frame to 127.0.0.0/8 on the bridge is nobody's.
-	Loopback []Rule
-	// SNAT makes hairpin work: container → its own host port.
-	SNAT bool
-	// MasqAll SNATs every request to the container to the hairpin address,
-	// hiding the client's address.
-	MasqAll bool
+	// None in records written before them.
+	Loopback []Rule `json:"loopback,omitempty"`
 	// ConnRate bounds the new connections (ct_state +new) per second of
 	// each mapping, after a burst of ConnBurst (0: no bound); see
 	// TablePortmapNew.
-	ConnRate, ConnBurst uint32
+	ConnRate  uint32 `json:"newConnectionRate,omitempty"`
+	ConnBurst uint32 `json:"newConnectionBurst,omitempty"`
 }
 
 // Validate reports facts AttachmentFlows cannot render correctly.

@@ -464,3 +464,22 @@ func TestResolveLoopback(t *testing.T) {
 		})
 	}
 }
+
+// A cookie in a record is its String, and reads back; anything else is no
+// cookie.
+func TestCookieText(t *testing.T) {
+	c := AttachmentCookie("ctr", "eth0")
+	b, err := c.MarshalText()
+	if err != nil || string(b) != c.String() {
+		t.Fatalf("MarshalText: %q, %v; want %q", b, err, c.String())
+	}
+	var got Cookie
+	if err := got.UnmarshalText(b); err != nil || got != c {
+		t.Errorf("UnmarshalText(%q): %s, %v; want %s", b, got, err, c)
+	}
+	for _, s := range []string{"", "0x", "12", "0xzz", "0x10000000000000000"} {
+		if err := got.UnmarshalText([]byte(s)); err == nil {
+			t.Errorf("UnmarshalText(%q): no error", s)
+		}
+	}
+}

@@ -761,12 +761,17 @@ const (
 // zones. Tables and priorities are fixed. ContainerZone 0 (records written
 // before it existed) tracks container clients in the DNAT zone too.
 type Pipeline struct {
-	DNATZone, SNATZone, ContainerZone uint16
+	DNATZone uint16 `json:"dnatZone"`
+	SNATZone uint16 `json:"snatZone"`
+	// ContainerZone and the limits: 0 in host port records written before
+	// they existed.
+	ContainerZone uint16 `json:"containerZone,omitempty"`
 	// Limit bounds the conntrack entries of the DNAT and SNAT zones, and
 	// ContainerLimit those of the container zone (0: no limit), so that a
 	// flood from containers cannot use up what clients outside and the
 	// node rely on.
-	Limit, ContainerLimit uint32
+	Limit          uint32 `json:"conntrackLimit,omitempty"`
+	ContainerLimit uint32 `json:"containerConntrackLimit,omitempty"`
 }
 
 // Default conntrack limits of the pipeline's zones.

@@ -27,39 +27,40 @@ const (
 // PortSecurity is what ovs-bridge's table-0 flows of one container port
 // depend on: port security, and VLAN isolation from the host port pipeline.
 // ovs-bridge builds it once per state of the port; the port's record
-// (record.PortSecurity, its stored form) is derived from it, and reconcile
-// gets it back from that record.
+// (record.PortSecurity) stores it as JSON, less what the port gives again
+// (the fields tagged "-"), and reconcile gets it back from that record.
 type PortSecurity struct {
-	Cookie Cookie // any kind; rendered with CookieKindPortSecurity
-	OFPort uint32
-	MAC    openflow.MAC
+	Cookie Cookie       `json:"-"` // any kind; rendered with CookieKindPortSecurity
+	OFPort uint32       `json:"-"`
+	MAC    openflow.MAC `json:"mac"`
 	// IPs are the container's addresses: without an IPv4 one it sends no
 	// IPv4 (nor ARP); without an IPv6 one only from LinkLocal.
-	IPs []netip.Addr
+	IPs []netip.Addr `json:"ips,omitempty"`
 	// LinkLocal is the container interface's IPv6 link-local address
 	// (EUI-64 of MAC, pinned by ovs-bridge); invalid: none allowed.
-	LinkLocal netip.Addr
+	LinkLocal netip.Addr `json:"-"`
+	// L2Only: no addresses are known (no IPAM): check the source MAC only.
+	L2Only bool `json:"l2only,omitempty"`
 	// Allowed are the further prefixes the container may send from
 	// (allowedAddresses: a VIP, a VRRP address, a nested guest), with ARP
 	// for IPv4 ones and neighbour discovery for IPv6 ones (which are
 	// single addresses: nd_target matches exactly).
-	Allowed []netip.Prefix
+	Allowed []netip.Prefix `json:"allowed,omitempty"`
 	// AllowVRRP lets it send VRRP adverts to their group from its own and
 	// allowed addresses; without it, VRRP is dropped.
-	AllowVRRP bool
-	// L2Only: no addresses are known (no IPAM): check the source MAC only.
-	L2Only bool
+	AllowVRRP bool `json:"allowVRRP,omitempty"`
 	// AllowRouter lets the container send router advertisements and
 	// redirects; AllowDHCPServer DHCPv4/DHCPv6 server and relay frames.
-	AllowRouter, AllowDHCPServer bool
-	VLAN                         PortVLAN
+	AllowRouter     bool     `json:"allowRouter,omitempty"`
+	AllowDHCPServer bool     `json:"allowDHCPServer,omitempty"`
+	VLAN            PortVLAN `json:"vlan,omitempty"`
 	// Disabled: portSecurity is off; only the VLAN isolation flow remains.
-	Disabled bool
+	Disabled bool `json:"disabled,omitempty"`
 	// Gateways are the gateways of the port's network on the bridge's
 	// internal interface (isGateway), each with its subnet's prefix
 	// length: with them, the port's replies to Services go back through
 	// the node (see gateway.go), port security or not.
-	Gateways []netip.Prefix
+	Gateways []netip.Prefix `json:"gateways,omitempty"`
 }
 
 // LinkLocalOf returns the IPv6 link-local address the kernel derives from

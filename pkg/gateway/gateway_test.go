@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
@@ -20,7 +21,7 @@ func TestUnused(t *testing.T) {
 		return ovsdb.OwnedPort{Port: ovsdb.Port{ExternalIDs: m}}
 	}
 	portsec := func(ip string, disabled bool) map[string]string {
-		raw, _, _ := record.PortSecurity{MAC: [6]byte{2, 0, 0, 0, 0, 1}, IPs: []netip.Addr{netip.MustParseAddr(ip)}, Disabled: disabled, VLAN: 1}.Value()
+		raw, _, _ := record.PortSecurity{PortSecurity: flows.PortSecurity{MAC: [6]byte{2, 0, 0, 0, 0, 1}, IPs: []netip.Addr{netip.MustParseAddr(ip)}, Disabled: disabled, VLAN: 1}}.Value()
 		return map[string]string{record.KeyPortSecurity: raw}
 	}
 	for _, tc := range []struct {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
+	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 )
@@ -17,7 +18,11 @@ func TestStaleConnMeters(t *testing.T) {
 	rules := flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}, {Protocol: flows.UDP, HostPort: 53, ContainerPort: 53}},
 		[]netip.Addr{node}, ctr, netip.Addr{})
 	c := flows.AttachmentCookie("ctr", "eth0")
-	rec := record.HostPorts{Version: 1, Cookie: c.String(), OFPort: 40000, MAC: "02:00:00:00:00:0a", IPv4: ctr, Rules: rules, ConnRate: 20, ConnBurst: 10}
+	mac, err := openflow.ParseMAC("02:00:00:00:00:0a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := record.HostPorts{Version: 1, HostPorts: flows.HostPorts{Cookie: c, OFPort: 40000, MAC: mac, IPv4: ctr, Rules: rules, ConnRate: 20, ConnBurst: 10}}
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		t.Fatal(err)

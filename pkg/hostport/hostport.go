@@ -353,18 +353,31 @@ func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort) error {
 	return nil
 }
 
+// Feature is host ports as a feature of an attachment (pkg/feature).
+type Feature struct{}
+
+// Name names the feature.
+func (Feature) Name() string { return "host ports" }
+
+// Withdraw withdraws the host ports of the ports as ovs-portmap's DEL does
+// (Withdraw).
+func (Feature) Withdraw(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+	return Withdraw(ctx, cli, ports)
+}
+
 // Rebuild returns what the host port record of port p needs to be
-// programmed again (reconcile): the OpenFlow target, the control socket ADD
-// was given ("" when none), the pipeline and the attachment, with the ofport
-// OVSDB holds now and the bridge interface's MAC of now. ok is false when p has no usable record.
-func Rebuild(p ovsdb.OwnedPort) (target endpoint.Endpoint, control string, pl flows.Pipeline, a flows.HostPorts, ok bool) {
+// programmed again: the OpenFlow target, the control socket ADD was given
+// ("" when none), the pipeline, the attachment with the ofport OVSDB holds
+// now and the bridge interface's MAC of now, and the flows and meters they
+// make. ok is false when p has no usable record.
+func (Feature) Rebuild(p ovsdb.OwnedPort) (record.Rebuilt, bool) {
 	rec, ok, err := record.HostPortsOf(p)
 	if err != nil || !ok {
-		return target, "", pl, a, false
+		return record.Rebuilt{}, false
 	}
-	pl, a, err = rec.Facts()
+	pl, a, err := rec.Facts()
 	if err != nil {
-		return target, "", pl, a, false
+		return record.Rebuilt{}, false
 	}
 	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
 		a.OFPort = uint32(*p.Interface.OFPort)
@@ -376,7 +389,8 @@ func Rebuild(p ovsdb.OwnedPort) (target endpoint.Endpoint, control string, pl fl
 			a.NodeMAC = m
 		}
 	}
-	return rec.OpenFlow, rec.VswitchdControl, pl, a, true
+	return record.Rebuilt{Target: rec.OpenFlow, Cookie: a.Cookie, Flows: pl.AttachmentFlows(a), Meters: flows.ConnMeters(a),
+		HostPorts: &a, Pipeline: &pl, Shared: pl.NodeIPFlows(a), Control: rec.VswitchdControl}, true
 }
 
 // meterIDs are the IDs of the meters.

@@ -119,9 +119,10 @@ func FuzzContainerFacts(f *testing.F) {
 // the record: it may hold anything another client wrote) and renders what a
 // DEL or reconcile would do with it, without panicking.
 func FuzzRecordOf(f *testing.F) {
-	rec, _ := json.Marshal(record.HostPorts{Version: 1, OpenFlow: endpoint.MustParse("unix:/run/openvswitch/br0.mgmt"), DNATZone: 64000, SNATZone: 64001,
-		Cookie: flows.AttachmentCookie("c", "eth0").String(), OFPort: 3, MAC: "02:00:00:00:00:01", SNAT: true,
-		Rules: []flows.Rule{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}}})
+	rec, _ := json.Marshal(record.HostPorts{Version: 1, OpenFlow: endpoint.MustParse("unix:/run/openvswitch/br0.mgmt"),
+		Pipeline: flows.Pipeline{DNATZone: 64000, SNATZone: 64001},
+		HostPorts: flows.HostPorts{Cookie: flows.AttachmentCookie("c", "eth0"), OFPort: 3, MAC: openflow.MAC{2, 0, 0, 0, 0, 1}, SNAT: true,
+			Rules: []flows.Rule{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}}}})
 	for _, s := range []string{string(rec), `{}`, `{"cookie":"0x"}`, `{"cookie":"0xffffffffffffffffff","mac":"x"}`,
 		`{"v":1,"cookie":"0x0fc5010000000001","mac":"02:00:00:00:00:01","rules":[{"Protocol":0,"NodeIP":"","HostPort":0}]}`,
 		`{"rules":null}`, `not json`} {

@@ -15,12 +15,11 @@ import (
 	"slices"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/feature"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
-	"github.com/ovsflow/ovs-cni/pkg/portsec"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 	"github.com/ovsflow/ovs-cni/pkg/trace"
 )
@@ -102,33 +101,24 @@ func load(p ovsdb.OwnedPort, ovsdbEndpoint endpoint.Endpoint) (attachment, error
 				f.IPv6 = ip
 			}
 		}
-		if _, _, fl, ok := portsec.Rebuild(p); ok {
-			at.declared = append(at.declared, fl...)
-		}
 		for _, g := range rec.Gateways {
 			at.declared = append(at.declared, flows.GatewayFlows(g)...)
 		}
 	}
-	if target, ctl, pl, a, ok := hostport.Rebuild(p); ok {
-		at.target, at.control = target, ctl
-		f.HostPorts = true
-		f.Pipeline, f.Rules = pl, a.Rules
-		if !a.NodeMAC.IsZero() {
-			f.NodeMAC = a.NodeMAC.HardwareAddr()
+	for _, ft := range feature.All {
+		r, ok := ft.Rebuild(p)
+		if !ok {
+			continue
 		}
-		f.HairpinV4, f.HairpinV6, f.SNAT = a.HairpinV4, a.HairpinV6, a.SNAT
-		if a.IPv4.IsValid() {
-			f.IPv4 = a.IPv4
+		if r.Pipeline != nil {
+			at.declared = append(at.declared, r.Pipeline.SharedFlows()...)
 		}
-		if a.IPv6.IsValid() {
-			f.IPv6 = a.IPv6
+		at.declared = append(at.declared, r.Shared...)
+		at.declared = append(at.declared, r.Flows...)
+		if r.HostPorts != nil {
+			at.target, at.control = r.Target, r.Control
+			hostPortFacts(&f, *r.Pipeline, *r.HostPorts)
 		}
-		if f.MAC == nil {
-			f.MAC = a.MAC.HardwareAddr()
-		}
-		at.declared = append(at.declared, pl.SharedFlows()...)
-		at.declared = append(at.declared, pl.NodeIPFlows(a)...)
-		at.declared = append(at.declared, pl.AttachmentFlows(a)...)
 	}
 	if f.MAC == nil {
 		return at, fmt.Errorf("attachment %s: no MAC recorded", id)
@@ -137,6 +127,26 @@ func load(p ovsdb.OwnedPort, ovsdbEndpoint endpoint.Endpoint) (attachment, error
 	at.declared = append(at.declared, flows.BaseFlows()...)
 	at.facts = f
 	return at, nil
+}
+
+// hostPortFacts adds what the host port record of an attachment says (its
+// pipeline pl and facts a) to the facts f of its trace.
+func hostPortFacts(f *trace.Attachment, pl flows.Pipeline, a flows.HostPorts) {
+	f.HostPorts = true
+	f.Pipeline, f.Rules = pl, a.Rules
+	if !a.NodeMAC.IsZero() {
+		f.NodeMAC = a.NodeMAC.HardwareAddr()
+	}
+	f.HairpinV4, f.HairpinV6, f.SNAT = a.HairpinV4, a.HairpinV6, a.SNAT
+	if a.IPv4.IsValid() {
+		f.IPv4 = a.IPv4
+	}
+	if a.IPv6.IsValid() {
+		f.IPv6 = a.IPv6
+	}
+	if f.MAC == nil {
+		f.MAC = a.MAC.HardwareAddr()
+	}
 }
 
 // ownFlows reports whether the records declare flows of the attachment's

@@ -31,8 +31,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/feature"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
-	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/memo"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
@@ -339,16 +339,23 @@ func (c *Collector) collect(ctx context.Context, ch chan<- prometheus.Metric) er
 		bridge := p.Port.ExternalIDs[ovsdb.KeyBridge]
 		target := portsec.Target(p, endpoint.OpenFlow(endpoint.Endpoint{}, c.cfg.OVSDB, bridge))
 		v, _ := flows.AttachmentCookie(id.ContainerID, id.IfName).AnyKind()
-		if t, ctl, pl, a, ok := hostport.Rebuild(p); ok {
-			target = t
-			s := state(target, bridge)
-			if ctl != "" {
-				s.control = ctl
+		for _, f := range feature.All {
+			// The features with conntrack zones (the host ports) name
+			// the bridge's target and control socket, and count their
+			// translations.
+			r, ok := f.Rebuild(p)
+			if !ok || r.Pipeline == nil {
+				continue
 			}
-			for z := range pl.ZoneLimits() {
+			target = r.Target
+			s := state(target, bridge)
+			if r.Control != "" {
+				s.control = r.Control
+			}
+			for z := range r.Pipeline.ZoneLimits() {
 				s.zones[z] = true
 			}
-			c.emit(ch, c.hostPorts, prometheus.GaugeValue, float64(len(a.Rules)), pt.labels...)
+			c.emit(ch, c.hostPorts, prometheus.GaugeValue, float64(len(r.HostPorts.Rules)), pt.labels...)
 		}
 		state(target, bridge).ports[v] = pt
 	}

@@ -1,8 +1,8 @@
 // Package portsec applies the table-0 flows of one ovs-bridge port (port
 // security and VLAN isolation, built by pkg/flows from the port's
 // flows.PortSecurity), records those facts on the port
-// (record.PortSecurity), and rebuilds the flows from that record for
-// reconcile.
+// (record.PortSecurity), and rebuilds the flows from that record
+// (Feature, for reconcile, CHECK, trace).
 package portsec
 
 import (
@@ -77,18 +77,30 @@ func Apply(ctx context.Context, cli *ovsdb.Client, target endpoint.Endpoint, ps 
 	return openflow.ApplyServed(ctx, target, append(openflow.Bundle{clear}, flows.PortSecurityBundle(ps, base...)...))
 }
 
+// Feature is port security as a feature of an attachment (pkg/feature).
+type Feature struct{}
+
+// Name names the feature.
+func (Feature) Name() string { return "port security" }
+
 // Rebuild returns the port security flows recorded for port p, with the
 // ofport OVSDB holds now, their cookie and the OpenFlow target; ok is false
 // when p has no record or no ofport.
-func Rebuild(p ovsdb.OwnedPort) (target endpoint.Endpoint, c flows.Cookie, fl []flows.Flow, ok bool) {
+func (Feature) Rebuild(p ovsdb.OwnedPort) (record.Rebuilt, bool) {
 	rec, ok := record.PortSecurityOf(p)
 	if !ok || p.Interface.OFPort == nil || *p.Interface.OFPort <= 0 {
-		return target, 0, nil, false
+		return record.Rebuilt{}, false
 	}
-	c = flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
+	c := flows.AttachmentCookie(p.Attachment().ContainerID, p.Attachment().IfName)
 	f := rec.Facts(c, uint32(*p.Interface.OFPort))
-	return rec.OpenFlow, c.WithKind(flows.CookieKindPortSecurity), flows.PortSecurityFlows(f), true
+	return record.Rebuilt{Target: rec.OpenFlow, Cookie: c.WithKind(flows.CookieKindPortSecurity),
+		Flows: flows.PortSecurityFlows(f), PortSecurity: &f}, true
 }
+
+// Withdraw has nothing to do: the flows of port security go with the
+// attachment's cookie and its record with the port, both ovs-bridge's
+// DEL's own steps.
+func (Feature) Withdraw(context.Context, *ovsdb.Client, []ovsdb.OwnedPort) error { return nil }
 
 // Target is the OpenFlow target recorded for port p's flows, or fallback
 // when it has no record.

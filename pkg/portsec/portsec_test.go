@@ -29,7 +29,8 @@ func TestRebuild(t *testing.T) {
 	p := ovsdb.OwnedPort{Port: ovsdb.Port{Name: "ovf1", ExternalIDs: map[string]string{
 		ovsdb.KeyContainerID: "ctr", ovsdb.KeyIfName: "eth0", record.KeyPortSecurity: string(raw)}},
 		Interface: ovsdb.Interface{OFPort: &ofport}}
-	target, c, got, ok := Rebuild(p)
+	r, ok := Feature{}.Rebuild(p)
+	target, c, got := r.Target, r.Cookie, r.Flows
 	if !ok {
 		t.Fatal("Rebuild: not ok")
 	}
@@ -53,7 +54,7 @@ func TestRebuild(t *testing.T) {
 		"no record": {Port: ovsdb.Port{ExternalIDs: map[string]string{}}, Interface: p.Interface},
 		"no ofport": {Port: p.Port},
 	} {
-		if _, _, _, ok := Rebuild(q); ok {
+		if _, ok := (Feature{}).Rebuild(q); ok {
 			t.Errorf("%s: Rebuild ok, want nothing to rebuild", name)
 		}
 	}

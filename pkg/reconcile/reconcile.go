@@ -1,11 +1,11 @@
 // Package reconcile rebuilds, from OVSDB alone, what ovs-vswitchd forgets
-// when it restarts: the flows of every live attachment (port security from
-// pkg/portsec, host ports from pkg/hostport, egress limits and their meters
-// from pkg/bandwidth), the node-local nft elements and
-// the gateway addresses of the bridges and their flows, the overlay's flows
-// (pkg/overlay, from its tunnel port's record); it removes the flows of attachments
-// that are gone. `ovs-portmap reconcile` runs it once, or on every
-// ovs-vswitchd start (Run).
+// when it restarts: the flows and meters of every live attachment (each
+// feature of pkg/feature rebuilds its own from its record), the node-local
+// nft elements of the host ports, the gateway addresses of the bridges and
+// their flows, the overlay's flows (pkg/overlay, from its tunnel port's
+// record); it removes the flows of attachments that are gone.
+// `ovs-portmap reconcile` runs it once, or on every ovs-vswitchd start
+// (Run).
 package reconcile
 
 import (
@@ -18,15 +18,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ovsflow/ovs-cni/pkg/bandwidth"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
+	"github.com/ovsflow/ovs-cni/pkg/feature"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/gateway"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
 	"github.com/ovsflow/ovs-cni/pkg/overlay"
 	"github.com/ovsflow/ovs-cni/pkg/ovsdb"
-	"github.com/ovsflow/ovs-cni/pkg/portsec"
 	"github.com/ovsflow/ovs-cni/pkg/record"
 	"github.com/ovsflow/ovs-cni/pkg/unixctl"
 )
@@ -133,49 +132,45 @@ func Reconcile(ctx context.Context, cli *ovsdb.Client, ovsdbEndpoint endpoint.En
 			continue
 		}
 		rebuilt := false // any of the attachment's flows: counted once
-		if target, c, fl, ok := portsec.Rebuild(p); ok {
-			addFlows(get(target), c, fl)
+		for _, f := range feature.All {
+			r, ok := f.Rebuild(p)
+			if !ok {
+				continue
+			}
 			rebuilt = true
-			if b := p.Port.ExternalIDs[ovsdb.KeyBridge]; b != "" {
+			t := get(r.Target)
+			if b := p.Port.ExternalIDs[ovsdb.KeyBridge]; r.PortSecurity != nil && b != "" {
 				if _, ok := portTarget[b]; !ok {
-					portTarget[b] = target
+					portTarget[b] = r.Target
+				}
+			}
+			if r.Pipeline != nil {
+				if r.Control != "" {
+					t.ctl = r.Control
+				}
+				if t.shared == nil {
+					t.shared = r.Pipeline.SharedFlows()
+				}
+				t.pl = r.Pipeline
+			}
+			for _, sf := range r.Shared {
+				if !slices.ContainsFunc(t.shared, func(g flows.Flow) bool { return g.Line() == sf.Line() }) {
+					t.shared = append(t.shared, sf)
+				}
+			}
+			t.meters = append(t.meters, r.Meters...)
+			addFlows(t, r.Cookie, r.Flows)
+			if a := r.HostPorts; a != nil {
+				rules = append(rules, a.Rules...)
+				if len(a.Loopback) > 0 {
+					rules = append(rules, a.Loopback...)
+					localnet[p.Port.ExternalIDs[ovsdb.KeyBridge]] = true
 				}
 			}
 		}
-		if target, meter, fl, ok := bandwidth.Rebuild(p); ok {
-			t := get(target)
-			t.meters = append(t.meters, meter)
-			addFlows(t, flows.Cookie(fl[0].Cookie), fl)
-			rebuilt = true
+		if rebuilt {
+			st.Attachments++
 		}
-		target, ctl, pl, a, ok := hostport.Rebuild(p)
-		if !ok {
-			if rebuilt {
-				st.Attachments++
-			}
-			continue
-		}
-		t := get(target)
-		if ctl != "" {
-			t.ctl = ctl
-		}
-		if t.shared == nil {
-			t.shared = pl.SharedFlows()
-		}
-		for _, f := range pl.NodeIPFlows(a) {
-			if !slices.ContainsFunc(t.shared, func(g flows.Flow) bool { return g.Line() == f.Line() }) {
-				t.shared = append(t.shared, f)
-			}
-		}
-		t.pl = &pl
-		t.meters = append(t.meters, flows.ConnMeters(a)...)
-		addFlows(t, a.Cookie, pl.AttachmentFlows(a))
-		rules = append(rules, a.Rules...)
-		if len(a.Loopback) > 0 {
-			rules = append(rules, a.Loopback...)
-			localnet[p.Port.ExternalIDs[ovsdb.KeyBridge]] = true
-		}
-		st.Attachments++
 	}
 	var errs []error
 	for _, br := range bridges {

@@ -1,8 +1,9 @@
 // Package record is the OVSDB schema of an attachment beyond its identity:
 // the external_ids keys the plugins write on their Port rows (the host port
-// record, its exclusive claims, the port security record) and on Bridge rows
-// (the gateway addresses, the zone limits set), with the JSON records they
-// hold. The identity keys (owner, container ID, ifname, netns, network,
+// record, its exclusive claims, the port security record; the limits'
+// record is pkg/limit's) and on Bridge rows (the gateway addresses, the
+// zone limits set), with the JSON records they hold, and what a feature's
+// record rebuilds (Rebuilt). The identity keys (owner, container ID, ifname, netns, network,
 // bridge, MAC), by which pkg/ovsdb finds the rows, are declared there.
 //
 // The records are what survives an ovs-vswitchd restart: the flows of every
@@ -42,7 +43,8 @@ const (
 	// K8S_POD_NAME in CNI_ARGS: how the node tools and the metrics name
 	// it.
 	KeyPod = "ovsflow.io/pod"
-	// KeyBandwidth holds ovs-bandwidth's Bandwidth record (JSON).
+	// KeyBandwidth holds ovs-bandwidth's record of the limits (JSON,
+	// pkg/limit's Record).
 	KeyBandwidth = "ovsflow.io/bandwidth"
 	// KeyIPAM holds the "ipam" section (JSON) of the network config that
 	// ovs-bridge's ADD allocated the addresses with: its DEL releases them
@@ -183,38 +185,18 @@ func ClaimKey(r flows.Rule) string {
 }
 
 // HostPorts is what ADD resolved for the host ports of an attachment, stored
-// as JSON in the port's external_ids[KeyHostPorts].
+// as JSON in the port's external_ids[KeyHostPorts]: the facts of its flows,
+// the pipeline they run through, and where ovs-vswitchd answers. The JSON is
+// that of records written before it embedded the facts
+// (testdata/hostports_*.json).
 type HostPorts struct {
 	Version  int               `json:"v"`
 	OpenFlow endpoint.Endpoint `json:"openflow"` // the bridge's OpenFlow target
 	// VswitchdControl is the control socket of ovs-vswitchd ADD was given
 	// ("": found as unixctl.Find finds it).
 	VswitchdControl string `json:"vswitchdControl,omitempty"`
-	DNATZone        uint16 `json:"dnatZone"`
-	SNATZone        uint16 `json:"snatZone"`
-	// ContainerZone and the limits: 0 in records written before they existed.
-	ContainerZone  uint16 `json:"containerZone,omitempty"`
-	Limit          uint32 `json:"conntrackLimit,omitempty"`
-	ContainerLimit uint32 `json:"containerConntrackLimit,omitempty"`
-	Cookie         string `json:"cookie"`
-	OFPort         uint32 `json:"ofport"`
-	MAC            string `json:"mac"`
-	// NodeMAC: "" in records written before it existed.
-	NodeMAC string `json:"nodeMAC,omitempty"`
-
-	IPv4      netip.Addr   `json:"ipv4,omitzero"`
-	IPv6      netip.Addr   `json:"ipv6,omitzero"`
-	HairpinV4 netip.Addr   `json:"hairpinV4,omitzero"`
-	HairpinV6 netip.Addr   `json:"hairpinV6,omitzero"`
-	SNAT      bool         `json:"snat"`
-	MasqAll   bool         `json:"masqAll"`
-	Rules     []flows.Rule `json:"rules"`
-	// Loopback: the node-local translations of loopback addresses
-	// (flows.HostPorts.Loopback), none in records written before them.
-	Loopback []flows.Rule `json:"loopback,omitempty"`
-	// ConnRate and ConnBurst: 0 without newConnectionRate.
-	ConnRate  uint32 `json:"newConnectionRate,omitempty"`
-	ConnBurst uint32 `json:"newConnectionBurst,omitempty"`
+	flows.Pipeline
+	flows.HostPorts
 }
 
 // PublishHostPorts is the change of port p's external_ids that records the
@@ -222,9 +204,7 @@ type HostPorts struct {
 // arguments): the keys of an earlier record and its claims to remove, the
 // record to set, and the claims to take.
 func PublishHostPorts(p ovsdb.OwnedPort, target endpoint.Endpoint, control string, pl flows.Pipeline, a flows.HostPorts) (unset []string, set map[string]string, claims []string, err error) {
-	rec := newHostPorts(target, pl, a)
-	rec.VswitchdControl = control
-	raw, err := json.Marshal(rec)
+	raw, err := json.Marshal(HostPorts{Version: 1, OpenFlow: target, VswitchdControl: control, Pipeline: pl, HostPorts: a})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("host port record of port %q: %w", p.Port.Name, err)
 	}
@@ -235,46 +215,10 @@ func PublishHostPorts(p ovsdb.OwnedPort, target endpoint.Endpoint, control strin
 	return HostPortKeys(p), map[string]string{KeyHostPorts: string(raw)}, claims, nil
 }
 
-// newHostPorts is the record of attachment a on the bridge at target.
-func newHostPorts(target endpoint.Endpoint, pl flows.Pipeline, a flows.HostPorts) HostPorts {
-	return HostPorts{Version: 1, OpenFlow: target, DNATZone: pl.DNATZone, SNATZone: pl.SNATZone,
-		ContainerZone: pl.ContainerZone, Limit: pl.Limit, ContainerLimit: pl.ContainerLimit,
-		Cookie: a.Cookie.String(), OFPort: a.OFPort, MAC: a.MAC.String(), NodeMAC: macString(a.NodeMAC), IPv4: a.IPv4, IPv6: a.IPv6,
-		HairpinV4: a.HairpinV4, HairpinV6: a.HairpinV6, SNAT: a.SNAT, MasqAll: a.MasqAll, Rules: a.Rules,
-		Loopback: a.Loopback, ConnRate: a.ConnRate, ConnBurst: a.ConnBurst}
-}
-
-// macString renders a MAC, "" for none.
-func macString(m openflow.MAC) string {
-	if m.IsZero() {
-		return ""
-	}
-	return m.String()
-}
-
-// Facts rebuilds the flow facts from the record.
+// Facts returns the flow facts of the record. It fails on none: the record
+// decodes into them (HostPortsOf).
 func (r HostPorts) Facts() (flows.Pipeline, flows.HostPorts, error) {
-	var c uint64
-	if _, err := fmt.Sscanf(r.Cookie, "0x%x", &c); err != nil {
-		return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record cookie %q: %w", r.Cookie, err)
-	}
-	mac, err := openflow.ParseMAC(r.MAC)
-	if err != nil {
-		return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record MAC %q: %w", r.MAC, err)
-	}
-	var nodeMAC openflow.MAC
-	if r.NodeMAC != "" {
-		if nodeMAC, err = openflow.ParseMAC(r.NodeMAC); err != nil {
-			return flows.Pipeline{}, flows.HostPorts{}, fmt.Errorf("record node MAC %q: %w", r.NodeMAC, err)
-		}
-	}
-	pl := flows.Pipeline{DNATZone: r.DNATZone, SNATZone: r.SNATZone, ContainerZone: r.ContainerZone,
-		Limit: r.Limit, ContainerLimit: r.ContainerLimit}
-	return pl, flows.HostPorts{
-		Cookie: flows.Cookie(c), OFPort: r.OFPort, MAC: mac, NodeMAC: nodeMAC, IPv4: r.IPv4, IPv6: r.IPv6,
-		HairpinV4: r.HairpinV4, HairpinV6: r.HairpinV6, Rules: r.Rules, Loopback: r.Loopback, SNAT: r.SNAT, MasqAll: r.MasqAll,
-		ConnRate: r.ConnRate, ConnBurst: r.ConnBurst,
-	}, nil
+	return r.Pipeline, r.HostPorts, nil
 }
 
 // NodeIPs lists the node addresses the recorded rules use.
@@ -319,52 +263,34 @@ func HostPortKeys(p ovsdb.OwnedPort) []string {
 	return keys
 }
 
-// PortSecurity is the stored form of flows.PortSecurity: ovs-bridge's record
-// of a port's table-0 flows (port security and VLAN isolation), stored as
-// JSON in the port's external_ids[KeyPortSecurity]. It holds what the flows
-// need besides the ofport, which reconcile reads from OVSDB, and the cookie,
-// which the port's identity gives, and the link-local address, which is the
-// EUI-64 one of the MAC. Made by NewPortSecurity, read back by Facts; the
-// JSON is the same as that of records written before it was derived from
-// the facts (testdata/portsec_*.json).
+// PortSecurity is ovs-bridge's record of a port's table-0 flows (port
+// security and VLAN isolation), stored as JSON in the port's
+// external_ids[KeyPortSecurity]: their facts and the bridge's OpenFlow
+// target. The facts leave out what the port gives again: the ofport, which
+// reconcile reads from OVSDB, the cookie, which the port's identity gives,
+// and the link-local address, which is the EUI-64 one of the MAC. Made by
+// NewPortSecurity, read back by Facts; the JSON is the same as that of
+// records written before it was derived from the facts
+// (testdata/portsec_*.json).
 type PortSecurity struct {
 	OpenFlow endpoint.Endpoint `json:"openflow"`
-	MAC      openflow.MAC      `json:"mac"`
-	IPs      []netip.Addr      `json:"ips,omitempty"`
-	L2Only   bool              `json:"l2only,omitempty"`
-	// Allowed and AllowVRRP are the network's allowedAddresses and
-	// allowVRRP.
-	Allowed   []netip.Prefix `json:"allowed,omitempty"`
-	AllowVRRP bool           `json:"allowVRRP,omitempty"`
-	// AllowRouter and AllowDHCPServer are the network's allowRouter and
-	// allowDHCPServer.
-	AllowRouter     bool `json:"allowRouter,omitempty"`
-	AllowDHCPServer bool `json:"allowDHCPServer,omitempty"`
-	// VLAN is how the port's VLAN is configured (flows.PortVLAN).
-	VLAN flows.PortVLAN `json:"vlan,omitempty"`
-	// Disabled: portSecurity is off, only VLAN isolation is recorded.
-	Disabled bool `json:"disabled,omitempty"`
-	// Gateways are the gateways of the network on the bridge
-	// (isGateway), for the flows of the port's Service replies; none in
-	// records written before them.
-	Gateways []netip.Prefix `json:"gateways,omitempty"`
+	flows.PortSecurity
 }
 
 // NewPortSecurity is the record of ps, whose flows go to the bridge at
 // target.
 func NewPortSecurity(target endpoint.Endpoint, ps flows.PortSecurity) PortSecurity {
-	return PortSecurity{OpenFlow: target, MAC: ps.MAC, IPs: ps.IPs, L2Only: ps.L2Only, Allowed: ps.Allowed,
-		AllowVRRP: ps.AllowVRRP, AllowRouter: ps.AllowRouter, AllowDHCPServer: ps.AllowDHCPServer, VLAN: ps.VLAN, Disabled: ps.Disabled,
-		Gateways: ps.Gateways}
+	ps.Cookie, ps.OFPort, ps.LinkLocal = 0, 0, netip.Addr{}
+	return PortSecurity{OpenFlow: target, PortSecurity: ps}
 }
 
 // Facts returns the flow facts of the record for ofport and cookie c. The
 // link-local address is the EUI-64 one of the MAC, which ovs-bridge pins on
 // the container interface.
 func (r PortSecurity) Facts(c flows.Cookie, ofport uint32) flows.PortSecurity {
-	return flows.PortSecurity{Cookie: c, OFPort: ofport, MAC: r.MAC, IPs: r.IPs, LinkLocal: flows.LinkLocalOf(r.MAC.HardwareAddr()),
-		L2Only: r.L2Only, Allowed: r.Allowed, AllowVRRP: r.AllowVRRP, AllowRouter: r.AllowRouter, AllowDHCPServer: r.AllowDHCPServer, VLAN: r.VLAN, Disabled: r.Disabled,
-		Gateways: r.Gateways}
+	f := r.PortSecurity
+	f.Cookie, f.OFPort, f.LinkLocal = c, ofport, flows.LinkLocalOf(r.MAC.HardwareAddr())
+	return f
 }
 
 // Value is the external_ids value of the record, when it has flows to
@@ -391,46 +317,6 @@ func PortSecurityOf(p ovsdb.OwnedPort) (PortSecurity, bool) {
 	return r, true
 }
 
-// Bandwidth is ovs-bandwidth's record of a port's limits, stored as JSON in
-// the port's external_ids[KeyBandwidth]: what reconcile needs to put the
-// egress meter and its flow back (the ingress limit is the port's QoS row,
-// which OVSDB keeps), and what CHECK compares the config with. Rates are in
-// bits per second, bursts in bits, as in the config.
-type Bandwidth struct {
-	OpenFlow     endpoint.Endpoint `json:"openflow"`
-	IngressRate  uint64            `json:"ingressRate,omitempty"`
-	IngressBurst uint64            `json:"ingressBurst,omitempty"`
-	EgressRate   uint64            `json:"egressRate,omitempty"`
-	EgressBurst  uint64            `json:"egressBurst,omitempty"`
-	// EgressOFPort is the ofport whose meter (flows.MeterOf) holds the
-	// egress limit, for the DEL that finds the Interface without one (its
-	// veth gone, on the kernel datapath); 0 in records written before it.
-	EgressOFPort uint32 `json:"egressOFPort,omitempty"`
-}
-
-// Value is the external_ids value of the record.
-func (r Bandwidth) Value() (string, error) {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return "", fmt.Errorf("bandwidth record: %w", err)
-	}
-	return string(b), nil
-}
-
-// BandwidthOf reads the bandwidth record of a port; ok is false when it
-// has none.
-func BandwidthOf(p ovsdb.OwnedPort) (Bandwidth, bool, error) {
-	var r Bandwidth
-	raw, ok := p.Port.ExternalIDs[KeyBandwidth]
-	if !ok {
-		return r, false, nil
-	}
-	if err := json.Unmarshal([]byte(raw), &r); err != nil {
-		return r, true, fmt.Errorf("bandwidth record of port %q: %w", p.Port.Name, err)
-	}
-	return r, true, nil
-}
-
 // Gateways lists the gateway addresses recorded in a bridge's external_ids.
 func Gateways(ids map[string]string) []netip.Prefix {
 	var addrs []netip.Prefix
@@ -442,4 +328,29 @@ func Gateways(ids map[string]string) []netip.Prefix {
 		}
 	}
 	return addrs
+}
+
+// Rebuilt is what the record of one feature of an attachment (port
+// security, host ports, limits: pkg/feature) asks of its bridge and node,
+// with the ofport OVSDB holds now. reconcile installs it, CHECK compares
+// the bridge with it, trace names flows by it.
+type Rebuilt struct {
+	// Target is the bridge's OpenFlow endpoint, as recorded.
+	Target endpoint.Endpoint
+	// Flows replace every flow of Cookie; Meters go in before them.
+	Cookie flows.Cookie
+	Flows  []flows.Flow
+	Meters []openflow.MeterBand
+	// The facts of a feature that its flows are not the whole of, nil for
+	// the others: the port's table-0 facts, whose target the bridge's own
+	// flows (gateways, overlay) follow; the host ports' translations,
+	// served to the node by nft too, and their conntrack pipeline, whose
+	// shared flows (and Shared, those of the node addresses, which several
+	// attachments may want) go once on a bridge and whose zone limits go
+	// through ovs-vswitchd's Control socket ("": found, unixctl.Find).
+	PortSecurity *flows.PortSecurity
+	HostPorts    *flows.HostPorts
+	Pipeline     *flows.Pipeline
+	Shared       []flows.Flow
+	Control      string
 }

@@ -1,4 +1,18 @@
-package bandwidth
+// Package limit is the bandwidth limits of one attachment, on its
+// ovs-bridge port (ovs-bandwidth's feature; the plugin is pkg/bandwidth):
+//
+//   - ingress, the traffic to the container, leaves Open vSwitch on the
+//     port: a linux-htb QoS row with one queue shapes it there (a tc htb
+//     qdisc on the host veth, which both datapaths send through);
+//   - egress, the traffic from the container, enters Open vSwitch on the
+//     port: an OpenFlow meter (pkg/flows, PriorityBandwidth) drops what is
+//     above the rate, before port security and everything else sees it.
+//
+// The QoS and Queue rows carry the attachment's identity in their
+// external_ids and the port records the limits (Record), so that
+// DEL and GC find what is theirs and reconcile puts the meter back after an
+// ovs-vswitchd restart (the rows survive it, the meter does not).
+package limit
 
 import (
 	"context"
@@ -14,6 +28,26 @@ import (
 	"github.com/ovsflow/ovs-cni/pkg/record"
 	"github.com/ovsflow/ovs-cni/pkg/rollback"
 )
+
+// Entry is one set of limits, as the reference plugin and the CNI
+// conventions' runtimeConfig.bandwidth spell it: rates in bits per second,
+// bursts in bits, 0 for no limit; a rate needs its burst and a burst its
+// rate. A Record writes them without the zeros.
+type Entry struct {
+	IngressRate  uint64 `json:"ingressRate,omitempty"`
+	IngressBurst uint64 `json:"ingressBurst,omitempty"`
+	EgressRate   uint64 `json:"egressRate,omitempty"`
+	EgressBurst  uint64 `json:"egressBurst,omitempty"`
+}
+
+// IsZero reports whether no limit is set.
+func (e Entry) IsZero() bool {
+	return e.IngressRate == 0 && e.IngressBurst == 0 && e.EgressRate == 0 && e.EgressBurst == 0
+}
+
+// Ingress and Egress report whether the direction is limited.
+func (e Entry) Ingress() bool { return e.IngressRate > 0 && e.IngressBurst > 0 }
+func (e Entry) Egress() bool  { return e.EgressRate > 0 && e.EgressBurst > 0 }
 
 // QoSType is the QoS of the ingress limit: tc htb on the port's device.
 // Both datapaths send to a veth through the kernel's qdisc (the kernel
@@ -52,9 +86,8 @@ func qosSpec(l Entry, network string) *ovsdb.QoSSpec {
 // (reconcile then knows of the meter even if this command dies), then the
 // meter and its flow. A failure undoes what went in.
 func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target endpoint.Endpoint, network string, l Entry) (err error) {
-	old, hadOld, _ := record.BandwidthOf(p)
-	rec := record.Bandwidth{OpenFlow: target, IngressRate: l.IngressRate, IngressBurst: l.IngressBurst,
-		EgressRate: l.EgressRate, EgressBurst: l.EgressBurst}
+	old, hadOld, _ := RecordOf(p)
+	rec := Record{OpenFlow: target, Entry: l}
 	var bw flows.Bandwidth
 	if l.Egress() {
 		if bw, err = egress(p, l); err != nil {
@@ -92,7 +125,7 @@ func Apply(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target end
 
 // removeEgress removes the egress flow and meter of port p (rec: its
 // record), if ovs-vswitchd serves the bridge (else they went with it).
-func removeEgress(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec record.Bandwidth) error {
+func removeEgress(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec Record) error {
 	target := rec.OpenFlow
 	if target.IsZero() || !endpoint.Listening(target) {
 		return nil
@@ -117,7 +150,7 @@ func removeEgress(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec
 // kernel datapath gives it ofport -1), the recorded one, unless another
 // interface of the bridge holds that number now (its meter is that
 // interface's, and deleting a meter deletes the flows that use it).
-func meterPort(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec record.Bandwidth) (uint32, error) {
+func meterPort(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec Record) (uint32, error) {
 	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
 		return uint32(*p.Interface.OFPort), nil
 	}
@@ -141,14 +174,14 @@ func meterPort(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec re
 // limits, and limits already gone, are no error.
 func Withdraw(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
 	for _, p := range ports {
-		rec, ok, err := record.BandwidthOf(p)
+		rec, ok, err := RecordOf(p)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			// No record: no meter; rows of an ADD that died are removed
 			// all the same.
-			rec = record.Bandwidth{}
+			rec = Record{}
 		}
 		if err := withdraw(ctx, cli, p, rec); err != nil {
 			return err
@@ -157,26 +190,46 @@ func Withdraw(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) e
 	return nil
 }
 
-func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec record.Bandwidth) error {
+func withdraw(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, rec Record) error {
 	if err := removeEgress(ctx, cli, p, rec); err != nil {
 		return err
 	}
 	return cli.ClearPortQoS(ctx, []string{record.KeyBandwidth}, p.Attachment())
 }
 
-// Rebuild returns what the record of port p needs to be programmed again
-// (reconcile): the OpenFlow target, the meter and the flows; ok is false
-// when the port has no egress limit.
-func Rebuild(p ovsdb.OwnedPort) (target endpoint.Endpoint, meter openflow.MeterBand, fl []flows.Flow, ok bool) {
-	rec, ok, err := record.BandwidthOf(p)
+// Feature is the limits as a feature of an attachment (pkg/feature).
+type Feature struct{}
+
+// Name names the feature.
+func (Feature) Name() string { return "limits" }
+
+// Withdraw withdraws the limits of the ports that record some (Withdraw):
+// a port without a record has no rows of ours (ADD writes both in one
+// transaction).
+func (Feature) Withdraw(ctx context.Context, cli *ovsdb.Client, ports []ovsdb.OwnedPort) error {
+	var limited []ovsdb.OwnedPort
+	for _, p := range ports {
+		if _, ok := p.Port.ExternalIDs[record.KeyBandwidth]; ok {
+			limited = append(limited, p)
+		}
+	}
+	return Withdraw(ctx, cli, limited)
+}
+
+// Rebuild returns what the record of port p needs to be programmed again:
+// the OpenFlow target, the meter and the flows; ok is false when the port
+// has no egress limit.
+func (Feature) Rebuild(p ovsdb.OwnedPort) (record.Rebuilt, bool) {
+	rec, ok, err := RecordOf(p)
 	if err != nil || !ok || rec.EgressRate == 0 || rec.EgressBurst == 0 || rec.OpenFlow.IsZero() {
-		return target, openflow.MeterBand{}, nil, false
+		return record.Rebuilt{}, false
 	}
-	bw, err := egress(p, Entry{EgressRate: rec.EgressRate, EgressBurst: rec.EgressBurst})
+	bw, err := egress(p, rec.Entry)
 	if err != nil {
-		return target, openflow.MeterBand{}, nil, false
+		return record.Rebuilt{}, false
 	}
-	return rec.OpenFlow, bw.Meter(), flows.BandwidthFlows(bw), true
+	return record.Rebuilt{Target: rec.OpenFlow, Cookie: bw.Cookie.WithKind(flows.CookieKindBandwidth),
+		Flows: flows.BandwidthFlows(bw), Meters: []openflow.MeterBand{bw.Meter()}}, true
 }
 
 // ErrLimitMissing says that CHECK found a limit of the config missing or
@@ -186,12 +239,11 @@ var ErrLimitMissing = errors.New("limit not in force")
 // Check verifies that port p has exactly the limits l: the record, the QoS
 // the port uses with its queue, the egress flow and its meter's band.
 func Check(ctx context.Context, cli *ovsdb.Client, p ovsdb.OwnedPort, target endpoint.Endpoint, l Entry) error {
-	rec, ok, err := record.BandwidthOf(p)
+	rec, ok, err := RecordOf(p)
 	if err != nil {
 		return err
 	}
-	want := record.Bandwidth{OpenFlow: target, IngressRate: l.IngressRate, IngressBurst: l.IngressBurst,
-		EgressRate: l.EgressRate, EgressBurst: l.EgressBurst}
+	want := Record{OpenFlow: target, Entry: l}
 	if l.Egress() && rec.EgressOFPort != 0 && p.Interface.OFPort != nil {
 		// The meter's port, as ADD recorded it (records written before
 		// it have none).

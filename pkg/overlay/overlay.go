@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/podroutes"
@@ -49,13 +50,7 @@ const (
 
 // ParseMode reads a mode ("": Hybrid).
 func ParseMode(s string) (Mode, error) {
-	switch m := Mode(s); m {
-	case "":
-		return Hybrid, nil
-	case None, Geneve, VXLAN, Hybrid:
-		return m, nil
-	}
-	return "", fmt.Errorf("overlay %q: want geneve, vxlan, none or hybrid", s)
+	return parseOneOf("overlay", s, Hybrid, Geneve, VXLAN, None)
 }
 
 // Underlay is the address family the tunnel's packets travel in (the
@@ -74,13 +69,23 @@ const (
 
 // ParseUnderlay reads an underlay ("": Auto).
 func ParseUnderlay(s string) (Underlay, error) {
-	switch u := Underlay(s); u {
-	case "":
-		return Auto, nil
-	case Auto, IPv4, IPv6:
-		return u, nil
+	return parseOneOf("underlay", s, Auto, IPv4, IPv6)
+}
+
+// parseOneOf reads s as one of values ("": the first), the flag's name
+// what in its error.
+func parseOneOf[T ~string](what, s string, values ...T) (T, error) {
+	if s == "" {
+		return values[0], nil
 	}
-	return "", fmt.Errorf("underlay %q: want ipv4, ipv6 or auto", s)
+	if i := slices.Index(values, T(s)); i >= 0 {
+		return values[i], nil
+	}
+	want := make([]string, len(values))
+	for i, v := range values {
+		want[i] = string(v)
+	}
+	return "", fmt.Errorf("%s %q: want one of %s", what, s, strings.Join(want, ", "))
 }
 
 // families are the families of InternalIP the tunnel may go from, in the

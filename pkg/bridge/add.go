@@ -521,7 +521,7 @@ func (a *adding) prepareContEnd() error {
 	// and announce them (gratuitous ARP / unsolicited NA) when the link comes
 	// up. The link-local address is the EUI-64 one of the MAC, whatever the
 	// netns' default, because port security allows exactly that one.
-	conf := link.Conf{IPv4: map[string]string{"arp_notify": "1"},
+	conf := link.Sysctls{IPv4: map[string]string{"arp_notify": "1"},
 		IPv6: map[string]string{"accept_dad": "0", "ndisc_notify": "1", "addr_gen_mode": "0"}}
 	if a.conf.IPAM.Type != "" && !a.conf.AllowRouter {
 		// Addresses and routes come from IPAM: no router advertisement
@@ -539,8 +539,8 @@ func (a *adding) prepareContEnd() error {
 
 // containerMAC prepares the container end ifname (prepareContEnd) and
 // returns its MAC.
-func containerMAC(ifname string, conf link.Conf, netdev, up bool) (openflow.MAC, error) {
-	if err := link.SetConf(ifname, conf); err != nil {
+func containerMAC(ifname string, conf link.Sysctls, netdev, up bool) (openflow.MAC, error) {
+	if err := link.SetSysctls(ifname, conf); err != nil {
 		return openflow.MAC{}, err
 	}
 	if netdev {

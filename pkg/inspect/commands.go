@@ -325,7 +325,7 @@ func (c *common) flows(ctx context.Context, w io.Writer) error {
 }
 
 // Header is the first line of `ovs-portmap flows`.
-func Header(f trace.Attachment, c flows.Cookie) string {
+func Header(f trace.Facts, c flows.Cookie) string {
 	s := fmt.Sprintf("attachment %s/%s", f.ContainerID, f.IfName)
 	if f.Pod != "" {
 		s += " (pod " + f.Pod + ")"

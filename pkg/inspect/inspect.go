@@ -69,7 +69,7 @@ func find(ctx context.Context, cli *ovsdb.Client, w Which) (ovsdb.OwnedPort, err
 // attachment is what the records of one port say.
 type attachment struct {
 	port     ovsdb.OwnedPort
-	facts    trace.Attachment
+	facts    trace.Facts
 	cookie   flows.Cookie      // CookieKindAttachment
 	target   endpoint.Endpoint // the bridge's OpenFlow endpoint
 	control  string            // ovs-vswitchd's control socket, as recorded
@@ -81,7 +81,7 @@ type attachment struct {
 func load(p ovsdb.OwnedPort, ovsdbEndpoint endpoint.Endpoint) (attachment, error) {
 	id := p.Attachment()
 	at := attachment{port: p, cookie: flows.AttachmentCookie(id.ContainerID, id.IfName)}
-	f := trace.Attachment{ContainerID: id.ContainerID, IfName: id.IfName, Pod: p.Port.ExternalIDs[record.KeyPod],
+	f := trace.Facts{ContainerID: id.ContainerID, IfName: id.IfName, Pod: p.Port.ExternalIDs[record.KeyPod],
 		Bridge: p.Port.ExternalIDs[ovsdb.KeyBridge]}
 	if p.Interface.OFPort != nil && *p.Interface.OFPort > 0 {
 		f.OFPort = uint32(*p.Interface.OFPort)
@@ -131,7 +131,7 @@ func load(p ovsdb.OwnedPort, ovsdbEndpoint endpoint.Endpoint) (attachment, error
 
 // hostPortFacts adds what the host port record of an attachment says (its
 // pipeline pl and facts a) to the facts f of its trace.
-func hostPortFacts(f *trace.Attachment, pl flows.Pipeline, a flows.HostPorts) {
+func hostPortFacts(f *trace.Facts, pl flows.Pipeline, a flows.HostPorts) {
 	f.HostPorts = true
 	f.Pipeline, f.Rules = pl, a.Rules
 	if !a.NodeMAC.IsZero() {

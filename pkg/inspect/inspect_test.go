@@ -55,7 +55,7 @@ func TestWriteFlows(t *testing.T) {
 	if strings.Index(out, "the host-port request classifier (DNAT zone)") > strings.Index(out, "the host-port output to the container") {
 		t.Errorf("host ports out of table order:\n%s", out)
 	}
-	h := Header(trace.Attachment{ContainerID: "ctr", IfName: "eth0", Pod: "shop/web-0", Bridge: "br0", OFPort: 7}, c)
+	h := Header(trace.Facts{ContainerID: "ctr", IfName: "eth0", Pod: "shop/web-0", Bridge: "br0", OFPort: 7}, c)
 	if want := "attachment ctr/eth0 (pod shop/web-0), bridge br0, ofport 7, cookie "; !strings.HasPrefix(h, want) || !strings.HasSuffix(h, "/0xffff00ffffffffff") {
 		t.Errorf("header: got %q", h)
 	}

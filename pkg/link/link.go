@@ -224,19 +224,19 @@ func SetSysctl(key, value string) error {
 	return err
 }
 
-// Conf is an interface's sysctls: keys of net/ipv4/conf/IFNAME and of
+// Sysctls is an interface's sysctls: keys of net/ipv4/conf/IFNAME and of
 // net/ipv6/conf/IFNAME.
-type Conf struct {
+type Sysctls struct {
 	IPv4, IPv6 map[string]string
 }
 
-// SetConf writes c for interface name in the current netns. Each family's
+// SetSysctls writes c for interface name in the current netns. Each family's
 // directory is looked up once and its keys are opened relative to it: the
 // lookup of an interface's directory under /proc/sys is most of a sysctl
 // write's cost (docs/performance.md), and every container has an "eth0".
 // A missing key or directory (IPv6 disabled) is skipped, as SetSysctl
 // skips it.
-func SetConf(name string, c Conf) error {
+func SetSysctls(name string, c Sysctls) error {
 	for _, fam := range []struct {
 		dir string
 		kv  map[string]string
@@ -281,5 +281,5 @@ func writeConf(dir string, kv map[string]string) error {
 // (arp_ignore=8), no IPv6. Needed for ports of a userspace-datapath bridge,
 // whose frames the kernel also receives.
 func Isolate(name string) error {
-	return SetConf(name, Conf{IPv4: map[string]string{"arp_ignore": "8"}, IPv6: map[string]string{"disable_ipv6": "1"}})
+	return SetSysctls(name, Sysctls{IPv4: map[string]string{"arp_ignore": "8"}, IPv6: map[string]string{"disable_ipv6": "1"}})
 }

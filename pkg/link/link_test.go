@@ -162,16 +162,16 @@ func TestRandomMAC(t *testing.T) {
 	}
 }
 
-// TestSetConf writes IPv4 and IPv6 sysctls of a veth in a scratch
+// TestSetSysctls writes IPv4 and IPv6 sysctls of a veth in a scratch
 // netns and reads them back; a key that does not exist is skipped.
-func TestSetConf(t *testing.T) {
+func TestSetSysctls(t *testing.T) {
 	nettest.RequireRoot(t)
 	n := nettest.NewNS(t)
 	err := n.Do(func(ns.NetNS) error {
 		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0p"}); err != nil {
 			return err
 		}
-		if err := SetConf("eth0", Conf{IPv4: map[string]string{"arp_notify": "1", "arp_ignore": "8"},
+		if err := SetSysctls("eth0", Sysctls{IPv4: map[string]string{"arp_notify": "1", "arp_ignore": "8"},
 			IPv6: map[string]string{"accept_dad": "0", "ndisc_notify": "1", "no_such_key": "1"}}); err != nil {
 			return err
 		}
@@ -185,8 +185,8 @@ func TestSetConf(t *testing.T) {
 				t.Errorf("%s: got %q, want %q", key, strings.TrimSpace(string(got)), want)
 			}
 		}
-		if err := SetConf("nosuchlink", Conf{IPv4: map[string]string{"arp_notify": "1"}}); err != nil {
-			t.Errorf("SetConf of a missing link: %v, want nil (skipped)", err)
+		if err := SetSysctls("nosuchlink", Sysctls{IPv4: map[string]string{"arp_notify": "1"}}); err != nil {
+			t.Errorf("SetSysctls of a missing link: %v, want nil (skipped)", err)
 		}
 		return nil
 	})
@@ -196,13 +196,13 @@ func TestSetConf(t *testing.T) {
 }
 
 // BenchmarkSysctls writes the five sysctls ovs-bridge sets on a container's
-// eth0, one path each (SetSysctl) and by directory (SetConf), in a netns
+// eth0, one path each (SetSysctl) and by directory (SetSysctls), in a netns
 // beside others that each have an eth0 too, as on a node with containers.
 func BenchmarkSysctls(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("SKIPPED: needs root (scratch network namespaces)")
 	}
-	conf := Conf{IPv4: map[string]string{"arp_notify": "1"},
+	conf := Sysctls{IPv4: map[string]string{"arp_notify": "1"},
 		IPv6: map[string]string{"accept_dad": "0", "ndisc_notify": "1", "addr_gen_mode": "0", "accept_ra": "0"}}
 	eth0 := func(n ns.NetNS) {
 		if err := n.Do(func(ns.NetNS) error {
@@ -225,7 +225,7 @@ func BenchmarkSysctls(b *testing.B) {
 			all = append(all, n)
 			eth0(n)
 			// Each netns's eth0 directory is looked up once, as an ADD does.
-			_ = n.Do(func(ns.NetNS) error { return SetConf("eth0", conf) })
+			_ = n.Do(func(ns.NetNS) error { return SetSysctls("eth0", conf) })
 		}
 		n := all[0]
 		b.Run(fmt.Sprintf("siblings=%d/SetSysctl", siblings), func(b *testing.B) {
@@ -242,10 +242,10 @@ func BenchmarkSysctls(b *testing.B) {
 				return nil
 			})
 		})
-		b.Run(fmt.Sprintf("siblings=%d/SetConf", siblings), func(b *testing.B) {
+		b.Run(fmt.Sprintf("siblings=%d/SetSysctls", siblings), func(b *testing.B) {
 			_ = n.Do(func(ns.NetNS) error {
 				for b.Loop() {
-					if err := SetConf("eth0", conf); err != nil {
+					if err := SetSysctls("eth0", conf); err != nil {
 						b.Fatal(err)
 					}
 				}

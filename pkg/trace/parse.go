@@ -18,8 +18,8 @@ type Step struct {
 	Actions  []string
 }
 
-// Result is ofproto/trace's answer, read.
-type Result struct {
+// Answer is ofproto/trace's answer, read.
+type Answer struct {
 	Steps []Step
 	// Datapath holds the datapath actions of each pass, Final the flow at
 	// the end of each (the fields the actions set: a tunnel's tun_dst and
@@ -35,8 +35,8 @@ var stepLine = sync.OnceValue(func() *regexp.Regexp {
 })
 
 // Parse reads ofproto/trace's text.
-func Parse(out string) Result {
-	var r Result
+func Parse(out string) Answer {
+	var r Answer
 	pass := 0
 	cur := -1 // index of the current step
 	for _, line := range strings.Split(out, "\n") {

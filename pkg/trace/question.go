@@ -68,8 +68,8 @@ func (q Question) HostPort() bool {
 	return false
 }
 
-// Attachment is what the attachment's record (OVSDB) says of it.
-type Attachment struct {
+// Facts are what the attachment's record (OVSDB) says of it.
+type Facts struct {
 	ContainerID, IfName string
 	Pod                 string // NAMESPACE/NAME, "" when not recorded
 	Bridge              string
@@ -178,7 +178,7 @@ var (
 )
 
 // rule chooses the host port a question is about.
-func rule(a Attachment, k Ask) (flows.Rule, error) {
+func rule(a Facts, k Ask) (flows.Rule, error) {
 	proto := k.Protocol
 	if k.Question == UDP {
 		proto = flows.UDP
@@ -229,7 +229,7 @@ func asked(proto flows.Protocol, k Ask) string {
 }
 
 // Build makes the probe of a question about attachment a.
-func Build(a Attachment, k Ask) (Probe, error) {
+func Build(a Facts, k Ask) (Probe, error) {
 	if k.Question == Tunnel || k.Question == FromTunnel {
 		return overlayProbe(a, k)
 	}
@@ -358,7 +358,7 @@ func Build(a Attachment, k Ask) (Probe, error) {
 }
 
 // containerIP is the attachment's address of the family of a.
-func containerIP(at Attachment, a netip.Addr) netip.Addr {
+func containerIP(at Facts, a netip.Addr) netip.Addr {
 	if a.Is4() {
 		return at.IPv4
 	}
@@ -368,7 +368,7 @@ func containerIP(at Attachment, a netip.Addr) netip.Addr {
 // overlayProbe makes the probe of a question about the overlay's tunnel.
 // A bridge without a tunnel, or a tunnel without a peer to ask about, is
 // a verdict (Decided), not an error: it is what the node does.
-func overlayProbe(a Attachment, k Ask) (Probe, error) {
+func overlayProbe(a Facts, k Ask) (Probe, error) {
 	o := a.Overlay
 	p := Probe{Ask: k, TunnelName: a.TunnelName, TunnelPort: o.TunnelPort}
 	if o.TunnelPort == 0 {

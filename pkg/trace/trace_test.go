@@ -16,12 +16,12 @@ import (
 // The traces in testdata are ofproto/trace's answers (OVS 3.1, netdev) to
 // the probes of sample, on a bridge with sample's flows (declared), the
 // attachment on port 32781 and the client's on 32782.
-func sample() (Attachment, []flows.Flow) {
+func sample() (Facts, []flows.Flow) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:07")
 	nodeMAC, _ := net.ParseMAC("fe:7a:26:a2:68:40")
 	v4, node := netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("198.51.100.1")
 	c := flows.AttachmentCookie("ctr1", "eth0")
-	a := Attachment{Bridge: "br0", OFPort: 32781, MAC: mac, NodeMAC: nodeMAC, IPv4: v4, HairpinV4: node, SNAT: true, LinkLocal: flows.LinkLocalOf(mac),
+	a := Facts{Bridge: "br0", OFPort: 32781, MAC: mac, NodeMAC: nodeMAC, IPv4: v4, HairpinV4: node, SNAT: true, LinkLocal: flows.LinkLocalOf(mac),
 		Rules: flows.Resolve([]flows.Mapping{{Protocol: flows.TCP, HostPort: 8080, ContainerPort: 80}, {Protocol: flows.UDP, HostPort: 5353, ContainerPort: 53}},
 			[]netip.Addr{node}, v4, netip.Addr{})}
 	pl := flows.DefaultPipeline()
@@ -127,14 +127,14 @@ func TestNodeLocal(t *testing.T) {
 // ofproto/trace's answers (OVS 3.1, netdev) to the probes of
 // sampleOverlay: a pod of node a of TestOverlayAcrossSubnets (test/e2e),
 // whose bridge brov has the tunnel on port 2 to node b, 203.0.113.2.
-func sampleOverlay() (Attachment, []flows.Flow) {
+func sampleOverlay() (Facts, []flows.Flow) {
 	mac, _ := net.ParseMAC("7a:36:80:f4:d5:c1")
 	v4, v6 := netip.MustParseAddr("198.18.1.2"), netip.MustParseAddr("2001:db8:1::2")
 	b := netip.MustParseAddr("203.0.113.2")
 	o := flows.Overlay{TunnelPort: 2, BridgeMAC: openflow.MAC{0x9e, 0xe9, 0xf1, 0x8a, 0x39, 0x44},
 		Local: []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24"), netip.MustParsePrefix("2001:db8:1::/64")},
 		Peers: []flows.OverlayPeer{{Dst: netip.MustParsePrefix("198.18.2.0/24"), Remote: b}, {Dst: netip.MustParsePrefix("2001:db8:2::/64"), Remote: b}}}
-	a := Attachment{ContainerID: "ctr-4", IfName: "eth0", Bridge: "brov", OFPort: 47859, MAC: mac, IPv4: v4, IPv6: v6,
+	a := Facts{ContainerID: "ctr-4", IfName: "eth0", Bridge: "brov", OFPort: 47859, MAC: mac, IPv4: v4, IPv6: v6,
 		LinkLocal: flows.LinkLocalOf(mac), PortSec: true, Overlay: o, TunnelName: "ovsflow-tun"}
 	declared := flows.PortSecurityFlows(flows.PortSecurity{Cookie: flows.AttachmentCookie(a.ContainerID, a.IfName), OFPort: a.OFPort,
 		MAC: openflow.MAC(mac), IPs: []netip.Addr{v4, v6}, LinkLocal: a.LinkLocal})
@@ -223,7 +223,7 @@ func TestOverlayDecided(t *testing.T) {
 	lone.Overlay.Peers = lone.Overlay.Peers[:1] // IPv4 only
 	for _, tc := range []struct {
 		name string
-		a    Attachment
+		a    Facts
 		ask  Ask
 		want string
 	}{

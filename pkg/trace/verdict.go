@@ -38,7 +38,7 @@ var (
 // translations on the way and where the packet went, or the flow that
 // dropped it, named by the declared flows (what pkg/flows builds from the
 // attachment's record; flows.Name).
-func Verdict(p Probe, r Result, declared []flows.Flow) string {
+func Verdict(p Probe, r Answer, declared []flows.Flow) string {
 	var parts []string
 	for _, st := range r.Steps {
 		for _, a := range st.Actions {

@@ -239,15 +239,15 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.dropped, c.hostPorts, c.flowCount, c.ctEntries, c.ctLimit, c.up, c.overlayDropped} {
 		ch <- d
 	}
-	c.reconciles.Describe(ch)
-	c.reconcileSeconds.Describe(ch)
-	c.restarts.Describe(ch)
-	c.orphans.Describe(ch)
-	c.orphanPlugins.Describe(ch)
-	c.noUpcalls.Describe(ch)
-	c.podRoutes.Describe(ch)
-	c.notRouted.Describe(ch)
-	c.scrapeErrors.Describe(ch)
+	for _, e := range c.events() {
+		e.Describe(ch)
+	}
+}
+
+// events are the agent's own metrics, which it counts as things happen.
+func (c *Collector) events() []prometheus.Collector {
+	return []prometheus.Collector{c.reconciles, c.reconcileSeconds, c.restarts, c.orphans, c.orphanPlugins,
+		c.noUpcalls, c.podRoutes, c.notRouted, c.scrapeErrors}
 }
 
 // Collect implements prometheus.Collector: the samples of the last read of
@@ -258,15 +258,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range ms {
 		ch <- m
 	}
-	c.reconciles.Collect(ch)
-	c.reconcileSeconds.Collect(ch)
-	c.restarts.Collect(ch)
-	c.orphans.Collect(ch)
-	c.orphanPlugins.Collect(ch)
-	c.noUpcalls.Collect(ch)
-	c.podRoutes.Collect(ch)
-	c.notRouted.Collect(ch)
-	c.scrapeErrors.Collect(ch)
+	for _, e := range c.events() {
+		e.Collect(ch)
+	}
 }
 
 // readOVS reads the samples of OVS, ovsflow_up last.

@@ -26,6 +26,8 @@ for d in /var/lib/ovsflow-*/docker; do
 	[ -d "$d" ] || continue
 	p=$(basename "$(dirname "$d")")
 	OID_PREFIX=$p hack/ovs-in-docker.sh down -images >/dev/null 2>&1 || true
+	# dockerd leaves its data root bind-mounted on itself
+	umount -R "$d" 2>/dev/null || true
 	rm -rf "/var/lib/$p"
 done
 for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^(cnitest-|ovsflow-)' || true); do ip netns del "$n" || true; done

@@ -78,7 +78,7 @@ kctl() { "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"; }
 # MULTUS is 1), the PKI and every node's configs, for RUNTIME (containerd or
 # crio; a node whose dir holds crio.conf boots CRI-O).
 kube_prepare() {
-	local n=$1 multus=${2:-0} runtime=${3:-containerd} i me d sock
+	local n=$1 multus=${2:-0} runtime=${3:-containerd} i me d
 	[ "$(id -u)" = 0 ] || die "up -kube: needs root (the cached build, the PKI under $KSTATE)"
 	if ((KDNS)); then kube_build_all coredns; else kube_build_all; fi
 	((multus)) && kube_build_multus
@@ -94,21 +94,14 @@ kube_prepare() {
 	for ((i = 1; i <= n; i++)); do
 		me=n$i
 		kube_node_cert "$d" "kubelet-$me" "$me" "DNS:$me,IP:$(node4 "$i"),IP:$(node6 "$i")" "$(kube_server)" "$P"
-		mkdir -p "$KSTATE/$me"
 		# containerd's metrics on the node's address: its CRI plugin's timings
 		# (sandbox network set-up and teardown: the CNI chain) for bench -kube;
 		# the pods' netns files in the node's own /var/run/netns, as on a
-		# node with containerd's defaults.
-		if [ "$runtime" = crio ]; then
-			kube_crio_config "$KSTATE/$me/crio.conf"
-			sock=/var/run/crio/crio.sock
-		else
-			kube_containerd_config "$KSTATE/$me/containerd.toml" /var/lib/containerd /run/containerd \
-				/run/containerd/containerd.sock /run/containerd/containerd.sock.ttrpc "$(node4 "$i"):$KCTRD_METRICS_PORT" false
-			sock=/run/containerd/containerd.sock
-		fi
-		kube_kubelet_config "$KSTATE/$me/kubelet.yaml" "$d" "kubelet-$me" "$sock" "/$P/$me" "$KMAXPODS" "$(kube_cluster_dns)"
-		kube_proxy_config "$KSTATE/$me/proxy.yaml" "$d/proxy.kubeconfig" "$me" "$(kube_cluster_cidrs)"
+		# node with containerd's defaults (test/cluster/harness/kubeconf).
+		oid node-configs -dir "$KSTATE/$me" -node "$me" -runtime "$runtime" -pki "$d" -cgroup-root "/$P/$me" \
+			-cluster-cidrs "$(kube_cluster_cidrs)" -max-pods "${KMAXPODS:-0}" -cluster-dns "$(kube_cluster_dns)" \
+			-containerd "$kube_prefix/bin/containerd" -metrics "$(node4 "$i"):$KCTRD_METRICS_PORT" ||
+			die "up -kube: the configs of $me"
 	done
 	# The containers read the keys as root; nothing else on this machine needs them.
 	chmod -R go-rwx "$d"

@@ -1,5 +1,5 @@
 // oid-runc is runc for CRI-O on a node of the ovs-in-docker harness
-// (hack/lib/kube.sh's kube_crio_config points CRI-O at it): it makes a
+// (test/cluster/harness/kubeconf's CRIOConfig points CRI-O at it): it makes a
 // bundle's config.json what the node can run, then executes Debian's runc
 // with the same arguments. It does what containerd's CRI plugin does by
 // configuration and CRI-O has no setting for:

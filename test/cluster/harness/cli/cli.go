@@ -73,36 +73,37 @@ type env struct {
 func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, "ovs-in-docker: "+format+"\n", a...) }
 
 var commands = map[string]func(env, []string) error{
-	"up":         cmdUp,
-	"down":       cmdDown,
-	"exec":       cmdExec,
-	"restart":    cmdRestart,
-	"test":       cmdTest,
-	"engine":     cmdEngine,
-	"images":     cmdImages,
-	"network":    cmdNetwork,
-	"run":        cmdRun,
-	"connect":    cmdConnect,
-	"pid":        cmdPid,
-	"wait-ready": cmdWaitReady,
-	"nodes":      cmdNodes,
-	"addr":       cmdAddr,
-	"plan":       cmdPlan,
-	"kube-wait":  cmdKubeWait,
-	"apply":      cmdApply,
-	"rollout":    cmdRollout,
-	"import":     cmdImport,
-	"tag":        cmdTag,
-	"rm":         cmdRm,
-	"pki":        cmdPKI,
-	"version":    func(e env, _ []string) error { fmt.Println(images.Version(e.repo)); return nil },
-	"datapath":   func(env, []string) error { fmt.Println(nodes.Datapath()); return nil },
+	"up":           cmdUp,
+	"down":         cmdDown,
+	"exec":         cmdExec,
+	"restart":      cmdRestart,
+	"test":         cmdTest,
+	"engine":       cmdEngine,
+	"images":       cmdImages,
+	"network":      cmdNetwork,
+	"run":          cmdRun,
+	"connect":      cmdConnect,
+	"pid":          cmdPid,
+	"wait-ready":   cmdWaitReady,
+	"nodes":        cmdNodes,
+	"addr":         cmdAddr,
+	"plan":         cmdPlan,
+	"kube-wait":    cmdKubeWait,
+	"apply":        cmdApply,
+	"rollout":      cmdRollout,
+	"import":       cmdImport,
+	"tag":          cmdTag,
+	"rm":           cmdRm,
+	"pki":          cmdPKI,
+	"node-configs": cmdNodeConfigs,
+	"version":      func(e env, _ []string) error { fmt.Println(images.Version(e.repo)); return nil },
+	"datapath":     func(env, []string) error { fmt.Println(nodes.Datapath()); return nil },
 }
 
 // Main runs the command of args (its name first).
 func Main(args []string) error {
 	if len(args) == 0 || commands[args[0]] == nil {
-		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
+		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, node-configs, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
 	}
 	plan, err := topology.FromEnv(os.Getenv)
 	if err != nil {

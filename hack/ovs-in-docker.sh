@@ -52,6 +52,9 @@
 #                                         one pod TCP throughput and RTT to a pod of its subnet (host-gw) and of the other
 #                                         (the tunnel), both families, as ratios (paths); the node agent's CPU and RSS with
 #                                         the cluster's Nodes and with simulated ones up to N (default 50) (peers); down
+#   hack/ovs-in-docker.sh build           what up -kube, deploy (with Multus) and conformance run, into the cache, each
+#                                         unless there: Kubernetes, etcd, containerd, CoreDNS, Multus, e2e.test, agnhost,
+#                                         ginkgo and the conformance images (hack/lib/kube.sh); they wait for a build under way
 #   hack/ovs-in-docker.sh conformance [-selection default|network] [-focus RE] [-skip RE] [-chain ovsflow|reference]
 #                                         [-procs P] [-nodes N] [-build]  Kubernetes' own e2e suite (e2e.test,
 #                                         hack/ovs-in-docker/conformance.sh): builds it and its images, up -kube and deploy
@@ -139,6 +142,16 @@ cmd_down() {
 # shellcheck source=hack/ovs-in-docker/conformance.sh
 . hack/ovs-in-docker/conformance.sh
 
+# cmd_build: every cached build of the Kubernetes cluster and its
+# conformance run, each under its lock (CI starts it first, beside the
+# suites that need none of it).
+cmd_build() {
+	(($# == 0)) || die "build: no arguments"
+	kube_build_all coredns || die "build: Kubernetes, etcd, containerd or CoreDNS failed"
+	kube_build_multus || die "build: Multus failed"
+	conf_build
+}
+
 usage() { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
@@ -156,5 +169,6 @@ test) cmd_test "$@" ;;
 demo) cmd_demo "$@" ;;
 bench) cmd_bench "$@" ;;
 conformance) cmd_conformance "$@" ;;
+build) cmd_build "$@" ;;
 *) usage ;;
 esac

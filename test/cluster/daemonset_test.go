@@ -18,7 +18,12 @@ import (
 // (127.0.0.1:9469, where only the node reaches it), from the node itself
 // (bash's /dev/tcp: the node has no HTTP client). Returns the status code and the body.
 func agentGet(ctx context.Context, nodeName, path string) (int, string, error) {
-	out, err := onNode(ctx, nodeName, fmt.Sprintf(`exec 3<>/dev/tcp/127.0.0.1/9469 && printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3 && timeout 5 cat <&3`, path))
+	return agentGetAt(ctx, nodeName, 9469, path)
+}
+
+// agentGetAt: agentGet of an agent listening on another port of the node's loopback.
+func agentGetAt(ctx context.Context, nodeName string, port int, path string) (int, string, error) {
+	out, err := onNode(ctx, nodeName, fmt.Sprintf(`exec 3<>/dev/tcp/127.0.0.1/%d && printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3 && timeout 5 cat <&3`, port, path))
 	if err != nil {
 		return 0, out, err
 	}
@@ -61,7 +66,12 @@ func agentReady(p *corev1.Pod) bool {
 
 // conflistSubnets: the IPAM subnets of a node's conflist, sorted.
 func conflistSubnets(ctx context.Context, nodeName string) ([]string, error) {
-	out, err := onNode(ctx, nodeName, "cat /etc/cni/net.d/10-ovsflow.conflist")
+	return conflistSubnetsAt(ctx, nodeName, "/etc/cni/net.d/10-ovsflow.conflist")
+}
+
+// conflistSubnetsAt: conflistSubnets of the conflist at path on the node.
+func conflistSubnetsAt(ctx context.Context, nodeName, path string) ([]string, error) {
+	out, err := onNode(ctx, nodeName, "cat "+path)
 	if err != nil {
 		return nil, err
 	}

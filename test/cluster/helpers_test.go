@@ -253,9 +253,10 @@ func answers(out string) map[probe]string {
 	return m
 }
 
-// onNode runs a bash script in a node (its own network namespace): hack/ovs-in-docker.sh exec.
-func onNode(ctx context.Context, nodeName, script string) (string, error) {
-	cmd := exec.CommandContext(ctx, harness, "exec", nodeName, "bash", "-c", script)
+// onNode runs a bash script in a node (its own network namespace):
+// hack/ovs-in-docker.sh exec; args are the script's $1, $2, ...
+func onNode(ctx context.Context, nodeName, script string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, harness, append([]string{"exec", nodeName, "bash", "-c", script, "bash"}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("on node %s: %w: %s", nodeName, err, out)

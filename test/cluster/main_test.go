@@ -35,8 +35,9 @@ import (
 const appImage = "rt.local/ovsflow-app:1"
 
 var (
-	kube    kubernetes.Interface
-	harness string
+	kube           kubernetes.Interface
+	kubeconfigPath string // the admin's kubeconfig, the same path on the nodes (the harness mounts it)
+	harness        string
 )
 
 func TestMain(m *testing.M) {
@@ -45,6 +46,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("test/cluster: OVSFLOW_CLUSTER_KUBECONFIG is not set: no cluster, the tests skip (hack/ovs-in-docker.sh test -kube runs them)")
 		os.Exit(m.Run())
 	}
+	kubeconfigPath = kc
 	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "test/cluster: reading kubeconfig %q: %v\n", kc, err)

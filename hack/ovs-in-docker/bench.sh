@@ -33,80 +33,14 @@ bench_build() {
 	log "reference plugins: $(go version -m "$d/ref/bridge" | awk '$2 == "github.com/containernetworking/plugins" {print $2, $3}')"
 }
 
-# The reference chain's conflist, a template for ovsflow-conflist (one
-# host-local range per pod CIDR of the node, the routes of its families).
-bench_ref_template='{
-  "cniVersion": "1.0.0",
-  "name": "reference",
-  "plugins": [
-    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "ipMasqBackend": "iptables", "hairpinMode": true,
-     "ipam": {"type": "host-local", "dataDir": "/var/lib/cni/networks",
-              "ranges": [], "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}},
-    {"type": "portmap", "backend": "iptables", "snat": true, "capabilities": {"portMappings": true}}
-  ]
-}'
-
-# bench_use_reference DIR: the DaemonSet scaled away, then on every node the
-# reference plugins of DIR in the CNI bin dir, ovsflow's conflist replaced by
-# the reference one, and br0's gateway addresses of the pod CIDRs removed
-# (the reference bridge puts them on cni0).
-bench_use_reference() {
-	local ref=$1 n cidrs
-	kctl -n kube-system patch daemonset ovsflow-cni --type merge \
-		-p '{"spec":{"template":{"spec":{"nodeSelector":{"ovsflow.io/bench-chain":"ovsflow"}}}}}' >&2
-	for _ in $(seq 240); do
-		[ -z "$(kctl -n kube-system get pods -l app.kubernetes.io/name=ovsflow-cni -o name)" ] && break
-		sleep 0.5
-	done
-	[ -z "$(kctl -n kube-system get pods -l app.kubernetes.io/name=ovsflow-cni -o name)" ] || die "the DaemonSet's pods did not go"
-	for n in $(kube_nodes); do
-		cidrs=$(kctl get node "$n" -o jsonpath='{.spec.podCIDRs[*]}')
-		tar -C "$ref" -c bridge portmap host-local | docker exec -i "$P-$n" tar -C /opt/cni/bin -x ||
-			die "installing the reference plugins on $n"
-		docker exec -i "$P-$n" sh -ec '
-			d=/etc/cni/net.d
-			/opt/ovsflow/bin/ovsflow-conflist -pod-cidrs "$(echo $1 | tr " " ,)" >"$d/.10-reference.conflist.new"
-			rm -f "$d"/*ovsflow*
-			mv -f "$d/.10-reference.conflist.new" "$d/10-reference.conflist"
-			for c in $1; do # the gateway: the first address of the CIDR
-				a=${c%/*}
-				case $a in
-				*::) gw=${a}1 ;;
-				*.*) gw=${a%.*}.$((${a##*.} + 1)) ;;
-				*) continue ;;
-				esac
-				ip addr del "$gw/${c#*/}" dev br0 2>/dev/null || true
-			done
-			for i in $(seq 100); do
-				crictl info 2>/dev/null | grep -q "\"reference\"" && exit 0
-				sleep 0.2
-			done
-			echo "containerd did not load 10-reference.conflist" >&2
-			exit 1
-		' sh "$cidrs" <<<"$bench_ref_template" || die "installing the reference conflist on $n"
-	done
-	kctl wait node --all --for=condition=Ready --timeout=120s >&2
-	log "reference chain in place on $(kube_nodes | wc -l) nodes"
-}
+# bench_use_reference DIR: the reference plugins of DIR in ovsflow's place on
+# every node (the harness tool's `reference`: the DaemonSet taken off the
+# nodes, the reference conflist, br0's gateway addresses removed).
+bench_use_reference() { oid reference -kubeconfig "$(admin_kubeconfig)" -plugins "$1" || die "the reference chain"; }
 
 # bench_left CHAIN: what of the chain is left on the nodes once every pod is
-# gone: its container ports (ovsflow: br0's ports but the uplink; reference:
-# cni0's), waited for up to 30 s.
-bench_left() {
-	local n left t0=$SECONDS
-	for n in $(kube_nodes); do
-		for _ in $(seq 60); do
-			if [ "$1" = ovsflow ]; then
-				left=$(docker exec "$P-$n" ovs-vsctl list-ports br0 | grep -vcx eth0 || true)
-			else
-				left=$(docker exec "$P-$n" ip -o link show master cni0 2>/dev/null | wc -l)
-			fi
-			((left == 0)) && break
-			sleep 0.5
-		done
-		echo "$1: $n: $left container ports left $((SECONDS - t0)) s after the last pod was gone"
-	done
-}
+# gone: its container ports (the tool's `chain-left`), waited for up to 30 s.
+bench_left() { oid chain-left "$1"; }
 
 # bench_overlay RECORD [ARGS]: the overlay's benchmark (test/cluster/overlaybench,
 # with ARGS): up -kube -nodes 3 -subnets 2, deploy, host-gw against the

@@ -96,6 +96,8 @@ var commands = map[string]func(env, []string) error{
 	"rm":           cmdRm,
 	"pki":          cmdPKI,
 	"node-configs": cmdNodeConfigs,
+	"reference":    cmdReference,
+	"chain-left":   cmdChainLeft,
 	"version":      func(e env, _ []string) error { fmt.Println(images.Version(e.repo)); return nil },
 	"datapath":     func(env, []string) error { fmt.Println(nodes.Datapath()); return nil },
 }
@@ -103,7 +105,7 @@ var commands = map[string]func(env, []string) error{
 // Main runs the command of args (its name first).
 func Main(args []string) error {
 	if len(args) == 0 || commands[args[0]] == nil {
-		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, node-configs, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
+		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, node-configs, reference, chain-left, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
 	}
 	plan, err := topology.FromEnv(os.Getenv)
 	if err != nil {

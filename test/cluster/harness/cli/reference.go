@@ -215,7 +215,10 @@ func tarOf(dir string, names []string) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return b.Bytes(), w.Close()
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // poll asks cond every half second until it holds, or limit (or ctx) ends.

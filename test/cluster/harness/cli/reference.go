@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -103,7 +102,7 @@ func cmdReference(e env, args []string) error {
 			return false, nil
 		}
 		for _, n := range l.Items {
-			if !ready(&n) {
+			if !kube.NodeReady(&n) {
 				return false, nil
 			}
 		}
@@ -229,13 +228,4 @@ func poll(ctx context.Context, limit time.Duration, what string, cond func(conte
 		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
 	return nil
-}
-
-func ready(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -45,7 +45,7 @@ func (r Rollout) done(ctx context.Context, c *kubernetes.Clientset) (string, err
 			return "", err
 		}
 		for _, n := range nodes.Items {
-			if !nodeReady(&n) {
+			if !NodeReady(&n) {
 				return "node " + n.Name + " not Ready", nil
 			}
 		}
@@ -86,7 +86,8 @@ func deploymentWaits(d *appsv1.Deployment) string {
 	return ""
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady: whether the Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

@@ -9,7 +9,8 @@
 #     images, nodes, conformance results), podman's storage;
 #   - the caches: /opt/ovsflow-kube (Kubernetes, etcd, containerd, CoreDNS,
 #     e2e.test), /opt/ovsflow-rt (the runtimes), /var/cache/ovsflow-vm (the
-#     guest image), the harness tool's, Go's module, build, test and fuzz caches.
+#     guest image), /var/cache/ovsflow-oid (the nodes' base root), the
+#     harness tool's, Go's module, build, test and fuzz caches.
 # The Go toolchain stays (a fresh machine has it; .ci/run checks).
 #
 #   sudo hack/ci-cold.sh -yes [LOG]   (LOG: default /tmp/ovsflow-ci-cold.log)
@@ -36,7 +37,7 @@ apt-get purge -y -qq openvswitch-switch openvswitch-common ethtool nftables conn
 	containernetworking-plugins containerd >/dev/null 2>&1 || true
 apt-get autoremove --purge -y -qq >/dev/null
 apt-get clean
-rm -rf /opt/ovsflow-kube /opt/ovsflow-rt /var/cache/ovsflow-vm /var/lib/containers "${XDG_CACHE_HOME:-$HOME/.cache}/ovsflow"
+rm -rf /opt/ovsflow-kube /opt/ovsflow-rt /var/cache/ovsflow-vm /var/cache/ovsflow-oid /var/lib/containers "${XDG_CACHE_HOME:-$HOME/.cache}/ovsflow"
 go clean -cache -testcache -fuzzcache -modcache
 
 d=$(mktemp -d /tmp/ovsflow-ci-cold.XXXXXX)

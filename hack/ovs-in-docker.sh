@@ -17,7 +17,8 @@
 #   hack/ovs-in-docker.sh pid NAME        the host's process ID of a container's first process (a node, cp, router)
 #   hack/ovs-in-docker.sh test [-nodes N] up (default 3 nodes), the Go tests of test/multinode, "N passed, M failed", down
 #   hack/ovs-in-docker.sh demo            up, a host port pod on each node reached across nodes and from here, down
-#   hack/ovs-in-docker.sh down [-images]  remove the nodes, network, volumes (and the images with -images);
+#   hack/ovs-in-docker.sh down [-images]  remove the nodes, network, volumes (with -images: the images, and the
+#                                         base's root tar every prefix imports, /var/cache/ovsflow-oid);
 #                                         stops the private dockerd if this script started it. Idempotent.
 #
 # A Kubernetes cluster (hack/ovs-in-docker/cluster.sh; the binaries of hack/lib/kube.sh's cached build):

@@ -442,6 +442,9 @@ func cmdDown(e env, args []string) error {
 		return err
 	}
 	if *withImages {
+		if err := os.RemoveAll(images.RootCache); err != nil {
+			return err
+		}
 		return os.RemoveAll(e.paths.Data)
 	}
 	return nil

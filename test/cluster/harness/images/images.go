@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/engine"
@@ -42,17 +43,65 @@ func DefaultBase(mirror string) Base {
 }
 
 // Name is the base image's name: the prefix's, tagged with the recipe's digest.
-func (b Base) Name(p topology.Plan) string {
+func (b Base) Name(p topology.Plan) string { return p.Prefix + "-base:" + b.digest() }
+
+func (b Base) digest() string {
 	sum := sha256.Sum256([]byte(b.Suite + " " + b.Mirror + " " + strings.Join(b.Packages, " ") + "\n"))
-	return p.Prefix + "-base:" + hex.EncodeToString(sum[:])[:12]
+	return hex.EncodeToString(sum[:])[:12]
 }
 
-// Build makes the base image unless it exists. install installs debootstrap.
+// RootCache is where the base's root file system is kept as a tar, one per
+// recipe, for every harness of this machine: each prefix has an engine of
+// its own, and a second harness (CI runs two side by side) imports the tar
+// instead of running debootstrap again. `down -images` removes it.
+const RootCache = "/var/cache/ovsflow-oid"
+
+// rootTar is the recipe's tar in RootCache.
+func (b Base) rootTar() string { return filepath.Join(RootCache, "base-"+b.digest()+".tar") }
+
+// Build makes the base image unless it exists: from the recipe's root tar
+// in RootCache, made first (debootstrap) unless there, under a lock that a
+// harness building the same recipe holds meanwhile. install installs
+// debootstrap.
 func (b Base) Build(e *engine.Engine, p topology.Plan, install func(...string) error, logf func(string, ...any)) error {
 	img := b.Name(p)
 	if _, err := e.Run("image", "inspect", img); err == nil {
 		return nil
 	}
+	if err := os.MkdirAll(RootCache, 0o755); err != nil {
+		return err
+	}
+	tarFile := b.rootTar()
+	lock, err := os.OpenFile(tarFile+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("locking %s: %w", lock.Name(), err)
+	}
+	t0 := time.Now()
+	if _, err := os.Stat(tarFile); err != nil {
+		if err := b.debootstrap(p, tarFile, install, logf); err != nil {
+			return err
+		}
+	}
+	f, err := os.Open(tarFile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	imp := e.Command("import", "-c", "LABEL "+p.Label(), "-", img)
+	imp.Stdin = f
+	if out, err := imp.CombinedOutput(); err != nil {
+		return fmt.Errorf("docker import: %w: %s", err, out)
+	}
+	logf("base image %s built in %d s", img, int(time.Since(t0).Seconds()))
+	return nil
+}
+
+// debootstrap makes the recipe's root file system and writes it as a tar at dst.
+func (b Base) debootstrap(p topology.Plan, dst string, install func(...string) error, logf func(string, ...any)) error {
 	if err := install("debootstrap"); err != nil {
 		return err
 	}
@@ -61,10 +110,8 @@ func (b Base) Build(e *engine.Engine, p topology.Plan, install func(...string) e
 		return err
 	}
 	defer os.RemoveAll(root)
-	logf("debootstrap %s (%s) for %s", b.Suite, strings.Join(b.Packages, ","), img)
-	t0 := time.Now()
-	out, err := exec.Command("debootstrap", "--variant=minbase", "--include="+strings.Join(b.Packages, ","), b.Suite, root, b.Mirror).CombinedOutput()
-	if err != nil {
+	logf("debootstrap %s (%s) for %s", b.Suite, strings.Join(b.Packages, ","), b.Name(p))
+	if out, err := exec.Command("debootstrap", "--variant=minbase", "--include="+strings.Join(b.Packages, ","), b.Suite, root, b.Mirror).CombinedOutput(); err != nil {
 		return fmt.Errorf("debootstrap: %w: %s", err, lastLines(out, 20))
 	}
 	for _, g := range []string{"var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"} {
@@ -73,24 +120,10 @@ func (b Base) Build(e *engine.Engine, p topology.Plan, install func(...string) e
 			os.RemoveAll(f)
 		}
 	}
-	tar := exec.Command("tar", "-C", root, "-c", ".")
-	imp := e.Command("import", "-c", "LABEL "+p.Label(), "-", img)
-	if imp.Stdin, err = tar.StdoutPipe(); err != nil {
-		return err
+	if out, err := exec.Command("tar", "-C", root, "-cf", dst+".new", ".").CombinedOutput(); err != nil {
+		return fmt.Errorf("tar of the root: %w: %s", err, out)
 	}
-	var ierr bytes.Buffer
-	imp.Stderr = &ierr
-	if err := tar.Start(); err != nil {
-		return err
-	}
-	if err := imp.Run(); err != nil {
-		return fmt.Errorf("docker import: %w: %s", err, ierr.String())
-	}
-	if err := tar.Wait(); err != nil {
-		return fmt.Errorf("tar of the root: %w", err)
-	}
-	logf("base image %s built in %d s", img, int(time.Since(t0).Seconds()))
-	return nil
+	return os.Rename(dst+".new", dst)
 }
 
 // Node is the node image's name.

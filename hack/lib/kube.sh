@@ -1,11 +1,10 @@
-# kube.sh: sourced by the hack/ scripts that run Kubernetes (hack/kube.sh, a
-# single node in a netns; hack/ovs-in-docker.sh -kube, a control-plane
-# container and node containers; the latter's cp-init.sh in the image). The
-# pieces they share: the cached build of the binaries, the PKI, the
-# kubeconfigs, the configs of containerd, kubelet and kube-proxy that work on
-# this kind of machine, the control plane's command lines and the
-# DaemonSet's image tar. Every function reports through the caller's log
-# function; none starts a process.
+# kube.sh: sourced by hack/ovs-in-docker.sh (-kube: a control-plane
+# container and node containers) and by its cp-init.sh in the image. What
+# they share: the cached build of the binaries, the PKI (through the
+# harness's tool), the control plane's command lines and the DaemonSet's
+# image tar; the nodes' configs are the tool's (test/cluster/harness/kubeconf).
+# Every function reports through the caller's log function; none starts a
+# process.
 #
 # Binaries and images are cached under $kube_prefix (OVSFLOW_KUBE_PREFIX,
 # default /opt/ovsflow-kube; the Go build cache is Go's own).

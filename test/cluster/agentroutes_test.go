@@ -145,31 +145,24 @@ func routesAre(ctx context.Context, nodeName string, table int, want ...string) 
 	}
 }
 
-// freeAddrs: n addresses of nd's IPv4 subnet (its uplink's, br0's prefix
-// holding nd.IPv4) that no container of the harness has (from the top,
-// below the router's and the control plane's), and of its IPv6 subnet.
-func freeAddrs(t *testing.T, ctx context.Context, nd node, n int) (v4, v6 []string) {
+// nodeSubnets: nd's IPv4 and IPv6 subnets (its uplink's, br0's prefixes
+// holding its InternalIPs).
+func nodeSubnets(t *testing.T, ctx context.Context, nd node) (p4, p6 netip.Prefix) {
 	t.Helper()
-	out, err := onNode(ctx, nd.Name, "ip -o addr show dev br0 scope global")
+	p4, p6, out, err := uplinkPrefixes(ctx, nd)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var p4, p6 netip.Prefix
-	for _, f := range strings.Fields(out) {
-		p, err := netip.ParsePrefix(f)
-		if err != nil {
-			continue
-		}
-		switch p.Addr().String() {
-		case nd.IPv4:
-			p4 = p
-		case nd.IPv6:
-			p6 = p
-		}
 	}
 	if !p4.IsValid() || !p6.IsValid() {
 		t.Fatalf("br0 of %s holds no prefix of %s and %s: %s", nd.Name, nd.IPv4, nd.IPv6, out)
 	}
+	return p4, p6
+}
+
+// freeAddrs: n addresses of the subnets p4 and p6 that no container of
+// the harness has (below the router's and the control plane's).
+func freeAddrs(t *testing.T, n int, p4, p6 netip.Prefix) (v4, v6 []string) {
+	t.Helper()
 	// The harness gives nodes the first addresses, the router and the
 	// control plane the 29th and 30th (test/cluster/harness/topology):
 	// the 20th and up are free.
@@ -178,7 +171,7 @@ func freeAddrs(t *testing.T, ctx context.Context, nd node, n int) (v4, v6 []stri
 		v6 = append(v6, nth(p6.Masked().Addr(), 0xf0+i).String())
 	}
 	if last := netip.MustParseAddr(v4[n-1]); !p4.Contains(last) {
-		t.Fatalf("%s: no %d free addresses in %s", nd.Name, n, p4)
+		t.Fatalf("no %d free addresses in %s", n, p4)
 	}
 	return v4, v6
 }
@@ -202,7 +195,8 @@ func TestAgentRoutesFollowNodes(t *testing.T) {
 	needCluster(t)
 	ctx := testContext(t)
 	nd := readyNodes(t, ctx, 2)[0]
-	v4, v6 := freeAddrs(t, ctx, nd, 6)
+	p4, p6 := nodeSubnets(t, ctx, nd)
+	v4, v6 := freeAddrs(t, 6, p4, p6)
 	ip := func(script string) {
 		t.Helper()
 		if out, err := onNode(ctx, nd.Name, script); err != nil {
@@ -266,11 +260,8 @@ func TestAgentRefusesHostileNodeClaims(t *testing.T) {
 	needCluster(t)
 	ctx := testContext(t)
 	nd := readyNodes(t, ctx, 2)[0]
-	v4, _ := freeAddrs(t, ctx, nd, 5)
-	sub, err := subnetOf(ctx, nd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, sub6 := nodeSubnets(t, ctx, nd)
+	v4, _ := freeAddrs(t, 5, sub, sub6)
 	apiserver := nth(sub.Masked().Addr(), 30) // the control plane (topology.ControlPlaneAt)
 	inside := netip.PrefixFrom(nth(sub.Masked().Addr(), 16), 28)
 	real := onlink("192.0.2.0/26", v4[0])
@@ -306,20 +297,6 @@ func TestAgentRefusesHostileNodeClaims(t *testing.T) {
 	deleteFakeNode(t, ctx, "ovsflow-test-claim-a-real")
 	eventually(t, ctx, time.Minute, "the real peer gone, the newer claim overlapping it routed", routesAre(ctx, nd.Name, 0,
 		onlink("192.0.2.0/24", v4[1])))
-}
-
-// subnetOf: the IPv4 prefix of nd's uplink (br0's address of nd.IPv4).
-func subnetOf(ctx context.Context, nd node) (netip.Prefix, error) {
-	out, err := onNode(ctx, nd.Name, "ip -4 -o addr show dev br0 scope global")
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	for _, f := range strings.Fields(out) {
-		if p, err := netip.ParsePrefix(f); err == nil && p.Addr().String() == nd.IPv4 {
-			return p, nil
-		}
-	}
-	return netip.Prefix{}, fmt.Errorf("br0 of %s holds no prefix of %s: %s", nd.Name, nd.IPv4, out)
 }
 
 // restartAgentOn deletes the DaemonSet's pod on a node and waits for its
@@ -451,7 +428,8 @@ func TestAgentOwnNodeConflistAndReadiness(t *testing.T) {
 	eventually(t, ctx, time.Minute, "the conflist carries the Node's podCIDRs", subnets("192.0.2.128/26", "2001:db8:c2::/64"))
 	eventually(t, ctx, time.Minute, "the agent confirms them", confirmed("192.0.2.128/26", "2001:db8:c2::/64"))
 	eventually(t, ctx, time.Minute, "/readyz once the conflist is in place and reconcile passed", ready)
-	v4, _ := freeAddrs(t, ctx, nd, 1)
+	p4, p6 := nodeSubnets(t, ctx, nd)
+	v4, _ := freeAddrs(t, 1, p4, p6)
 	fakeNode(t, ctx, "ovsflow-test-peer-c", []string{"192.0.2.192/27"}, v4[0])
 	eventually(t, ctx, time.Minute, "another Node's pod range in the agent's own table", routesAre(ctx, nd.Name, table, onlink("192.0.2.192/27", v4[0])))
 

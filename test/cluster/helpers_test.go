@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -262,6 +263,25 @@ func onNode(ctx context.Context, nodeName, script string, args ...string) (strin
 		return string(out), fmt.Errorf("on node %s: %w: %s", nodeName, err, out)
 	}
 	return string(out), nil
+}
+
+// uplinkPrefixes: the prefixes of nd's InternalIPs on its bridge
+// interface (br0: the node's uplink), each invalid where br0 has none.
+func uplinkPrefixes(ctx context.Context, nd node) (p4, p6 netip.Prefix, out string, err error) {
+	out, err = onNode(ctx, nd.Name, "ip -o addr show dev br0")
+	for _, f := range strings.Fields(out) {
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			continue
+		}
+		switch p.Addr().String() {
+		case nd.IPv4:
+			p4 = p
+		case nd.IPv6:
+			p6 = p
+		}
+	}
+	return p4, p6, out, err
 }
 
 // inPod runs a bash script in the network namespace of a pod (entered on its

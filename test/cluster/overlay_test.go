@@ -62,20 +62,14 @@ func nodesBySubnet(t *testing.T, ctx context.Context) map[netip.Prefix][]node {
 	t.Helper()
 	by := map[netip.Prefix][]node{}
 	for _, nd := range readyNodes(t, ctx, 2) {
-		out, err := onNode(ctx, nd.Name, "ip -o -4 addr show dev br0")
+		p4, _, out, err := uplinkPrefixes(ctx, nd)
 		if err != nil {
 			t.Fatal(err)
 		}
-		found := false
-		for _, f := range strings.Fields(out) {
-			if p, err := netip.ParsePrefix(f); err == nil && p.Addr().String() == nd.IPv4 {
-				by[p.Masked()] = append(by[p.Masked()], nd)
-				found = true
-			}
-		}
-		if !found {
+		if !p4.IsValid() {
 			t.Fatalf("node %s: no address %s on br0: %s", nd.Name, nd.IPv4, out)
 		}
+		by[p4.Masked()] = append(by[p4.Masked()], nd)
 	}
 	return by
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/engine"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/kube"
-	"github.com/ovsflow/ovs-cni/test/cluster/harness/nodes"
 )
 
 // The reference chain's conflist, a template for ovsflow-conflist (which
@@ -153,19 +152,10 @@ func cmdChainLeft(e env, args []string) error {
 		return usageError{"chain-left ovsflow|reference"}
 	}
 	chain := args[0]
-	eng, err := e.engine()
-	if err != nil {
-		return err
-	}
-	names, err := kubeNodes(eng, e)
-	if err != nil {
-		return err
-	}
 	t0 := time.Now()
-	for _, n := range names {
+	return onKubeNodes(e, func(eng *engine.Engine, n string) error {
 		var left int
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		poll(ctx, 30*time.Second, "", func(context.Context) (bool, error) {
+		poll(context.Background(), 30*time.Second, "", func(context.Context) (bool, error) {
 			var lines []string
 			if chain == "ovsflow" {
 				out, _ := eng.Run("exec", e.plan.Container(n), "ovs-vsctl", "list-ports", "br0")
@@ -177,28 +167,12 @@ func cmdChainLeft(e env, args []string) error {
 			left = len(lines)
 			return left == 0, nil
 		})
-		cancel()
 		fmt.Printf("%s: %s: %d container ports left %d s after the last pod was gone\n", chain, n, left, int(time.Since(t0).Seconds()))
-	}
-	return nil
+		return nil
+	})
 }
 
-// kubeNodes: the harness's Kubernetes nodes (its containers but the control plane and the router).
-func kubeNodes(eng *engine.Engine, e env) ([]string, error) {
-	all, err := nodes.List(eng, e.plan)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, n := range all {
-		if n != "cp" {
-			out = append(out, n)
-		}
-	}
-	return out, nil
-}
-
-// tarOf is a tar stream of the named files of dir (mode and size kept).
+// tarOf is a tar stream of the named files of dir, executable.
 func tarOf(dir string, names []string) ([]byte, error) {
 	var b bytes.Buffer
 	w := tar.NewWriter(&b)

@@ -116,21 +116,22 @@ engine() {
 # The plan's addresses (test/cluster/harness/topology): NODE's, the networks'.
 node4() { oid addr node4 "$1"; }
 node6() { oid addr node6 "$1"; }
-node_image() { echo "$P-node:latest"; }
 nodes() { oid nodes; }
 version() { oid version; }
 
-# cmd_up ARGS: up -kube is kube_up's (hack/ovs-in-docker/cluster.sh), up the tool's.
+# cmd_up ARGS: the tool's up (with -kube too); -subnets is kept for the
+# commands run after it (the plan reads OID_SUBNETS), and docker talks to
+# the engine up started.
 cmd_up() {
-	local a
-	for a; do [ "$a" != -kube ] || { kube_up "$@"; return; }; done
-	oid up "$@"
+	local a prev=
+	for a; do
+		[ "$prev" != -subnets ] || export OID_SUBNETS=$a
+		prev=$a
+	done
+	oid up "$@" && engine
 }
 
-cmd_down() {
-	oid down "$@"
-	kube_down
-}
+cmd_down() { oid down "$@"; }
 
 # ---- test and demo ----------------------------------------------------------
 
@@ -161,11 +162,10 @@ cmd=${1:-}
 case $cmd in
 up) cmd_up "$@" ;;
 down) cmd_down "$@" ;;
-exec | restart | pid) exec "$OID_TOOL" "$cmd" "$@" ;;
+exec | restart | pid | stats) exec "$OID_TOOL" "$cmd" "$@" ;;
 kubectl) cmd_kubectl "$@" ;;
 deploy) cmd_deploy "$@" ;;
 image) cmd_image "$@" ;;
-stats) cmd_stats "$@" ;;
 test) cmd_test "$@" ;;
 demo) cmd_demo "$@" ;;
 bench) cmd_bench "$@" ;;

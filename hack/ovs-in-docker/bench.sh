@@ -85,12 +85,12 @@ cmd_bench() {
 	((kube)) || die "bench: -kube or -overlay is required (the benchmarks are of a Kubernetes cluster)"
 	[[ $pods =~ ^[0-9]+$ ]] && ((pods >= 1 && pods <= 1000)) || die "bench: -pods $pods: want 1 to 1000"
 	[[ $idle =~ ^[0-9]+$ ]] || die "bench: -idle $idle: want seconds"
-	[ -n "${OID_KPOD4:-}" ] || KPOD4=none
+	# (read by the tool's up -kube: topology.Kube)
+	[ -n "${OID_KPOD4:-}" ] || export OID_KPOD4=none
 	# No cluster DNS: its pods would be counted with the benchmark's, and
 	# the reference chain replaces the network under them.
-	# shellcheck disable=SC2034 # read by cluster.sh
-	KDNS=0
-	KMAXPODS=${OID_KMAXPODS:-$((pods + 10 > 110 ? pods + 10 : 110))}
+	export OID_DNS=0
+	export OID_KMAXPODS=${OID_KMAXPODS:-$((pods + 10 > 110 ? pods + 10 : 110))}
 	[ "$(id -u)" = 0 ] || die "bench: needs root (up -kube; the agent's /proc)"
 	local t0=$SECONDS out
 	out=$DATA/bench/$(date -u +%Y%m%dT%H%M%SZ)
@@ -105,7 +105,7 @@ cmd_bench() {
 	local cgroups
 	cgroups=$(docker ps -q --no-trunc --filter "label=$LABEL" | sed 's|$|,|' | tr -d '\n')"/$P/"
 	local drv=("$DATA/bench/scale" -kubeconfig "$(admin_kubeconfig)" -pods "$pods" -cgroups "$cgroups"
-		-containerd-metrics-port "$KCTRD_METRICS_PORT")
+		-containerd-metrics-port 1338) # (the tool's containerdMetricsPort)
 	"${drv[@]}" -chain ovsflow -agent ovsflow-agent -idle "${idle}s" -out "$out/ovsflow.json" || die "the ovsflow run failed"
 	bench_left ovsflow | tee "$out/left.txt"
 	local tone=$SECONDS

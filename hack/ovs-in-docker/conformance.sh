@@ -206,7 +206,7 @@ conf_chain() {
 	[ "$1" = reference ] || die "conformance: the cluster runs the reference chain: hack/ovs-in-docker.sh down, then -chain ovsflow"
 	bench_build "$DATA/bench"
 	bench_use_reference "$DATA/bench/ref"
-	if ((KDNS)); then
+	if [ -f "$KSTATE/dns" ]; then
 		kctl -n kube-system delete pods -l k8s-app=kube-dns --timeout=120s >&2 &&
 			kctl -n kube-system wait pods -l k8s-app=kube-dns --for=condition=Ready --timeout=180s >&2 ||
 			die "conformance: the cluster DNS did not come back on the reference chain"

@@ -98,6 +98,9 @@ var commands = map[string]func(env, []string) error{
 	"node-configs": cmdNodeConfigs,
 	"reference":    cmdReference,
 	"chain-left":   cmdChainLeft,
+	"dns":          cmdDNS,
+	"multus":       cmdMultus,
+	"stats":        cmdStats,
 	"version":      func(e env, _ []string) error { fmt.Println(images.Version(e.repo)); return nil },
 	"datapath":     func(env, []string) error { fmt.Println(nodes.Datapath()); return nil },
 }
@@ -105,7 +108,7 @@ var commands = map[string]func(env, []string) error{
 // Main runs the command of args (its name first).
 func Main(args []string) error {
 	if len(args) == 0 || commands[args[0]] == nil {
-		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, node-configs, reference, chain-left, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
+		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, node-configs, reference, chain-left, dns, multus, stats, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
 	}
 	plan, err := topology.FromEnv(os.Getenv)
 	if err != nil {
@@ -356,14 +359,44 @@ func cmdRm(e env, args []string) error {
 	return nil
 }
 
-// cmdUp: up [-nodes N] (default 2): N nodes without Kubernetes; one line per node.
+// cmdUp: up [-nodes N] (default 2): N nodes without Kubernetes; one line
+// per node. up -kube [-nodes N] (default 3) [-multus] [-runtime
+// containerd|crio] [-subnets 1|2]: the Kubernetes cluster (upKube).
 func cmdUp(e env, args []string) error {
 	fs := flags("up")
-	n := fs.Int("nodes", 2, "")
+	n := fs.Int("nodes", 0, "")
+	withKube := fs.Bool("kube", false, "")
+	multus := fs.Bool("multus", false, "")
+	runtime := fs.String("runtime", "containerd", "")
+	subnets := fs.String("subnets", "", "")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	_, lines, err := e.up(*n)
+	if *subnets != "" {
+		// (the plan reads it as OID_SUBNETS: so do the commands run after this one)
+		os.Setenv("OID_SUBNETS", *subnets)
+		plan, err := topology.FromEnv(os.Getenv)
+		if err != nil {
+			return usageError{"up: " + err.Error()}
+		}
+		e.plan = plan
+	}
+	var lines []string
+	var err error
+	switch {
+	case *withKube:
+		if *n == 0 {
+			*n = 3
+		}
+		lines, err = e.upKube(*n, *multus, *runtime)
+	case *multus || *runtime != "containerd":
+		return usageError{"up: -multus and -runtime go with -kube"}
+	default:
+		if *n == 0 {
+			*n = 2
+		}
+		_, lines, err = e.up(*n)
+	}
 	for _, l := range lines {
 		fmt.Println(l)
 	}
@@ -422,7 +455,7 @@ func (e env) up(n int) (*engine.Engine, []string, error) {
 
 // cmdDown: down [-images]: the nodes, network, volumes (and images) removed; the
 // private engine stopped if it was started here (and its data root removed
-// with -images). Idempotent.
+// with -images); the Kubernetes cluster's state (downKube). Idempotent.
 func cmdDown(e env, args []string) error {
 	fs := flags("down")
 	withImages := fs.Bool("images", false, "")
@@ -439,6 +472,9 @@ func cmdDown(e env, args []string) error {
 		}
 	}
 	if err := engine.Stop(e.paths, logf); err != nil {
+		return err
+	}
+	if err := e.downKube(); err != nil {
 		return err
 	}
 	if *withImages {

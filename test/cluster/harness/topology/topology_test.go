@@ -108,3 +108,59 @@ func TestTwoSubnets(t *testing.T) {
 		}
 	}
 }
+
+func TestKubeDefaults(t *testing.T) {
+	p, err := FromEnv(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := p.KubeFromEnv(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ got, want string }{
+		{strings.Join(k.ClusterCIDRs(), ","), "198.51.100.0/24,2001:db8:10:100::/56"},
+		{strings.Join(k.ServiceCIDRs(), ","), "203.0.113.192/27,2001:db8:10:ffff::/112"},
+		{k.APIService4().String() + " " + k.APIService6().String(), "203.0.113.193 2001:db8:10:ffff::1"},
+		{strings.Join(k.ClusterDNS(), ","), "203.0.113.202,2001:db8:10:ffff::a"},
+		{k.Mask4Flag(), "26"},
+		{p.APIServer(), "https://203.0.113.190:6443"},
+		{p.KubeState(), "/run/ovsflow-oid-kube"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+	if err := k.CheckNodes(4); err != nil {
+		t.Errorf("4 nodes in a /24 of /26s: %v", err)
+	}
+	if err := k.CheckNodes(5); err == nil || !strings.Contains(err.Error(), "holds 4 range(s) of /26") {
+		t.Errorf("5 nodes in a /24 of /26s: %v", err)
+	}
+}
+
+func TestKubeIPv6OnlyWithoutDNS(t *testing.T) {
+	p, err := FromEnv(env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := p.KubeFromEnv(env("OID_KPOD4", "none", "OID_DNS", "0", "OID_KMAXPODS", "210"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(k.ClusterCIDRs(), ","); got != "2001:db8:10:100::/56" {
+		t.Errorf("cluster CIDRs %q", got)
+	}
+	if k.Mask4Flag() != "" || k.ClusterDNS() != nil || k.MaxPods != 210 || k.CheckNodes(4) != nil {
+		t.Errorf("IPv6-only, no DNS: %+v", k)
+	}
+	k.DNS = true
+	if got := strings.Join(k.ClusterDNS(), ","); got != "2001:db8:10:ffff::a,203.0.113.202" {
+		t.Errorf("IPv6-only pods' clusterDNS %q: the IPv6 address first", got)
+	}
+	for _, bad := range [][]string{{"OID_KMASK4", "x"}, {"OID_KPOD6", "198.18.0.0/16"}, {"OID_SVC4", "2001:db8::/64"}, {"OID_KMAXPODS", "-1"}} {
+		if _, err := p.KubeFromEnv(env(bad...)); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%s=%s: %v", bad[0], bad[1], err)
+		}
+	}
+}

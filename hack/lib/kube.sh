@@ -249,11 +249,6 @@ kube_node_cert() { oid pki node "$@"; }
 # The nodes' configs (kubelet, kube-proxy, containerd, CRI-O) are the
 # harness tool's: test/cluster/harness/kubeconf (`oid node-configs`).
 
-# Kernel-wide sysctls kubelet sets at start (the kernel defaults it wants): a
-# script that runs kubelet records them before and restores them after.
-kube_kubelet_sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
-	kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
-
 # ---- the control plane's command lines ------------------------------------------
 # Each sets the array kube_cmd; the caller runs it where it wants.
 
@@ -313,7 +308,7 @@ kube_ds_image_name() { sed -n "s/^ *image: *//p" deploy/ovsflow-cni.yaml | sed -
 # it, without a docker engine: the Dockerfile's apt packages on a debootstrap'ed
 # bookworm (as debian:12-slim), the static plugins built from this tree, the
 # scripts; an OCI tar at OUT. BUILD keeps the debootstrap'ed base between runs
-# (a base of the same packages under $kube_prefix/build/ds is copied, not made again).
+# (copied from the one debootstrap of the machine, under $kube_prefix/build/ds).
 # NAME (default the manifest's image) and VERSION (stamped into the binaries,
 # as the Dockerfile's ARG VERSION; default none) make another image of the same tree.
 kube_ds_image_tar() {
@@ -323,17 +318,25 @@ kube_ds_image_tar() {
 	pkgs=$(sed -n 's/.*apt-get install -y --no-install-recommends \([^&\\]*\).*/\1/p' deploy/Dockerfile | tr -s ' ' ',' | sed 's/^,//;s/,$//')
 	[ -n "$pkgs" ] || { log "no apt-get install line in deploy/Dockerfile"; return 1; }
 	if [ ! -f "$b/base.tar" ] || [ "$(cat "$b/base.pkgs" 2>/dev/null)" != "$pkgs" ]; then
+		# One debootstrap per machine (the harnesses of every prefix copy
+		# it), under a lock: two harnesses deploy at once in CI.
 		local shared=$kube_prefix/build/ds
-		if [ "$shared" != "$b" ] && [ -f "$shared/base.tar" ] && [ "$(cat "$shared/base.pkgs" 2>/dev/null)" = "$pkgs" ]; then
-			cp "$shared/base.tar" "$b/base.tar.new" && mv -f "$b/base.tar.new" "$b/base.tar"
-		else
-			log "debootstrap bookworm with $pkgs (about a minute)"
-			rm -rf "$b/base"
-			debootstrap --variant=minbase --include="$pkgs" bookworm "$b/base" http://deb.debian.org/debian >&2
-			rm -rf "$b/base/var/lib/apt/lists/"* "$b/base/var/cache/apt/"* "$b/base/usr/share/doc" "$b/base/usr/share/man"
-			tar -C "$b/base" --numeric-owner -cf "$b/base.tar" .
-			rm -rf "$b/base"
-		fi
+		mkdir -p "$shared"
+		(
+			flock 7
+			if [ ! -f "$shared/base.tar" ] || [ "$(cat "$shared/base.pkgs" 2>/dev/null)" != "$pkgs" ]; then
+				log "debootstrap bookworm with $pkgs (about a minute)"
+				rm -rf "$shared/base" "$shared/base.pkgs"
+				debootstrap --variant=minbase --include="$pkgs" bookworm "$shared/base" http://deb.debian.org/debian >&2 || exit 1
+				rm -rf "$shared/base/var/lib/apt/lists/"* "$shared/base/var/cache/apt/"* "$shared/base/usr/share/doc" "$shared/base/usr/share/man"
+				tar -C "$shared/base" --numeric-owner -cf "$shared/base.tar.new" . && mv -f "$shared/base.tar.new" "$shared/base.tar" || exit 1
+				rm -rf "$shared/base"
+				echo "$pkgs" >"$shared/base.pkgs"
+			fi
+			if [ "$shared" != "$b" ]; then
+				cp "$shared/base.tar" "$b/base.tar.new" && mv -f "$b/base.tar.new" "$b/base.tar" || exit 1
+			fi
+		) 7>"$shared/.lock" || return 1
 		echo "$pkgs" >"$b/base.pkgs"
 	fi
 	# The second layer: what the Dockerfile's build stage builds and COPYs,

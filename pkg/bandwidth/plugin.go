@@ -2,7 +2,6 @@ package bandwidth
 
 import (
 	"context"
-	"errors"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -68,24 +67,18 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, conf.Budget, args)
-	if errors.Is(err, cnicmd.ErrNeverServed) {
-		return nil
-	}
-	if err != nil {
-		return conf.Endpoints.Explain(err)
-	}
-	defer done()
-	att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	ports, err := cli.FindPorts(ctx, att)
-	if err != nil {
-		return err
-	}
-	if err := limit.Withdraw(ctx, cli, ports); err != nil {
-		return err
-	}
-	// Rows of a port that is gone already.
-	return cli.ClearPortQoS(ctx, nil, att)
+	return cnicmd.Del(conf.Endpoints, conf.Budget, args, func(ctx context.Context, cli *ovsdb.Client) error {
+		att := ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+		ports, err := cli.FindPorts(ctx, att)
+		if err != nil {
+			return err
+		}
+		if err := limit.Withdraw(ctx, cli, ports); err != nil {
+			return err
+		}
+		// Rows of a port that is gone already.
+		return cli.ClearPortQoS(ctx, nil, att)
+	})
 }
 
 // CmdCheck verifies that Open vSwitch enforces exactly the limits of the

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -37,33 +36,27 @@ func CmdDel(args *skel.CmdArgs) error {
 	if ran, err := handOffTLS(args, conf); ran {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, conf.Budget, args)
-	if errors.Is(err, cnicmd.ErrNeverServed) {
-		return nil
-	}
-	if err != nil {
-		return conf.Endpoints.Explain(err)
-	}
-	defer done()
-	var l laps
-	l.startLaps()
-	ports, err := detach(ctx, cli, conf, args, &l)
-	if err != nil {
-		return err
-	}
-	if err := l.did("veth", dropVeth(conf, args)); err != nil {
-		return err
-	}
-	plugin, stdin, err := releaseWith(conf, args.StdinData, ports)
-	if err != nil {
-		return err
-	}
-	if plugin != "" {
-		if err := ipam.Del(ctx, plugin, stdin); l.did("ipam", err) != nil {
-			return fmt.Errorf("ipam %q: %w", plugin, err)
+	return cnicmd.Del(conf.Endpoints, conf.Budget, args, func(ctx context.Context, cli *ovsdb.Client) error {
+		var l laps
+		l.startLaps()
+		ports, err := detach(ctx, cli, conf, args, &l)
+		if err != nil {
+			return err
 		}
-	}
-	return nil
+		if err := l.did("veth", dropVeth(conf, args)); err != nil {
+			return err
+		}
+		plugin, stdin, err := releaseWith(conf, args.StdinData, ports)
+		if err != nil {
+			return err
+		}
+		if plugin != "" {
+			if err := ipam.Del(ctx, plugin, stdin); l.did("ipam", err) != nil {
+				return fmt.Errorf("ipam %q: %w", plugin, err)
+			}
+		}
+		return nil
+	})
 }
 
 // dropVeth deletes the attachment's veth, or with "leaveVethToNetns" takes

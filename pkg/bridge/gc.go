@@ -33,13 +33,7 @@ func CmdGC(args *skel.CmdArgs) error {
 	for _, a := range conf.ValidAttachments {
 		keep[link.Alias(conf.Name, a.ContainerID, a.IfName)] = true
 	}
-	seen := map[ovsdb.Attachment]bool{}
-	for _, p := range gc.Stale {
-		a := p.Attachment()
-		if seen[a] {
-			continue
-		}
-		seen[a] = true
+	for _, a := range gc.StaleAttachments() {
 		left, err := collect(ctx, cli, conf, a)
 		if err != nil {
 			return err

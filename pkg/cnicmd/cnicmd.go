@@ -143,6 +143,20 @@ type GC[C GCConf] struct {
 	Close func()
 }
 
+// StaleAttachments are the attachments of the stale ports, each once, in
+// the ports' order (an attachment may hold several ports: one per bridge).
+func (gc *GC[C]) StaleAttachments() []ovsdb.Attachment {
+	var as []ovsdb.Attachment
+	seen := map[ovsdb.Attachment]bool{}
+	for _, p := range gc.Stale {
+		if a := p.Attachment(); !seen[a] {
+			seen[a] = true
+			as = append(as, a)
+		}
+	}
+	return as
+}
+
 // OpenGC starts a GC whose network config load decodes from args (a code 6
 // or 7 when it does not): the config, Open on its OVSDB endpoint, and the
 // stale ports.
@@ -220,6 +234,21 @@ func OpenDel(eps Endpoints, b Budget, args *skel.CmdArgs) (ctx context.Context, 
 			Msg: fmt.Sprintf("%s: cannot tell what is left of attachment %s", e.Msg, a)}
 	}
 	return ctx, cli, done, err
+}
+
+// Del runs a DEL's work f on OVSDB opened by OpenDel: a config never
+// served (ErrNeverServed) is a success without f, OVSDB unreachable a code
+// 11 that names a missing "ovsdb" key (Explain).
+func Del(eps Endpoints, b Budget, args *skel.CmdArgs, f func(context.Context, *ovsdb.Client) error) error {
+	ctx, cli, done, err := OpenDel(eps, b, args)
+	if errors.Is(err, ErrNeverServed) {
+		return nil
+	}
+	if err != nil {
+		return eps.Explain(err)
+	}
+	defer done()
+	return f(ctx, cli)
 }
 
 // ErrNeverServed is OpenDel's answer when nothing can have been done

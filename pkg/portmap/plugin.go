@@ -75,15 +75,9 @@ func CmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cli, done, err := cnicmd.OpenDel(conf.Endpoints, conf.Budget, args)
-	if errors.Is(err, cnicmd.ErrNeverServed) {
-		return nil
-	}
-	if err != nil {
-		return conf.Endpoints.Explain(err)
-	}
-	defer done()
-	return withdraw(ctx, cli, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}, nil)
+	return cnicmd.Del(conf.Endpoints, conf.Budget, args, func(ctx context.Context, cli *ovsdb.Client) error {
+		return withdraw(ctx, cli, ovsdb.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}, nil)
+	})
 }
 
 // withdraw withdraws the host ports of attachment a (of its ports that in
@@ -203,13 +197,7 @@ func CmdGC(args *skel.CmdArgs) error {
 	}
 	defer gc.Close()
 	network, _, _ := gc.Conf.GCScope()
-	seen := map[ovsdb.Attachment]bool{}
-	for _, p := range gc.Stale {
-		a := p.Attachment()
-		if seen[a] {
-			continue
-		}
-		seen[a] = true
+	for _, a := range gc.StaleAttachments() {
 		// As DEL, with the ports as the marking transaction reads them.
 		if err := withdraw(gc.Ctx, gc.OVSDB, a, func(p ovsdb.OwnedPort) bool {
 			return p.Port.ExternalIDs[ovsdb.KeyNetwork] == network

@@ -144,14 +144,23 @@ func TestAttackVLANHostPort(t *testing.T) {
 			br := l.bridgeMAC(t).String()
 			sh(x.Container, t, "ip", "neigh", "replace", "203.0.113.1", "lladdr", br, "dev", "eth0")
 			sh(x.Container, t, "ip", "-6", "neigh", "replace", "2001:db8:12::1", "lladdr", br, "dev", "eth0")
-			for _, addr := range []string{hp(nodeV4, 8097), hp(nodeV6, 8097)} {
-				got, err := dialWithin(x.NS, addr, time.Second)
-				if reached := err == nil; reached == tc.blocked {
-					t.Errorf("client on VLAN %v -> host port %s: answered %v (%q, %v), want %v", tc.vlan, addr, reached, got, err, !tc.blocked)
-				}
-			}
+			// The outside first: the host port is up before the client tries.
 			expect(t, l.Outside.NS, "tcp", hp(nodeV4, 8097), srv.Container, outsideV4)
 			expect(t, l.Outside.NS, "tcp", hp(nodeV6, 8097), srv.Container, outsideV6)
+			for _, addr := range []string{hp(nodeV4, 8097), hp(nodeV6, 8097)} {
+				if !tc.blocked {
+					// The control waits for its answer (a loaded machine's
+					// userspace datapath takes its time over the first packets).
+					if err := framework.Wait(10*time.Second, func() error { _, err := dialWithin(x.NS, addr, time.Second); return err }); err != nil {
+						t.Errorf("client on VLAN %v -> host port %s: no answer (%v), want one", tc.vlan, addr, err)
+					}
+					continue
+				}
+				// Blocked: no answer within a second, the host port being up.
+				if got, err := dialWithin(x.NS, addr, time.Second); err == nil {
+					t.Errorf("client on VLAN %v -> host port %s: answered %q, want no answer", tc.vlan, addr, got)
+				}
+			}
 			if tc.blocked {
 				l.normal(t)
 			}

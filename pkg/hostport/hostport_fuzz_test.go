@@ -91,8 +91,8 @@ func FuzzContainerFacts(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte, ifname string) {
 		var raw map[string]any
-		if json.Unmarshal(b, &raw) != nil {
-			return
+		if json.Unmarshal(b, &raw) != nil || raw == nil {
+			return // ("null": no prevResult, which cnicmd.PrevResult refuses before parsing)
 		}
 		conf := types.PluginConf{CNIVersion: "1.0.0", RawPrevResult: raw}
 		if err := version.ParsePrevResult(&conf); err != nil {

@@ -61,7 +61,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 
 // CmdDel removes the limits of the attachment, found by its identity alone
 // (limits in the config, valid or not, are not looked at); with OVSDB
-// unreachable, code 11 (cnicmd.OpenDel).
+// unreachable, code 11 (cnicmd.Del).
 func CmdDel(args *skel.CmdArgs) error {
 	conf, err := loadEndpoints(args.StdinData)
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 // veth, the IP allocation. It needs nothing but what the runtime passes,
 // and succeeds when the netns, veth, port or allocation are gone. With
 // OVSDB unreachable it cannot know whether the port is gone: it fails with
-// code 11 (cnicmd.OpenDel) and releases nothing, not even the address,
+// code 11 (cnicmd.Del) and releases nothing, not even the address,
 // which would otherwise go back to the pool while the port holding it,
 // and its host ports, stay.
 func CmdDel(args *skel.CmdArgs) error {

@@ -69,7 +69,7 @@ func CmdAdd(args *skel.CmdArgs) error {
 
 // CmdDel withdraws everything of the attachment, found by its identity alone;
 // with OVSDB unreachable, where its host ports are recorded, code 11
-// (cnicmd.OpenDel).
+// (cnicmd.Del).
 func CmdDel(args *skel.CmdArgs) error {
 	conf, err := LoadConf(args.StdinData)
 	if err != nil {

@@ -34,7 +34,7 @@ done
 for n in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^(cnitest-|ovsflow-)' || true); do ip netns del "$n" || true; done
 apt-get purge -y -qq openvswitch-switch openvswitch-common ethtool nftables conntrack iputils-ping \
 	dnsmasq-base qemu-system-x86 debootstrap iptables runc docker.io busybox-static podman conmon \
-	containernetworking-plugins containerd >/dev/null 2>&1 || true
+	containernetworking-plugins containerd stress-ng >/dev/null 2>&1 || true
 apt-get autoremove --purge -y -qq >/dev/null
 apt-get clean
 rm -rf /opt/ovsflow-kube /opt/ovsflow-rt /var/cache/ovsflow-vm /var/cache/ovsflow-oid /var/lib/containers "${XDG_CACHE_HOME:-$HOME/.cache}/ovsflow"

@@ -19,6 +19,7 @@ multus_version=v4.2.3 # the thin plugin (cmd/multus) of `up -kube -multus`
 # hack/coredns (the plugins the cluster's Corefile uses), whose go.mod pins it
 # (not in the node image, which sources this file too and builds nothing).
 kube_coredns_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../coredns" 2>/dev/null && pwd || true)
+kube_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." 2>/dev/null && pwd || true) # (in the node image: none, and no image is made there)
 coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' "$kube_coredns_dir/go.mod" 2>/dev/null || true)
 # Its image, under upstream's name, so that deploy/coredns.yaml reads as kubeadm's.
 kube_coredns_image=registry.k8s.io/coredns/coredns:$coredns_version
@@ -359,34 +360,17 @@ kube_ds_image_tar() {
 	kube_oci_tar "$out" "$name" "$(echo "$df" | sed -n 's/^ENTRYPOINT //p')" "$b/base.tar" "$b/top.tar"
 }
 
-# kube_oci_tar OUT NAME ENTRYPOINT LAYER...: an OCI image layout tar, as `ctr images import` reads;
+# kube_oci_tar OUT NAME ENTRYPOINT LAYER...: an OCI image layout tar, as `ctr images import` reads
+# (test/runtimes/tools/ocitar, built into a temporary dir);
 # kube_oci_cmd (a JSON list, unset: none) is its command.
 kube_oci_tar() {
-	local out=$1 name=$2 ep=$3
+	local out=$1 name=$2 ep=$3 l args=() d rc=0
 	shift 3
-	local d
-	d=$(mktemp -d "$(dirname "$out")/oci.XXXXXX")
-	mkdir -p "$d/blobs/sha256"
-	local l sum layers="" diffs=""
-	for l in "$@"; do
-		sum=$(sha256sum "$l" | cut -d' ' -f1)
-		cp "$l" "$d/blobs/sha256/$sum"
-		layers+="${layers:+,}{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"sha256:$sum\",\"size\":$(stat -c %s "$l")}"
-		diffs+="${diffs:+,}\"sha256:$sum\""
-	done
-	blob() { # blob CONTENT: stores it, prints "digest size"
-		local s
-		s=$(printf '%s' "$1" | sha256sum | cut -d' ' -f1)
-		printf '%s' "$1" >"$d/blobs/sha256/$s"
-		echo "sha256:$s ${#1}"
-	}
-	local cdig csize mdig msize
-	read -r cdig csize < <(blob "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Entrypoint\":$ep${kube_oci_cmd:+,\"Cmd\":$kube_oci_cmd},\"Env\":[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"]},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[$diffs]}}")
-	read -r mdig msize < <(blob "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"$cdig\",\"size\":$csize},\"layers\":[$layers]}")
-	printf '{"imageLayoutVersion":"1.0.0"}' >"$d/oci-layout"
-	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%s,"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
-		"$mdig" "$msize" "$name" "${name##*:}" >"$d/index.json"
-	tar -C "$d" -cf "$out.new" oci-layout index.json blobs
-	mv -f "$out.new" "$out"
+	for l; do args+=(-layer "$l"); done
+	d=$(mktemp -d)
+	(cd "$kube_repo" && CGO_ENABLED=0 go build -o "$d/ocitar" ./test/runtimes/tools/ocitar) &&
+		"$d/ocitar" -o "$out" -name "$name" -entrypoint "$ep" ${kube_oci_cmd:+-cmd "$kube_oci_cmd"} \
+			-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${args[@]}" || rc=1
 	rm -rf "$d"
+	return $rc
 }

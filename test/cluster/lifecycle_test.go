@@ -28,9 +28,11 @@ const (
 // suiteStateScript prints, per section ("== NAME"), what the suite keeps on
 // a node for its attachments: the flows of the suite's cookie tag, the Port
 // and Interface rows it owns, the routes of the agent's protocol (157) and
-// the nft tables of the host ports; sorted, with no counters.
+// the nft tables of the host ports; sorted, with no counters. A deleted
+// port's tombstone (its drop flow with hard_timeout, which expires by
+// itself 10 s after a DEL) is no attachment's state: left out.
 const suiteStateScript = `echo "== flows"
-ovs-ofctl --no-stats dump-flows br0 | sed 's/^ *//' | grep -E '^cookie=0x0?fc50' | sort
+ovs-ofctl --no-stats dump-flows br0 | sed 's/^ *//' | grep -E '^cookie=0x0?fc50' | grep -v 'hard_timeout=' | sort
 echo "== records"
 for t in Port Interface; do
 	ovs-vsctl --format=csv --no-headings --columns=name,external_ids find $t external_ids:ovsflow.io/owner=ovsflow-cni | sed "s/^/$t /" | sort

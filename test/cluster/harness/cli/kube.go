@@ -115,13 +115,20 @@ func cmdTag(e env, args []string) error {
 	})
 }
 
-// onKubeNodes runs f for each node of the harness but the control plane.
-func onKubeNodes(e env, f func(*engine.Engine, string) error) error {
+// listNodes is the engine that answers and the harness's nodes on it (the
+// control plane's "cp" among them).
+func (e env) listNodes() (*engine.Engine, []string, error) {
 	eng, err := e.engine()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	names, err := nodes.List(eng, e.plan)
+	return eng, names, err
+}
+
+// onKubeNodes runs f for each node of the harness but the control plane.
+func onKubeNodes(e env, f func(*engine.Engine, string) error) error {
+	eng, names, err := e.listNodes()
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ovsflow/ovs-cni/test/cluster/harness/nodes"
 )
 
 // cmdStats: stats [SECONDS] (default 30): the CPU (cores, averaged over
@@ -29,11 +27,7 @@ func cmdStats(e env, args []string) error {
 		}
 		secs = n
 	}
-	eng, err := e.engine()
-	if err != nil {
-		return err
-	}
-	names, err := nodes.List(eng, e.plan)
+	eng, names, err := e.listNodes()
 	if err != nil {
 		return err
 	}

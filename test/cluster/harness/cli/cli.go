@@ -543,22 +543,29 @@ func cmdKubeWait(e env, args []string) error {
 	if *kubeconfig == "" {
 		return usageError{"kube-wait: -kubeconfig FILE"}
 	}
-	c, err := kube.Client(*kubeconfig)
+	return e.kubeWait(*kubeconfig, *container, *n, *timeout)
+}
+
+// kubeWait waits until the API server of kubeconfig is ready (while the
+// container serving it, unless "", runs), then, unless n is 0, until n
+// Nodes have their pod CIDRs (cmdKubeWait).
+func (e env) kubeWait(kubeconfig, container string, n int, timeout time.Duration) error {
+	c, err := kube.Client(kubeconfig)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	t0 := time.Now()
 	alive := func() error { return nil }
-	if *container != "" {
+	if container != "" {
 		eng, err := e.engine()
 		if err != nil {
 			return err
 		}
 		alive = func() error {
-			if out, _ := eng.Run("inspect", "-f", "{{.State.Running}}", e.plan.Container(*container)); out != "true" {
-				return fmt.Errorf("container %s is not running", e.plan.Container(*container))
+			if out, _ := eng.Run("inspect", "-f", "{{.State.Running}}", e.plan.Container(container)); out != "true" {
+				return fmt.Errorf("container %s is not running", e.plan.Container(container))
 			}
 			return nil
 		}
@@ -566,13 +573,13 @@ func cmdKubeWait(e env, args []string) error {
 	if err := kube.WaitReady(ctx, c, alive); err != nil {
 		return fmt.Errorf("the API server did not become ready: %w", err)
 	}
-	if *n == 0 {
+	if n == 0 {
 		logf("API server ready in %d s", int(time.Since(t0).Seconds()))
 		return nil
 	}
-	if err := kube.WaitNodes(ctx, c, *n); err != nil {
+	if err := kube.WaitNodes(ctx, c, n); err != nil {
 		return err
 	}
-	logf("%d nodes registered in %d s", *n, int(time.Since(t0).Seconds()))
+	logf("%d nodes registered in %d s", n, int(time.Since(t0).Seconds()))
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,12 +49,12 @@ func cmdDNS(e env, args []string) error {
 	if err := cmdImport(e, []string{*tar}); err != nil {
 		return err
 	}
-	n := 0
-	if err := onKubeNodes(e, func(*engine.Engine, string) error { n++; return nil }); err != nil {
+	_, names, err := e.listNodes()
+	if err != nil {
 		return err
 	}
 	replicas := 2
-	if n == 1 {
+	if len(slices.DeleteFunc(names, func(n string) bool { return n == "cp" })) == 1 {
 		replicas = 1
 	}
 	manifest = []byte(strings.NewReplacer("@DNS_IP4@", dns4, "@DNS_IP6@", dns6, "@DNS_REPLICAS@", strconv.Itoa(replicas)).Replace(string(manifest)))

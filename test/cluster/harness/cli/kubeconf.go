@@ -36,35 +36,49 @@ func cmdNodeConfigs(_ env, args []string) error {
 			return usageError{"node-configs: -" + name + " is required"}
 		}
 	}
+	return writeNodeConfigs(nodeConfigs{Dir: *dir, Node: *node, Runtime: *runtime, PKI: *pkiDir, CgroupRoot: *cgroupRoot,
+		ClusterCIDRs: list(*cidrs), MaxPods: *maxPods, ClusterDNS: list(*dns), Containerd: *containerd, Metrics: *metrics})
+}
+
+// nodeConfigs is what a Kubernetes node's configs are written from.
+type nodeConfigs struct {
+	Dir, Node, Runtime, PKI, CgroupRoot string
+	ClusterCIDRs, ClusterDNS            []string
+	MaxPods                             int
+	Containerd, Metrics                 string // containerd's binary (its defaults), its metrics' HOST:PORT
+}
+
+// writeNodeConfigs writes the node's configs into c.Dir (cmdNodeConfigs).
+func writeNodeConfigs(c nodeConfigs) error {
 	files := map[string][]byte{}
 	var sock string
 	var err error
-	switch *runtime {
+	switch c.Runtime {
 	case "containerd":
 		sock = "/run/containerd/containerd.sock"
-		files["containerd.toml"], err = kubeconf.ContainerdConfig(*containerd, kubeconf.Containerd{
-			Root: "/var/lib/containerd", State: "/run/containerd", Socket: sock, Metrics: *metrics})
+		files["containerd.toml"], err = kubeconf.ContainerdConfig(c.Containerd, kubeconf.Containerd{
+			Root: "/var/lib/containerd", State: "/run/containerd", Socket: sock, Metrics: c.Metrics})
 	case "crio":
 		sock = "/var/run/crio/crio.sock"
 		files["crio.conf"], err = kubeconf.CRIOConfig()
 	default:
-		return usageError{"node-configs: -runtime " + *runtime + ": want containerd or crio"}
+		return usageError{"node-configs: -runtime " + c.Runtime + ": want containerd or crio"}
 	}
 	if err != nil {
 		return err
 	}
-	if files["kubelet.yaml"], err = kubeconf.KubeletConfig(kubeconf.Kubelet{PKI: *pkiDir, Cert: "kubelet-" + *node, Runtime: sock,
-		CgroupRoot: *cgroupRoot, MaxPods: *maxPods, ClusterDNS: list(*dns)}); err != nil {
+	if files["kubelet.yaml"], err = kubeconf.KubeletConfig(kubeconf.Kubelet{PKI: c.PKI, Cert: "kubelet-" + c.Node, Runtime: sock,
+		CgroupRoot: c.CgroupRoot, MaxPods: c.MaxPods, ClusterDNS: c.ClusterDNS}); err != nil {
 		return err
 	}
-	if files["proxy.yaml"], err = kubeconf.ProxyConfig(filepath.Join(*pkiDir, "proxy.kubeconfig"), *node, list(*cidrs)); err != nil {
+	if files["proxy.yaml"], err = kubeconf.ProxyConfig(filepath.Join(c.PKI, "proxy.kubeconfig"), c.Node, c.ClusterCIDRs); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return err
 	}
 	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(*dir, name), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(c.Dir, name), b, 0o644); err != nil {
 			return fmt.Errorf("node-configs: %w", err)
 		}
 	}

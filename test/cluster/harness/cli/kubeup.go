@@ -226,11 +226,10 @@ func (e env) kubeConfigs(k topology.Kube, b kubeBuild, n int, multus bool, runti
 		}
 		// The pods' netns files in the node's own /var/run/netns, as on a
 		// node with containerd's defaults (kubeconf).
-		if err := cmdNodeConfigs(e, []string{"-dir", filepath.Join(st, me), "-node", me, "-runtime", runtime, "-pki", d,
-			"-cgroup-root", "/" + e.plan.Prefix + "/" + me, "-cluster-cidrs", strings.Join(k.ClusterCIDRs(), ","),
-			"-max-pods", strconv.Itoa(k.MaxPods), "-cluster-dns", strings.Join(k.ClusterDNS(), ","),
-			"-containerd", filepath.Join(b.Prefix, "bin", "containerd"),
-			"-metrics", fmt.Sprintf("%s:%d", e.plan.Node4(i), containerdMetricsPort)}); err != nil {
+		if err := writeNodeConfigs(nodeConfigs{Dir: filepath.Join(st, me), Node: me, Runtime: runtime, PKI: d,
+			CgroupRoot: "/" + e.plan.Prefix + "/" + me, ClusterCIDRs: k.ClusterCIDRs(), MaxPods: k.MaxPods, ClusterDNS: k.ClusterDNS(),
+			Containerd: filepath.Join(b.Prefix, "bin", "containerd"),
+			Metrics:    fmt.Sprintf("%s:%d", e.plan.Node4(i), containerdMetricsPort)}); err != nil {
 			return fmt.Errorf("up -kube: the configs of %s: %w", me, err)
 		}
 	}
@@ -272,7 +271,7 @@ func (e env) controlPlane(eng *engine.Engine, k topology.Kube, b kubeBuild) erro
 	if _, err := eng.Run("start", c); err != nil {
 		return fmt.Errorf("the control plane did not start: %w", err)
 	}
-	err := cmdKubeWait(e, []string{"-kubeconfig", e.adminKubeconfig(), "-container", "cp", "-timeout", "3m"})
+	err := e.kubeWait(e.adminKubeconfig(), "cp", 0, 3*time.Minute)
 	if err != nil {
 		logs, _ := eng.Command("exec", c, "tail", "-n", "5", "/var/log/oid/etcd.log", "/var/log/oid/kube-apiserver.log").CombinedOutput()
 		return fmt.Errorf("the API server %s did not become ready: %w\n%s", e.plan.APIServer(), err, logs)

@@ -14,15 +14,13 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnierr"
-	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/limit"
 )
 
 // Conf is the network configuration of ovs-bandwidth.
 type Conf struct {
 	types.PluginConf
-	OVSDB    string `json:"ovsdb,omitempty"`
-	OpenFlow string `json:"openflow,omitempty"`
+	cnicmd.Access
 	// The limits may be keys of the config itself, as with the reference
 	// plugin: when any of them is there, runtimeConfig.bandwidth is not
 	// looked at.
@@ -35,14 +33,9 @@ type Conf struct {
 		Bandwidth *limit.Entry `json:"bandwidth,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 	LogFile string `json:"logFile,omitempty"` // see package cnilog
-	// Timeout is how long an ADD may take (cnicmd.ParseTimeout).
-	Timeout string `json:"timeout,omitempty"`
 
-	// Endpoints are "ovsdb" and "openflow", parsed, Budget "timeout";
-	// Limits the limits in force; all resolved by LoadConf.
-	Endpoints cnicmd.Endpoints `json:"-"`
-	Budget    cnicmd.Budget    `json:"-"`
-	Limits    limit.Entry      `json:"-"`
+	// Limits are the limits in force, resolved by LoadConf.
+	Limits limit.Entry `json:"-"`
 }
 
 // Meter bounds: an OpenFlow meter counts kilobits (1000 bits) in 32 bits.
@@ -96,21 +89,11 @@ func loadEndpoints(stdin []byte) (*Conf, error) {
 	if err := cnicmd.Decode(stdin, c); err != nil {
 		return nil, err
 	}
-	var err error
-	if c.Endpoints, err = cnicmd.ParseEndpoints(c.OVSDB, c.OpenFlow); err != nil {
-		return nil, err
-	}
-	if c.Budget, err = cnicmd.ParseTimeout(c.Timeout); err != nil {
+	if err := c.ParseAccess(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
-
-// OVSDBEndpoint is where the commands find OVSDB.
-func (c *Conf) OVSDBEndpoint() endpoint.Endpoint { return c.Endpoints.OVSDB }
-
-// CommandBudget is the commands' time ("timeout").
-func (c *Conf) CommandBudget() cnicmd.Budget { return c.Budget }
 
 // GCScope: ovs-bandwidth's GC considers the network's ports on any bridge.
 func (c *Conf) GCScope() (string, string, []types.GCAttachment) {

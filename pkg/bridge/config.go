@@ -27,8 +27,9 @@ import (
 // documented contract (README "ovs-bridge configuration").
 type NetConf struct {
 	types.PluginConf
+	// "ovsdb" (its PEM files below), "openflow", "timeout".
+	cnicmd.Access
 	Bridge       string  `json:"bridge"`
-	OVSDB        string  `json:"ovsdb,omitempty"`
 	CreateBridge bool    `json:"createBridge,omitempty"`
 	DatapathType string  `json:"datapathType,omitempty"`
 	MTU          int     `json:"mtu,omitempty"`
@@ -46,7 +47,6 @@ type NetConf struct {
 	// adverts to their group from its own and allowed addresses.
 	AllowedAddresses []string `json:"allowedAddresses,omitempty"`
 	AllowVRRP        bool     `json:"allowVRRP,omitempty"`
-	OpenFlow         string   `json:"openflow,omitempty"`
 	// The PEM files of an ssl: "ovsdb" (mutual TLS): the client's key and
 	// certificate, and the CA that signed ovsdb-server's certificate.
 	OVSDBKey  string `json:"ovsdbKey,omitempty"`
@@ -58,8 +58,6 @@ type NetConf struct {
 	// this network's IPAM ranges are its Node's (package noderanges);
 	// while it does not, STATUS is unavailable and ADD asks to try again.
 	ConfirmedRanges string `json:"confirmedRanges,omitempty"`
-	// Timeout is how long an ADD may take (cnicmd.ParseTimeout).
-	Timeout string `json:"timeout,omitempty"`
 	// LeaveVethToNetns: DEL takes the veth down and leaves it to go with
 	// the container's netns, which the runtime deletes right after the DEL
 	// (Kubernetes' runtimes do), instead of deleting it: the kernel's
@@ -92,12 +90,10 @@ type NetConf struct {
 	LinkStateCheckRetries  int `json:"link_state_check_retries,omitempty"`
 
 	// Resolved by LoadConf.
-	Endpoints cnicmd.Endpoints `json:"-"` // "ovsdb" (with its PEM files) and "openflow", parsed
-	Budget    cnicmd.Budget    `json:"-"` // "timeout", parsed
-	MAC       net.HardwareAddr `json:"-"`
-	Allowed   []netip.Prefix   `json:"-"` // AllowedAddresses, masked
-	Trunks    []int            `json:"-"`
-	Mappings  []flows.Mapping  `json:"-"` // Mesos port mappings, published by ovs-bridge itself
+	MAC      net.HardwareAddr `json:"-"`
+	Allowed  []netip.Prefix   `json:"-"` // AllowedAddresses, masked
+	Trunks   []int            `json:"-"`
+	Mappings []flows.Mapping  `json:"-"` // Mesos port mappings, published by ovs-bridge itself
 
 }
 
@@ -194,11 +190,7 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	if !validBridgeName(n.Bridge) {
 		return nil, invalid(`"bridge" %q: want 1-15 characters of letters, digits, '_', '.', '-'`, n.Bridge)
 	}
-	var err error
-	if n.Endpoints, err = cnicmd.ParseEndpoints(n.OVSDB, n.OpenFlow); err != nil {
-		return nil, err
-	}
-	if n.Budget, err = cnicmd.ParseTimeout(n.Timeout); err != nil {
+	if err := n.ParseAccess(); err != nil {
 		return nil, err
 	}
 	if err := validateTLS(n); err != nil {
@@ -260,12 +252,6 @@ func LoadConf(stdin []byte, cniArgs string) (*NetConf, error) {
 	}
 	return n, nil
 }
-
-// OVSDBEndpoint is where the commands find OVSDB.
-func (n *NetConf) OVSDBEndpoint() endpoint.Endpoint { return n.Endpoints.OVSDB }
-
-// CommandBudget is the commands' time ("timeout").
-func (n *NetConf) CommandBudget() cnicmd.Budget { return n.Budget }
 
 // validateTLS: an ssl: "ovsdb" needs the three PEM files, as absolute
 // paths (the plugin's working directory is the runtime's); the files are

@@ -505,6 +505,38 @@ func ParseEndpoints(ovsdb, openflow string) (Endpoints, error) {
 	return e, nil
 }
 
+// Access is the part of every plugin's network config that says where Open
+// vSwitch is and how long a command may take: the "ovsdb", "openflow" and
+// "timeout" keys, and what ParseAccess makes of them. Embedded in a
+// plugin's config, it gives it the OVSDBEndpoint and CommandBudget that
+// Conf asks for.
+type Access struct {
+	OVSDB    string `json:"ovsdb,omitempty"`
+	OpenFlow string `json:"openflow,omitempty"`
+	// Timeout is how long an ADD may take (ParseTimeout).
+	Timeout string `json:"timeout,omitempty"`
+
+	Endpoints Endpoints `json:"-"` // "ovsdb" and "openflow", parsed
+	Budget    Budget    `json:"-"` // "timeout", parsed
+}
+
+// ParseAccess parses the keys into Endpoints and Budget: code 7 naming
+// the key that does not parse.
+func (a *Access) ParseAccess() error {
+	var err error
+	if a.Endpoints, err = ParseEndpoints(a.OVSDB, a.OpenFlow); err != nil {
+		return err
+	}
+	a.Budget, err = ParseTimeout(a.Timeout)
+	return err
+}
+
+// OVSDBEndpoint is where the commands find OVSDB.
+func (a *Access) OVSDBEndpoint() endpoint.Endpoint { return a.Endpoints.OVSDB }
+
+// CommandBudget is the commands' time ("timeout").
+func (a *Access) CommandBudget() Budget { return a.Budget }
+
 // OpenFlowOf is the OpenFlow endpoint of bridge: the override, else the
 // management socket beside OVSDB's (endpoint.OpenFlow).
 func (e Endpoints) OpenFlowOf(bridge string) endpoint.Endpoint {

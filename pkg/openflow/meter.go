@@ -204,44 +204,13 @@ func MeterIDs(ctx context.Context, target endpoint.Endpoint) ([]uint32, error) {
 // the last reply or each says it is done. An unknown meter is no reply
 // and no error.
 func meterConfigs(ctx context.Context, target endpoint.Endpoint, id uint32, each func([]byte) (bool, error)) error {
-	return session(ctx, target, "dumping meters", func(s *conn) error {
-		b := hello()
-		b = append(b, header(ofptMultipartReq, 1, 24)...)
-		b = binary.BigEndian.AppendUint16(b, ofpmpMeterConfig)
-		b = append(b, 0, 0, 0, 0, 0, 0) // flags, pad
-		b = binary.BigEndian.AppendUint32(b, id)
-		b = append(b, 0, 0, 0, 0)
-		if err := s.send(b); err != nil {
-			return err
+	body := binary.BigEndian.AppendUint32(nil, id)
+	body = append(body, 0, 0, 0, 0) // pad
+	return multipart(ctx, target, "dumping meters", ofpmpMeterConfig, body, each, func(err error) error {
+		if meterError(err, ofpmmfcUnknown) {
+			return nil
 		}
-		if err := s.hello(); err != nil {
-			return err
-		}
-		for {
-			typ, xid, body, err := s.recv()
-			if err != nil {
-				return err
-			}
-			switch {
-			case typ == ofptError && xid == 1:
-				if err := decodeError(body, "meter config request"); !meterError(err, ofpmmfcUnknown) {
-					return err
-				}
-				return nil
-			case typ == ofptEchoRequest:
-				if err := s.send(append(header(ofptEchoReply, xid, 8+len(body)), body...)); err != nil {
-					return err
-				}
-			case typ == ofptMultipartReply && xid == 1:
-				if len(body) < 8 || binary.BigEndian.Uint16(body) != ofpmpMeterConfig {
-					return decodeErr("meter config reply of %d bytes", len(body))
-				}
-				done, err := each(body[8:])
-				if err != nil || done || binary.BigEndian.Uint16(body[2:])&ofpmpfReplyMore == 0 {
-					return err
-				}
-			}
-		}
+		return err
 	})
 }
 

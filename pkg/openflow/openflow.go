@@ -292,19 +292,31 @@ func Dump(ctx context.Context, target endpoint.Endpoint, cookie, mask uint64) ([
 // dump sends one flow stats request and calls each with every entry of the
 // reply (its ofp_flow_stats bytes) and its decoded flow.
 func dump(ctx context.Context, target endpoint.Endpoint, cookie, mask uint64, each func(entry []byte, f Flow)) error {
-	return session(ctx, target, "dumping flows", func(s *conn) error {
+	b := []byte{ofpttAll, 0, 0, 0}                // table_id, pad
+	b = binary.BigEndian.AppendUint32(b, ofppAny) // out_port
+	b = binary.BigEndian.AppendUint32(b, ofpgAny) // out_group
+	b = append(b, 0, 0, 0, 0)                     // pad
+	b = binary.BigEndian.AppendUint64(b, cookie)
+	b = binary.BigEndian.AppendUint64(b, mask)
+	b = appendMatch(b, Match{})
+	return multipart(ctx, target, "dumping flows", ofpmpFlow, b, func(reply []byte) (bool, error) {
+		return false, eachFlowStats(reply, each)
+	}, nil)
+}
+
+// multipart sends one multipart request of type mp (its body after
+// ofp_multipart_request's flags) and hands each reply's body to each,
+// until the last reply or each says it is done. An error message in
+// answer goes through refused (nil: it is the error), which may make it
+// no error.
+func multipart(ctx context.Context, target endpoint.Endpoint, what string, mp uint16, body []byte, each func(reply []byte) (done bool, err error), refused func(error) error) error {
+	return session(ctx, target, what, func(s *conn) error {
 		b := hello()
 		start := len(b)
 		b = append(b, header(ofptMultipartReq, 1, 0)...)
-		b = binary.BigEndian.AppendUint16(b, ofpmpFlow)
-		b = append(b, 0, 0, 0, 0, 0, 0)               // flags, pad
-		b = append(b, ofpttAll, 0, 0, 0)              // table_id, pad
-		b = binary.BigEndian.AppendUint32(b, ofppAny) // out_port
-		b = binary.BigEndian.AppendUint32(b, ofpgAny) // out_group
-		b = append(b, 0, 0, 0, 0)                     // pad
-		b = binary.BigEndian.AppendUint64(b, cookie)
-		b = binary.BigEndian.AppendUint64(b, mask)
-		b = appendMatch(b, Match{})
+		b = binary.BigEndian.AppendUint16(b, mp)
+		b = append(b, 0, 0, 0, 0, 0, 0) // flags, pad
+		b = append(b, body...)
 		binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
 		if err := s.send(b); err != nil {
 			return err
@@ -313,26 +325,28 @@ func dump(ctx context.Context, target endpoint.Endpoint, cookie, mask uint64, ea
 			return err
 		}
 		for {
-			typ, xid, body, err := s.recv()
+			typ, xid, reply, err := s.recv()
 			if err != nil {
 				return err
 			}
 			switch {
 			case typ == ofptError:
-				return decodeError(body, "flow stats request")
+				err := decodeError(reply, fmt.Sprintf("multipart request of type %d", mp))
+				if refused != nil {
+					err = refused(err)
+				}
+				return err
 			case typ == ofptEchoRequest:
-				if err := s.send(append(header(ofptEchoReply, xid, 8+len(body)), body...)); err != nil {
+				if err := s.send(append(header(ofptEchoReply, xid, 8+len(reply)), reply...)); err != nil {
 					return err
 				}
 			case typ == ofptMultipartReply && xid == 1:
-				if len(body) < 8 || binary.BigEndian.Uint16(body) != ofpmpFlow {
-					return decodeErr("multipart reply of %d bytes", len(body))
+				if len(reply) < 8 || binary.BigEndian.Uint16(reply) != mp {
+					return decodeErr("multipart reply of %d bytes", len(reply))
 				}
-				if err := eachFlowStats(body[8:], each); err != nil {
+				done, err := each(reply[8:])
+				if err != nil || done || binary.BigEndian.Uint16(reply[2:])&ofpmpfReplyMore == 0 {
 					return err
-				}
-				if binary.BigEndian.Uint16(body[2:])&ofpmpfReplyMore == 0 {
-					return nil
 				}
 			}
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ovsflow/ovs-cni/pkg/cnicmd"
 	"github.com/ovsflow/ovs-cni/pkg/cnierr"
-	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/hostport"
 )
@@ -22,8 +21,7 @@ import (
 // Conf is the network configuration of ovs-portmap.
 type Conf struct {
 	types.PluginConf
-	OVSDB    string `json:"ovsdb,omitempty"`
-	OpenFlow string `json:"openflow,omitempty"`
+	cnicmd.Access
 	// VswitchdControl is the path of ovs-vswitchd's control socket (its
 	// --unixctl), for the zone limits; "": found as ovs-appctl finds it.
 	VswitchdControl string   `json:"vswitchdControl,omitempty"`
@@ -43,8 +41,6 @@ type Conf struct {
 	// rate).
 	NewConnectionRate  *int64 `json:"newConnectionRate,omitempty"`
 	NewConnectionBurst *int64 `json:"newConnectionBurst,omitempty"`
-	// Timeout is how long an ADD may take (cnicmd.ParseTimeout).
-	Timeout string `json:"timeout,omitempty"`
 
 	// Keys of the iptables/nftables portmap that do not apply here; rejected
 	// rather than silently ignored.
@@ -61,12 +57,10 @@ type Conf struct {
 	LogFile string         `json:"logFile,omitempty"` // see package cnilog
 
 	// Resolved by LoadConf.
-	Endpoints           cnicmd.Endpoints `json:"-"` // "ovsdb" and "openflow", parsed
-	Budget              cnicmd.Budget    `json:"-"` // "timeout", parsed
-	ConnRate, ConnBurst uint32           `json:"-"`
-	Mappings            []flows.Mapping  `json:"-"`
-	NodeIPs             []netip.Addr     `json:"-"` // from hostIPs; nil: the bridge's addresses
-	Pipeline            flows.Pipeline   `json:"-"`
+	ConnRate, ConnBurst uint32          `json:"-"`
+	Mappings            []flows.Mapping `json:"-"`
+	NodeIPs             []netip.Addr    `json:"-"` // from hostIPs; nil: the bridge's addresses
+	Pipeline            flows.Pipeline  `json:"-"`
 }
 
 // LoadConf decodes stdin, applies defaults, then validates.
@@ -91,11 +85,7 @@ func LoadConf(stdin []byte) (*Conf, error) {
 			return nil, invalid("%q is an iptables portmap option and does not apply to ovs-portmap", key)
 		}
 	}
-	var err error
-	if c.Endpoints, err = cnicmd.ParseEndpoints(c.OVSDB, c.OpenFlow); err != nil {
-		return nil, err
-	}
-	if c.Budget, err = cnicmd.ParseTimeout(c.Timeout); err != nil {
+	if err := c.ParseAccess(); err != nil {
 		return nil, err
 	}
 	if err := cnicmd.ValidateControl(c.VswitchdControl); err != nil {
@@ -176,12 +166,6 @@ func LoadConf(stdin []byte) (*Conf, error) {
 	c.Mappings = m
 	return c, nil
 }
-
-// OVSDBEndpoint is where the commands find OVSDB.
-func (c *Conf) OVSDBEndpoint() endpoint.Endpoint { return c.Endpoints.OVSDB }
-
-// CommandBudget is the commands' time ("timeout").
-func (c *Conf) CommandBudget() cnicmd.Budget { return c.Budget }
 
 // GCScope: ovs-portmap's GC considers the network's ports on any bridge.
 func (c *Conf) GCScope() (string, string, []types.GCAttachment) {

@@ -437,29 +437,38 @@ func pad8(b []byte, start int) []byte {
 	return b
 }
 
-// encodeInstructions renders the actions as ovs-ofctl does for OpenFlow 1.4:
-// a Meter first becomes the meter instruction, then one apply_actions instruction with every action but a final GotoTable,
-// then goto_table. No actions is no instruction at all (drop).
-func encodeInstructions(b []byte, as Actions) []byte {
+// instructions splits actions as OpenFlow 1.4 carries them: a Meter first
+// is the meter instruction, a final GotoTable the goto_table one, every
+// other action goes in one apply_actions instruction.
+func instructions(as Actions) (meter *Meter, apply Actions, gotoTable *GotoTable) {
 	if len(as) > 0 {
 		if m, ok := as[0].(Meter); ok {
-			b = binary.BigEndian.AppendUint16(b, ofpitMeter)
-			b = binary.BigEndian.AppendUint16(b, 8)
-			b = binary.BigEndian.AppendUint32(b, m.ID)
-			as = as[1:]
+			meter, as = &m, as[1:]
 		}
 	}
-	var gotoTable *GotoTable
 	if n := len(as); n > 0 {
 		if g, ok := as[n-1].(GotoTable); ok {
 			gotoTable, as = &g, as[:n-1]
 		}
 	}
-	if len(as) > 0 {
+	return meter, as, gotoTable
+}
+
+// encodeInstructions renders the actions as ovs-ofctl does for OpenFlow
+// 1.4 (instructions): the meter instruction, apply_actions, goto_table, each
+// when there is one. No actions is no instruction at all (drop).
+func encodeInstructions(b []byte, as Actions) []byte {
+	meter, apply, gotoTable := instructions(as)
+	if meter != nil {
+		b = binary.BigEndian.AppendUint16(b, ofpitMeter)
+		b = binary.BigEndian.AppendUint16(b, 8)
+		b = binary.BigEndian.AppendUint32(b, meter.ID)
+	}
+	if len(apply) > 0 {
 		start := len(b)
 		b = binary.BigEndian.AppendUint16(b, ofpitApply)
 		b = append(b, 0, 0, 0, 0, 0, 0)
-		for _, a := range as {
+		for _, a := range apply {
 			b = a.encode(b)
 		}
 		binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))

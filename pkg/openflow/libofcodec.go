@@ -215,24 +215,16 @@ var _ util.Message = (*meterInstr)(nil)
 
 func libofInstructions(as Actions) []of15.Instruction {
 	var out []of15.Instruction
-	if len(as) > 0 {
-		if m, ok := as[0].(Meter); ok {
-			out = append(out, &meterInstr{m.ID})
-			as = as[1:]
-		}
+	meter, apply, gotoTable := instructions(as)
+	if meter != nil {
+		out = append(out, &meterInstr{meter.ID})
 	}
-	var gotoTable *GotoTable
-	if n := len(as); n > 0 {
-		if g, ok := as[n-1].(GotoTable); ok {
-			gotoTable, as = &g, as[:n-1]
+	if len(apply) > 0 {
+		ia := of15.NewInstrApplyActions()
+		for _, a := range apply {
+			ia.AddAction(libofAction(a), false)
 		}
-	}
-	if len(as) > 0 {
-		apply := of15.NewInstrApplyActions()
-		for _, a := range as {
-			apply.AddAction(libofAction(a), false)
-		}
-		out = append(out, apply)
+		out = append(out, ia)
 	}
 	if gotoTable != nil {
 		out = append(out, of15.NewInstrGotoTable(gotoTable.Table))

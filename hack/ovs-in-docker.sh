@@ -7,8 +7,9 @@
 # uplink is its container interface, a port of br0 (deploy/node-prep.sh);
 # without -kube the harness routes the other nodes' pod CIDRs, with -kube
 # the DaemonSet's agent does. The harness's engine, images and nodes are the
-# Go tool test/cluster/cmd/ovs-in-docker (this script builds it, cached);
-# the Kubernetes cluster's own steps are still the shell of hack/ovs-in-docker/.
+# Go tool test/cluster/cmd/ovs-in-docker (this script builds it, cached), and
+# so are up -kube, deploy, image and conformance; the order of test -kube,
+# demo and bench is the shell of hack/ovs-in-docker/.
 #
 #   hack/ovs-in-docker.sh up [-nodes N]   start N nodes (default 2, at most 4); one line per node:
 #                                           NODE <name> <node IPv4> <node IPv6> <pod IPv4 CIDR> <pod IPv6 CIDR>
@@ -21,7 +22,7 @@
 #                                         base's root tar every prefix imports, /var/cache/ovsflow-oid);
 #                                         stops the private dockerd if this script started it. Idempotent.
 #
-# A Kubernetes cluster (hack/ovs-in-docker/cluster.sh; the binaries of hack/lib/kube.sh's cached build):
+# A Kubernetes cluster (the binaries of hack/lib/kube.sh's cached build):
 #   hack/ovs-in-docker.sh up -kube [-multus] [-nodes N] [-runtime containerd|crio] [-subnets 2]  a control-plane container (cp) and
 #                                         N nodes (default 3, at most 4) running containerd 2.x (-runtime crio: CRI-O,
 #                                         of hack/install-runtimes.sh), kubelet, kube-proxy; one line per node:
@@ -42,7 +43,7 @@
 #                                         conformance's default selection first, on the fresh cluster), the Go tests of
 #                                         test/cluster; then Multus in front and its tests (containerd only); down
 #   hack/ovs-in-docker.sh demo -kube [-nodes N]  up -kube, deploy, hostPort pods on every node reached across nodes and from here, down
-#   hack/ovs-in-docker.sh bench -kube [-nodes N] [-pods P] [-idle S] [-record DIR]  a benchmark (hack/ovs-in-docker/bench.sh):
+#   hack/ovs-in-docker.sh bench -kube [-nodes N] [-pods P] [-idle S] [-record DIR]  a benchmark (the tool's bench):
 #                                         up -kube (default 3 nodes), deploy; for ovsflow, then the reference chain
 #                                         (containernetworking/plugins bridge + host-local + portmap) in its place:
 #                                         P pods per node (default 110) of one hostPort each scaled up until all are
@@ -58,7 +59,7 @@
 #                                         ginkgo and the conformance images (hack/lib/kube.sh); they wait for a build under way
 #   hack/ovs-in-docker.sh conformance [-selection default|network] [-focus RE] [-skip RE] [-chain ovsflow|reference]
 #                                         [-procs P] [-nodes N] [-build]  Kubernetes' own e2e suite (e2e.test,
-#                                         hack/ovs-in-docker/conformance.sh): builds it and its images, up -kube and deploy
+#                                         the tool's conformance): builds it and its images, up -kube and deploy
 #                                         when no cluster is up (default 3 nodes; left up), the tests matching -focus and not
 #                                         -skip (default: the selection's; default: HostPort, Networking Granular Checks: Pods,
 #                                         Conntrack, one DNS test; network: [sig-network] [Conformance], HostPort, Granular
@@ -139,10 +140,6 @@ cmd_down() { oid down "$@"; }
 . hack/ovs-in-docker/tests.sh
 # shellcheck source=hack/ovs-in-docker/cluster.sh
 . hack/ovs-in-docker/cluster.sh
-# shellcheck source=hack/ovs-in-docker/bench.sh
-. hack/ovs-in-docker/bench.sh
-# shellcheck source=hack/ovs-in-docker/conformance.sh
-. hack/ovs-in-docker/conformance.sh
 
 # cmd_build: every cached build of the Kubernetes cluster and its
 # conformance run, each under its lock (CI starts it first, beside the
@@ -151,7 +148,7 @@ cmd_build() {
 	(($# == 0)) || die "build: no arguments"
 	kube_build_all coredns || die "build: Kubernetes, etcd, containerd or CoreDNS failed"
 	kube_build_multus || die "build: Multus failed"
-	conf_build
+	oid conformance -build
 }
 
 usage() { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -164,12 +161,10 @@ up) cmd_up "$@" ;;
 down) cmd_down "$@" ;;
 exec | restart | pid | stats) exec "$OID_TOOL" "$cmd" "$@" ;;
 kubectl) cmd_kubectl "$@" ;;
-deploy) cmd_deploy "$@" ;;
-image) cmd_image "$@" ;;
+deploy | image | bench) exec "$OID_TOOL" "$cmd" "$@" ;;
 test) cmd_test "$@" ;;
 demo) cmd_demo "$@" ;;
-bench) cmd_bench "$@" ;;
-conformance) cmd_conformance "$@" ;;
+conformance) exec "$OID_TOOL" conformance "$@" ;;
 build) cmd_build "$@" ;;
 *) usage ;;
 esac

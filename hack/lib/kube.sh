@@ -300,76 +300,15 @@ kube_scheduler_cmd() {
 		--bind-address 127.0.0.1 --leader-elect=false --profiling=false)
 }
 
-# ---- the DaemonSet's image ------------------------------------------------------
-
-# kube_ds_image_name: the image deploy/ovsflow-cni.yaml runs.
-kube_ds_image_name() { sed -n "s/^ *image: *//p" deploy/ovsflow-cni.yaml | sed -n 1p; }
-
-# kube_ds_image_tar BUILD OUT [NAME VERSION]: the DaemonSet's image, as deploy/Dockerfile builds
-# it, without a docker engine: the Dockerfile's apt packages on a debootstrap'ed
-# bookworm (as debian:12-slim), the static plugins built from this tree, the
-# scripts; an OCI tar at OUT. BUILD keeps the debootstrap'ed base between runs
-# (copied from the one debootstrap of the machine, under $kube_prefix/build/ds).
-# NAME (default the manifest's image) and VERSION (stamped into the binaries,
-# as the Dockerfile's ARG VERSION; default none) make another image of the same tree.
-kube_ds_image_tar() {
-	local b=$1 out=$2 name=${3:-$(kube_ds_image_name)} ver=${4:-}
-	mkdir -p "$b" "$(dirname "$out")"
-	local pkgs
-	pkgs=$(sed -n 's/.*apt-get install -y --no-install-recommends \([^&\\]*\).*/\1/p' deploy/Dockerfile | tr -s ' ' ',' | sed 's/^,//;s/,$//')
-	[ -n "$pkgs" ] || { log "no apt-get install line in deploy/Dockerfile"; return 1; }
-	if [ ! -f "$b/base.tar" ] || [ "$(cat "$b/base.pkgs" 2>/dev/null)" != "$pkgs" ]; then
-		# One debootstrap per machine (the harnesses of every prefix copy
-		# it), under a lock: two harnesses deploy at once in CI.
-		local shared=$kube_prefix/build/ds
-		mkdir -p "$shared"
-		(
-			flock 7
-			if [ ! -f "$shared/base.tar" ] || [ "$(cat "$shared/base.pkgs" 2>/dev/null)" != "$pkgs" ]; then
-				log "debootstrap bookworm with $pkgs (about a minute)"
-				rm -rf "$shared/base" "$shared/base.pkgs"
-				debootstrap --variant=minbase --include="$pkgs" bookworm "$shared/base" http://deb.debian.org/debian >&2 || exit 1
-				rm -rf "$shared/base/var/lib/apt/lists/"* "$shared/base/var/cache/apt/"* "$shared/base/usr/share/doc" "$shared/base/usr/share/man"
-				tar -C "$shared/base" --numeric-owner -cf "$shared/base.tar.new" . && mv -f "$shared/base.tar.new" "$shared/base.tar" || exit 1
-				rm -rf "$shared/base"
-				echo "$pkgs" >"$shared/base.pkgs"
-			fi
-			if [ "$shared" != "$b" ]; then
-				cp "$shared/base.tar" "$b/base.tar.new" && mv -f "$b/base.tar.new" "$b/base.tar" || exit 1
-			fi
-		) 7>"$shared/.lock" || return 1
-		echo "$pkgs" >"$b/base.pkgs"
-	fi
-	# The second layer: what the Dockerfile's build stage builds and COPYs,
-	# read from the Dockerfile (its lines joined where they end in "\").
-	local df pkgs_go bins f dst
-	df=$(sed -e ':a' -e '/\\$/N; s/\\\n//; ta' deploy/Dockerfile)
-	pkgs_go=$(echo "$df" | sed -n 's|^RUN .*go build .*-o /out/ \(.*\)$|\1|p')
-	bins=$(echo "$df" | sed -n 's|^COPY --from=build \(.*\) /opt/ovsflow/bin/$|\1|p')
-	[ -n "$pkgs_go" ] && [ -n "$bins" ] || { log "deploy/Dockerfile: no go build -o /out/ line or COPY --from=build"; return 1; }
-	rm -rf "$b/top" "$b/out" && mkdir -p "$b/top/opt/ovsflow/bin" "$b/out"
-	# shellcheck disable=SC2086 # a list of packages
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w${ver:+ -X github.com/ovsflow/ovs-cni/pkg/buildinfo.Version=$ver}" -o "$b/out/" $pkgs_go
-	for f in $bins; do cp "$b/out/${f#/out/}" "$b/top/opt/ovsflow/bin/"; done
-	while read -r f dst; do
-		mkdir -p "$b/top$(dirname "$dst")"
-		cp "deploy/$f" "$b/top$dst"
-		chmod 0755 "$b/top$dst"
-	done < <(echo "$df" | sed -n 's|^COPY deploy/\([^ ]*\) \(/.*\)$|\1 \2|p')
-	tar -C "$b/top" --numeric-owner --owner=0 --group=0 --mtime=@946684800 --sort=name -cf "$b/top.tar" .
-	kube_oci_tar "$out" "$name" "$(echo "$df" | sed -n 's/^ENTRYPOINT //p')" "$b/base.tar" "$b/top.tar"
-}
-
 # kube_oci_tar OUT NAME ENTRYPOINT LAYER...: an OCI image layout tar, as `ctr images import` reads
-# (test/runtimes/tools/ocitar, built into a temporary dir);
-# kube_oci_cmd (a JSON list, unset: none) is its command.
+# (test/runtimes/tools/ocitar, built into a temporary dir).
 kube_oci_tar() {
 	local out=$1 name=$2 ep=$3 l args=() d rc=0
 	shift 3
 	for l; do args+=(-layer "$l"); done
 	d=$(mktemp -d)
 	(cd "$kube_repo" && CGO_ENABLED=0 go build -o "$d/ocitar" ./test/runtimes/tools/ocitar) &&
-		"$d/ocitar" -o "$out" -name "$name" -entrypoint "$ep" ${kube_oci_cmd:+-cmd "$kube_oci_cmd"} \
+		"$d/ocitar" -o "$out" -name "$name" -entrypoint "$ep" \
 			-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${args[@]}" || rc=1
 	rm -rf "$d"
 	return $rc

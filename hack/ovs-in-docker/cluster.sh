@@ -1,7 +1,7 @@
-# cluster.sh: deploy, test -kube and demo -kube on the Kubernetes cluster of
+# cluster.sh: kubectl and demo -kube on the Kubernetes cluster of
 # `hack/ovs-in-docker.sh up -kube`, sourced by hack/ovs-in-docker.sh (its
-# helpers and names). up -kube itself is the harness tool's
-# (test/cluster/harness/cli/kubeup.go): hack/lib/kube.sh's cached build
+# helpers and names). up -kube, deploy, test -kube, conformance and bench
+# are the harness tool's (test/cluster/harness/cli): up -kube runs hack/lib/kube.sh's cached build
 # (mounted read-only into the containers at /opt/ovsflow-kube/bin, so the
 # engine must run on this machine), the PKI and the configs, written under
 # $KSTATE and mounted read-only at the same path.
@@ -43,135 +43,19 @@
 . hack/lib/kube.sh
 
 KSTATE=/run/$P-kube             # PKI, kubeconfigs, each node's configs (the tool's topology.Plan.KubeState)
-SVC4=${OID_SVC4:-203.0.113.192/27}           # Service ClusterIPs (the tool's topology.Kube)
 admin_kubeconfig() { echo "$KSTATE/pki/admin.kubeconfig"; }
 
 kctl() { "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"; }
-
-# ds_tar: the DaemonSet's image tar of this tree (kube_ds_image_tar), under the harness's data dir.
-ds_tar() { echo "$DATA/ds/ovs-cni.tar"; }
-
-kube_nodes() { nodes | grep -v '^cp$'; }
 
 cmd_kubectl() {
 	[ -f "$(admin_kubeconfig)" ] || die "no cluster (up -kube first)"
 	exec "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"
 }
 
-# cmd_deploy: the DaemonSet's image into every node's containerd, the manifest applied,
-# until the DaemonSet is rolled out and every node is Ready.
-cmd_deploy() {
-	engine || die "no engine answers (is the harness up?)"
-	[ -f "$(admin_kubeconfig)" ] || die "no cluster (up -kube first)"
-	local t0=$SECONDS tar n
-	tar=$(ds_tar)
-	apt_install debootstrap
-	kube_ds_image_tar "$DATA/ds/build" "$tar"
-	oid import "$tar" || die "importing the DaemonSet's image"
-	log "image $(kube_ds_image_name) built and imported into $(kube_nodes | wc -l) nodes in $((SECONDS - t0)) s"
-	local redeploy=0
-	kctl -n kube-system get daemonset ovsflow-cni >/dev/null 2>&1 && redeploy=1
-	oid apply -kubeconfig "$(admin_kubeconfig)" -f deploy/ovsflow-cni.yaml
-	# The image's name does not change with the tree: on a redeploy the pod
-	# template carries the tar's digest, so that another build rolls the
-	# DaemonSet out (and the same build does not). A first deploy's pods
-	# start with the image just imported.
-	if ((redeploy)); then
-		kctl -n kube-system patch daemonset ovsflow-cni --type merge \
-			-p "{\"spec\":{\"template\":{\"metadata\":{\"annotations\":{\"ovsflow.io/image-tar-sha256\":\"$(sha256sum "$tar" | cut -c1-32)\"}}}}}" >&2
-	fi
-	oid rollout -kubeconfig "$(admin_kubeconfig)" -timeout 5m daemonset/kube-system/ovsflow-cni nodes
-	[ -f "$KSTATE/dns" ] && deploy_dns
-	[ -f "$KSTATE/multus" ] && deploy_multus
-	log "deployed in $((SECONDS - t0)) s"
-}
-
-# deploy_dns: the cluster DNS (deploy/coredns.yaml, the build's CoreDNS;
-# the harness tool's dns), at the kube-dns Service's addresses.
-deploy_dns() { oid dns -kubeconfig "$(admin_kubeconfig)" -tar "$(kube_coredns_tar)" || die "the cluster DNS"; }
-
-# deploy_multus: Multus in front of ovsflow on every node (the harness tool's multus).
-deploy_multus() {
-	oid multus -kubeconfig "$(admin_kubeconfig)" -version "$(cat "$KSTATE/multus")" || die "putting Multus in front"
-}
-
-# cmd_image TAG: another image of this tree for the DaemonSet, the manifest's
-# image name with tag TAG and TAG stamped into the binaries as their version,
-# imported into every node's containerd (what an upgrade rolls out); prints
-# IMAGE=<name>. The manifest is not touched.
-cmd_image() {
-	(($# == 1)) && [[ $1 =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "image TAG (a tag of the manifest's image name)"
-	engine || die "no engine answers (is the harness up?)"
-	[ -f "$(admin_kubeconfig)" ] || die "no cluster (up -kube first)"
-	local t0=$SECONDS name tar n
-	name=$(kube_ds_image_name)
-	name=${name%:*}:$1
-	tar=$DATA/ds/ovs-cni-$1.tar
-	apt_install debootstrap
-	kube_ds_image_tar "$DATA/ds/build" "$tar" "$name" "$1"
-	oid import "$tar" || die "importing $name"
-	rm -f "$tar"
-	log "image $name built and imported into $(kube_nodes | wc -l) nodes in $((SECONDS - t0)) s"
-	echo "IMAGE=$name"
-}
-
-# kube_test N [CONF [RUNTIME]]: up -kube (on RUNTIME, default containerd), deploy, with CONF 1 conformance's default
-# selection (Kubernetes' own tests, cmd_conformance), the Go tests of test/cluster (client-go
-# against the API server) with ovsflow as the runtime's network; then Multus
-# put in front (deploy_multus) and the Multus tests (OVSFLOW_CLUSTER_MULTUS=1:
-# they must run, not skip); down; the times of each step. The first part runs
-# without Multus because Multus (cniVersion 1.0.0) sends the plugins neither
-# STATUS nor GC, which containerd's tests need. OID_RUN: a -run pattern (the
-# Multus part runs when it names a Multus test). On CRI-O, the tests of
-# kube_crio_run (or OID_RUN's), and no Multus (its tests are containerd's).
-# kube_crio_run: the test/cluster tests of what a CRI-O node changes, which
-# test -kube -runtime crio runs: its pods' network across nodes and to
-# Services, CRI-O's own host ports over it (CRI-O publishes them itself and
-# passes the plugins no mappings, so the tests of ovs-portmap's host ports,
-# conflicts and metrics are containerd's), STATUS (CRI-O asks it every 5 s
-# only with cni_status_grace_period), a pod's DEL and a node's restart
-# (CRI-O's own GC at start), the uninstall. The rest of test/cluster holds
-# on CRI-O too (all of it ran there but five tests that cannot by design:
-# docs/kubernetes.md), at the cost of ten more minutes beside CI's other
-# suites.
-kube_crio_run='^(TestPodsReachEveryPodAcrossNodes|TestClusterIPServiceFromPodsOnEveryNode|TestHostPortOnEveryNodeFromOtherNodesPodsAndHost|TestHostPortFromPodOnSameNode|TestStatusReadyOnlyOnceBridgeServed|TestPodDeleteLeavesNothingOnNode|TestNodeRestartBringsBackPodsWithHostPorts|TestUninstallLeavesNodeAsPrepared)$'
-kube_test() {
-	local n=$1 conf=${2:-0} runtime=${3:-containerd} t0=$SECONDS rc=0 run=${OID_RUN:-}
-	cmd_up -kube -nodes "$n" -runtime "$runtime" -subnets "${OID_SUBNETS:-1}" >/dev/null || die "up -kube failed"
-	[ "$runtime" != crio ] || run=${OID_RUN:-$kube_crio_run}
-	local tup=$SECONDS
-	if [ "${OID_KEEP:-}" != 1 ]; then trap 'cmd_down >/dev/null 2>&1 || true' EXIT; fi
-	cmd_deploy || die "deploy failed"
-	local tdep=$SECONDS tconf=
-	if ((conf)) && [ -z "${OID_RUN:-}" ]; then
-		# Kubernetes' own tests first, on the fresh cluster (test/cluster's
-		# delete and re-register Nodes): conformance's default selection, in
-		# a process of its own (set -e holds in its builds there).
-		"$0" conformance || rc=$?
-		tconf="conformance: $((SECONDS - tdep)) s; "
-	fi
-	local tgo=$SECONDS
-	# The overlay's tests need nodes on two subnets (-subnets 2).
-	local skip='^TestMultus'
-	[ "${OID_SUBNETS:-1}" = 2 ] || skip+='|^TestOverlay'
-	cluster_go_test -skip "$skip" ${run:+-run "$run"} || rc=$?
-	local tone=$SECONDS
-	if [ "$runtime" = containerd ] && { [ -z "${OID_RUN:-}" ] || [[ $OID_RUN == *Multus* ]]; }; then
-		kube_build_multus && echo "$multus_version" >"$KSTATE/multus" && deploy_multus || die "putting Multus in front failed"
-		OVSFLOW_CLUSTER_MULTUS=1 cluster_go_test -run "${OID_RUN:-^TestMultus}" || rc=$?
-	fi
-	echo "up -kube -nodes $n -runtime $runtime -subnets ${OID_SUBNETS:-1}: $((tup - t0)) s; deploy: $((tdep - tup)) s; ${tconf}tests: $((tone - tgo)) s; with Multus in front: $((SECONDS - tone)) s; total $((SECONDS - t0)) s"
-	return $rc
-}
-
-# cluster_go_test ARGS...: test/cluster's Go tests against this cluster.
-cluster_go_test() {
-	(
-		cd test/cluster &&
-			OVSFLOW_CLUSTER_KUBECONFIG=$(admin_kubeconfig) OVSFLOW_CLUSTER_HARNESS=$PWD/../../hack/ovs-in-docker.sh OVSFLOW_CLUSTER_SUBNETS=${OID_SUBNETS:-1} \
-				go test -count=1 -v -timeout 30m "$@" .
-	)
-}
+# cmd_deploy: the tool's deploy (the DaemonSet's image of this tree into
+# every node, the manifest applied, until rolled out and every node Ready;
+# then the cluster DNS and Multus where up -kube asked for them).
+cmd_deploy() { oid deploy; }
 
 # kube_demo N: up -kube, deploy, a DaemonSet of the test app publishing host port
 # 8080 (TCP) on every node, reached from this host and from the other nodes, down.

@@ -1,29 +1,14 @@
 # tests.sh: `hack/ovs-in-docker.sh test` and `demo`, sourced by
-# hack/ovs-in-docker.sh (its helpers and names). The tests are Go
-# (test/multinode); without -kube, the harness's tool runs them (up, `go test
-# -v` of that package with the nodes handed over in its environment, down;
-# "N passed, M failed": tests without subtests and subtests, a skip counts as
-# a failure). OID_KEEP=1 leaves the nodes up after; OID_RUN: a -run pattern
-# (the tests to run).
+# hack/ovs-in-docker.sh (its helpers and names). The tests are Go and the
+# harness's tool runs them (test/cluster/harness/cli/test.go): without
+# -kube test/multinode (up, `go test -v` of that package with the nodes
+# handed over in its environment, down; "N passed, M failed": tests without
+# subtests and subtests, a skip counts as a failure); with -kube
+# test/cluster (up -kube, deploy, -conformance, the tests, Multus in front
+# and its tests, down). OID_KEEP=1 leaves the nodes up after; OID_RUN: a
+# -run pattern (the tests to run).
 
-cmd_test() {
-	local n=3 kube=0 conf=0 runtime=containerd args=()
-	while (($#)); do
-		case $1 in
-		-nodes) n=$2; args+=(-nodes "$2"); shift 2 ;;
-		-kube) kube=1; shift ;;
-		-conformance) conf=1; shift ;;
-		-runtime) runtime=$2; shift 2 ;;
-		-subnets) export OID_SUBNETS=$2; shift 2 ;;
-		*) die "test: unknown argument $1" ;;
-		esac
-	done
-	((kube)) && { kube_test "$n" "$conf" "$runtime"; return; }
-	[ "${OID_SUBNETS:-1}" = 1 ] || die "test: -subnets goes with -kube"
-	((!conf)) || die "test: -conformance goes with -kube"
-	[ "$runtime" = containerd ] || die "test: -runtime goes with -kube"
-	oid test "${args[@]}"
-}
+cmd_test() { oid test "$@"; }
 
 # step CMD...: prints the command (as typed at the Docker host) and its output.
 step() {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 const appLabel = "ovsflow.io/scale-bench"
@@ -70,8 +73,9 @@ type Quantiles struct {
 
 // OpDuration: kubelet_runtime_operations_duration_seconds over a phase.
 type OpDuration struct {
-	Count int     `json:"count"`
-	Mean  float64 `json:"mean"` // seconds
+	Count  int     `json:"count"`
+	Mean   float64 `json:"mean"`             // seconds
+	Errors int     `json:"errors,omitempty"` // of them, failed (kubelet_runtime_operations_errors_total)
 }
 
 // PortCheck: every pod's hostPort dialled on its node's address of the pod's family.
@@ -445,24 +449,27 @@ func (b *bench) deleteNamespace(ctx context.Context) error {
 }
 
 // kubeletOps reads kubelet_runtime_operations_duration_seconds (sum and
-// count per operation) of every node, through the API server's node proxy.
-func (b *bench) kubeletOps(ctx context.Context) map[string][2]float64 {
-	out := map[string][2]float64{}
+// count per operation) and kubelet_runtime_operations_errors_total of
+// every node, through the API server's node proxy.
+func (b *bench) kubeletOps(ctx context.Context) map[string][3]float64 {
+	out := map[string][3]float64{}
 	for _, n := range b.nodes {
 		raw, err := b.kube.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", n.Name, "proxy/metrics").DoRaw(ctx)
 		if err != nil {
 			logf("kubelet metrics of %s: %v", n.Name, err)
 			continue
 		}
-		addSums(out, string(raw), "kubelet_runtime_operations_duration_seconds", "operation_type")
+		if err := addOps(out, string(raw), "kubelet_runtime_operations_duration_seconds", "kubelet_runtime_operations_errors_total", "operation_type"); err != nil {
+			logf("kubelet metrics of %s: %v", n.Name, err)
+		}
 	}
 	return out
 }
 
 // containerdOps reads the CRI plugin's sandbox network timers of every
 // node's containerd (its metrics on the node's InternalIPv4, port -containerd-metrics-port).
-func (b *bench) containerdOps(ctx context.Context) map[string][2]float64 {
-	out := map[string][2]float64{}
+func (b *bench) containerdOps(ctx context.Context) map[string][3]float64 {
+	out := map[string][3]float64{}
 	if b.o.containerdPort == 0 {
 		return out
 	}
@@ -479,7 +486,9 @@ func (b *bench) containerdOps(ctx context.Context) map[string][2]float64 {
 			continue
 		}
 		for _, m := range []string{"containerd_cri_sandbox_create_network_seconds", "containerd_cri_sandbox_delete_network_seconds"} {
-			addSums(out, raw, m, "")
+			if err := addOps(out, raw, m, "", ""); err != nil {
+				logf("containerd metrics of %s: %v", n.Name, err)
+			}
 		}
 	}
 	return out
@@ -510,57 +519,56 @@ func httpGet(ctx context.Context, url string) (string, error) {
 	return string(body), nil
 }
 
-// addSums adds the _sum and _count of the histogram metric in the
-// Prometheus text to out, keyed by the value of label ("": by the metric's
-// name without its namespace and unit).
-func addSums(out map[string][2]float64, text, metric, label string) {
-	for _, line := range strings.Split(text, "\n") {
-		rest, ok := strings.CutPrefix(line, metric+"_")
-		if !ok {
-			continue
-		}
-		var idx int
-		switch {
-		case strings.HasPrefix(rest, "sum"):
-			idx, rest = 0, rest[len("sum"):]
-		case strings.HasPrefix(rest, "count"):
-			idx, rest = 1, rest[len("count"):]
-		default:
-			continue
-		}
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		key := strings.TrimSuffix(strings.TrimPrefix(metric, "containerd_cri_"), "_seconds")
-		if label != "" {
-			_, after, ok := strings.Cut(rest, label+`="`)
-			if !ok {
-				continue
-			}
-			key, _, _ = strings.Cut(after, `"`)
-		}
-		f := strings.Fields(rest)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			continue
-		}
-		s := out[key]
-		s[idx] += v
-		out[key] = s
+// addOps adds to out, per operation, the sum and count of the histogram
+// hist in the Prometheus text and (errs: a counter of the same label, ""
+// none) its failures, keyed by the value of label ("": by the metric's name
+// without its namespace and unit).
+func addOps(out map[string][3]float64, text, hist, errs, label string) error {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return err
 	}
+	key := func(m *dto.Metric, name string) string {
+		if label == "" {
+			return strings.TrimSuffix(strings.TrimPrefix(name, "containerd_cri_"), "_seconds")
+		}
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label {
+				return l.GetValue()
+			}
+		}
+		return ""
+	}
+	for _, m := range fams[hist].GetMetric() {
+		if k, h := key(m, hist), m.GetHistogram(); k != "" && h != nil {
+			s := out[k]
+			s[0] += h.GetSampleSum()
+			s[1] += float64(h.GetSampleCount())
+			out[k] = s
+		}
+	}
+	if errs == "" {
+		return nil
+	}
+	for _, m := range fams[errs].GetMetric() {
+		if k, c := key(m, errs), m.GetCounter(); k != "" && c != nil {
+			s := out[k]
+			s[2] += c.GetValue()
+			out[k] = s
+		}
+	}
+	return nil
 }
 
 // opDelta: the operations between two readings.
-func opDelta(before, after map[string][2]float64) map[string]OpDuration {
+func opDelta(before, after map[string][3]float64) map[string]OpDuration {
 	out := map[string]OpDuration{}
 	for op, a := range after {
 		sum := a[0] - before[op][0]
 		cnt := a[1] - before[op][1]
 		if cnt > 0.5 {
-			out[op] = OpDuration{Count: int(cnt + 0.5), Mean: sum / cnt}
+			out[op] = OpDuration{Count: int(cnt + 0.5), Mean: sum / cnt, Errors: int(a[2] - before[op][2] + 0.5)}
 		}
 	}
 	return out

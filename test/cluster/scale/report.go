@@ -61,7 +61,7 @@ func printReport(w io.Writer, files []string) error {
 			q(r.Up, "sandbox ready"), q(r.Up, "Ready"), q(r.Down, "terminating"), q(r.Down, "gone"))
 	}
 
-	p("\n### kubelet's runtime operations and containerd's sandbox network set-up and teardown (the CNI chain's ADD and DEL) (mean s, all nodes; count)\n\n")
+	p("\n### kubelet's runtime operations and containerd's sandbox network set-up and teardown (the CNI chain's ADD and DEL) (mean s, all nodes; count, and how many of them kubelet counted as failed)\n\n")
 	ops := []struct{ phase, op string }{
 		{"up", "run_podsandbox"}, {"up", "sandbox_create_network"}, {"up", "create_container"}, {"up", "start_container"},
 		{"down", "stop_container"}, {"down", "stop_podsandbox"}, {"down", "sandbox_delete_network"},
@@ -82,9 +82,12 @@ func printReport(w io.Writer, files []string) error {
 			if !ok {
 				d, ok = t.Containerd[o.op]
 			}
-			if ok {
+			switch {
+			case ok && d.Errors > 0:
+				p(" %.2f (%d, %d failed) |", d.Mean, d.Count, d.Errors)
+			case ok:
 				p(" %.2f (%d) |", d.Mean, d.Count)
-			} else {
+			default:
 				p(" – |")
 			}
 		}

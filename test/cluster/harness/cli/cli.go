@@ -101,6 +101,10 @@ var commands = map[string]func(env, []string) error{
 	"dns":          cmdDNS,
 	"multus":       cmdMultus,
 	"stats":        cmdStats,
+	"conformance":  cmdConformance,
+	"deploy":       cmdDeploy,
+	"bench":        cmdBench,
+	"image":        cmdImage,
 	"version":      func(e env, _ []string) error { fmt.Println(images.Version(e.repo)); return nil },
 	"datapath":     func(env, []string) error { fmt.Println(nodes.Datapath()); return nil },
 }
@@ -108,7 +112,7 @@ var commands = map[string]func(env, []string) error{
 // Main runs the command of args (its name first).
 func Main(args []string) error {
 	if len(args) == 0 || commands[args[0]] == nil {
-		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, node-configs, reference, chain-left, dns, multus, stats, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
+		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, node-configs, reference, chain-left, dns, multus, stats, conformance, deploy, image, bench, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
 	}
 	plan, err := topology.FromEnv(os.Getenv)
 	if err != nil {
@@ -372,17 +376,11 @@ func cmdUp(e env, args []string) error {
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	if *subnets != "" {
-		// (the plan reads it as OID_SUBNETS: so do the commands run after this one)
-		os.Setenv("OID_SUBNETS", *subnets)
-		plan, err := topology.FromEnv(os.Getenv)
-		if err != nil {
-			return usageError{"up: " + err.Error()}
-		}
-		e.plan = plan
+	e, err := e.withSubnets("up", *subnets)
+	if err != nil {
+		return err
 	}
 	var lines []string
-	var err error
 	switch {
 	case *withKube:
 		if *n == 0 {
@@ -401,6 +399,22 @@ func cmdUp(e env, args []string) error {
 		fmt.Println(l)
 	}
 	return err
+}
+
+// withSubnets is e with the plan of subnets ("": as it is) for the
+// command cmd; the plan reads it as OID_SUBNETS, and so do the commands run
+// after this one.
+func (e env) withSubnets(cmd, subnets string) (env, error) {
+	if subnets == "" {
+		return e, nil
+	}
+	os.Setenv("OID_SUBNETS", subnets)
+	plan, err := topology.FromEnv(os.Getenv)
+	if err != nil {
+		return e, usageError{cmd + ": " + err.Error()}
+	}
+	e.plan = plan
+	return e, nil
 }
 
 func (e env) up(n int) (*engine.Engine, []string, error) {

@@ -54,10 +54,6 @@ type kubeBuild struct {
 // build already done is not done again): containerd, etcd, Kubernetes,
 // CoreDNS with dns, Multus's thin plugin with multus.
 func (e env) build(dns, multus bool) (kubeBuild, error) {
-	script := `log() { echo "ovs-in-docker: $*" >&2; }; . hack/lib/kube.sh
-		kube_build_all $1 || exit 1
-		[ "$2" != 1 ] || kube_build_multus || exit 1
-		echo "$kube_prefix"; echo "$multus_version"; echo "$coredns_version"`
 	arg1, arg2 := "", "0"
 	if dns {
 		arg1 = "coredns"
@@ -65,17 +61,29 @@ func (e env) build(dns, multus bool) (kubeBuild, error) {
 	if multus {
 		arg2 = "1"
 	}
-	cmd := exec.Command("bash", "-c", script, "build", arg1, arg2)
+	l, err := e.kubeSh("up -kube: the build", `kube_build_all $1 || exit 1
+		[ "$2" != 1 ] || kube_build_multus || exit 1
+		echo "$kube_prefix"; echo "$multus_version"; echo "$coredns_version"`, arg1, arg2)
+	if err != nil {
+		return kubeBuild{}, err
+	}
+	if len(l) < 3 {
+		return kubeBuild{}, fmt.Errorf("up -kube: the build said %q", l)
+	}
+	return kubeBuild{Prefix: l[len(l)-3], Multus: l[len(l)-2], CoreDNS: l[len(l)-1]}, nil
+}
+
+// kubeSh runs script (bash, args $1...) with hack/lib/kube.sh sourced, its
+// log on stderr; it returns the lines the script printed.
+func (e env) kubeSh(what, script string, args ...string) ([]string, error) {
+	cmd := exec.Command("bash", append([]string{"-c", `log() { echo "ovs-in-docker: $*" >&2; }; . hack/lib/kube.sh
+		` + script, "kube.sh"}, args...)...)
 	cmd.Dir, cmd.Stderr = e.repo, os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return kubeBuild{}, fmt.Errorf("up -kube: the build (hack/lib/kube.sh): %w", err)
+		return nil, fmt.Errorf("%s (hack/lib/kube.sh): %w", what, err)
 	}
-	l := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(l) < 3 {
-		return kubeBuild{}, fmt.Errorf("up -kube: the build said %q", out)
-	}
-	return kubeBuild{Prefix: l[len(l)-3], Multus: l[len(l)-2], CoreDNS: l[len(l)-1]}, nil
+	return strings.Split(strings.TrimSpace(string(out)), "\n"), nil
 }
 
 // upKube is `up -kube`: the images, the build, the PKI and every node's

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -151,7 +152,12 @@ func cmdChainLeft(e env, args []string) error {
 	if len(args) != 1 || (args[0] != "ovsflow" && args[0] != "reference") {
 		return usageError{"chain-left ovsflow|reference"}
 	}
-	chain := args[0]
+	return e.chainLeft(args[0], os.Stdout)
+}
+
+// chainLeft writes to w, per node, how many of chain's container ports are
+// left once every pod is gone, waited for up to 30 s.
+func (e env) chainLeft(chain string, w io.Writer) error {
 	t0 := time.Now()
 	return onKubeNodes(e, func(eng *engine.Engine, n string) error {
 		var left int
@@ -167,7 +173,7 @@ func cmdChainLeft(e env, args []string) error {
 			left = len(lines)
 			return left == 0, nil
 		})
-		fmt.Printf("%s: %s: %d container ports left %d s after the last pod was gone\n", chain, n, left, int(time.Since(t0).Seconds()))
+		fmt.Fprintf(w, "%s: %s: %d container ports left %d s after the last pod was gone\n", chain, n, left, int(time.Since(t0).Seconds()))
 		return nil
 	})
 }

@@ -59,32 +59,17 @@ const RootCache = "/var/cache/ovsflow-oid"
 // rootTar is the recipe's tar in RootCache.
 func (b Base) rootTar() string { return filepath.Join(RootCache, "base-"+b.digest()+".tar") }
 
-// Build makes the base image unless it exists: from the recipe's root tar
-// in RootCache, made first (debootstrap) unless there, under a lock that a
-// harness building the same recipe holds meanwhile. install installs
-// debootstrap.
+// Build makes the base image unless it exists, from the recipe's root tar
+// (RootTar). install installs debootstrap.
 func (b Base) Build(e *engine.Engine, p topology.Plan, install func(...string) error, logf func(string, ...any)) error {
 	img := b.Name(p)
 	if _, err := e.Run("image", "inspect", img); err == nil {
 		return nil
 	}
-	if err := os.MkdirAll(RootCache, 0o755); err != nil {
-		return err
-	}
-	tarFile := b.rootTar()
-	lock, err := os.OpenFile(tarFile+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	t0 := time.Now()
+	tarFile, err := b.RootTar(p, install, logf)
 	if err != nil {
 		return err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("locking %s: %w", lock.Name(), err)
-	}
-	t0 := time.Now()
-	if _, err := os.Stat(tarFile); err != nil {
-		if err := b.debootstrap(p, tarFile, install, logf); err != nil {
-			return err
-		}
 	}
 	f, err := os.Open(tarFile)
 	if err != nil {
@@ -100,6 +85,28 @@ func (b Base) Build(e *engine.Engine, p topology.Plan, install func(...string) e
 	return nil
 }
 
+// RootTar is the recipe's root file system as a tar in RootCache, made
+// first (debootstrap) unless there, under a lock that a harness making the
+// same recipe holds meanwhile. install installs debootstrap.
+func (b Base) RootTar(p topology.Plan, install func(...string) error, logf func(string, ...any)) (string, error) {
+	if err := os.MkdirAll(RootCache, 0o755); err != nil {
+		return "", err
+	}
+	tarFile := b.rootTar()
+	lock, err := os.OpenFile(tarFile+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("locking %s: %w", lock.Name(), err)
+	}
+	if _, err := os.Stat(tarFile); err == nil {
+		return tarFile, nil
+	}
+	return tarFile, b.debootstrap(p, tarFile, install, logf)
+}
+
 // debootstrap makes the recipe's root file system and writes it as a tar at dst.
 func (b Base) debootstrap(p topology.Plan, dst string, install func(...string) error, logf func(string, ...any)) error {
 	if err := install("debootstrap"); err != nil {
@@ -110,11 +117,11 @@ func (b Base) debootstrap(p topology.Plan, dst string, install func(...string) e
 		return err
 	}
 	defer os.RemoveAll(root)
-	logf("debootstrap %s (%s) for %s", b.Suite, strings.Join(b.Packages, ","), b.Name(p))
+	logf("debootstrap %s (%s) into %s", b.Suite, strings.Join(b.Packages, ","), dst)
 	if out, err := exec.Command("debootstrap", "--variant=minbase", "--include="+strings.Join(b.Packages, ","), b.Suite, root, b.Mirror).CombinedOutput(); err != nil {
 		return fmt.Errorf("debootstrap: %w: %s", err, lastLines(out, 20))
 	}
-	for _, g := range []string{"var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"} {
+	for _, g := range []string{"var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "usr/share/doc/*", "usr/share/man/*"} {
 		m, _ := filepath.Glob(filepath.Join(root, g))
 		for _, f := range m {
 			os.RemoveAll(f)

@@ -96,6 +96,19 @@ func NodeReady(n *corev1.Node) bool {
 	return false
 }
 
+// PodReady: whether the pod is not being deleted and its Ready condition is True.
+func PodReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // WaitRolledOut waits until each rollout is done, in order, or ctx ends.
 func WaitRolledOut(ctx context.Context, c *kubernetes.Clientset, rollouts ...Rollout) error {
 	for _, r := range rollouts {

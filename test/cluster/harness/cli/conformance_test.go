@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/topology"
 )
 
 // A wrong use of conformance is said before anything is built or run.
@@ -21,9 +24,14 @@ func TestConformanceUsage(t *testing.T) {
 			t.Errorf("conformance %q: got %v, want a usage error", args, err)
 		}
 	}
+	plan, err := topology.FromEnv(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("OID_SVC4", "203.0.113.192/27")
-	if err := cmdConformance(env{}, []string{"-selection", "network"}); !errors.Is(err, errUsage) {
-		t.Errorf("-selection network with a /27 Service range: got %v, want a usage error", err)
+	err = cmdConformance(env{plan: plan}, []string{"-selection", "network"})
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "too small") {
+		t.Errorf("-selection network with a /27 Service range: got %v, want a usage error saying it is too small", err)
 	}
 }
 

@@ -227,24 +227,6 @@ kube_build_all() {
 	) 8>"$kube_prefix/.lock"
 }
 
-# ---- the PKI ------------------------------------------------------------------
-
-# The PKI: the harness's Go tool (hack/lib/oid.sh; oid_build first),
-# test/cluster/harness/pki. kube_ca DIR TAG: DIR's CA and ServiceAccount key
-# pair.
-kube_ca() { oid pki ca "$1" "$2"; }
-
-# kube_control_plane_certs DIR TAG APISERVER_SANS SERVER: the certs and
-# kubeconfigs of the API server's clients that are not nodes (admin,
-# controller manager, scheduler, kube-proxy), the API server's own, its
-# kubelet client's. SERVER is the API server's URL in the kubeconfigs.
-kube_control_plane_certs() { oid pki control-plane "$@"; }
-
-# kube_node_cert DIR NAME NODE SANS SERVER TAG: a kubelet's cert (group
-# system:nodes, so that the Node authorizer lets it act for NODE) and
-# kubeconfig, DIR/NAME.*.
-kube_node_cert() { oid pki node "$@"; }
-
 # ---- configs ----------------------------------------------------------------
 
 # The nodes' configs (kubelet, kube-proxy, containerd, CRI-O) are the

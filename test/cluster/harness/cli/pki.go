@@ -4,8 +4,7 @@ import (
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/pki"
 )
 
-// cmdPKI writes a cluster's PKI (hack/lib/kube.sh's kube_ca,
-// kube_control_plane_certs, kube_node_cert):
+// cmdPKI writes a cluster's PKI:
 //
 //	pki ca DIR TAG                              the CA and the ServiceAccount key pair
 //	pki control-plane DIR TAG SANS SERVER       the API server's and its clients' (not nodes')

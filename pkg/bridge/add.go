@@ -927,7 +927,15 @@ func (a *adding) announce() error {
 	if len(gateways) == 0 {
 		return nil
 	}
-	return a.netns.Do(func(ns.NetNS) error { return link.Announce(a.args.IfName, gateways) })
+	var skipped []netip.Addr
+	err := a.netns.Do(func(ns.NetNS) (err error) {
+		skipped, err = link.Announce(a.args.IfName, gateways)
+		return err
+	})
+	if len(skipped) > 0 {
+		cnilog.Note("announce: %v not resolved from %q: the kernel's neighbour table is full (gc_thresh3)", skipped, a.args.IfName)
+	}
+	return err
 }
 
 // putGateway puts the gateways on the bridge's interface (isGateway,

@@ -1,9 +1,11 @@
 package link
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 )
@@ -18,10 +20,15 @@ import (
 // itself makes the kernel repeat them, but it is a link change, on which
 // ovs-vswitchd reconfigures its bridges; sending them on a packet socket
 // costs a kernel RCU synchronisation (about 10 ms) when it is closed.
-func Announce(name string, peers []netip.Addr) error {
+//
+// The peers the kernel could not resolve because its neighbour table is
+// full (ENOBUFS: one table for every netns, bounded by gc_thresh3) are
+// returned in skipped, not as an error: the announcement only hastens what
+// the peers learn when they next resolve the address.
+func Announce(name string, peers []netip.Addr) (skipped []netip.Addr, err error) {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
-		return fmt.Errorf("looking up %q: %w", name, err)
+		return nil, fmt.Errorf("looking up %q: %w", name, err)
 	}
 	for _, p := range peers {
 		n := &netlink.Neigh{LinkIndex: l.Attrs().Index, IP: net.IP(p.AsSlice()), State: netlink.NUD_INCOMPLETE,
@@ -31,9 +38,12 @@ func Announce(name string, peers []netip.Addr) error {
 		} else {
 			n.Family = netlink.FAMILY_V6
 		}
-		if err := netlink.NeighSet(n); err != nil {
-			return fmt.Errorf("resolving %s on %q: %w", p, name, err)
+		switch err := netlink.NeighSet(n); {
+		case errors.Is(err, syscall.ENOBUFS):
+			skipped = append(skipped, p)
+		case err != nil:
+			return skipped, fmt.Errorf("resolving %s on %q: %w", p, name, err)
 		}
 	}
-	return nil
+	return skipped, nil
 }

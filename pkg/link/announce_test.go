@@ -73,7 +73,11 @@ func TestAnnounce(t *testing.T) {
 				return fmt.Errorf("eth0 has no carrier: %s", l.Attrs().OperState)
 			}
 		}
-		return Announce("eth0", []netip.Addr{gw4, gw6})
+		skipped, err := Announce("eth0", []netip.Addr{gw4, gw6})
+		if len(skipped) > 0 {
+			t.Errorf("skipped %v", skipped)
+		}
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,8 @@
 # without -kube the harness routes the other nodes' pod CIDRs, with -kube
 # the DaemonSet's agent does. The harness's engine, images and nodes are the
 # Go tool test/cluster/cmd/ovs-in-docker (this script builds it, cached), and
-# so are up -kube, deploy, image and conformance; the order of test -kube,
-# demo and bench is the shell of hack/ovs-in-docker/.
+# so are up -kube, deploy, image, test, bench, build and conformance; the
+# demos are the shell of hack/ovs-in-docker/ (the commands as typed).
 #
 #   hack/ovs-in-docker.sh up [-nodes N]   start N nodes (default 2, at most 4); one line per node:
 #                                           NODE <name> <node IPv4> <node IPv6> <pod IPv4 CIDR> <pod IPv6 CIDR>
@@ -22,13 +22,13 @@
 #                                         base's root tar every prefix imports, /var/cache/ovsflow-oid);
 #                                         stops the private dockerd if this script started it. Idempotent.
 #
-# A Kubernetes cluster (the binaries of hack/lib/kube.sh's cached build):
+# A Kubernetes cluster (the binaries of the tool's cached build, test/cluster/harness/kubebuild):
 #   hack/ovs-in-docker.sh up -kube [-multus] [-nodes N] [-runtime containerd|crio] [-subnets 2]  a control-plane container (cp) and
 #                                         N nodes (default 3, at most 4) running containerd 2.x (-runtime crio: CRI-O,
 #                                         of hack/install-runtimes.sh), kubelet, kube-proxy; one line per node:
 #                                           NODE <name> <node IPv4> <node IPv6> <pod CIDRs from its Node object>
 #                                         and KUBECONFIG=<the admin's kubeconfig>; -multus: deploy puts Multus
-#                                         (thin plugin, hack/lib/kube.sh's cached build) in front of ovsflow;
+#                                         (thin plugin, of the cached build) in front of ovsflow;
 #                                         -subnets 2: the even nodes on a second Docker network (OID_NET4B, OID_NET6B)
 #                                         behind a router container, the control plane on both: across the two, pods
 #                                         reach each other through the node agent's tunnel (test/cluster/harness/topology)
@@ -56,7 +56,7 @@
 #                                         the cluster's Nodes and with simulated ones up to N (default 50) (peers); down
 #   hack/ovs-in-docker.sh build           what up -kube, deploy (with Multus) and conformance run, into the cache, each
 #                                         unless there: Kubernetes, etcd, containerd, CoreDNS, Multus, e2e.test, agnhost,
-#                                         ginkgo and the conformance images (hack/lib/kube.sh); they wait for a build under way
+#                                         ginkgo and the conformance images (kubebuild); they wait for a build under way
 #   hack/ovs-in-docker.sh conformance [-selection default|network] [-focus RE] [-skip RE] [-chain ovsflow|reference]
 #                                         [-procs P] [-nodes N] [-build]  Kubernetes' own e2e suite (e2e.test,
 #                                         the tool's conformance): builds it and its images, up -kube and deploy
@@ -141,16 +141,6 @@ cmd_down() { oid down "$@"; }
 # shellcheck source=hack/ovs-in-docker/cluster.sh
 . hack/ovs-in-docker/cluster.sh
 
-# cmd_build: every cached build of the Kubernetes cluster and its
-# conformance run, each under its lock (CI starts it first, beside the
-# suites that need none of it).
-cmd_build() {
-	(($# == 0)) || die "build: no arguments"
-	kube_build_all coredns || die "build: Kubernetes, etcd, containerd or CoreDNS failed"
-	kube_build_multus || die "build: Multus failed"
-	oid conformance -build
-}
-
 usage() { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0 # sourced
@@ -159,12 +149,10 @@ cmd=${1:-}
 case $cmd in
 up) cmd_up "$@" ;;
 down) cmd_down "$@" ;;
-exec | restart | pid | stats) exec "$OID_TOOL" "$cmd" "$@" ;;
-kubectl) cmd_kubectl "$@" ;;
+exec | restart | pid | stats | kubectl | build) exec "$OID_TOOL" "$cmd" "$@" ;;
 deploy | image | bench) exec "$OID_TOOL" "$cmd" "$@" ;;
 test) cmd_test "$@" ;;
 demo) cmd_demo "$@" ;;
 conformance) exec "$OID_TOOL" conformance "$@" ;;
-build) cmd_build "$@" ;;
 *) usage ;;
 esac

@@ -2,7 +2,7 @@
 // (deploy/coredns.yaml) and kubeadm's default Corefile use, and no other:
 // the released binary's default set (clouds, tracing, dnstap, geoip, ...)
 // is most of its build, which the harness does from source on every cold
-// machine. hack/lib/kube.sh's kube_build_coredns builds it; the image keeps
+// machine. The harness's cached build (test/cluster/harness/kubebuild) builds it; the image keeps
 // upstream's name.
 package main
 

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # oid.sh: the harness's Go tool, test/cluster/cmd/ovs-in-docker (the engine,
-# images and nodes of hack/ovs-in-docker.sh; the PKI of hack/lib/kube.sh).
+# images, nodes, cluster and cached build of hack/ovs-in-docker.sh).
 # Sourced from the repository root.
 
 # oid_build KEY: builds the tool into the cache under KEY (one per harness

@@ -1,10 +1,10 @@
 # cluster.sh: kubectl and demo -kube on the Kubernetes cluster of
 # `hack/ovs-in-docker.sh up -kube`, sourced by hack/ovs-in-docker.sh (its
 # helpers and names). up -kube, deploy, test -kube, conformance and bench
-# are the harness tool's (test/cluster/harness/cli): up -kube runs hack/lib/kube.sh's cached build
+# are the harness tool's (test/cluster/harness/cli): up -kube runs its cached build (kubebuild)
 # (mounted read-only into the containers at /opt/ovsflow-kube/bin, so the
 # engine must run on this machine), the PKI and the configs, written under
-# $KSTATE and mounted read-only at the same path.
+# /run/$P-kube and mounted read-only at the same path.
 #
 # With -subnets 2 (OID_SUBNETS=2) the even nodes are on a second Docker
 # network, behind a router container ($P-router), and the control plane on
@@ -25,32 +25,21 @@
 #
 # With `up -kube -multus` (what `test -kube` does), `deploy` also puts Multus
 # in front: deploy/multus.yaml (the NetworkAttachmentDefinition CRD, Multus's
-# ServiceAccount and RBAC), and on every node Multus's thin plugin (built by
-# hack/lib/kube.sh into the cache), a kubeconfig with a token of that
+# ServiceAccount and RBAC), and on every node Multus's thin plugin (of the cached
+# build), a kubeconfig with a token of that
 # ServiceAccount, and examples/multus.conflist as 00-multus.conflist: the
 # first conflist by name, so containerd runs Multus, which delegates the
 # cluster default network to the agent's 10-ovsflow.conflist.
 #
 # The cluster DNS: CoreDNS as kubeadm deploys it (deploy/coredns.yaml), its
-# binary and image built by hack/lib/kube.sh into the cache; `deploy` imports
+# binary and image of the cached build; `deploy` imports
 # the image into every node and applies the manifest once the pod network is
 # up (its pods on the pod network). The kube-dns
 # Service has the 10th address of each service range, and every kubelet's
 # clusterDNS names both, the pods' first family first.
 # OID_DNS=0 (and bench -kube) leaves it out: no CoreDNS pod, no clusterDNS.
 
-# shellcheck source=hack/lib/kube.sh
-. hack/lib/kube.sh
-
-KSTATE=/run/$P-kube             # PKI, kubeconfigs, each node's configs (the tool's topology.Plan.KubeState)
-admin_kubeconfig() { echo "$KSTATE/pki/admin.kubeconfig"; }
-
-kctl() { "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"; }
-
-cmd_kubectl() {
-	[ -f "$(admin_kubeconfig)" ] || die "no cluster (up -kube first)"
-	exec "$kube_prefix/bin/kubectl" --kubeconfig "$(admin_kubeconfig)" "$@"
-}
+kctl() { oid kubectl "$@"; }
 
 # cmd_deploy: the tool's deploy (the DaemonSet's image of this tree into
 # every node, the manifest applied, until rolled out and every node Ready;

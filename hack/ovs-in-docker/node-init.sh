@@ -20,7 +20,7 @@
 # A node of a Kubernetes cluster (`up -kube`, $OID_KUBE set) does 1 and 2
 # without pod routes (cross-node pod routes are the node agent's), then runs
 # containerd 2.x (or CRI-O, when the harness wrote crio.conf for the node),
-# kubelet and kube-proxy of hack/lib/kube.sh's cached build
+# kubelet and kube-proxy of the harness's cached build (kubebuild)
 # (mounted read-only at /opt/ovsflow-kube/bin) with the configs the harness
 # wrote under $OID_KUBE/$(hostname); the plugins, the conflist and reconcile
 # are then the DaemonSet's (`hack/ovs-in-docker.sh deploy`), not this

@@ -99,6 +99,14 @@ func libofMatch(out *of15.Match, m Match) {
 		mask := m.ctMark.m
 		out.AddField(*of15.NewCTMarkMatchField(m.ctMark.v, &mask))
 	}
+	if m.has&hasTunID != 0 {
+		out.AddField(*of15.NewTunnelIdField(m.tunID))
+	}
+	if m.tunSrc.Is4() {
+		out.AddField(*of15.NewTunnelIpv4SrcField(net.IP(m.tunSrc.AsSlice()), nil))
+	} else if m.tunSrc.Is6() {
+		out.AddField(*of15.NewTunnelIpv6SrcField(net.IP(m.tunSrc.AsSlice()), nil))
+	}
 	if m.has&hasEthType != 0 {
 		out.AddField(*of15.NewEthTypeField(m.ethType))
 	}

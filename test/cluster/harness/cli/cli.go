@@ -105,6 +105,8 @@ var commands = map[string]func(env, []string) error{
 	"deploy":       cmdDeploy,
 	"bench":        cmdBench,
 	"image":        cmdImage,
+	"build":        cmdBuild,
+	"kubectl":      cmdKubectl,
 	"version":      func(e env, _ []string) error { fmt.Println(images.Version(e.repo)); return nil },
 	"datapath":     func(env, []string) error { fmt.Println(nodes.Datapath()); return nil },
 }
@@ -112,7 +114,7 @@ var commands = map[string]func(env, []string) error{
 // Main runs the command of args (its name first).
 func Main(args []string) error {
 	if len(args) == 0 || commands[args[0]] == nil {
-		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, node-configs, reference, chain-left, dns, multus, stats, conformance, deploy, image, bench, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
+		return usageError{"want a command: up, down, exec, restart, pid, test, engine, images, network, run, connect, wait-ready, nodes, rm, addr, plan, kube-wait, apply, rollout, import, tag, pki, node-configs, reference, chain-left, dns, multus, stats, conformance, deploy, image, bench, build, kubectl, version, datapath (hack/ovs-in-docker.sh lists what each does)"}
 	}
 	plan, err := topology.FromEnv(os.Getenv)
 	if err != nil {

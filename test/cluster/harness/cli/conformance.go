@@ -23,11 +23,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/ovsflow/ovs-cni/test/cluster/conformance/junit"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/images"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/kube"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/kubebuild"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/kubeconf"
 )
 
@@ -64,7 +64,7 @@ const e2eRegistry = "registry.k8s.io/e2e-test-images"
 // cmdConformance: conformance [-selection default|network] [-focus RE]
 // [-skip RE] [-chain ovsflow|reference|both] [-procs P] [-nodes N]
 // [-build]: Kubernetes' own e2e suite (e2e.test of k8s.io/kubernetes at
-// hack/lib/kube.sh's version) against the harness's cluster: the tests
+// kubebuild's version) against the harness's cluster: the tests
 // whose names match -focus and not -skip (default: the selection's), on
 // the cluster (brought up with N nodes, default 3, and deployed when none
 // answers; left up), on the chain asked (reference: the reference plugins
@@ -193,22 +193,16 @@ type confBuild struct {
 
 func (b confBuild) bin(name string) string { return filepath.Join(b.prefix, "bin", name) }
 
-// conformanceBuild builds e2e.test, agnhost and ginkgo (hack/lib/kube.sh,
-// under the Kubernetes build's lock: a build running in the background, as
+// conformanceBuild builds e2e.test, agnhost and ginkgo (kubebuild, under
+// the cached build's lock: a build running in the background, as
 // CI's, is waited for), then the images, under their own lock; each
 // unless cached.
 func (e env) conformanceBuild() (confBuild, error) {
-	l, err := e.kubeSh("conformance: building e2e.test", `mkdir -p "$kube_prefix"
-		exec 8>"$kube_prefix/.lock" && flock 8 && kube_build_e2e && kube_build_ginkgo || exit 1
-		echo "$kube_prefix"; echo "$kube_version"; echo "$kube_agnhost_version"`)
-	if err != nil {
-		return confBuild{}, err
+	c := e.cache()
+	if err := c.E2E(); err != nil {
+		return confBuild{}, fmt.Errorf("conformance: building e2e.test: %w", err)
 	}
-	if len(l) < 3 {
-		return confBuild{}, fmt.Errorf("conformance: the build said %q", l)
-	}
-	l = l[len(l)-3:]
-	b := confBuild{prefix: l[0], version: l[1], images: filepath.Join(l[0], "build", "conformance")}
+	b := confBuild{prefix: c.Prefix, version: kubebuild.Kubernetes, images: filepath.Join(c.Prefix, "build", "conformance")}
 	if err := os.MkdirAll(b.images, 0o755); err != nil {
 		return confBuild{}, err
 	}
@@ -220,7 +214,7 @@ func (e env) conformanceBuild() (confBuild, error) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return confBuild{}, fmt.Errorf("locking %s: %w", lock.Name(), err)
 	}
-	return b, e.conformanceImages(b, l[2])
+	return b, e.conformanceImages(b, kubebuild.Agnhost)
 }
 
 // ociImage is an image tar of ocitar (test/runtimes/tools/ocitar).
@@ -509,7 +503,7 @@ func (e env) recreateDNS() error {
 	for _, p := range old.Items {
 		gone[string(p.UID)] = true
 	}
-	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+	return poll(ctx, 5*time.Minute, "the cluster DNS's pods made again on the chain", func(ctx context.Context) (bool, error) {
 		now, err := pods.List(ctx, sel)
 		if err != nil || len(now.Items) != len(old.Items) {
 			return false, nil
@@ -521,8 +515,4 @@ func (e env) recreateDNS() error {
 		}
 		return true, nil
 	})
-	if err != nil {
-		return fmt.Errorf("conformance: the cluster DNS did not come back on the reference chain: %w", err)
-	}
-	return nil
 }

@@ -196,11 +196,11 @@ func cmdDeploy(e env, args []string) error {
 	}
 	st := e.plan.KubeState()
 	if _, err := os.Stat(filepath.Join(st, "dns")); err == nil {
-		l, err := e.kubeSh("deploy: the cluster DNS's image", `kube_coredns_tar`)
+		tar, _, err := e.cache().CoreDNSTar()
 		if err != nil {
 			return err
 		}
-		if err := cmdDNS(e, []string{"-kubeconfig", kc, "-tar", l[len(l)-1]}); err != nil {
+		if err := cmdDNS(e, []string{"-kubeconfig", kc, "-tar", tar}); err != nil {
 			return fmt.Errorf("the cluster DNS: %w", err)
 		}
 	}

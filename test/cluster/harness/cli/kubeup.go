@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +17,8 @@ import (
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/engine"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/images"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/kube"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/kubebuild"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/kubeconf"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/nodes"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/pki"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/topology"
@@ -45,45 +45,29 @@ const (
 	sysctlsLock  = sysctlsSaved + ".lock"
 )
 
-// kubeBuild is what hack/lib/kube.sh's build says of itself.
+// kubeBuild is what the cluster runs from the cached build.
 type kubeBuild struct {
 	Prefix, Multus, CoreDNS string // the cache (/opt/ovsflow-kube), the versions
 }
 
-// build runs hack/lib/kube.sh's cached builds (each under its lock; a
-// build already done is not done again): containerd, etcd, Kubernetes,
-// CoreDNS with dns, Multus's thin plugin with multus.
+// cache is the harness's cached build (kubebuild).
+func (e env) cache() kubebuild.Cache { return kubebuild.FromEnv(e.repo, logf) }
+
+// build runs the cached builds (each under the cache's lock; a build
+// already done is not done again): containerd, etcd, Kubernetes, CoreDNS
+// with dns, Multus's thin plugin with multus.
 func (e env) build(dns, multus bool) (kubeBuild, error) {
-	arg1, arg2 := "", "0"
-	if dns {
-		arg1 = "coredns"
+	c := e.cache()
+	if err := c.Cluster(dns); err != nil {
+		return kubeBuild{}, fmt.Errorf("up -kube: the build: %w", err)
 	}
 	if multus {
-		arg2 = "1"
+		if err := c.MultusPlugin(); err != nil {
+			return kubeBuild{}, fmt.Errorf("up -kube: the build of Multus: %w", err)
+		}
 	}
-	l, err := e.kubeSh("up -kube: the build", `kube_build_all $1 || exit 1
-		[ "$2" != 1 ] || kube_build_multus || exit 1
-		echo "$kube_prefix"; echo "$multus_version"; echo "$coredns_version"`, arg1, arg2)
-	if err != nil {
-		return kubeBuild{}, err
-	}
-	if len(l) < 3 {
-		return kubeBuild{}, fmt.Errorf("up -kube: the build said %q", l)
-	}
-	return kubeBuild{Prefix: l[len(l)-3], Multus: l[len(l)-2], CoreDNS: l[len(l)-1]}, nil
-}
-
-// kubeSh runs script (bash, args $1...) with hack/lib/kube.sh sourced, its
-// log on stderr; it returns the lines the script printed.
-func (e env) kubeSh(what, script string, args ...string) ([]string, error) {
-	cmd := exec.Command("bash", append([]string{"-c", `log() { echo "ovs-in-docker: $*" >&2; }; . hack/lib/kube.sh
-		` + script, "kube.sh"}, args...)...)
-	cmd.Dir, cmd.Stderr = e.repo, os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s (hack/lib/kube.sh): %w", what, err)
-	}
-	return strings.Split(strings.TrimSpace(string(out)), "\n"), nil
+	v, err := c.CoreDNSVersion()
+	return kubeBuild{Prefix: c.Prefix, Multus: kubebuild.Multus, CoreDNS: v}, err
 }
 
 // upKube is `up -kube`: the images, the build, the PKI and every node's
@@ -227,6 +211,16 @@ func (e env) kubeConfigs(k topology.Kube, b kubeBuild, n int, multus bool, runti
 	if err := p.ControlPlane(e.plan.Prefix, sans, e.plan.APIServer()); err != nil {
 		return err
 	}
+	// The control plane's command lines, which cp-init.sh sources.
+	mask4 := 0
+	if k.Mask4Flag() != "" {
+		mask4 = k.Mask4
+	}
+	cp := kubeconf.ControlPlane{Bin: kubeBin, PKI: d, EtcdData: "/var/lib/etcd", Name: "cp", Advertise: e.plan.ControlPlane4().String(),
+		ClusterCIDRs: k.ClusterCIDRs(), ServiceCIDRs: k.ServiceCIDRs(), Mask4: mask4, Mask6: k.Mask6}
+	if err := os.WriteFile(filepath.Join(st, "control-plane.sh"), cp.Script(), 0o644); err != nil {
+		return err
+	}
 	for i := 1; i <= n; i++ {
 		me := topology.Node(i)
 		if err := p.Node("kubelet-"+me, me, fmt.Sprintf("DNS:%s,IP:%s,IP:%s", me, e.plan.Node4(i), e.plan.Node6(i)), e.plan.APIServer(), e.plan.Prefix); err != nil {
@@ -266,7 +260,7 @@ func (e env) controlPlane(eng *engine.Engine, k topology.Kube, b kubeBuild) erro
 		e.kubeMounts(b)...)
 	args = append(args, "--tmpfs", "/run:rw,exec,size=64m", "--cap-add", "NET_ADMIN",
 		"-e", "OID_CP4="+e.plan.ControlPlane4().String(), "-e", "OID_CLUSTER_CIDRS="+strings.Join(k.ClusterCIDRs(), ","),
-		"-e", "OID_SERVICE_CIDRS="+strings.Join(k.ServiceCIDRs(), ","), "-e", "OID_MASK4="+k.Mask4Flag(), "-e", "OID_MASK6="+strconv.Itoa(k.Mask6),
+		"-e", "OID_SERVICE_CIDRS="+strings.Join(k.ServiceCIDRs(), ","),
 		"--entrypoint", "/usr/local/sbin/cp-init.sh", images.Node(e.plan))
 	if out, err := eng.Command(args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("creating the control plane: %w: %s", err, out)
@@ -373,4 +367,33 @@ func (e env) downKube() error {
 		return err
 	}
 	return releaseSysctls(e.plan.Prefix)
+}
+
+// cmdBuild: build: every cached build of the Kubernetes cluster (with the
+// cluster DNS and Multus) and of its conformance run, each unless there
+// (CI starts it first, beside the suites that need none of it; a run that
+// needs the build waits for its lock).
+func cmdBuild(e env, args []string) error {
+	if err := parse(flags("build"), args, 0); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("build: needs root (the cache under " + e.cache().Prefix + ")")
+	}
+	if _, err := e.build(true, true); err != nil {
+		return err
+	}
+	_, err := e.conformanceBuild()
+	return err
+}
+
+// cmdKubectl: kubectl ARGS...: the cached kubectl against the cluster, as
+// its admin.
+func cmdKubectl(e env, args []string) error {
+	kc := e.adminKubeconfig()
+	if _, err := os.Stat(kc); err != nil {
+		return errors.New("no cluster (up -kube first)")
+	}
+	bin := e.cache().Bin("kubectl")
+	return syscall.Exec(bin, append([]string{bin, "--kubeconfig", kc}, args...), os.Environ())
 }

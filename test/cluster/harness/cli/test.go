@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/images"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/kubebuild"
 )
 
 // cmdTest: test [-nodes N] (default 3): up, the Go tests of test/multinode
@@ -214,14 +215,13 @@ func (e env) testKube(n int, conformance bool, runtime string) error {
 		}
 	}
 	if runtime == "containerd" && multusRun != "" {
-		l, err := e.kubeSh("test -kube: building Multus", `kube_build_multus || exit 1; echo "$multus_version"`)
-		if err != nil {
+		if err := e.cache().MultusPlugin(); err != nil {
+			return fmt.Errorf("test -kube: building Multus: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(e.plan.KubeState(), "multus"), []byte(kubebuild.Multus+"\n"), 0o644); err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(e.plan.KubeState(), "multus"), []byte(l[len(l)-1]+"\n"), 0o644); err != nil {
-			return err
-		}
-		if err := cmdMultus(e, []string{"-kubeconfig", e.adminKubeconfig(), "-version", l[len(l)-1]}); err != nil {
+		if err := cmdMultus(e, []string{"-kubeconfig", e.adminKubeconfig(), "-version", kubebuild.Multus}); err != nil {
 			return fmt.Errorf("putting Multus in front: %w", err)
 		}
 		if err := e.clusterGoTest(true, "-run", multusRun); err != nil {

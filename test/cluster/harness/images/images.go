@@ -144,7 +144,7 @@ var (
 	deployFiles = []string{"deploy/install-cni.sh", "deploy/node-prep.sh"}
 	nodeFiles   = []string{"hack/ovs-in-docker/node-init.sh", "hack/ovs-in-docker/cp-init.sh", "hack/ovs-in-docker/oid-reconcile",
 		"hack/ovs-in-docker/oid-pod", "hack/ovs-in-docker/oid-snapshot", "hack/ovs-in-docker/oid-image", "hack/ovs-in-docker/containerd.toml",
-		"hack/ovs-in-docker/crictl.yaml", "hack/lib/kube.sh"}
+		"hack/ovs-in-docker/crictl.yaml"}
 )
 
 // BuildNode builds the node image of the repository at repo, stamped version,

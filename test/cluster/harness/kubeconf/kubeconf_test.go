@@ -79,7 +79,7 @@ func TestProxyConfigDecodesAsKubeProxyReadsIt(t *testing.T) {
 }
 
 // testdata/containerd-default.toml is `containerd config default` of the
-// harness's containerd (hack/lib/kube.sh's containerd_version, v2.4.2).
+// harness's containerd (kubebuild.Containerd, v2.4.2).
 func TestEditContainerdSetsTheNodesKeysOnly(t *testing.T) {
 	def, err := os.ReadFile("testdata/containerd-default.toml")
 	if err != nil {

@@ -34,7 +34,7 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 	return c
 }
 
-// The layout the components' flags name (hack/lib/kube.sh), each
+// The layout the components' flags name (kubeconf.ControlPlane), each
 // certificate signed by the CA for its use and with its identity, and a
 // client of a kubeconfig in a TLS handshake with the API server's
 // certificate: the server trusts the client, the client the server at
@@ -48,7 +48,7 @@ func TestPKI(t *testing.T) {
 	if err := d.ControlPlane("oidt", "DNS:cp,IP:127.0.0.1,IP:2001:db8::1", "https://127.0.0.1:6443"); err != nil {
 		t.Fatal(err)
 	}
-	// Another process, as hack/lib/kube.sh's calls are: the CA read again.
+	// Another process, as the harness's calls are: the CA read again.
 	d2, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -60,6 +60,14 @@ func printReport(w io.Writer, files []string) error {
 		p("| %s | %s | %s | %s | %s | %s | %s |\n", r.Chain, q(r.Up, "created"), q(r.Up, "scheduled"),
 			q(r.Up, "sandbox ready"), q(r.Up, "Ready"), q(r.Down, "terminating"), q(r.Down, "gone"))
 	}
+	p("\n")
+	for _, r := range runs {
+		c, okc := r.Up.Milestones["created"]
+		t, okt := r.Down.Milestones["terminating"]
+		if okc && okt && c.N > 0 && t.N > 0 {
+			p("- %s: the control plane's own pace: the last pod created at %.1f s, the last marked for deletion at %.1f s; no chain has all Ready or all gone sooner.\n", r.Chain, c.Max, t.Max)
+		}
+	}
 
 	p("\n### kubelet's runtime operations and containerd's sandbox network set-up and teardown (the CNI chain's ADD and DEL) (mean s, all nodes; count, and how many of them kubelet counted as failed)\n\n")
 	ops := []struct{ phase, op string }{
@@ -186,6 +194,17 @@ func printReport(w io.Writer, files []string) error {
 			} else {
 				p(" – |")
 			}
+		}
+		p("\n")
+		for j, r := range runs {
+			if phs[j] == nil || len(phs[j].Vswitchd) == 0 {
+				continue
+			}
+			var parts []string
+			for _, c := range phs[j].Vswitchd {
+				parts = append(parts, fmt.Sprintf("%s %.1f", c.Name, c.Seconds))
+			}
+			p("\n- %s: ovs-vswitchd by thread (every node's; its main thread is named ovs-vswitchd): %s", r.Chain, strings.Join(parts, ", "))
 		}
 		p("\n")
 	}

@@ -31,6 +31,11 @@ type Phase struct {
 	// CPU: CPU-seconds of the harness's processes by name, most first.
 	CPU      []ProcCPU `json:"cpu,omitempty"`
 	CPUTotal float64   `json:"cpuTotal"`
+	// Vswitchd: ovs-vswitchd's CPU-seconds by thread kind (its threads'
+	// names less their numbers), every node's summed: on the netdev
+	// datapath the main thread both forwards the packets of the ports and
+	// reconfigures the bridge on every change of the database.
+	Vswitchd []ProcCPU `json:"vswitchdThreads,omitempty"`
 }
 
 // AgentFigures of one node's agent over a phase.
@@ -76,6 +81,8 @@ type phaseStart struct {
 	t     time.Time
 	first int // the index of the phase's first agent sample
 	procs map[procKey]procTimes
+	// threads: ovs-vswitchd's threads (procKey.pid is the thread's ID).
+	threads map[procKey]procTimes
 }
 
 func startSampler(agent string, nodes, cgroups []string) *sampler {
@@ -109,15 +116,16 @@ func (s *sampler) begin(name string) phaseStart {
 	first := len(s.samples)
 	s.mu.Unlock()
 	s.sampleAgents()
-	return phaseStart{name: name, t: time.Now(), first: first, procs: s.snapshot()}
+	return phaseStart{name: name, t: time.Now(), first: first, procs: s.snapshot(), threads: s.threads("ovs-vswitchd")}
 }
 
 func (s *sampler) end(b phaseStart) Phase {
-	procs := s.snapshot()
+	procs, threads := s.snapshot(), s.threads("ovs-vswitchd")
 	now := time.Now()
 	s.sampleAgents()
 	ph := Phase{Name: b.name, Seconds: now.Sub(b.t).Seconds()}
 	ph.CPU, ph.CPUTotal = cpuByName(b.procs, procs)
+	ph.Vswitchd, _ = cpuByName(b.threads, threads)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	first := map[string]agentSample{}
@@ -260,6 +268,11 @@ func readStat(pid int) (procTimes, bool) {
 	if err != nil {
 		return procTimes{}, false
 	}
+	return parseStat(b)
+}
+
+// parseStat reads a process's or thread's stat file (proc(5)).
+func parseStat(b []byte) (procTimes, bool) {
 	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
 	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
 	if open < 0 || end < open {
@@ -287,6 +300,35 @@ func (s *sampler) snapshot() map[procKey]procTimes {
 		}
 		if st, ok := readStat(pid); ok {
 			out[procKey{pid, st.start}] = st
+		}
+	}
+	return out
+}
+
+// threads: the CPU times of the threads of the harness's processes named
+// name, each under its kind: the thread's name less its trailing digits
+// (handler12: handler).
+func (s *sampler) threads(name string) map[procKey]procTimes {
+	out := map[procKey]procTimes{}
+	for _, pid := range pids() {
+		if comm(pid) != name || !s.inCgroups(pid) {
+			continue
+		}
+		dir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			if st, ok := parseStat(b); ok {
+				st.comm = strings.TrimRight(st.comm, "0123456789")
+				tid, _ := strconv.Atoi(e.Name())
+				out[procKey{tid, st.start}] = st
+			}
 		}
 	}
 	return out

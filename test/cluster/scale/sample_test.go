@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -48,5 +49,26 @@ func TestQuantiles(t *testing.T) {
 	}
 	if q := quantiles(nil); q.N != 0 {
 		t.Errorf("empty: got %+v", q)
+	}
+}
+
+// threads finds this process's own threads, under its name less digits.
+func TestThreadsOfAProcessByName(t *testing.T) {
+	self := comm(os.Getpid())
+	if self == "" {
+		t.Fatal("no comm of this process")
+	}
+	s := &sampler{}
+	got := s.threads(self)
+	if len(got) == 0 {
+		t.Fatalf("threads(%q): none", self)
+	}
+	for k, st := range got {
+		if st.comm != strings.TrimRight(self, "0123456789") {
+			t.Errorf("thread %d: kind %q", k.pid, st.comm)
+		}
+	}
+	if n := len(s.threads("no-such-process-name")); n != 0 {
+		t.Errorf("threads of a name nothing has: %d", n)
 	}
 }

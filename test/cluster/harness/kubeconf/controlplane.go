@@ -17,6 +17,10 @@ type ControlPlane struct {
 	Advertise                  string
 	ClusterCIDRs, ServiceCIDRs []string
 	Mask4, Mask6               int // 0 Mask4: IPv6-only pods (the controller manager refuses an IPv4 mask size there)
+	// APIQPS: the controller manager's and the scheduler's requests per
+	// second to the API server (their burst twice that); 0: theirs (20
+	// and 50).
+	APIQPS int
 }
 
 // Process is a command line of the control plane.
@@ -42,6 +46,13 @@ func (c ControlPlane) Processes() []Process {
 	controller = append(controller, "--node-cidr-mask-size-ipv6", strconv.Itoa(c.Mask6),
 		"--service-cluster-ip-range", services, "--profiling=false")
 	sc := p("scheduler.kubeconfig")
+	scheduler := []string{bin("kube-scheduler"), "--kubeconfig", sc,
+		"--authentication-kubeconfig", sc, "--authorization-kubeconfig", sc,
+		"--bind-address", "127.0.0.1", "--leader-elect=false", "--profiling=false"}
+	if c.APIQPS > 0 {
+		qps := []string{"--kube-api-qps", strconv.Itoa(c.APIQPS), "--kube-api-burst", strconv.Itoa(2 * c.APIQPS)}
+		controller, scheduler = append(controller, qps...), append(scheduler, qps...)
+	}
 	return []Process{
 		{"etcd", []string{bin("etcd"), "--data-dir", c.EtcdData, "--name", c.Name,
 			"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
@@ -58,9 +69,7 @@ func (c ControlPlane) Processes() []Process {
 			"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 			"--allow-privileged=false", "--profiling=false"}},
 		{"kube-controller-manager", controller},
-		{"kube-scheduler", []string{bin("kube-scheduler"), "--kubeconfig", sc,
-			"--authentication-kubeconfig", sc, "--authorization-kubeconfig", sc,
-			"--bind-address", "127.0.0.1", "--leader-elect=false", "--profiling=false"}},
+		{"kube-scheduler", scheduler},
 	}
 }
 

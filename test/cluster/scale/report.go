@@ -119,8 +119,24 @@ func printReport(w io.Writer, files []string) error {
 		}
 	}
 
-	for _, phase := range []string{"scale-up", "scale-down"} {
-		p("\n### CPU-seconds of the harness's processes during the %s, by process\n\n", phase)
+	phases := []string{"scale-up"}
+	if len(runs) > 0 {
+		// The idle phase with every pod, when the run had one: the
+		// chains' steady cost.
+		idle := fmt.Sprintf("idle, %d pods per node", runs[0].PodsPerNode)
+		for _, ph := range runs[0].Phases {
+			if ph.Name == idle {
+				phases = append(phases, idle)
+			}
+		}
+	}
+	phases = append(phases, "scale-down")
+	for _, phase := range phases {
+		when := "during the " + phase
+		if strings.HasPrefix(phase, "idle, ") {
+			when = "idle with all pods (" + strings.TrimPrefix(phase, "idle, ") + ")"
+		}
+		p("\n### CPU-seconds of the harness's processes %s, by process\n\n", when)
 		var names []string
 		best := map[string]float64{}
 		byRun := make([]map[string]float64, len(runs))
@@ -164,6 +180,10 @@ func printReport(w io.Writer, files []string) error {
 			}
 			p("| %s |", n)
 			for j := range runs {
+				if phs[j] == nil {
+					p(" – |")
+					continue
+				}
 				p(" %.1f |", byRun[j][n])
 			}
 			p("\n")
@@ -174,6 +194,10 @@ func printReport(w io.Writer, files []string) error {
 				rest := 0.0
 				for _, n := range names[top:] {
 					rest += byRun[j][n]
+				}
+				if phs[j] == nil {
+					p(" – |")
+					continue
 				}
 				p(" %.1f |", rest)
 			}

@@ -162,7 +162,9 @@ func cmdBench(e env, args []string) error {
 	if err := cmdReference(e, []string{"-kubeconfig", e.adminKubeconfig(), "-plugins", ref}); err != nil {
 		return fmt.Errorf("the reference chain: %w", err)
 	}
-	if err := drv("reference", "-idle", "0", "-out", filepath.Join(out, "reference.json")); err != nil {
+	// The same idle phases: with all pods, the steady cost of each chain
+	// (the readiness probes through the bridge; no agent on this chain).
+	if err := drv("reference", "-idle", strconv.Itoa(*idle)+"s", "-out", filepath.Join(out, "reference.json")); err != nil {
 		return err
 	}
 	if err := e.chainLeft("reference", io.MultiWriter(os.Stdout, left)); err != nil {

@@ -19,12 +19,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ovsflow/ovs-cni/test/cluster/conformance/junit"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/filelock"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/images"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/kube"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/kubebuild"
@@ -206,15 +206,7 @@ func (e env) conformanceBuild() (confBuild, error) {
 	if err := os.MkdirAll(b.images, 0o755); err != nil {
 		return confBuild{}, err
 	}
-	lock, err := os.OpenFile(filepath.Join(b.images, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return confBuild{}, err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return confBuild{}, fmt.Errorf("locking %s: %w", lock.Name(), err)
-	}
-	return b, e.conformanceImages(b, kubebuild.Agnhost)
+	return b, filelock.With(filepath.Join(b.images, ".lock"), func() error { return e.conformanceImages(b, kubebuild.Agnhost) })
 }
 
 // ociImage is an image tar of ocitar (test/runtimes/tools/ocitar).

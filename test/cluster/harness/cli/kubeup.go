@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/engine"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/filelock"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/images"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/kube"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/kubebuild"
@@ -47,7 +48,7 @@ const (
 
 // kubeBuild is what the cluster runs from the cached build.
 type kubeBuild struct {
-	Prefix, Multus, CoreDNS string // the cache (/opt/ovsflow-kube), the versions
+	Prefix, CoreDNS string // the cache (/opt/ovsflow-kube), CoreDNS's version
 }
 
 // cache is the harness's cached build (kubebuild).
@@ -67,7 +68,7 @@ func (e env) build(dns, multus bool) (kubeBuild, error) {
 		}
 	}
 	v, err := c.CoreDNSVersion()
-	return kubeBuild{Prefix: c.Prefix, Multus: kubebuild.Multus, CoreDNS: v}, err
+	return kubeBuild{Prefix: c.Prefix, CoreDNS: v}, err
 }
 
 // upKube is `up -kube`: the images, the build, the PKI and every node's
@@ -189,7 +190,7 @@ func (e env) kubeConfigs(k topology.Kube, b kubeBuild, n int, multus bool, runti
 	}
 	marks := map[string]string{}
 	if multus {
-		marks["multus"] = b.Multus
+		marks["multus"] = kubebuild.Multus
 	}
 	if k.DNS {
 		marks["dns"] = b.CoreDNS
@@ -287,17 +288,7 @@ func (e env) controlPlane(eng *engine.Engine, k topology.Kube, b kubeBuild) erro
 
 // withSysctlsLock runs f under the lock of the saved sysctls (two
 // harnesses of other prefixes may bring clusters up and down at once).
-func withSysctlsLock(f func() error) error {
-	l, err := os.OpenFile(sysctlsLock, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	if err := syscall.Flock(int(l.Fd()), syscall.LOCK_EX); err != nil {
-		return err
-	}
-	return f()
-}
+func withSysctlsLock(f func() error) error { return filelock.With(sysctlsLock, f) }
 
 func sysctlPath(name string) string {
 	return filepath.Join("/proc/sys", strings.ReplaceAll(name, ".", "/"))

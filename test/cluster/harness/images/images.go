@@ -16,10 +16,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/engine"
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/filelock"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/topology"
 )
 
@@ -93,18 +93,12 @@ func (b Base) RootTar(p topology.Plan, install func(...string) error, logf func(
 		return "", err
 	}
 	tarFile := b.rootTar()
-	lock, err := os.OpenFile(tarFile+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("locking %s: %w", lock.Name(), err)
-	}
-	if _, err := os.Stat(tarFile); err == nil {
-		return tarFile, nil
-	}
-	return tarFile, b.debootstrap(p, tarFile, install, logf)
+	return tarFile, filelock.With(tarFile+".lock", func() error {
+		if _, err := os.Stat(tarFile); err == nil {
+			return nil
+		}
+		return b.debootstrap(p, tarFile, install, logf)
+	})
 }
 
 // debootstrap makes the recipe's root file system and writes it as a tar at dst.

@@ -19,9 +19,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/test/cluster/harness/filelock"
 	"github.com/ovsflow/ovs-cni/test/cluster/harness/images"
 )
 
@@ -73,16 +73,11 @@ func (c Cache) Locked(f func() error) error {
 	if err := os.MkdirAll(filepath.Join(c.Prefix, "bin"), 0o755); err != nil {
 		return err
 	}
-	l, err := os.OpenFile(filepath.Join(c.Prefix, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	if err := syscall.Flock(int(l.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("locking %s: %w", l.Name(), err)
-	}
-	return f()
+	return filelock.With(filepath.Join(c.Prefix, ".lock"), f)
 }
+
+// src is the scratch module dir's directory.
+func (c Cache) src(dir string) string { return filepath.Join(c.Prefix, "src", dir) }
 
 // Cluster builds containerd, etcd and Kubernetes (and CoreDNS with its
 // image with dns), each unless cached.
@@ -107,8 +102,8 @@ func (c Cache) MultusPlugin() error {
 		if Built(c.Bin("multus"), MultusModule, Multus) {
 			return nil
 		}
-		m, err := c.scratch("multus", "ovsflow.local/multus-build")
-		if err != nil {
+		m := c.src("multus")
+		if err := scratch(m, "ovsflow.local/multus-build"); err != nil {
 			return err
 		}
 		pkg := MultusModule + "/cmd/multus"
@@ -128,10 +123,10 @@ func (c Cache) MultusPlugin() error {
 // commands do not (ginkgo, gomega, testify, sample-apiserver).
 func (c Cache) E2E() error {
 	return c.Locked(func() error {
-		m := filepath.Join(c.Prefix, "src", "e2e")
+		m := c.src("e2e")
 		if !Built(c.Bin("e2e.test"), kubernetesModule, Kubernetes) || !Built(c.Bin("agnhost"), kubernetesModule, Kubernetes) {
 			t0 := time.Now()
-			if err := c.kubeModule(m, "ovsflow.local/e2e-build"); err != nil {
+			if err := kubeModule(m, "ovsflow.local/e2e-build"); err != nil {
 				return err
 			}
 			c.Logf("building Kubernetes' e2e.test and agnhost %s", Kubernetes)
@@ -184,8 +179,8 @@ func (c Cache) etcd() error {
 	if Built(c.Bin("etcd"), etcdModule, Etcd) {
 		return nil
 	}
-	m, err := c.scratch("etcd", "ovsflow.local/etcd-build")
-	if err != nil {
+	m := c.src("etcd")
+	if err := scratch(m, "ovsflow.local/etcd-build"); err != nil {
 		return err
 	}
 	if err := goCmd(m, "get", etcdModule+"@"+Etcd); err != nil {
@@ -207,8 +202,8 @@ func (c Cache) kubernetes() error {
 	if !need {
 		return nil
 	}
-	m := filepath.Join(c.Prefix, "src", "kube")
-	if err := c.kubeModule(m, "ovsflow.local/kube-build"); err != nil {
+	m := c.src("kube")
+	if err := kubeModule(m, "ovsflow.local/kube-build"); err != nil {
 		return err
 	}
 	var pkgs []string
@@ -322,32 +317,27 @@ func ldflags() string {
 	return f
 }
 
-// scratch makes an empty module src/dir named name, to build other
-// modules' commands in (their go.mod files carry replace directives, so
-// `go install pkg@v` refuses, and the proxy serves no version lists).
-func (c Cache) scratch(dir, name string) (string, error) {
-	m := filepath.Join(c.Prefix, "src", dir)
+// scratch makes an empty module at m named name, to build other modules'
+// commands in (their go.mod files carry replace directives, so `go install
+// pkg@v` refuses, and the proxy serves no version lists).
+func scratch(m, name string) error {
 	if err := os.MkdirAll(m, 0o755); err != nil {
-		return "", err
+		return err
 	}
 	for _, f := range []string{"go.sum", "tools.go"} {
 		if err := os.Remove(filepath.Join(m, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return "", err
+			return err
 		}
 	}
-	return m, os.WriteFile(filepath.Join(m, "go.mod"), []byte("module "+name+"\n\ngo 1.25\n"), 0o644)
+	return os.WriteFile(filepath.Join(m, "go.mod"), []byte("module "+name+"\n\ngo 1.25\n"), 0o644)
 }
 
 // kubeModule makes a scratch module at m that requires k8s.io/kubernetes at
 // Kubernetes, with its staging modules replaced by their released versions:
 // k8s.io/kubernetes requires them at v0.0.0 and replaces them with
 // ./staging, which a dependent module ignores.
-func (c Cache) kubeModule(m, name string) error {
-	rel, err := filepath.Rel(filepath.Join(c.Prefix, "src"), m)
-	if err != nil {
-		return err
-	}
-	if _, err := c.scratch(rel, name); err != nil {
+func kubeModule(m, name string) error {
+	if err := scratch(m, name); err != nil {
 		return err
 	}
 	out, err := goOutput(m, "mod", "download", "-json", kubernetesModule+"@"+Kubernetes)

@@ -18,7 +18,6 @@ require (
 )
 
 require (
-	antrea.io/libOpenflow v0.15.0
 	github.com/alexflint/go-filemutex v1.3.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -99,5 +98,3 @@ tool (
 	github.com/containernetworking/plugins/plugins/main/loopback
 	github.com/containernetworking/plugins/plugins/meta/portmap
 )
-
-replace antrea.io/libOpenflow => github.com/antrea-io/libOpenflow v0.15.0

@@ -15,9 +15,6 @@ fi
 
 echo "== go vet"
 go vet ./...
-go vet -tags libofcodec ./pkg/openflow # the libOpenflow prototype of docs/design.md stays buildable
-# and encodes every pipeline's bundle as ovs-ofctl reads it (against OVS as root)
-go test -count=1 -tags libofcodec -run 'TestEncodeAsOvsOfctl|TestApplyEquivalence' ./pkg/openflow
 (cd hack/bench && go vet ./...) # the benchmark is a module of its own
 (cd test/cluster && go vet ./...) # so are the cluster tests (client-go stays out of the plugins' module)
 (cd test/cluster && go test -count=1 ./scale/... ./conformance/... ./harness/...) # their tools' unit tests (the cluster's need one: below)

@@ -331,9 +331,8 @@ func codecBundles(b *testing.B) map[string]of.Bundle {
 	return map[string]of.Bundle{"portmap": c["bundle_snat.golden"], "bridge": c["portsec_dual"]}
 }
 
-// BenchmarkEncodeBundle encodes the flow_mods of one ADD's bundle. With
-// -tags libofcodec it measures libOpenflow's encoder instead of this
-// package's (docs/design.md, "OpenFlow codec: why hand-written").
+// BenchmarkEncodeBundle encodes the flow_mods of one ADD's bundle
+// (docs/design.md, "OpenFlow codec: why hand-written").
 func BenchmarkEncodeBundle(b *testing.B) {
 	for name, bundle := range codecBundles(b) {
 		b.Run(name, func(b *testing.B) {

@@ -1,10 +1,3 @@
-//go:build !libofcodec
-
-// The bytes of the hand-written encoder: with -tags libofcodec the bundle
-// is libOpenflow's, which writes other bytes for the same message (an
-// output action's max_len 0xffff, which OVS ignores for a port that is not
-// the controller), so these pins are not compiled there.
-
 package openflow_test
 
 import (

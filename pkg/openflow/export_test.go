@@ -6,7 +6,7 @@ package openflow
 // FlowMod returns the OFPT_FLOW_MOD of m, with xid 1 as ovs-ofctl
 // parse-flow prints it.
 func FlowMod(m Mod) []byte {
-	b := appendFlowMod(nil, m)
+	b := m.flowMod(nil)
 	b[7] = 1
 	return b
 }

@@ -182,7 +182,7 @@ func apply(ctx context.Context, target endpoint.Endpoint, bundle Bundle, flushes
 			b = append(b, header(ofptBundleAdd, xid, 0)...)
 			b = append(b, 0, 0, 0, 0, 0, 0, 0, bundleFlags) // bundle_id 0, pad, flags
 			inner := len(b)
-			b = appendFlowMod(b, m)
+			b = m.flowMod(b)
 			binary.BigEndian.PutUint32(b[inner+4:], xid) // the inner xid must be the outer one
 			binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
 		}

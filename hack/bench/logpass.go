@@ -21,8 +21,13 @@ import (
 
 var cnilogLine = regexp.MustCompile(`^\S+ (\S+) (\S+) container=\S+ ifname=\S+ .* in ([0-9.]+)ms`)
 
+// revalLine is the note of pkg/hostport's Publish: how long it waited for
+// ovs-vswitchd's revalidation round.
+var revalLine = regexp.MustCompile(`waited ([0-9.]+)ms for ovs-vswitchd's revalidation`)
+
 type logSplit struct {
 	wall, inside, cpu map[string][]time.Duration // "plugin COMMAND"
+	reval             map[string][]time.Duration // of inside, the revalidation wait (commands that note one)
 }
 
 // withLogFile returns the conflist with "logFile" on every plugin.
@@ -57,7 +62,8 @@ func runLogPass(ctx context.Context, ch *chain, conflist map[string]any, ex *tim
 		}
 	}
 	ex.setTag("", len(ch.attached))
-	ls := &logSplit{wall: map[string][]time.Duration{}, inside: map[string][]time.Duration{}, cpu: map[string][]time.Duration{}}
+	ls := &logSplit{wall: map[string][]time.Duration{}, inside: map[string][]time.Duration{}, cpu: map[string][]time.Duration{},
+		reval: map[string][]time.Duration{}}
 	for _, c := range ex.all()[before:] {
 		if c.chain == ch.key && c.tag == "logpass" {
 			k := c.plugin + " " + c.command
@@ -79,6 +85,10 @@ func runLogPass(ctx context.Context, ch *chain, conflist map[string]any, ex *tim
 		v, _ := strconv.ParseFloat(m[3], 64)
 		k := m[1] + " " + m[2]
 		ls.inside[k] = append(ls.inside[k], time.Duration(v*float64(time.Millisecond)))
+		if r := revalLine.FindStringSubmatch(sc.Text()); r != nil {
+			v, _ := strconv.ParseFloat(r[1], 64)
+			ls.reval[k] = append(ls.reval[k], time.Duration(v*float64(time.Millisecond)))
+		}
 	}
 	return ls, nil
 }

@@ -236,19 +236,22 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 	slices.Sort(levelsS)
 	if len(levelsS) > 0 {
 		fmt.Fprintf(w, "## Inside and outside our plugin processes (chain A, a pass with \"logFile\" set; p50 ms)\n\n")
-		fmt.Fprintf(w, "\"inside\" is the command function's own time as pkg/cnilog logs it; \"outside\" = wall − inside: exec, Go runtime start, package init, skel, exit.\n\n")
-		t = &table{head: []string{"plugin", "command", "N", "wall", "inside", "outside", "CPU"}}
+		fmt.Fprintf(w, "\"inside\" is the command function's own time as pkg/cnilog logs it; \"outside\" = wall − inside: exec, Go runtime start, package init, skel, exit.\n")
+		fmt.Fprintf(w, "\"revalidation\" is the part of inside that ovs-portmap's ADD waits for ovs-vswitchd's revalidation round (its log line notes it): ovs-vswitchd starts a round at most every 5 ms, and ovs-bridge's changes just before started one.\n\n")
+		t = &table{head: []string{"plugin", "command", "N", "wall", "inside", "of which revalidation", "outside", "CPU"}}
 		for _, n := range levelsS {
 			ls := splits[n]
 			for _, k := range []string{"ovs-bridge ADD", "ovs-portmap ADD", "ovs-portmap DEL", "ovs-bridge DEL"} {
 				f := strings.Fields(k)
-				in := "–"
-				out := "–"
+				in, reval, out := "–", "–", "–"
 				if len(ls.inside[k]) > 0 {
 					in = ms(pct(ls.inside[k], 50))
 					out = ms(pct(ls.wall[k], 50) - pct(ls.inside[k], 50))
 				}
-				t.add(f[0], f[1], strconv.Itoa(n), ms(pct(ls.wall[k], 50)), in, out, ms(pct(ls.cpu[k], 50)))
+				if len(ls.reval[k]) > 0 {
+					reval = ms(pct(ls.reval[k], 50))
+				}
+				t.add(f[0], f[1], strconv.Itoa(n), ms(pct(ls.wall[k], 50)), in, reval, out, ms(pct(ls.cpu[k], 50)))
 			}
 		}
 		t.print(w)

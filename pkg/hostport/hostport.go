@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ovsflow/ovs-cni/pkg/cnilog"
 	"github.com/ovsflow/ovs-cni/pkg/endpoint"
 	"github.com/ovsflow/ovs-cni/pkg/flows"
 	"github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -55,7 +56,7 @@ func (plan *Plan) Publish(ctx context.Context, cli *ovsdb.Client) (retErr error)
 	if err := p.dropStaleMeters(); err != nil {
 		return err
 	}
-	return p.reval.WaitAtMost(ctx, revalidationCap)
+	return p.awaitRevalidation()
 }
 
 // publishing is one Publish under way: its plan, what its steps found or
@@ -211,6 +212,20 @@ func (p *publishing) dropStaleMeters() error {
 		return nil
 	}
 	return openflow.DeleteMeters(p.ctx, p.Target, p.stale...)
+}
+
+// awaitRevalidation collects the revalidation wait claim registered, at
+// most revalidationCap, and notes for the command's log line how long it
+// took: mostly ovs-vswitchd's own pace, which starts a revalidation round at
+// most every 5 ms (docs/performance.md).
+func (p *publishing) awaitRevalidation() error {
+	if p.reval == nil {
+		return nil
+	}
+	start := time.Now()
+	err := p.reval.WaitAtMost(p.ctx, revalidationCap)
+	cnilog.Note("waited %.1fms for ovs-vswitchd's revalidation", float64(time.Since(start).Microseconds())/1000)
+	return err
 }
 
 // nodeLocalRules are the rules of a that nft serves to the node's own

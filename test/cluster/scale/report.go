@@ -230,11 +230,38 @@ func printReport(w io.Writer, files []string) error {
 			}
 			p("\n- %s: ovs-vswitchd by thread (every node's; its main thread is named ovs-vswitchd): %s", r.Chain, strings.Join(parts, ", "))
 		}
+		if !strings.HasPrefix(phase, "idle, ") {
+			for j, r := range runs {
+				if phs[j] == nil || r.Machine.CPUs == 0 || phs[j].Seconds == 0 {
+					continue
+				}
+				rest := nodeOwn(byRun[j], phs[j].CPUTotal)
+				alone := rest / float64(r.Machine.CPUs)
+				p("\n- %s: the node's own work (neither the CNI chain nor Open vSwitch nor the node agent): %.1f CPU-seconds, %.1f s on %d CPUs alone, %.2f of the phase's %.1f s",
+					r.Chain, rest, alone, r.Machine.CPUs, alone/phs[j].Seconds, phs[j].Seconds)
+			}
+		}
 		p("\n")
 	}
 	p("\n\"containerd (exited children)\": the processes containerd ran and reaped, the CNI plugins (and the shims' launchers).\n")
 	p("\"node-init.sh (exited children)\": node-init.sh is the node container's PID 1, which reaps the pods' shims once they exit (their CPU in the phase, with that of runc and the pods' processes they reaped).\n")
 	return nil
+}
+
+// networkProcs are the processes of the network: the CNI chain (the
+// plugins containerd runs and reaps, with the shims' launchers, which
+// makes nodeOwn a little low) and Open vSwitch and the node agent.
+var networkProcs = []string{"containerd (exited children)", "ovs-vswitchd", "ovsdb-server", "ovsflow-agent"}
+
+// nodeOwn is what a phase's processes took that is not the network's
+// (networkProcs): kubelet, containerd, the shims and runc, the control
+// plane, the pods. Whatever the network costs, a phase cannot end sooner
+// than this work alone on the node's CPUs.
+func nodeOwn(cpu map[string]float64, total float64) float64 {
+	for _, n := range networkProcs {
+		total -= cpu[n]
+	}
+	return total
 }
 
 // reasons: "Reason: N" of each "Reason: N (message)".

@@ -23,6 +23,7 @@ func TestReportOfARecordedRun(t *testing.T) {
 		"| containerd-shim | 9.2 | – |",
 		"- ovsflow: ovs-vswitchd by thread (every node's; its main thread is named ovs-vswitchd): ovs-vswitchd 8.7, revalidator 0.2",
 		"### CPU-seconds of the harness's processes during the scale-down, by process",
+		"- reference: the node's own work (neither the CNI chain nor Open vSwitch nor the node agent): ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report has no %q:\n%s", want, out)

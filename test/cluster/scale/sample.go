@@ -367,12 +367,16 @@ func cpuByName(before, after map[procKey]procTimes) ([]ProcCPU, float64) {
 			by[a.comm+" (exited children)"] += c
 		}
 	}
+	beforePID := map[int]procTimes{}
+	for k, b := range before {
+		beforePID[k.pid] = b
+	}
 	for k, b := range before {
 		if _, ok := after[k]; ok {
 			continue
 		}
-		if parent, ok := byPID[b.ppid]; ok {
-			n := parent.comm + " (exited children)"
+		if r, ok := reaper(b, beforePID, byPID); ok {
+			n := r.comm + " (exited children)"
 			by[n] = max(0, by[n]-float64(b.utime+b.stime+b.cutime+b.cstime)/userHZ)
 		}
 	}
@@ -394,6 +398,28 @@ func cpuByName(before, after map[procKey]procTimes) ([]ProcCPU, float64) {
 		return strings.Compare(x.Name, y.Name)
 	})
 	return out, total
+}
+
+// reaper is the process of after that reaped p, which ended between the
+// snapshots: its parent, or, when the parent ended too, the nearest
+// ancestor still there. An orphan goes to the nearest subreaper or the
+// namespace's init: a pod's processes whose shim exited first are reaped by
+// the node container's PID 1, as the shim is. An ancestor's pid held by
+// another process in after (a reused pid) is not that ancestor.
+func reaper(p procTimes, before, after map[int]procTimes) (procTimes, bool) {
+	pid := p.ppid
+	for range 64 { // a loop in the recorded parents cannot hold us
+		a, alive := after[pid]
+		b, known := before[pid]
+		switch {
+		case alive && (!known || a.start == b.start):
+			return a, true
+		case !known:
+			return procTimes{}, false
+		}
+		pid = b.ppid
+	}
+	return procTimes{}, false
 }
 
 func numCPU() int { return runtime.NumCPU() }

@@ -25,20 +25,22 @@ func TestCPUByName(t *testing.T) {
 		{1, 10}: {comm: "containerd", utime: 100, stime: 50, cutime: 10},
 		{2, 20}: {comm: "kubelet", utime: 300},
 		{3, 30}: {comm: "gone", ppid: 1, utime: 90}, // exited, reaped by containerd: only its time since counts
+		{5, 50}: {comm: "shim", ppid: 1, utime: 40, start: 50},
+		{6, 60}: {comm: "app", ppid: 5, utime: 20, start: 60}, // its shim exited first: reaped by containerd too
 	}
 	after := map[procKey]procTimes{
-		{1, 10}: {comm: "containerd", utime: 150, stime: 60, cutime: 300},
+		{1, 10}: {comm: "containerd", utime: 150, stime: 60, cutime: 370}, // + gone's 290 (90 before), shim's 50 (40 before), app's 20 (all before)
 		{2, 20}: {comm: "kubelet", utime: 400},
 		{4, 40}: {comm: "kubelet", utime: 100}, // new
 		{2, 99}: {comm: "pause", utime: 5},     // a reused pid is another process
 	}
 	got, total := cpuByName(before, after)
-	want := []ProcCPU{{"containerd (exited children)", 2}, {"kubelet", 2}, {"containerd", 0.6}, {"pause", 0.05}}
+	want := []ProcCPU{{"containerd (exited children)", 2.1}, {"kubelet", 2}, {"containerd", 0.6}, {"pause", 0.05}}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
-	if total < 4.64 || total > 4.66 {
-		t.Errorf("total: got %v, want 4.65", total)
+	if total < 4.74 || total > 4.76 {
+		t.Errorf("total: got %v, want 4.75", total)
 	}
 }
 

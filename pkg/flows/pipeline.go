@@ -53,89 +53,23 @@
 // Tables and priorities are declared once, in the order packets meet them,
 // in tables (below): each table with its priorities, highest first, each
 // priority with what its flows are for under each cookie kind it is
-// installed with. Name and DropReason read it, and the design doc's Tables
-// and Priorities tables are rendered from it (TestDesignDoc). The rest of
-// the layout:
-//
-//	zone 64000  DefaultDNATZone         node IP:hostPort -> container; ct_label holds the origin
-//	zone 64001  DefaultSNATZone         hairpin/masqAll source translation
-//	zone 64002  DefaultContainerZone    as 64000, for clients in containers: a flood from one cannot fill 64000
-//	zone 64003  PortSecDefragZone       reassembly of a container's fragments for port security; nothing committed
-//	zone 64004  GatewayZone             connections the node forwards from the gateway (LOCAL) to a pod, with a pod's source (a Service's DNAT)
-//	limit 65536 DefaultLimit            conntrack entries of zones 64000 and 64001 (per datapath)
-//	limit 16384 DefaultContainerLimit   conntrack entries of zone 64002
-//	ct_label[0..47]    LabelOrigEthSrc  request's source MAC = reply's eth_dst
-//	ct_label[48..95]   LabelOrigEthDst  request's destination MAC (the node's, which requests match) = reply's eth_src
-//	ct_label[96..111]  LabelOrigInPort  request's ingress port = reply's output port
-//	ct_mark[0]         CTMarkFromGateway  zone 64004: the connection entered its pod from the gateway
-//	ct_label[0..47]    LabelGatewayMAC    zone 64004: the gateway's MAC (the request's eth_src) = the steered reply's eth_dst
-//	reg0[0..15]        RegOutPort       LabelOrigInPort copied for output:
-//	reg1[0]            RegPortSecurityChecked  table 0: the frame passed port security and was resubmitted
-//	reg1[1]            RegPortSecurityDefragged table 0: the fragment went through ct(zone 64003) once
-//	reg1[2]            RegBandwidthMetered     table 0: the frame went through its port's meter (ovs-bandwidth)
-//	reg1[3]            RegGatewayTracked       table 0: the frame went through PriorityGatewaySkip or PriorityGatewayTrack once
-//	cookie[48..63]     CookieSuite      0x0FC5 on every flow of this pipeline
-//	cookie[40..47]     kind             CookieKindShared 0, CookieKindAttachment 1, CookieKindPortSecurity 2, CookieKindTombstone 3, CookieKindBandwidth 4, CookieKindGateway 5, CookieKindOverlay 6
-//	cookie[0..39]      hash             FNV-1a 64 of containerID + "/" + ifname (CookieKindGateway: of the gateway prefix; CookieKindOverlay: 0)
-//	meter[28..31] = 1  MeterSuiteFirst-MeterSuiteLast  every meter of the suite, and no other (uninstall and the sweeps delete these only)
-//	meter = 0x1ff00000 | ofport  MeterOf  the egress meter of a container port (ovs-bandwidth): one per port, numbered after the port
-//	meter = 0x10000000 | ofport<<12 | i  ConnMeterOf  new connections of the i-th mapping (protocol, host port) of an attachment (ovs-portmap's newConnectionRate)
+// installed with. Name and DropReason read it. The rest of the layout
+// (zones and their limits, ct_label, ct_mark and register bits, cookie
+// fields, meter ids) is declared next to it, in layout. The design doc's
+// Tables, Priorities, Zones and Cookies tables are rendered from both
+// (TestDesignDoc).
 //
 // The ct_label of the DNAT connection remembers where the request came from,
 // so replies go straight back to the client without SNAT: the container sees
 // the client's real address, be it outside, another container or itself.
 //
-// Found against the real userspace datapath (OVS 3.1, netdev):
-//   - Reply ct_state flags are inverted (un-DNAT of a reply sets +snat), so
-//     table 43 matches +trk+rpl only, never +dnat or +snat.
-//   - ct(...nat...) needs an ip or ipv6 match in the same flow, so table 42
-//     has a flow per family; table 43 needs none and has a single flow.
-//   - The reply classifier is above the request classifier. With SNAT
-//     (hairpin, masqAll) the reply goes to hairpin IP:port, port being the
-//     client's source port kept by SNAT; when that port is also a published
-//     host port both flows match, and the packet is a reply. Seen failing
-//     (client source port 8084, host port 8080, masqAll) with the reply flow
-//     below. The price: a container cannot use its published port as the
-//     source port of a connection to a host port.
-//   - Output to the ingress port (hairpin) needs in_port cleared first, in
-//     table 41 for the request and in table 43 for the reply.
-//   - Hairpin needs the second zone: without the SNAT the container answers
-//     itself directly and the handshake never completes. Clients outside and
-//     in other containers need no SNAT: their replies are steered by label.
-//   - Fragments: ct() on a fragment reassembles the datagram and gives
-//     every fragment the result (NAT included) of the whole. A fragment to
-//     a node IP goes through ct(nat) without commit first (PriorityFragment):
-//     a connection that exists translates it. The first datagram of a new
-//     connection arrives in table 40 untranslated (+new-dnat), and its
-//     fragments are committed there with the rule's DNAT, chosen by the
-//     reassembled datagram's original tuple (ct_nw_proto, ct_tp_dst;
-//     PriorityFragmentCommit): every fragment must take the same ct
-//     action, since the userspace reassembler executes the whole datagram
-//     with the ct action of the fragment that completes it. The kernel
-//     datapath (nf_defrag) recirculates the reassembled datagram, whose
-//     ct_tp_dst is there. The userspace datapath sets ct_tp_* on later
-//     fragments only from OVS 3.1.7, 3.2.5, 3.3.4, 3.4.2 and 3.5.0 on
-//     (miniflow_extract; seen with 3.1.0): before, only the first fragment
-//     matches PriorityFragmentCommit, the later ones PriorityFragmentMiss,
-//     whose ct then completes the reassembly (without commit: the
-//     reassembler executes the datagram with the ct action of the fragment
-//     that completes it); in table 44 the first fragment, whose ct_tp_dst
-//     is a host port's, is dropped (PriorityFragmentHeld) and the later ones
-//     reach the node, which cannot reassemble them: the datagram is lost,
-//     and nothing of it is held in the reassembler (before, it reached the
-//     node whole, and a process of the node's listening on the host port
-//     got it). The datagrams after a first one that is not fragmented go
-//     through either way. Fragments of datagrams to other ports of a node
-//     IP take PriorityFragmentMiss whole, and table 44 gives them to the
-//     node.
-//   - One bundle may mix verbs: "delete cookie=C/-1" (no table: all tables)
-//     followed by "add" lines is applied atomically.
-//
 // Flows are pkg/openflow values: they render the ovs-ofctl text of the
 // golden files and encode themselves for the wire; nothing here writes text
 // for a machine to read back. docs/design.md ("The pipeline") explains the
-// pipeline and names the test that proves each behaviour; it follows the
-// declarations here.
+// pipeline, what its flows rely on in the datapath (found against the
+// userspace datapath: inverted reply ct_state flags, ct(nat) and its ip
+// match, hairpin output, fragments through ct) and names the test that
+// proves each behaviour; it follows the declarations here.
 package flows
 
 import "github.com/ovsflow/ovs-cni/pkg/openflow"
@@ -616,6 +550,100 @@ var tables = []tableDecl{
 			{Value: PriorityOverlayDrop, Const: "PriorityOverlayDrop", Group: GroupOverlay,
 				Drops: []dropDecl{{ReasonOverlayRefused, "the overlay's drop of a tunnelled packet from an unknown node or not for this node's pods"}}},
 		}},
+}
+
+// A layoutKind is what a layoutDecl lays out.
+type layoutKind uint8
+
+const (
+	layoutZone   layoutKind = iota + 1 // a conntrack zone: Value
+	layoutLimit                        // a conntrack limit: Value
+	layoutField                        // bits of ct_label, ct_mark or a register: Field
+	layoutCookie                       // a cookie field: bits Lo..Hi, which hold Value if Fixed
+	layoutMeter                        // meter ids: bits Lo..Hi = Value (Fixed), or Form
+)
+
+// A layoutDecl declares one part of the layout besides tables and
+// priorities, by the values of the constants and variables it names.
+type layoutDecl struct {
+	Kind   layoutKind
+	Value  uint64
+	Field  openflow.Subfield
+	Lo, Hi uint8
+	Fixed  bool
+	// Form is a meter id made of its port's number.
+	Form string
+	// Names are the constants, variables or functions it stands for; a
+	// range of meter ids names its first and last.
+	Names []string
+	// Key is the setting (Pipeline's and the plugin config's JSON key)
+	// that can replace the default.
+	Key string
+	Doc string
+}
+
+// layout is the rest of the pipeline's layout: zones and their limits,
+// ct_label, ct_mark and register bits, cookie fields, meter ids. The
+// design doc's Zones and Cookies tables follow from it.
+var layout = []layoutDecl{
+	{Kind: layoutZone, Value: uint64(DefaultDNATZone), Names: []string{"DefaultDNATZone"}, Key: "dnatZone",
+		Doc: "node IP:hostPort → container; its ct_label holds the origin"},
+	{Kind: layoutZone, Value: uint64(DefaultSNATZone), Names: []string{"DefaultSNATZone"}, Key: "snatZone",
+		Doc: "hairpin and `masqAll` source translation"},
+	{Kind: layoutZone, Value: uint64(DefaultContainerZone), Names: []string{"DefaultContainerZone"}, Key: "containerZone",
+		Doc: "as 64000, for clients in containers: a flood from one cannot fill 64000"},
+	{Kind: layoutZone, Value: uint64(PortSecDefragZone), Names: []string{"PortSecDefragZone"},
+		Doc: "reassembly of a container's fragments for port security; nothing is committed, no limit needed"},
+	{Kind: layoutZone, Value: uint64(GatewayZone), Names: []string{"GatewayZone"},
+		Doc: "connections the node forwards from the gateway (LOCAL) to a pod with a pod's source in the gateway's subnet (a Service's DNAT to a local backend); one entry per such connection of the node's own conntrack, no limit of its own"},
+	{Kind: layoutLimit, Value: uint64(DefaultLimit), Names: []string{"DefaultLimit"}, Key: "conntrackLimit",
+		Doc: "conntrack entries of zones 64000 and 64001, each, per datapath"},
+	{Kind: layoutLimit, Value: uint64(DefaultContainerLimit), Names: []string{"DefaultContainerLimit"}, Key: "containerConntrackLimit",
+		Doc: "conntrack entries of zone 64002"},
+	{Kind: layoutField, Field: LabelOrigEthSrc, Names: []string{"LabelOrigEthSrc"},
+		Doc: "the request's source MAC = the reply's eth_dst"},
+	{Kind: layoutField, Field: LabelOrigEthDst, Names: []string{"LabelOrigEthDst"},
+		Doc: "the request's destination MAC (the node's, which requests match) = the reply's eth_src"},
+	{Kind: layoutField, Field: LabelOrigInPort, Names: []string{"LabelOrigInPort"},
+		Doc: "the request's ingress port = the reply's output port"},
+	{Kind: layoutField, Field: CTMarkFromGateway, Names: []string{"CTMarkFromGateway"},
+		Doc: "zone 64004: the connection entered its pod from the gateway"},
+	{Kind: layoutField, Field: LabelGatewayMAC, Names: []string{"LabelGatewayMAC"},
+		Doc: "zone 64004: the gateway's MAC (the forwarded request's eth_src) = the steered reply's eth_dst"},
+	{Kind: layoutField, Field: RegOutPort, Names: []string{"RegOutPort"},
+		Doc: "`LabelOrigInPort` copied for `output:`, within table 43"},
+	{Kind: layoutField, Field: RegPortSecurityChecked, Names: []string{"RegPortSecurityChecked"},
+		Doc: "table 0: the frame passed port security and was resubmitted"},
+	{Kind: layoutField, Field: RegPortSecurityDefragged, Names: []string{"RegPortSecurityDefragged"},
+		Doc: "table 0: the fragment went through `ct(zone 64003)` once"},
+	{Kind: layoutField, Field: RegBandwidthMetered, Names: []string{"RegBandwidthMetered"},
+		Doc: "table 0: the frame went through its port's meter (ovs-bandwidth)"},
+	{Kind: layoutField, Field: RegGatewayTracked, Names: []string{"RegGatewayTracked"},
+		Doc: "table 0: the frame went through `PriorityGatewaySkip` or `PriorityGatewayTrack` (315, 310) once"},
+	{Kind: layoutCookie, Lo: 48, Hi: 63, Fixed: true, Value: uint64(CookieSuite >> 48), Names: []string{"CookieSuite"},
+		Doc: "the suite's tag, on every flow of this pipeline"},
+	{Kind: layoutCookie, Lo: CookieKindShift, Hi: CookieKindShift + 7, Fixed: true, Value: uint64(CookieKindShared), Names: []string{"CookieKindShared"},
+		Doc: "kind: the flows shared by all attachments (`SharedCookie`)"},
+	{Kind: layoutCookie, Lo: CookieKindShift, Hi: CookieKindShift + 7, Fixed: true, Value: uint64(CookieKindAttachment), Names: []string{"CookieKindAttachment"},
+		Doc: "kind: an attachment's host ports (`AttachmentCookie`)"},
+	{Kind: layoutCookie, Lo: CookieKindShift, Hi: CookieKindShift + 7, Fixed: true, Value: uint64(CookieKindPortSecurity), Names: []string{"CookieKindPortSecurity"},
+		Doc: "kind: an attachment's port security (ovs-bridge; the hash of its host ports)"},
+	{Kind: layoutCookie, Lo: CookieKindShift, Hi: CookieKindShift + 7, Fixed: true, Value: uint64(CookieKindTombstone), Names: []string{"CookieKindTombstone"},
+		Doc: "kind: the tombstones of ports being deleted (hash 0)"},
+	{Kind: layoutCookie, Lo: CookieKindShift, Hi: CookieKindShift + 7, Fixed: true, Value: uint64(CookieKindBandwidth), Names: []string{"CookieKindBandwidth"},
+		Doc: "kind: an attachment's egress limit (ovs-bandwidth; the same hash)"},
+	{Kind: layoutCookie, Lo: CookieKindShift, Hi: CookieKindShift + 7, Fixed: true, Value: uint64(CookieKindGateway), Names: []string{"CookieKindGateway"},
+		Doc: "kind: a gateway of the bridge (`isGateway`, `GatewayCookie`)"},
+	{Kind: layoutCookie, Lo: CookieKindShift, Hi: CookieKindShift + 7, Fixed: true, Value: uint64(CookieKindOverlay), Names: []string{"CookieKindOverlay"},
+		Doc: "kind: the overlay's flows of a bridge (hash 0)"},
+	{Kind: layoutCookie, Lo: 0, Hi: CookieKindShift - 1, Names: []string{"CookieHashMask"},
+		Doc: "hash: FNV-1a 64 of `containerID + \"/\" + ifname`, low 40 bits (`CookieKindGateway`: of the gateway prefix, `192.0.2.1/24`; `CookieKindOverlay`: 0)"},
+	{Kind: layoutMeter, Lo: 28, Hi: 31, Fixed: true, Value: uint64(MeterSuiteFirst >> 28), Names: []string{"MeterSuiteFirst", "MeterSuiteLast"},
+		Doc: "every meter of the suite, and no other: uninstall and the sweeps delete meters of this range only, and a meter outside it is someone else's"},
+	{Kind: layoutMeter, Form: "0x1ff00000 | ofport", Names: []string{"MeterOf"},
+		Doc: "the egress meter of a container port (ovs-bandwidth): one per port, numbered after the port"},
+	{Kind: layoutMeter, Form: "0x10000000 | ofport<<12 | i", Names: []string{"ConnMeterOf"},
+		Doc: "the new connections of the i-th mapping (protocol, host port) of an attachment (ovs-portmap's `newConnectionRate`; at most 4096 per attachment, `MaxConnMeters`)"},
 }
 
 // The suite's meters. OpenFlow meters carry no cookie, so their IDs say

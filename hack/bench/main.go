@@ -52,8 +52,8 @@ var (
 	chainsF  = flag.String("chains", "A,B,C,F", "chains to run: A (ours), B (reference, iptables), C (reference, nftables), F (the Open vSwitch floor), P (ours, binaries from -proto)")
 	protoDir = flag.String("proto", "", "chain P: ovs-bridge and ovs-portmap from this directory, on a second bridge (to measure a change against A in the same run)")
 	callers  = flag.Int("callers", 8, "concurrent callers of the parallel phase and of the fills")
-	parN     = flag.Int("parallel-to", 0, "containers added by the parallel phase (default 200; -quick: 50)")
-	replayN  = flag.Int("replay", 0, "repetitions of the step-by-step replay of our ADD/DEL (default 10; -quick: 3)")
+	parN     = flag.Int("parallel-to", -1, "containers added by the parallel phase (default 200; -quick: 50; 0: no parallel phase)")
+	replayN  = flag.Int("replay", -1, "repetitions of the step-by-step replay of our ADD/DEL and of the pass with \"logFile\" set (default 10; -quick: 3; 0: neither)")
 	floorRep = flag.Int("floor", 20, "repetitions of the start-up (VERSION) measurement per binary")
 	shim     = flag.String("shim", "", "rssshim binary: measure peak RSS in a separate pass (hack/bench.sh sets it)")
 	rssReps  = flag.Int("rss", 5, "ADD+DEL per chain in the peak-RSS pass")
@@ -142,10 +142,10 @@ func main() {
 		r := *repsF
 		reps = func(int) int { return r }
 	}
-	if *parN > 0 {
+	if *parN >= 0 {
 		par = *parN
 	}
-	if *replayN > 0 {
+	if *replayN >= 0 {
 		replays = *replayN
 	}
 	want := map[string]bool{}
@@ -447,17 +447,19 @@ func main() {
 			logf("N=%d: peak RSS measured", n)
 		}
 		if li == 0 || li == len(levels)-1 {
-			ls, err := runLogPass(ctx, a, ovsConf, ex, replays, filepath.Join(work, "cni.log"))
-			if err != nil {
-				fatalf("N=%d: %v", n, err)
+			if replays > 0 {
+				ls, err := runLogPass(ctx, a, ovsConf, ex, replays, filepath.Join(work, "cni.log"))
+				if err != nil {
+					fatalf("N=%d: %v", n, err)
+				}
+				splits[n] = ls
+				res, err := rp.run(ctx, n, replays, *ovsdbEP)
+				if err != nil {
+					fatalf("replay at N=%d: %v", n, err)
+				}
+				replayed[n] = res
+				logf("N=%d: replay done", n)
 			}
-			splits[n] = ls
-			res, err := rp.run(ctx, n, replays, *ovsdbEP)
-			if err != nil {
-				fatalf("replay at N=%d: %v", n, err)
-			}
-			replayed[n] = res
-			logf("N=%d: replay done", n)
 			if *traceF && reconf != nil {
 				for _, ch := range chains {
 					if ch.key != "A" && ch.key != "F" {

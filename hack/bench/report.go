@@ -135,31 +135,14 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 	floorTable(w, results)
 	churnTable(w, churn, results, calls)
 
-	fmt.Fprintf(w, "## Parallel: %d concurrent callers, 0 → %d containers and back\n\n", *callers, pr.n)
-	t := &table{head: []string{"chain", "ADDs/s", "DELs/s", "ADD ratio A/x"}}
-	rate := func(d time.Duration) float64 {
-		if d == 0 {
-			return 0
-		}
-		return float64(pr.n) / d.Seconds()
-	}
-	for _, k := range keys {
-		if pr.addTime[k] == 0 {
-			continue
-		}
-		t.add(k, fmt.Sprintf("%.1f", rate(pr.addTime[k])), fmt.Sprintf("%.1f", rate(pr.delTime[k])),
-			fmt.Sprintf("%.2f", rate(pr.addTime["A"])/rate(pr.addTime[k])))
-	}
-	t.print(w)
-	if pr.ovsCPU[true] > 0 {
-		fmt.Fprintf(w, "ovsdb-server + ovs-vswitchd CPU during A's parallel phase: %.1f ms per ADD, %.1f ms per DEL.\n\n",
-			float64(pr.ovsCPU[true].Microseconds())/1000/float64(pr.n), float64(pr.ovsCPU[false].Microseconds())/1000/float64(pr.n))
+	if pr.n > 0 {
+		parallelTable(w, keys, pr)
 	}
 
 	fmt.Fprintf(w, "## Plugin processes: wall time of the measured container (p50 ms) and peak RSS (MiB, separate pass at N=%d)\n\n", last.n)
 	fmt.Fprintf(w, "A main plugin's peak RSS is the larger of its own and its IPAM delegate's (wait4 reports both); host-local's own row is its call from the main plugin.\n\n")
 	fmt.Fprintf(w, "CPU is user+system of the process and the programs it ran (IPAM, nft): on 2 cores it bounds the parallel rate.\n\n")
-	t = &table{head: []string{"chain", "plugin", "command", fmt.Sprintf("wall N=%d", first.n), fmt.Sprintf("wall N=%d", last.n), fmt.Sprintf("CPU N=%d", last.n), "RSS p50", "RSS max"}}
+	t := &table{head: []string{"chain", "plugin", "command", fmt.Sprintf("wall N=%d", first.n), fmt.Sprintf("wall N=%d", last.n), fmt.Sprintf("CPU N=%d", last.n), "RSS p50", "RSS max"}}
 	type pk struct{ chain, plugin, command string }
 	var order []pk
 	wall := map[pk]map[int][]time.Duration{}
@@ -563,6 +546,30 @@ func traceTables(w io.Writer, traces []*traceResult) {
 // floor (F) and the reference chain (B) at each N, 8 callers against B,
 // each plugin's start-up against the reference bridge's, chain A's peak
 // RSS per plugin.
+// parallelTable is the parallel phase's: each chain's ADD and DEL rates.
+func parallelTable(w io.Writer, keys []string, pr parResult) {
+	fmt.Fprintf(w, "## Parallel: %d concurrent callers, 0 → %d containers and back\n\n", *callers, pr.n)
+	t := &table{head: []string{"chain", "ADDs/s", "DELs/s", "ADD ratio A/x"}}
+	rate := func(d time.Duration) float64 {
+		if d == 0 {
+			return 0
+		}
+		return float64(pr.n) / d.Seconds()
+	}
+	for _, k := range keys {
+		if pr.addTime[k] == 0 {
+			continue
+		}
+		t.add(k, fmt.Sprintf("%.1f", rate(pr.addTime[k])), fmt.Sprintf("%.1f", rate(pr.delTime[k])),
+			fmt.Sprintf("%.2f", rate(pr.addTime["A"])/rate(pr.addTime[k])))
+	}
+	t.print(w)
+	if pr.ovsCPU[true] > 0 {
+		fmt.Fprintf(w, "ovsdb-server + ovs-vswitchd CPU during A's parallel phase: %.1f ms per ADD, %.1f ms per DEL.\n\n",
+			float64(pr.ovsCPU[true].Microseconds())/1000/float64(pr.n), float64(pr.ovsCPU[false].Microseconds())/1000/float64(pr.n))
+	}
+}
+
 func goalsTable(w io.Writer, results []*levelResult, pr parResult, floors map[string][]time.Duration, rss map[string]map[string][]int64) {
 	fmt.Fprintf(w, "## Against the goals (medians of this run; lower is better but for the callers)\n\n")
 	t := &table{head: []string{"figure", "goal"}}

@@ -386,6 +386,10 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 		}
 		return ms(p50(lr, adds, "A") - p50(lr, adds, "F"))
 	}
+	rssMB := "na" // no peak-RSS pass (-rss 0)
+	if rssA > 0 {
+		rssMB = mib(rssA)
+	}
 	churnRatio := "na"
 	if churn != nil {
 		churnRatio = ratio(pct(churn.del["A"], 50), pct(churn.del["B"], 50))
@@ -404,7 +408,7 @@ func report(w io.Writer, chains []*chain, levels []int, results []*levelResult, 
 	}
 	fmt.Fprintf(w, "BENCH add_p50_ratio=%s add_p50_ratio_110=%s add_p50_ratio_500=%s del_p50_ratio=%s add_growth_500=%s parallel8_ratio=%s rss_mb=%s"+
 		" del_p50_ratio_churn=%s floor_gap_ms=%s floor_gap_ms_200=%s failed_ops=%d\n",
-		get(at1, adds, "A", "B"), get(at110, adds, "A", "B"), get(at500, adds, "A", "B"), get(at1, dels, "A", "B"), growth, parRatio, mib(rssA),
+		get(at1, adds, "A", "B"), get(at110, adds, "A", "B"), get(at500, adds, "A", "B"), get(at1, dels, "A", "B"), growth, parRatio, rssMB,
 		churnRatio, gap(at1), gap(at200), len(errs))
 }
 

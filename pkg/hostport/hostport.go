@@ -214,10 +214,10 @@ func (p *publishing) dropStaleMeters() error {
 	return openflow.DeleteMeters(p.ctx, p.Target, p.stale...)
 }
 
-// awaitRevalidation collects the revalidation wait claim registered, at
-// most revalidationCap, and notes for the command's log line how long it
-// took: mostly ovs-vswitchd's own pace, which starts a revalidation round at
-// most every 5 ms (docs/performance.md).
+// awaitRevalidation collects the revalidation wait that claim registered,
+// for at most revalidationCap, and notes for the command's log line how
+// long it took: mostly ovs-vswitchd's own pace, which starts a revalidation
+// round at most every 5 ms (docs/performance.md).
 func (p *publishing) awaitRevalidation() error {
 	if p.reval == nil {
 		return nil
